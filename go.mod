@@ -1,0 +1,3 @@
+module github.com/syncgo/syncgo
+
+go 1.26

@@ -1,0 +1,74 @@
+package wire
+
+// ColumnType is a column type tag of the schema IR (§2.4). The tag is what
+// travels in a rows-segment column table.
+type ColumnType uint8
+
+// The column type tags of §2.4.
+const (
+	TypeString  ColumnType = 1 // str
+	TypeInteger ColumnType = 2 // i64
+	TypeFloat   ColumnType = 3 // f64
+	TypeBoolean ColumnType = 4 // bool
+	TypeJSON    ColumnType = 5 // str holding a JSON document
+	TypeBytes   ColumnType = 6 // bytes
+	TypeBlobRef ColumnType = 7 // str holding a canonical BlobRef JSON document
+	TypeCRDT    ColumnType = 8 // bytes, opaque to the codec
+)
+
+// Valid reports whether t is one of the tags of §2.4.
+func (t ColumnType) Valid() bool { return t >= TypeString && t <= TypeCRDT }
+
+// String returns the IR name of the type ("string", "integer", ...).
+func (t ColumnType) String() string {
+	switch t {
+	case TypeString:
+		return "string"
+	case TypeInteger:
+		return "integer"
+	case TypeFloat:
+		return "float"
+	case TypeBoolean:
+		return "boolean"
+	case TypeJSON:
+		return "json"
+	case TypeBytes:
+		return "bytes"
+	case TypeBlobRef:
+		return "blob_ref"
+	case TypeCRDT:
+		return "crdt"
+	}
+	return "unknown"
+}
+
+// ParseColumnType returns the type named by an IR type name.
+func ParseColumnType(name string) (ColumnType, bool) {
+	for t := TypeString; t <= TypeCRDT; t++ {
+		if t.String() == name {
+			return t, true
+		}
+	}
+	return 0, false
+}
+
+// Column is one column of a table as the row codec sees it: its name, type
+// and nullability, in schema-IR declaration order.
+type Column struct {
+	Name     string
+	Type     ColumnType
+	Nullable bool
+}
+
+// Value is one column value of a row. Which field holds the value depends
+// on the column's type: Int for integer, Float for float, Bool for boolean,
+// Str for string, json and blob_ref (the raw JSON text, kept byte for
+// byte), Bytes for bytes and crdt. Null marks SQL NULL.
+type Value struct {
+	Null  bool
+	Bool  bool
+	Int   int64
+	Float float64
+	Str   string
+	Bytes []byte
+}
