@@ -19,9 +19,14 @@ const (
 type DecodeError struct {
 	Code   string
 	Reason string
+	// Cause is an underlying condition such as ErrFrameTooLarge, or nil.
+	Cause error
 }
 
 func (e *DecodeError) Error() string { return e.Code + ": " + e.Reason }
+
+// Unwrap returns the underlying condition, if any.
+func (e *DecodeError) Unwrap() error { return e.Cause }
 
 // ErrorCode returns the protocol error code of err if it is, or wraps, a
 // *DecodeError, and "" otherwise.

@@ -1,0 +1,38 @@
+// Package cli implements the syncgo command line: argument parsing and
+// dispatch to the subcommands. cmd/syncgo only calls Run.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+)
+
+const usage = `usage: syncgo <command> [flags]
+
+commands:
+  serve     start the sync server (not built yet: see the README)
+  render    print the canonical JSON rendering (§11.1) of an SSP2 message,
+            rows segment or sparse row read from a file or stdin
+  help      show this text
+`
+
+// Run executes the command line args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "serve":
+		fmt.Fprintln(stderr, "syncgo serve: the sync endpoint is not built yet (issue 4); only the wire codec exists so far")
+		return 1
+	case "render":
+		return runRender(args[1:], stdin, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "syncgo: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
