@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"unicode/utf8"
 	"unsafe"
@@ -146,7 +145,7 @@ func (r *reader) str(what string) string {
 // kept byte for byte.
 func (r *reader) jsonDoc(what string) string {
 	s := r.str(what)
-	if r.err == nil && !json.Valid(unsafe.Slice(unsafe.StringData(s), len(s))) {
+	if r.err == nil && !validJSON(s) {
 		r.fail("%s: not a JSON document", what)
 		return ""
 	}
@@ -279,7 +278,7 @@ func (w *writer) str(what string, v string) {
 }
 
 func (w *writer) jsonDoc(what string, v string) {
-	if !json.Valid(unsafe.Slice(unsafe.StringData(v), len(v))) {
+	if !validJSON(v) {
 		w.fail("%s: not a JSON document", what)
 	}
 	w.str(what, v)
