@@ -1,0 +1,97 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// Client returns a client record.
+func (s *Store) Client(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
+	rec := store.ClientRecord{ClientID: clientID}
+	var cursor sql.NullInt64
+	var subs []byte
+	err := s.rdb.QueryRowContext(ctx, `SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
+FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
+		Scan(&rec.ActorID, &rec.WireVersion, &cursor, &subs, &rec.UpdatedAtMs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ClientRecord{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("read client: %w", err)
+	}
+	rec.Cursor = -1
+	if cursor.Valid {
+		rec.Cursor = cursor.Int64
+	}
+	if rec.Subscriptions, err = store.DecodeSubscriptions(subs); err != nil {
+		return store.ClientRecord{}, err
+	}
+	return rec, nil
+}
+
+// PutClient creates or replaces a client record.
+func (s *Store) PutClient(ctx context.Context, partition string, rec store.ClientRecord) error {
+	subs, err := store.EncodeSubscriptions(rec.Subscriptions)
+	if err != nil {
+		return fmt.Errorf("put client: %w", err)
+	}
+	var cursor any
+	if rec.Cursor >= 0 {
+		cursor = rec.Cursor
+	}
+	return s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		return c.exec(context.Background(), `INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET actor_id=excluded.actor_id,
+  wire_version=excluded.wire_version, cursor=excluded.cursor, subscriptions=excluded.subscriptions,
+  updated_at_ms=excluded.updated_at_ms`,
+			partition, rec.ClientID, rec.ActorID, int(rec.WireVersion), cursor, string(subs), rec.UpdatedAtMs)
+	})
+}
+
+// AdvanceClientCursor applies a realtime ack.
+func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
+	var updated bool
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		bg := context.Background()
+		var epoch string
+		err := c.queryRow(bg, "SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && epoch != a.LogEpoch) {
+			return store.ErrEpochMismatch
+		}
+		if err != nil {
+			return err
+		}
+		r, err := c.execResult(bg, `UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
+WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`,
+			a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
+		if err != nil {
+			return err
+		}
+		n, err := r.RowsAffected()
+		updated = n == 1
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrEpochMismatch) {
+			return false, err
+		}
+		return false, fmt.Errorf("advance client cursor: %w", err)
+	}
+	return updated, nil
+}
+
+// ActiveCursorFloor returns the lowest cursor among clients updated at or
+// after sinceMs.
+func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs int64) (int64, bool, error) {
+	var floor sql.NullInt64
+	err := s.rdb.QueryRowContext(ctx, `SELECT MIN(cursor) FROM sync_clients
+WHERE partition=? AND updated_at_ms >= ? AND cursor IS NOT NULL AND cursor >= 0`, partition, sinceMs).Scan(&floor)
+	if err != nil {
+		return 0, false, fmt.Errorf("active cursor floor: %w", err)
+	}
+	return floor.Int64, floor.Valid, nil
+}

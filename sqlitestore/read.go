@@ -1,0 +1,290 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+const selectPushResult = "SELECT result FROM sync_push_results WHERE partition=? AND client_id=? AND client_commit_id=?"
+
+func scanRow(row *sql.Row, table string) (store.Row, error) {
+	r := store.Row{Table: table}
+	var scopes []byte
+	err := row.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Row{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Row{}, fmt.Errorf("read row: %w", err)
+	}
+	if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+		return store.Row{}, err
+	}
+	return r, nil
+}
+
+func scanPushResult(row *sql.Row) (store.PushRecord, error) {
+	var js []byte
+	err := row.Scan(&js)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.PushRecord{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.PushRecord{}, fmt.Errorf("read push result: %w", err)
+	}
+	return store.DecodePushRecord(js)
+}
+
+// Row returns a current row.
+func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.Row, error) {
+	t, err := s.table(table)
+	if err != nil {
+		return store.Row{}, err
+	}
+	return scanRow(s.rdb.QueryRowContext(ctx, t.selectBy, partition, rowID), table)
+}
+
+// PushResult reads the push-result journal.
+func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommitID string) (store.PushRecord, error) {
+	return scanPushResult(s.rdb.QueryRowContext(ctx, selectPushResult, partition, clientID, clientCommitID))
+}
+
+// jsonList encodes values as a JSON array for json_each.
+func jsonList(values []string) string {
+	b, _ := json.Marshal(values)
+	return string(b)
+}
+
+// windowChunk is how many candidate commits one window query reads.
+const windowChunk = 512
+
+// ReadCommitWindow reads the commits of (AfterSeq, ThroughSeq] that change
+// rows of the table inside the effective scopes. Candidates come from the
+// change-scope index on the first effective key; every change is then
+// checked against all keys.
+func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	if len(q.Scopes) == 0 {
+		return store.CommitWindow{}, store.ErrScanRequiresScope
+	}
+	if _, err := s.table(q.Table); err != nil {
+		return store.CommitWindow{}, err
+	}
+	w := &windowReader{q: q, values: jsonList(q.Scopes[0].Values)}
+	after := q.AfterSeq
+	for {
+		n, last, err := s.windowChunk(ctx, partition, w, after)
+		if err != nil {
+			return store.CommitWindow{}, err
+		}
+		if w.full {
+			return w.out, nil
+		}
+		if n < windowChunk {
+			w.out.Complete = true
+			return w.out, nil
+		}
+		after = last
+	}
+}
+
+// windowReader accumulates a commit window across chunks.
+type windowReader struct {
+	q       store.CommitWindowQuery
+	values  string
+	out     store.CommitWindow
+	changes int
+	full    bool // the change limit stopped the window
+}
+
+// add offers one candidate commit with its matching changes; it reports
+// false when the limit leaves no room for it.
+func (w *windowReader) add(c store.Commit) bool {
+	if len(c.Changes) == 0 {
+		return true
+	}
+	if w.q.LimitChanges > 0 && len(w.out.Commits) > 0 && w.changes+len(c.Changes) > w.q.LimitChanges {
+		w.full = true
+		return false
+	}
+	w.out.Commits = append(w.out.Commits, c)
+	w.changes += len(c.Changes)
+	return true
+}
+
+const windowSQL = `WITH cand AS (
+  SELECT DISTINCT commit_seq FROM sync_change_scopes
+   WHERE partition=?1 AND tbl=?2 AND var=?3
+     AND value IN (SELECT value FROM json_each(?4))
+     AND commit_seq > ?5 AND commit_seq <= ?6
+   ORDER BY commit_seq LIMIT ?7)
+SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
+       ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM cand
+  JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=cand.commit_seq
+  JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=cand.commit_seq AND ch.tbl=?2
+ ORDER BY cand.commit_seq, ch.idx`
+
+// windowChunk reads up to windowChunk candidate commits after `after`. It
+// returns how many candidates it read and the last one.
+func (s *Store) windowChunk(ctx context.Context, partition string, w *windowReader, after int64) (int, int64, error) {
+	rows, err := s.rdb.QueryContext(ctx, windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values,
+		after, w.q.ThroughSeq, windowChunk)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read commit window: %w", err)
+	}
+	defer rows.Close()
+	var (
+		n   int
+		cur store.Commit
+	)
+	cur.Seq = -1
+	for rows.Next() {
+		var (
+			seq, created  int64
+			actor, client string
+			commitID      string
+			ch            store.Change
+			op            int
+			version       sql.NullInt64
+			scopes        []byte
+		)
+		if err := rows.Scan(&seq, &created, &actor, &client, &commitID, &ch.RowID, &op, &version, &scopes, &ch.Payload); err != nil {
+			return 0, 0, fmt.Errorf("read commit window: %w", err)
+		}
+		if seq != cur.Seq {
+			if cur.Seq >= 0 && !w.add(cur) {
+				return n, cur.Seq, nil
+			}
+			n++
+			cur = store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: commitID}
+		}
+		ch.Table = w.q.Table
+		ch.Op = wire.Op(op)
+		ch.RowVersion = version.Int64
+		if ch.Scopes, err = store.DecodeScopes(scopes); err != nil {
+			return 0, 0, err
+		}
+		if store.MatchScopes(ch.Scopes, w.q.Scopes) {
+			cur.Changes = append(cur.Changes, ch)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("read commit window: %w", err)
+	}
+	if cur.Seq >= 0 {
+		w.add(cur)
+	}
+	return n, cur.Seq, nil
+}
+
+// ScanRows reads a page of current rows inside the scopes, by row id. Each
+// value of the first effective key is read in row-id order from the row
+// scope index and the streams are merged; rows are checked against all
+// keys.
+func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	if len(q.Scopes) == 0 {
+		return nil, store.ErrScanRequiresScope
+	}
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("scan rows: limit %d must be positive", q.Limit)
+	}
+	t, err := s.table(q.Table)
+	if err != nil {
+		return nil, err
+	}
+	query := `SELECT r.` + strings.ReplaceAll(t.scanCols, ", ", ", r.") + ` FROM sync_row_scopes s
+JOIN ` + t.name + ` r ON r._sync_partition = s.partition AND r._sync_row_id = s.row_id
+WHERE s.partition=? AND s.tbl=? AND s.var=? AND s.value=? AND s.row_id > ?
+ORDER BY s.row_id LIMIT ?`
+	after := ""
+	if q.After != nil {
+		after = *q.After
+	}
+	first := q.Scopes[0]
+	out := make([]store.Row, 0, q.Limit)
+	for len(out) < q.Limit {
+		page, more, err := s.scanMerge(ctx, query, partition, q, first, after, q.Limit-len(out))
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range page {
+			if store.MatchScopes(r.Scopes, q.Scopes) {
+				out = append(out, r)
+			}
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].RowID
+	}
+	return out, nil
+}
+
+// scanMerge reads up to limit rows after `after` for each value of the
+// first key and returns the smallest limit of them in row-id order, and
+// whether more rows may follow.
+func (s *Store) scanMerge(ctx context.Context, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
+	var all []store.Row
+	more := false
+	for _, v := range dedupe(first.Values) {
+		rows, err := s.rdb.QueryContext(ctx, query, partition, q.Table, first.Key, v, after, limit)
+		if err != nil {
+			return nil, false, fmt.Errorf("scan rows: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			r := store.Row{Table: q.Table}
+			var scopes []byte
+			if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+				rows.Close()
+				return nil, false, fmt.Errorf("scan rows: %w", err)
+			}
+			if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+				rows.Close()
+				return nil, false, err
+			}
+			all = append(all, r)
+			n++
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("scan rows: %w", err)
+		}
+		if n == limit {
+			more = true
+		}
+	}
+	if len(first.Values) > 1 {
+		sort.Slice(all, func(i, j int) bool { return all[i].RowID < all[j].RowID })
+	}
+	if len(all) > limit {
+		all = all[:limit]
+		more = true
+	}
+	return all, more, nil
+}
+
+func dedupe(values []string) []string {
+	if len(values) < 2 {
+		return values
+	}
+	seen := make(map[string]bool, len(values))
+	out := values[:0:0]
+	for _, v := range values {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+

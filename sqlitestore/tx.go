@@ -1,0 +1,272 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Write runs fn under the partition's write boundary: the single writer.
+func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) error {
+	cs, err := s.compiled()
+	if err != nil {
+		return err
+	}
+	return s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		tx := &writeTx{s: s, c: c, cs: cs, partition: partition}
+		return fn(ctx, tx)
+	})
+}
+
+// writeTx implements store.WriteTx on the writer's connection. Its
+// statements run with a background context: a caller that gives up must not
+// interrupt a statement of the shared batch; each call checks the caller's
+// context first instead.
+type writeTx struct {
+	s         *Store
+	c         *wconn
+	cs        *compiledSchema
+	partition string
+	depth     int
+}
+
+
+func (tx *writeTx) Partition() string { return tx.partition }
+
+func (tx *writeTx) table(name string) (*tableSQL, error) {
+	t, ok := tx.cs.tables[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", store.ErrUnknownTable, name)
+	}
+	return t, nil
+}
+
+func (tx *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Row{}, err
+	}
+	t, err := tx.table(table)
+	if err != nil {
+		return store.Row{}, err
+	}
+	return scanRow(tx.c.queryRow(context.Background(), t.selectBy, tx.partition, rowID), table)
+}
+
+func (tx *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	var seq int64
+	err := tx.c.queryRow(context.Background(), `SELECT t.commit_seq FROM sync_tombstones t
+LEFT JOIN sync_partitions p ON p.partition = t.partition
+WHERE t.partition=? AND t.tbl=? AND t.row_id=? AND t.commit_seq > COALESCE(p.horizon_seq, 0)`,
+		tx.partition, table, rowID).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("read tombstone: %w", err)
+	}
+	return seq, true, nil
+}
+
+func (tx *writeTx) ClearTombstone(ctx context.Context, table, rowID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return tx.c.exec(context.Background(), "DELETE FROM sync_tombstones WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID)
+}
+
+func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, err := tx.table(w.Table)
+	if err != nil {
+		return err
+	}
+	args := make([]any, 0, 6+len(t.t.Columns()))
+	args = append(args, tx.partition, w.RowID)
+	if t.t.Materialize() {
+		vals := w.Values
+		if vals == nil {
+			if vals, err = t.t.RowCodec().DecodeRow(w.Payload); err != nil {
+				return fmt.Errorf("upsert %s: payload: %w", w.Table, err)
+			}
+		}
+		for i, col := range t.t.Columns() {
+			args = append(args, sqlValue(col.Type, vals[i]))
+		}
+	}
+	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)), w.Payload, nullBytes(w.ColumnVersions))
+	if err := tx.c.exec(context.Background(), t.upsert, args...); err != nil {
+		if isUniqueViolation(err) {
+			return &store.ConstraintError{Table: w.Table, Constraint: "unique", Err: err}
+		}
+		return fmt.Errorf("upsert %s: %w", w.Table, err)
+	}
+	if err := tx.c.exec(context.Background(), "DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, w.Table, w.RowID); err != nil {
+		return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
+	}
+	for _, sc := range w.Scopes {
+		if err := tx.c.exec(context.Background(), "INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) VALUES (?,?,?,?,?)",
+			tx.partition, w.Table, sc.Key, sc.Value, w.RowID); err != nil {
+			return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
+		}
+	}
+	return nil
+}
+
+func (tx *writeTx) DeleteRow(ctx context.Context, table, rowID string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	t, err := tx.table(table)
+	if err != nil {
+		return err
+	}
+	if err := tx.c.exec(context.Background(), t.deleteBy, tx.partition, rowID); err != nil {
+		return fmt.Errorf("delete %s: %w", table, err)
+	}
+	if err := tx.c.exec(context.Background(), "DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID); err != nil {
+		return fmt.Errorf("delete %s: scope index: %w", table, err)
+	}
+	return nil
+}
+
+func (tx *writeTx) PushResult(ctx context.Context, clientID, clientCommitID string) (store.PushRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return store.PushRecord{}, err
+	}
+	return scanPushResult(tx.c.queryRow(context.Background(), selectPushResult, tx.partition, clientID, clientCommitID))
+}
+
+func (tx *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	js, err := store.EncodePushRecord(rec)
+	if err != nil {
+		return false, fmt.Errorf("put push result: %w", err)
+	}
+	res, err := tx.c.execResult(context.Background(), `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+VALUES (?,?,?,?) ON CONFLICT DO NOTHING`, tx.partition, clientID, clientCommitID, string(js))
+	if err != nil {
+		return false, fmt.Errorf("put push result: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+func (tx *writeTx) AppendCommit(ctx context.Context, nc store.NewCommit) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var seq int64
+	err := tx.c.queryRow(context.Background(), `INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)
+ON CONFLICT(partition) DO UPDATE SET max_commit_seq = max_commit_seq + 1 RETURNING max_commit_seq`, tx.partition).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("append commit: sequence: %w", err)
+	}
+	if err := tx.c.exec(context.Background(), `INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+VALUES (?,?,?,?,?,?,?)`, tx.partition, seq, nc.ClientID, nc.ClientCommitID, nc.ActorID, nc.CreatedAtMs, tx.cs.schema.Version()); err != nil {
+		if isFenceRejection(err) {
+			return 0, &store.Error{Code: store.CodeWriterFenceRejected, Message: "append rejected by the writer fence", Err: err}
+		}
+		return 0, fmt.Errorf("append commit: %w", err)
+	}
+	type scopeKey struct{ tbl, k, v string }
+	var seen map[scopeKey]bool
+	if len(nc.Changes) > 1 {
+		seen = make(map[scopeKey]bool, len(nc.Changes))
+	}
+	for i, ch := range nc.Changes {
+		var version any
+		if ch.Op == wire.OpUpsert {
+			version = ch.RowVersion
+		}
+		if err := tx.c.exec(context.Background(), `INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+VALUES (?,?,?,?,?,?,?,?,?)`, tx.partition, seq, i, ch.Table, ch.RowID, int(ch.Op), version, string(store.EncodeScopes(ch.Scopes)), nullBytes(ch.Payload)); err != nil {
+			return 0, fmt.Errorf("append commit: change %d: %w", i, err)
+		}
+		for _, sc := range ch.Scopes {
+			if seen != nil {
+				k := scopeKey{ch.Table, sc.Key, sc.Value}
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+			}
+			if err := tx.c.exec(context.Background(), `INSERT OR IGNORE INTO sync_change_scopes(partition, tbl, var, value, commit_seq) VALUES (?,?,?,?,?)`,
+				tx.partition, ch.Table, sc.Key, sc.Value, seq); err != nil {
+				return 0, fmt.Errorf("append commit: change scopes: %w", err)
+			}
+		}
+		if ch.Op == wire.OpDelete {
+			if err := tx.c.exec(context.Background(), `INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq) VALUES (?,?,?,?)
+ON CONFLICT(partition, tbl, row_id) DO UPDATE SET commit_seq=excluded.commit_seq`, tx.partition, ch.Table, ch.RowID, seq); err != nil {
+				return 0, fmt.Errorf("append commit: tombstone: %w", err)
+			}
+		}
+	}
+	tx.s.stats.commits.Add(1)
+	return seq, nil
+}
+
+func (tx *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	tx.depth++
+	name := fmt.Sprintf("c%d", tx.depth)
+	defer func() { tx.depth-- }()
+	if err := tx.c.exec(context.Background(), "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("candidate: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			if rbErr := tx.c.exec(context.Background(), "ROLLBACK TO "+name); rbErr != nil {
+				err = errors.Join(err, rbErr)
+			}
+		}
+		if relErr := tx.c.exec(context.Background(), "RELEASE "+name); relErr != nil && err == nil {
+			err = relErr
+		}
+	}()
+	return fn(ctx)
+}
+
+func nullBytes(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// sqlValue converts a row value to what the typed column stores.
+func sqlValue(t wire.ColumnType, v wire.Value) any {
+	if v.Null {
+		return nil
+	}
+	switch t {
+	case wire.TypeInteger:
+		return v.Int
+	case wire.TypeBoolean:
+		if v.Bool {
+			return int64(1)
+		}
+		return int64(0)
+	case wire.TypeFloat:
+		return v.Float
+	case wire.TypeBytes, wire.TypeCRDT:
+		if v.Bytes == nil {
+			return []byte{}
+		}
+		return v.Bytes
+	}
+	return v.Str
+}

@@ -1,0 +1,239 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// writeFunc is one unit of work for the writer: it runs inside a savepoint
+// of the current batch transaction.
+type writeFunc func(ctx context.Context, c *wconn) error
+
+type writeReq struct {
+	ctx  context.Context
+	fn   writeFunc
+	done chan error
+}
+
+// writer owns the write connection and runs the group-commit loop.
+type writer struct {
+	s     *Store
+	c     *wconn
+	reqs  chan *writeReq
+	quit  chan struct{}
+	ended chan struct{}
+}
+
+func newWriter(s *Store, conn *sql.Conn) *writer {
+	return &writer{
+		s:     s,
+		c:     &wconn{conn: conn, stmts: map[string]*sql.Stmt{}},
+		reqs:  make(chan *writeReq, 1024),
+		quit:  make(chan struct{}),
+		ended: make(chan struct{}),
+	}
+}
+
+// do queues fn and waits until its batch has committed (or it failed).
+func (w *writer) do(ctx context.Context, fn writeFunc) error {
+	if w.s.closed.Load() {
+		return store.ErrClosed
+	}
+	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case w.reqs <- req:
+	case <-w.quit:
+		return store.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the request always gets an answer: the caller must not
+	// walk away from a write that may still commit.
+	return <-req.done
+}
+
+func (w *writer) stop() {
+	close(w.quit)
+	<-w.ended
+	w.c.close()
+}
+
+func (w *writer) run() {
+	defer close(w.ended)
+	batch := make([]*writeReq, 0, w.s.cfg.MaxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-w.reqs:
+			batch = append(batch, r)
+		case <-w.quit:
+			w.drainClosed()
+			return
+		}
+	fill:
+		for len(batch) < cap(batch) {
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		w.runBatch(batch)
+	}
+}
+
+func (w *writer) drainClosed() {
+	for {
+		select {
+		case r := <-w.reqs:
+			r.done <- store.ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+// runBatch runs the requests in one transaction, each in its own
+// savepoint, and commits once.
+func (w *writer) runBatch(batch []*writeReq) {
+	results := make([]error, len(batch))
+	bg := context.Background()
+	if err := w.c.exec(bg, "BEGIN IMMEDIATE"); err != nil {
+		for _, r := range batch {
+			r.done <- fmt.Errorf("begin: %w", err)
+		}
+		return
+	}
+	applied := 0
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			results[i] = err
+			continue
+		}
+		results[i] = w.runOne(r)
+		if results[i] == nil {
+			applied++
+		}
+	}
+	var commitErr error
+	if applied > 0 {
+		commitErr = w.c.exec(bg, "COMMIT")
+	} else {
+		commitErr = w.c.exec(bg, "ROLLBACK")
+	}
+	if commitErr != nil {
+		_ = w.c.exec(bg, "ROLLBACK")
+		if applied > 0 {
+			commitErr = fmt.Errorf("commit: %w", commitErr)
+			for i := range results {
+				if results[i] == nil {
+					results[i] = commitErr
+				}
+			}
+		}
+	}
+	if applied > 0 && commitErr == nil {
+		w.s.stats.batches.Add(1)
+	}
+	for i, r := range batch {
+		if results[i] != nil {
+			w.s.stats.writeErrors.Add(1)
+		} else {
+			w.s.stats.writes.Add(1)
+		}
+		r.done <- results[i]
+	}
+}
+
+func (w *writer) runOne(r *writeReq) (err error) {
+	bg := context.Background()
+	if err := w.c.exec(bg, "SAVEPOINT w"); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("sqlitestore: write panicked: %v\n%s", p, debug.Stack())
+		}
+		if err != nil {
+			if rbErr := w.c.exec(bg, "ROLLBACK TO w"); rbErr != nil {
+				err = errors.Join(err, rbErr)
+			}
+		}
+		if relErr := w.c.exec(bg, "RELEASE w"); relErr != nil && err == nil {
+			err = relErr
+		}
+	}()
+	return r.fn(r.ctx, w.c)
+}
+
+// wconn is the writer's connection with its prepared statements. Only the
+// writer goroutine uses it.
+type wconn struct {
+	conn  *sql.Conn
+	stmts map[string]*sql.Stmt
+}
+
+func (c *wconn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if st, ok := c.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := c.conn.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+func (c *wconn) exec(ctx context.Context, query string, args ...any) error {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return err
+	}
+	_, err = st.ExecContext(ctx, args...)
+	return err
+}
+
+func (c *wconn) execResult(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+func (c *wconn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		// A failed prepare surfaces through the row's Scan.
+		return c.conn.QueryRowContext(ctx, query, args...)
+	}
+	return st.QueryRowContext(ctx, args...)
+}
+
+func (c *wconn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := c.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// forget drops cached statements after DDL changed the tables they use.
+func (c *wconn) forget() {
+	for q, st := range c.stmts {
+		st.Close()
+		delete(c.stmts, q)
+	}
+}
+
+func (c *wconn) close() {
+	c.forget()
+	c.conn.Close()
+}

@@ -1,0 +1,224 @@
+package store
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The JSON encodings below are the ones the reference server stores, so
+// that a database can be shared between the two servers.
+
+// pushRecordJSON is the stored form of a PushRecord.
+type pushRecordJSON struct {
+	Status        string         `json:"status"`
+	CommitSeq     *int64         `json:"commitSeq,omitempty"`
+	RecordedAtMs  int64          `json:"recordedAtMs,omitempty"`
+	CacheIdentity string         `json:"cacheIdentity,omitempty"`
+	Results       []opResultJSON `json:"results"`
+}
+
+type opResultJSON struct {
+	OpIndex         int32           `json:"opIndex"`
+	Status          string          `json:"status"`
+	Code            string          `json:"code,omitempty"`
+	Message         string          `json:"message,omitempty"`
+	Retryable       *bool           `json:"retryable,omitempty"`
+	Details         json.RawMessage `json:"details,omitempty"`
+	ServerVersion   *int64          `json:"serverVersion,omitempty"`
+	ServerRow       *string         `json:"serverRow,omitempty"`
+	ConflictColumns *string         `json:"conflictColumns,omitempty"`
+}
+
+// EncodePushRecord returns the stored JSON of a push record.
+func EncodePushRecord(rec PushRecord) ([]byte, error) {
+	out := pushRecordJSON{
+		Status:        rec.Status.String(),
+		RecordedAtMs:  rec.RecordedAtMs,
+		CacheIdentity: rec.CacheIdentity,
+		Results:       make([]opResultJSON, len(rec.Results)),
+	}
+	if rec.Status != wire.PushRejected {
+		seq := rec.CommitSeq
+		out.CommitSeq = &seq
+	}
+	for i, r := range rec.Results {
+		o := opResultJSON{OpIndex: r.OpIndex, Status: r.Status.String()}
+		switch r.Status {
+		case wire.OpConflict:
+			o.Code, o.Message = r.Code, r.Message
+			sv := r.ServerVersion
+			o.ServerVersion = &sv
+			row := base64.StdEncoding.EncodeToString(r.ServerRow)
+			o.ServerRow = &row
+			if r.ConflictColumns != nil {
+				cc := base64.StdEncoding.EncodeToString(r.ConflictColumns)
+				o.ConflictColumns = &cc
+			}
+		case wire.OpError:
+			o.Code, o.Message = r.Code, r.Message
+			retry := r.Retryable
+			o.Retryable = &retry
+			for _, d := range rec.Details {
+				if d.OpIndex == r.OpIndex {
+					o.Details = json.RawMessage(d.DetailsJSON)
+				}
+			}
+		}
+		out.Results[i] = o
+	}
+	return json.Marshal(out)
+}
+
+// DecodePushRecord parses the stored JSON of a push record. A record that
+// does not parse is ErrUnreadable.
+func DecodePushRecord(b []byte) (PushRecord, error) {
+	var in pushRecordJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return PushRecord{}, fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	rec := PushRecord{RecordedAtMs: in.RecordedAtMs, CacheIdentity: in.CacheIdentity}
+	switch in.Status {
+	case "applied", "cached":
+		rec.Status = wire.PushApplied
+		if in.CommitSeq == nil {
+			return PushRecord{}, fmt.Errorf("%w: applied record without commitSeq", ErrUnreadable)
+		}
+		rec.CommitSeq = *in.CommitSeq
+	case "rejected":
+		rec.Status = wire.PushRejected
+	default:
+		return PushRecord{}, fmt.Errorf("%w: status %q", ErrUnreadable, in.Status)
+	}
+	rec.Results = make([]wire.OpResult, len(in.Results))
+	for i, o := range in.Results {
+		r := wire.OpResult{OpIndex: o.OpIndex, Code: o.Code, Message: o.Message}
+		switch o.Status {
+		case "applied":
+			r.Status = wire.OpApplied
+		case "conflict":
+			r.Status = wire.OpConflict
+			if o.ServerVersion != nil {
+				r.ServerVersion = *o.ServerVersion
+			}
+			var err error
+			if r.ServerRow, err = decodeB64(o.ServerRow); err != nil {
+				return PushRecord{}, err
+			}
+			if o.ConflictColumns != nil {
+				if r.ConflictColumns, err = decodeB64(o.ConflictColumns); err != nil {
+					return PushRecord{}, err
+				}
+			}
+		case "error":
+			r.Status = wire.OpError
+			r.Retryable = o.Retryable != nil && *o.Retryable
+			if len(o.Details) > 0 && string(o.Details) != "null" {
+				rec.Details = append(rec.Details, wire.DetailEntry{OpIndex: o.OpIndex, DetailsJSON: string(o.Details)})
+			}
+		default:
+			return PushRecord{}, fmt.Errorf("%w: result status %q", ErrUnreadable, o.Status)
+		}
+		rec.Results[i] = r
+	}
+	return rec, nil
+}
+
+func decodeB64(s *string) ([]byte, error) {
+	if s == nil {
+		return []byte{}, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(*s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnreadable, err)
+	}
+	return b, nil
+}
+
+// EncodeScopes returns the stored JSON of a row's or change's scopes: an
+// object of variable to value.
+func EncodeScopes(s wire.StoredScopes) []byte {
+	b := make([]byte, 0, 16+24*len(s))
+	b = append(b, '{')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, e.Key)
+		b = append(b, ':')
+		b = appendJSONString(b, e.Value)
+	}
+	return append(b, '}')
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s)
+	return append(b, q...)
+}
+
+// DecodeScopes parses stored scopes JSON into canonical key order.
+func DecodeScopes(b []byte) (wire.StoredScopes, error) {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%w: scopes: %v", ErrUnreadable, err)
+	}
+	return ScopesFromMap(m), nil
+}
+
+// ScopesFromMap returns stored scopes in canonical key order.
+func ScopesFromMap(m map[string]string) wire.StoredScopes {
+	out := make(wire.StoredScopes, 0, len(m))
+	for k, v := range m {
+		out = append(out, wire.StoredScope{Key: k, Value: v})
+	}
+	slices.SortFunc(out, func(a, b wire.StoredScope) int { return wire.CompareKeys(a.Key, b.Key) })
+	return out
+}
+
+// MatchScopes reports whether stored scopes lie inside effective scopes:
+// for every effective key, the stored value for that key is one of the
+// key's values (§3.2). Empty effective scopes match nothing.
+func MatchScopes(stored wire.StoredScopes, effective wire.ScopeMap) bool {
+	if len(effective) == 0 {
+		return false
+	}
+	for _, e := range effective {
+		v, ok := lookupScope(stored, e.Key)
+		if !ok || !slices.Contains(e.Values, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func lookupScope(s wire.StoredScopes, key string) (string, bool) {
+	for _, e := range s {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// EncodeSubscriptions returns the stored JSON of a subscription list.
+func EncodeSubscriptions(subs []SubscriptionRecord) ([]byte, error) {
+	if subs == nil {
+		subs = []SubscriptionRecord{}
+	}
+	return json.Marshal(subs)
+}
+
+// DecodeSubscriptions parses a stored subscription list.
+func DecodeSubscriptions(b []byte) ([]SubscriptionRecord, error) {
+	var subs []SubscriptionRecord
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(b, &subs); err != nil {
+		return nil, fmt.Errorf("%w: subscriptions: %v", ErrUnreadable, err)
+	}
+	return subs, nil
+}

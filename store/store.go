@@ -1,0 +1,112 @@
+package store
+
+import (
+	"context"
+
+	"github.com/syncgo/syncgo/schema"
+)
+
+// Store is a storage driver. All methods are safe for concurrent use.
+type Store interface {
+	// EnsureSchema creates the app tables of s (or checks them) and
+	// records the schema marker. It must be called before any other call
+	// that touches rows. A database whose marker is newer than s fails
+	// with ErrSchemaNewer.
+	EnsureSchema(ctx context.Context, s *schema.Compiled) error
+	// Marker returns the database's schema marker; ErrNotFound when the
+	// database has none yet.
+	Marker(ctx context.Context) (Marker, error)
+
+	// TouchPartition records an authenticated request for the partition,
+	// creating its registry entry with newEpoch if it has none, and
+	// returns its state.
+	TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (Partition, error)
+	// Partition returns the partition's state; ErrNotFound if unknown.
+	Partition(ctx context.Context, partition string) (Partition, error)
+	// RotateLogEpoch gives the partition a new log epoch after its log was
+	// rewound (a restore), requires epochs from then on, and forgets its
+	// client records.
+	RotateLogEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error
+
+	// Write runs fn under the partition's write boundary, in a transaction
+	// that commits when fn returns nil and rolls back otherwise. It
+	// returns fn's error, or the commit's. Drivers may run the functions
+	// of concurrent Write calls in one database transaction (group
+	// commit); each still commits or rolls back on its own, and Write
+	// returns only once its writes are durable.
+	Write(ctx context.Context, partition string, fn func(ctx context.Context, tx WriteTx) error) error
+
+	// Row returns a current row; ErrNotFound when absent.
+	Row(ctx context.Context, partition, table, rowID string) (Row, error)
+	// ReadCommitWindow reads the commits of a window filtered to a table
+	// and effective scopes.
+	ReadCommitWindow(ctx context.Context, partition string, q CommitWindowQuery) (CommitWindow, error)
+	// ScanRows reads a page of current rows inside scopes, by row id.
+	ScanRows(ctx context.Context, partition string, q RowScanQuery) ([]Row, error)
+	// PushResult reads the journal; ErrNotFound when the commit id is new,
+	// ErrUnreadable when the record exists but cannot be decoded.
+	PushResult(ctx context.Context, partition, clientID, clientCommitID string) (PushRecord, error)
+
+	// Client returns a client record; ErrNotFound when absent.
+	Client(ctx context.Context, partition, clientID string) (ClientRecord, error)
+	// PutClient creates or replaces a client record.
+	PutClient(ctx context.Context, partition string, rec ClientRecord) error
+	// AdvanceClientCursor applies a realtime ack; it reports whether a
+	// record was updated (false: no such record, other actor, or the
+	// cursor was not behind). A stale epoch is ErrEpochMismatch.
+	AdvanceClientCursor(ctx context.Context, partition string, a CursorAdvance) (bool, error)
+	// ActiveCursorFloor returns the lowest cursor among the clients of
+	// the partition updated at or after sinceMs that have a cursor.
+	ActiveCursorFloor(ctx context.Context, partition string, sinceMs int64) (floor int64, ok bool, err error)
+
+	// CommitSeqBefore returns the newest commit sequence created before
+	// beforeMs, or 0.
+	CommitSeqBefore(ctx context.Context, partition string, beforeMs int64) (int64, error)
+	// PruneThrough deletes the log (commits, changes, their scope index and
+	// tombstones) through throughSeq and raises the horizon to it, in one
+	// transaction under the partition's write boundary. The horizon never
+	// moves back; throughSeq is capped at the newest commit. A logEpoch
+	// other than the partition's is ErrEpochMismatch and deletes nothing.
+	PruneThrough(ctx context.Context, partition, logEpoch string, throughSeq int64) (PruneResult, error)
+
+	// Stats returns a snapshot of the store's counters.
+	Stats() Stats
+	// Close releases the store; later calls fail with ErrClosed.
+	Close() error
+}
+
+// WriteTx is the view of a partition write transaction. It is valid only
+// inside the function passed to Store.Write, and must not be used from
+// other goroutines.
+type WriteTx interface {
+	// Partition returns the partition the transaction writes to.
+	Partition() string
+	// Row reads a current row, seeing this transaction's own writes.
+	Row(ctx context.Context, table, rowID string) (Row, error)
+	// Tombstone returns the commit sequence of the row's delete tombstone
+	// (within the horizon), and whether there is one.
+	Tombstone(ctx context.Context, table, rowID string) (seq int64, ok bool, err error)
+	// ClearTombstone removes the row's tombstone (an insert re-creates a
+	// deleted row).
+	ClearTombstone(ctx context.Context, table, rowID string) error
+	// UpsertRow writes a row and its scope index entries. A violated
+	// declared unique index is a *ConstraintError.
+	UpsertRow(ctx context.Context, w RowWrite) error
+	// DeleteRow removes a row and its scope index entries; deleting an
+	// absent row is not an error.
+	DeleteRow(ctx context.Context, table, rowID string) error
+	// PushResult reads the journal on the transaction's connection.
+	PushResult(ctx context.Context, clientID, clientCommitID string) (PushRecord, error)
+	// PutPushResult records a commit's outcome unless one is already
+	// recorded (first writer wins); it reports whether it stored rec.
+	PutPushResult(ctx context.Context, clientID, clientCommitID string, rec PushRecord) (bool, error)
+	// AppendCommit appends a commit with the next sequence of the
+	// partition (dense, gap-free: a rolled-back append consumes nothing),
+	// its changes and their scope index, stamps it with the running
+	// schema version, and records a tombstone for every delete change.
+	AppendCommit(ctx context.Context, c NewCommit) (int64, error)
+	// Candidate runs fn in a nested savepoint: when fn fails, its writes
+	// are undone and the transaction goes on (a push records a rejected
+	// result after discarding the rejected commit's writes).
+	Candidate(ctx context.Context, fn func(ctx context.Context) error) error
+}
