@@ -287,4 +287,3 @@ func dedupe(values []string) []string {
 	}
 	return out
 }
-

@@ -34,7 +34,6 @@ type writeTx struct {
 	depth     int
 }
 
-
 func (tx *writeTx) Partition() string { return tx.partition }
 
 func (tx *writeTx) table(name string) (*tableSQL, error) {
