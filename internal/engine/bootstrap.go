@@ -1,0 +1,177 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// page is one built bootstrap page: an SSG2 rows segment.
+type page struct {
+	id       string
+	bytes    []byte
+	rowCount int
+	last     *string // the last row id, when more rows follow
+}
+
+// pageKey identifies a page for reuse across clients (§5.1): everything
+// its bytes depend on.
+type pageKey struct {
+	partition, epoch, table, digest string
+	schemaVersion                   int32
+	asOf                            int64
+	after                           string
+	hasAfter                        bool
+	limit                           int
+}
+
+// pageCache shares built pages and coalesces concurrent builds.
+type pageCache struct {
+	mu    sync.Mutex
+	pages map[pageKey]*pageEntry
+	order []pageKey
+	max   int
+}
+
+type pageEntry struct {
+	done chan struct{}
+	p    page
+	err  error
+}
+
+func (c *pageCache) get(key pageKey, build func() (page, error)) (page, error) {
+	c.mu.Lock()
+	if c.pages == nil {
+		c.pages = map[pageKey]*pageEntry{}
+	}
+	if e, ok := c.pages[key]; ok {
+		c.mu.Unlock()
+		<-e.done
+		return e.p, e.err
+	}
+	e := &pageEntry{done: make(chan struct{})}
+	c.pages[key] = e
+	c.order = append(c.order, key)
+	for len(c.order) > c.max {
+		delete(c.pages, c.order[0])
+		c.order = c.order[1:]
+	}
+	c.mu.Unlock()
+	e.p, e.err = build()
+	close(e.done)
+	if e.err != nil {
+		c.mu.Lock()
+		if c.pages[key] == e {
+			delete(c.pages, key)
+		}
+		c.mu.Unlock()
+	}
+	return e.p, e.err
+}
+
+// bootstrap serves a bootstrapping subscription (§4.7): pinned, paged and
+// resumable, in rows segments.
+func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) (int64, error) {
+	tok, ok := parseToken(sub.BootstrapState, sub.Table, p)
+	asOf, after := p.MaxCommitSeq, (*string)(nil)
+	if ok {
+		asOf, after = tok.AsOfCommitSeq, tok.RowCursor
+	}
+	digest := wire.ScopeDigest(scopeMapToMap(eff))
+	t, _ := r.e.cfg.Schema.Table(sub.Table)
+	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff, Bootstrap: true}); err != nil {
+		return 0, err
+	}
+	accept := r.req.Pull.Accept
+	complete := false
+	for n := 0; n < lim.pages; n++ {
+		key := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
+			schemaVersion: r.e.cfg.Schema.Version(), asOf: asOf, limit: lim.rows}
+		if after != nil {
+			key.after, key.hasAfter = *after, true
+		}
+		pg, err := r.e.pages.get(key, func() (page, error) {
+			return r.e.buildPage(ctx, r.auth.Partition, sub.Table, eff, after, lim.rows, t.WireColumns())
+		})
+		if err != nil {
+			return 0, err
+		}
+		inline := accept&wire.AcceptInlineRows != 0 &&
+			(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
+		if inline {
+			err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
+		} else {
+			err = r.segmentRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
+		}
+		if err != nil {
+			return 0, err
+		}
+		after = pg.last
+		if pg.last == nil {
+			complete = true
+			break
+		}
+	}
+	end := &wire.SubEnd{NextCursor: asOf}
+	if !complete {
+		b, err := json.Marshal(bootstrapToken{AsOfCommitSeq: asOf, Tables: []string{sub.Table}, TableIndex: 0, RowCursor: after})
+		if err != nil {
+			return 0, err
+		}
+		s := string(b)
+		end.BootstrapState = &s
+	}
+	return asOf, r.enc.Encode(end)
+}
+
+func (r *request) segmentRef(ctx context.Context, table string, pg page, after *string, asOf int64, digest, epoch string) error {
+	now := r.e.cfg.Now()
+	pub := Publication{Partition: r.auth.Partition, LogEpoch: epoch, Table: table,
+		SchemaVersion: r.e.cfg.Schema.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
+		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
+		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
+	if err := r.e.cfg.Segments.Publish(ctx, pg.id, pg.bytes, pub); err != nil {
+		return err
+	}
+	return r.enc.Encode(&wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
+		ByteLength: int64(len(pg.bytes)), RowCount: int64(pg.rowCount), AsOfCommitSeq: asOf,
+		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last})
+}
+
+// buildPage scans one page of rows and encodes it as an SSG2 segment.
+func (e *Engine) buildPage(ctx context.Context, partition, table string, eff wire.ScopeMap, after *string, limit int, cols []wire.Column) (page, error) {
+	rows, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1})
+	if err != nil {
+		return page{}, err
+	}
+	var pg page
+	if len(rows) > limit {
+		rows = rows[:limit]
+		last := rows[limit-1].RowID
+		pg.last = &last
+	}
+	var buf bytes.Buffer
+	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: table, SchemaVersion: e.cfg.Schema.Version(), Columns: cols})
+	if err != nil {
+		return page{}, err
+	}
+	for _, row := range rows {
+		if err := sw.WriteRow(row.ServerVersion, row.Payload); err != nil {
+			return page{}, fmt.Errorf("segment row %s: %w", row.RowID, err)
+		}
+	}
+	if err := sw.Close(); err != nil {
+		return page{}, err
+	}
+	pg.bytes, pg.rowCount = buf.Bytes(), len(rows)
+	sum := sha256.Sum256(pg.bytes)
+	pg.id = "sha256:" + hex.EncodeToString(sum[:])
+	return pg, nil
+}

@@ -1,0 +1,159 @@
+// Package engine is the protocol core of the server: it answers one decoded
+// SSP2 request (push, pull, bootstrap) against a store, whatever transport
+// carried it. The HTTP handler and the realtime socket round both call
+// Engine.Serve, so nothing in §§4–7 differs between the bindings.
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+)
+
+// Auth is what host authentication established for a request.
+type Auth struct {
+	ActorID   string
+	Partition string
+}
+
+// ScopeRequest is the input of the host's scope resolver.
+type ScopeRequest struct {
+	Partition string
+	ActorID   string
+	ClientID  string
+}
+
+// ScopeResolver returns the allowed scopes of an actor: variable to
+// values, where "*" allows any value (§3.2). An error fails closed:
+// subscriptions revoke and writes are forbidden.
+type ScopeResolver func(ctx context.Context, req ScopeRequest) (map[string][]string, error)
+
+// CommitNotice describes an applied commit for realtime fan-out.
+type CommitNotice struct {
+	Partition   string
+	Seq         int64
+	CreatedAtMs int64
+	ActorID     string
+	Changes     []store.Change
+}
+
+// Config configures an Engine. Zero fields take the defaults of
+// withDefaults.
+type Config struct {
+	Store   store.Store
+	Schema  *schema.Compiled
+	Resolve ScopeResolver
+	// Now returns the server clock in Unix milliseconds.
+	Now func() int64
+	// NewEpoch returns a fresh, unpredictable log epoch.
+	NewEpoch func() string
+	// OnCommit is called after a commit is durable, for realtime fan-out.
+	OnCommit func(CommitNotice)
+	// Segments stores rows segments served by reference.
+	Segments SegmentStore
+	Logger   *slog.Logger
+	Limits   Limits
+}
+
+// Limits are the host-configured limits of the protocol.
+type Limits struct {
+	// MaxOperationsPerRequest caps the operations across all commits of a
+	// request (§6.1). Default 500.
+	MaxOperationsPerRequest int
+	// InlineSegmentMaxBytes is the largest rows segment sent inline
+	// (§5.7). Default 256 KiB.
+	InlineSegmentMaxBytes int
+	// SegmentTTL is how long a stored segment stays downloadable.
+	// Default 24 h.
+	SegmentTTL time.Duration
+	// TouchInterval is how often a partition's last-authenticated time is
+	// written per process. Default 1 s.
+	TouchInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.NewEpoch == nil {
+		c.NewEpoch = randomEpoch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Limits.MaxOperationsPerRequest <= 0 {
+		c.Limits.MaxOperationsPerRequest = 500
+	}
+	if c.Limits.InlineSegmentMaxBytes <= 0 {
+		c.Limits.InlineSegmentMaxBytes = 256 << 10
+	}
+	if c.Limits.SegmentTTL <= 0 {
+		c.Limits.SegmentTTL = 24 * time.Hour
+	}
+	if c.Limits.TouchInterval <= 0 {
+		c.Limits.TouchInterval = time.Second
+	}
+	if c.Segments == nil {
+		c.Segments = NewMemorySegments(256 << 20)
+	}
+	return c
+}
+
+// Engine answers sync requests.
+type Engine struct {
+	cfg Config
+
+	mu      sync.Mutex
+	touched map[string]touchState
+	pages   pageCache
+}
+
+type touchState struct {
+	atMs      int64
+	partition store.Partition
+}
+
+// New returns an Engine.
+func New(cfg Config) *Engine {
+	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024}}
+}
+
+// Schema returns the served schema.
+func (e *Engine) Schema() *schema.Compiled { return e.cfg.Schema }
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.cfg.Store }
+
+// Segments returns the segment store.
+func (e *Engine) Segments() SegmentStore { return e.cfg.Segments }
+
+// Now returns the engine's clock.
+func (e *Engine) Now() int64 { return e.cfg.Now() }
+
+// touchPartition records the authenticated request in the partition
+// registry (at most once per TouchInterval per process) and returns the
+// partition state. The epoch and counters are re-read on every call.
+func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Partition, error) {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	st, ok := e.touched[partition]
+	e.mu.Unlock()
+	if ok && now-st.atMs < e.cfg.Limits.TouchInterval.Milliseconds() && now >= st.atMs {
+		p, err := e.cfg.Store.Partition(ctx, partition)
+		if err == nil {
+			return p, nil
+		}
+	}
+	p, err := e.cfg.Store.TouchPartition(ctx, partition, now, e.cfg.NewEpoch())
+	if err != nil {
+		return store.Partition{}, err
+	}
+	e.mu.Lock()
+	e.touched[partition] = touchState{atMs: now, partition: p}
+	e.mu.Unlock()
+	return p, nil
+}

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// pullLimits are the clamped PULL_HEADER limits (§4.2).
+type pullLimits struct {
+	commits, rows, pages int
+}
+
+func clamp(v, def, lo, hi int32) int {
+	if v == 0 {
+		return int(def)
+	}
+	return int(min(max(v, lo), hi))
+}
+
+func clampLimits(h *wire.PullHeader) pullLimits {
+	return pullLimits{
+		commits: clamp(h.LimitCommits, 1000, 1, 1000),
+		rows:    clamp(h.LimitSnapshotRows, 1000, 1, 50000),
+		pages:   clamp(h.MaxSnapshotPages, 4, 1, 50),
+	}
+}
+
+// subOutcome is what a subscription section reported.
+type subOutcome struct {
+	active     bool
+	nextCursor int64
+}
+
+// pull answers every subscription, in request order.
+func (r *request) pull(ctx context.Context) error {
+	p, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
+	if err != nil {
+		return err
+	}
+	lim := clampLimits(r.req.Pull)
+	r.pulled = make([]subOutcome, len(r.req.Subscriptions))
+	for i, sub := range r.req.Subscriptions {
+		out, err := r.section(ctx, sub, p, lim)
+		if err != nil {
+			return err
+		}
+		r.pulled[i] = out
+	}
+	return nil
+}
+
+func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits) (subOutcome, error) {
+	eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
+	if !active {
+		return subOutcome{nextCursor: sub.Cursor}, r.emptySection(sub, wire.SubRevoked, syncerr.CodeScopeRevoked)
+	}
+	cursor := sub.Cursor
+	if sub.BootstrapState == nil && cursor >= 0 && cursor < p.HorizonSeq {
+		return subOutcome{nextCursor: cursor}, r.emptySection(sub, wire.SubReset, syncerr.CodeCursorExpired)
+	}
+	if sub.BootstrapState != nil || cursor < 0 || cursor > p.MaxCommitSeq {
+		next, err := r.bootstrap(ctx, sub, eff, p, lim)
+		return subOutcome{active: true, nextCursor: next}, err
+	}
+	win, err := r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, store.CommitWindowQuery{
+		Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits})
+	if err != nil {
+		return subOutcome{}, err
+	}
+	// §4.6: recheck the horizon after reading the window.
+	now, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
+	if err != nil {
+		return subOutcome{}, err
+	}
+	if now.HorizonSeq > cursor {
+		return subOutcome{nextCursor: cursor}, r.emptySection(sub, wire.SubReset, syncerr.CodeCursorExpired)
+	}
+	next := p.MaxCommitSeq
+	if !win.Complete && len(win.Commits) > 0 {
+		next = win.Commits[len(win.Commits)-1].Seq
+	}
+	next = max(next, cursor)
+	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff}); err != nil {
+		return subOutcome{}, err
+	}
+	tables := []string{sub.Table}
+	for _, c := range win.Commits {
+		f := &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: tables,
+			Changes: make([]wire.Change, len(c.Changes))}
+		for j, ch := range c.Changes {
+			f.Changes[j] = wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: ch.Payload}
+		}
+		if err := r.enc.Encode(f); err != nil {
+			return subOutcome{}, err
+		}
+	}
+	return subOutcome{active: true, nextCursor: next}, r.enc.Encode(&wire.SubEnd{NextCursor: next})
+}
+
+// emptySection writes a revoked or reset section: no data, the request
+// cursor echoed.
+func (r *request) emptySection(sub *wire.Subscription, status wire.SubStatus, reason string) error {
+	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: status, ReasonCode: reason, EffectiveScopes: wire.ScopeMap{}}); err != nil {
+		return err
+	}
+	return r.enc.Encode(&wire.SubEnd{NextCursor: sub.Cursor})
+}
+
+// saveClient records the client's binding, cursor and subscription list
+// (§4.5, §8.1). A push-only request from a known client changes nothing.
+func (r *request) saveClient(ctx context.Context) error {
+	prev := r.client
+	if r.req.Pull == nil && prev != nil && prev.WireVersion == r.req.Version {
+		return nil
+	}
+	rec := store.ClientRecord{ClientID: r.req.Header.ClientID, ActorID: r.auth.ActorID,
+		WireVersion: r.req.Version, Cursor: -1, UpdatedAtMs: r.e.cfg.Now()}
+	if prev != nil {
+		rec.Cursor, rec.Subscriptions = prev.Cursor, prev.Subscriptions
+	}
+	if r.req.Pull != nil {
+		rec.Subscriptions = make([]store.SubscriptionRecord, len(r.req.Subscriptions))
+		first := true
+		for i, sub := range r.req.Subscriptions {
+			rec.Subscriptions[i] = store.SubscriptionRecord{ID: sub.ID, Table: sub.Table, Scopes: scopeMapToMap(sub.Scopes)}
+			if out := r.pulled[i]; out.active && (first || out.nextCursor < rec.Cursor) {
+				rec.Cursor, first = out.nextCursor, false
+			}
+		}
+	}
+	return r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+}
+
+// bootstrapToken is the resume token of §4.7.
+type bootstrapToken struct {
+	AsOfCommitSeq int64    `json:"asOfCommitSeq"`
+	Tables        []string `json:"tables"`
+	TableIndex    int      `json:"tableIndex"`
+	RowCursor     *string  `json:"rowCursor"`
+}
+
+// parseToken reads a resume token; an unusable one restarts the bootstrap
+// (never a request error).
+func parseToken(raw *string, table string, p store.Partition) (bootstrapToken, bool) {
+	if raw == nil {
+		return bootstrapToken{}, false
+	}
+	var t bootstrapToken
+	if err := json.Unmarshal([]byte(*raw), &t); err != nil {
+		return bootstrapToken{}, false
+	}
+	if len(t.Tables) != 1 || t.Tables[0] != table || t.TableIndex != 0 ||
+		t.AsOfCommitSeq < p.HorizonSeq || t.AsOfCommitSeq > p.MaxCommitSeq || t.AsOfCommitSeq < 0 {
+		return bootstrapToken{}, false
+	}
+	return t, true
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// errRejected rolls the candidate writes of a rejected commit back.
+var errRejected = errors.New("commit rejected")
+
+// pushOutcome is what one PUSH_COMMIT came to.
+type pushOutcome struct {
+	record    store.PushRecord
+	replay    bool // record came from the journal
+	cacheMiss bool // the journal holds an unreadable record
+	notice    *CommitNotice
+}
+
+// pushCommit applies one PUSH_COMMIT (§6) and writes its PUSH_RESULT.
+func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
+	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
+	var out pushOutcome
+	rec, err := st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
+	switch {
+	case err == nil:
+		out = pushOutcome{record: rec, replay: true}
+	case errors.Is(err, store.ErrUnreadable):
+		out = pushOutcome{cacheMiss: true}
+	case !errors.Is(err, store.ErrNotFound):
+		return err
+	default:
+		err = st.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+			var err error
+			out, err = r.applyCommit(ctx, tx, pc)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
+		return err
+	}
+	if out.notice != nil && r.e.cfg.OnCommit != nil {
+		r.e.cfg.OnCommit(*out.notice)
+	}
+	return nil
+}
+
+// applyCommit runs under the partition write boundary: the idempotency
+// re-check, then the operations in a candidate savepoint, then the commit
+// append or the durable rejection.
+func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.PushCommit) (pushOutcome, error) {
+	clientID := r.req.Header.ClientID
+	rec, err := tx.PushResult(ctx, clientID, pc.ClientCommitID)
+	switch {
+	case err == nil:
+		return pushOutcome{record: rec, replay: true}, nil
+	case errors.Is(err, store.ErrUnreadable):
+		return pushOutcome{cacheMiss: true}, nil
+	case !errors.Is(err, store.ErrNotFound):
+		return pushOutcome{}, err
+	}
+	now := r.e.cfg.Now()
+	a := &applier{r: r, tx: tx}
+	var (
+		rej *rejection
+		out pushOutcome
+	)
+	err = tx.Candidate(ctx, func(ctx context.Context) error {
+		var err error
+		if rej, err = a.apply(ctx, pc.Operations); err != nil {
+			return err
+		}
+		if rej != nil {
+			return errRejected
+		}
+		nc := store.NewCommit{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
+			ActorID: r.auth.ActorID, CreatedAtMs: now, Changes: a.changes}
+		seq, err := tx.AppendCommit(ctx, nc)
+		if err != nil {
+			return err
+		}
+		out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: seq, RecordedAtMs: now,
+			CacheIdentity: randomEpoch(), Results: a.results}
+		if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
+			return err
+		}
+		if len(a.changes) > 0 {
+			out.notice = &CommitNotice{Partition: r.auth.Partition, Seq: seq, CreatedAtMs: now,
+				ActorID: r.auth.ActorID, Changes: a.changes}
+		}
+		return nil
+	})
+	if err == nil {
+		return out, nil
+	}
+	if !errors.Is(err, errRejected) {
+		return pushOutcome{}, err
+	}
+	out = pushOutcome{record: store.PushRecord{Status: wire.PushRejected, RecordedAtMs: now,
+		CacheIdentity: randomEpoch(), Results: []wire.OpResult{rej.result}}}
+	if rej.details != nil {
+		out.record.Details = []wire.DetailEntry{*rej.details}
+	}
+	if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
+		return pushOutcome{}, err
+	}
+	return out, nil
+}
+
+// writePushResult writes the PUSH_RESULT (and details) of an outcome.
+func (r *request) writePushResult(id string, out pushOutcome) error {
+	if out.cacheMiss {
+		ent, _ := syncerr.Lookup(syncerr.CodeIdempotencyCacheMiss)
+		return r.enc.Encode(&wire.PushResult{ClientCommitID: id, Status: wire.PushRejected, Results: []wire.OpResult{{
+			OpIndex: 0, Status: wire.OpError, Code: syncerr.CodeIdempotencyCacheMiss,
+			Message: "the stored result of this commit cannot be read", Retryable: ent.Retryable}}})
+	}
+	rec := out.record
+	pr := &wire.PushResult{ClientCommitID: id, Status: rec.Status, CommitSeq: rec.CommitSeq, Results: rec.Results}
+	if rec.Status == wire.PushApplied && out.replay {
+		pr.Status = wire.PushCached
+	}
+	if r.req.Version < wire.Version3 {
+		results := make([]wire.OpResult, len(rec.Results))
+		copy(results, rec.Results)
+		for i := range results {
+			results[i].ConflictColumns = nil
+		}
+		pr.Results = results
+	}
+	if err := r.enc.Encode(pr); err != nil {
+		return err
+	}
+	if rec.Status == wire.PushRejected && len(rec.Details) > 0 {
+		return r.enc.Encode(&wire.PushResultDetails{ClientCommitID: id, Entries: rec.Details})
+	}
+	return nil
+}

@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Responder starts the response of a request: it commits the transport to
+// a successful response (HTTP 200, or a socket round's first chunk) and
+// returns the encoder frames are written to.
+type Responder interface {
+	Begin(version uint16) (*wire.Encoder, error)
+}
+
+// reservedClientPrefix is the server-command client-id namespace (§1.5).
+const reservedClientPrefix = `["remote-command",`
+
+func randomEpoch() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// request is the state of one request while it is served.
+type request struct {
+	e         *Engine
+	auth      Auth
+	req       *wire.Request
+	partition store.Partition
+	client    *store.ClientRecord // nil when the client is new
+	allowed   map[string][]string
+	resolveOK bool
+	enc       *wire.Encoder
+	pulled    []subOutcome
+}
+
+// Serve answers one request. A failure before the response began is
+// returned as a *syncerr.Error for the transport to render (HTTP JSON); once
+// the response began, a failure is written in-band as an ERROR frame and
+// the returned error only reports it for logging.
+func (e *Engine) Serve(ctx context.Context, auth Auth, req *wire.Request, resp Responder) error {
+	r := &request{e: e, auth: auth, req: req}
+	early, err := r.plan(ctx)
+	if err != nil {
+		return asProtocolError(err)
+	}
+	enc, err := resp.Begin(req.Version)
+	if err != nil {
+		return err
+	}
+	r.enc = enc
+	if early != nil {
+		if err := enc.Encode(early); err != nil {
+			return err
+		}
+		return enc.Close()
+	}
+	if err := r.serve(ctx); err != nil {
+		perr := asProtocolError(err)
+		if werr := writeErrorFrame(enc, perr); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
+	}
+	return enc.Close()
+}
+
+// asProtocolError keeps catalog errors and hides everything else behind
+// sync.internal_error (§10.2).
+func asProtocolError(err error) *syncerr.Error {
+	if pe := syncerr.As(err); pe != nil {
+		return pe
+	}
+	if code := wire.ErrorCode(err); code != "" {
+		return syncerr.Wrap(code, err.Error(), err)
+	}
+	return syncerr.Internal(err)
+}
+
+func writeErrorFrame(enc *wire.Encoder, pe *syncerr.Error) error {
+	ent := pe.Entry()
+	f := &wire.ErrorFrame{
+		Code:              pe.Code,
+		Message:           pe.Message,
+		Category:          ent.Category,
+		Retryable:         ent.Retryable,
+		RecommendedAction: ent.Action,
+	}
+	if len(pe.Details) > 0 {
+		d := string(pe.Details)
+		f.Details = &d
+	}
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// plan runs the request-level checks (§1.7) in the reference order. It
+// returns a header-only response (schema floor or epoch reset) when the
+// request must end after RESP_HEADER.
+func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
+	e, req := r.e, r.req
+	h := req.Header
+	if strings.HasPrefix(h.ClientID, reservedClientPrefix) {
+		return nil, syncerr.New(syncerr.CodeInvalidClientID, "clientId uses the reserved server-command namespace")
+	}
+	p, err := e.touchPartition(ctx, r.auth.Partition)
+	if err != nil {
+		return nil, err
+	}
+	r.partition = p
+	if req.Version == wire.Version1 && p.EpochRequired {
+		return nil, syncerr.New(syncerr.CodeClientWireUnsupported, "this partition requires a log epoch; upgrade the client")
+	}
+	if req.Version >= wire.Version2 && h.LogEpoch == nil && len(req.Commits) > 0 {
+		return nil, syncerr.New(syncerr.CodeInvalidRequest, "epoch acquisition must not carry PUSH_COMMIT frames")
+	}
+	epochReset := req.Version >= wire.Version2 && (h.LogEpoch == nil || *h.LogEpoch != p.LogEpoch)
+	served := e.cfg.Schema.Version()
+	if h.SchemaVersion != served {
+		return &wire.RespHeader{RequiredSchemaVersion: &served, LatestSchemaVersion: &served,
+			LogEpoch: epochOf(req.Version, p), ResetRequired: epochReset}, nil
+	}
+	if epochReset {
+		return &wire.RespHeader{LogEpoch: p.LogEpoch, ResetRequired: true}, nil
+	}
+	if err := r.checkClient(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.checkOperations(); err != nil {
+		return nil, err
+	}
+	if err := r.checkPull(); err != nil {
+		return nil, err
+	}
+	return nil, r.resolve(ctx)
+}
+
+func epochOf(version uint16, p store.Partition) string {
+	if version >= wire.Version2 {
+		return p.LogEpoch
+	}
+	return ""
+}
+
+func (r *request) checkClient(ctx context.Context) error {
+	rec, err := r.e.cfg.Store.Client(ctx, r.auth.Partition, r.req.Header.ClientID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec.ActorID != r.auth.ActorID {
+		return syncerr.New(syncerr.CodeInvalidClientID, "clientId is bound to a different actor")
+	}
+	r.client = &rec
+	return nil
+}
+
+func (r *request) checkOperations() error {
+	n := 0
+	for _, c := range r.req.Commits {
+		n += len(c.Operations)
+	}
+	if n > r.e.cfg.Limits.MaxOperationsPerRequest {
+		return syncerr.New(syncerr.CodeTooManyOperations, "the request carries more operations than the server accepts")
+	}
+	return nil
+}
+
+func (r *request) checkPull() error {
+	pull := r.req.Pull
+	if pull == nil {
+		return nil
+	}
+	if pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
+		return syncerr.New(syncerr.CodeInvalidRequest, "PULL_HEADER.accept must allow rows segments")
+	}
+	seen := make(map[string]bool, len(r.req.Subscriptions))
+	for _, sub := range r.req.Subscriptions {
+		if seen[sub.ID] {
+			return syncerr.New(syncerr.CodeInvalidSubscription, "duplicate subscription id")
+		}
+		seen[sub.ID] = true
+		t, ok := r.e.cfg.Schema.Table(sub.Table)
+		if !ok {
+			return syncerr.New(syncerr.CodeUnknownTable, "a subscription names a table the server does not serve")
+		}
+		for _, sc := range sub.Scopes {
+			if _, declared := t.VariableColumn(sc.Key); !declared {
+				return syncerr.New(syncerr.CodeInvalidSubscription, "a subscription requests an undeclared scope key")
+			}
+			for _, v := range sc.Values {
+				if v == "*" {
+					return syncerr.New(syncerr.CodeInvalidSubscription, "'*' is not allowed in requested scopes")
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// resolve runs the host's scope resolver once for the request. A failing
+// resolver fails closed; a result with undeclared keys is a server bug
+// surfaced as sync.invalid_subscription (§3.2 rule 3).
+func (r *request) resolve(ctx context.Context) error {
+	if len(r.req.Commits) == 0 && len(r.req.Subscriptions) == 0 {
+		return nil
+	}
+	if r.e.cfg.Resolve == nil {
+		return nil
+	}
+	allowed, err := r.e.cfg.Resolve(ctx, ScopeRequest{Partition: r.auth.Partition, ActorID: r.auth.ActorID, ClientID: r.req.Header.ClientID})
+	if err != nil {
+		r.e.cfg.Logger.WarnContext(ctx, "scope resolver failed; failing closed", "partition", r.auth.Partition, "err", err)
+		return nil
+	}
+	for k := range allowed {
+		if !r.e.cfg.Schema.DeclaresVariable(k) {
+			return syncerr.New(syncerr.CodeInvalidSubscription, "the scope resolver returned an undeclared scope key")
+		}
+	}
+	r.allowed, r.resolveOK = allowed, true
+	return nil
+}
+
+// serve writes the response body after the checks passed.
+func (r *request) serve(ctx context.Context) error {
+	served := r.e.cfg.Schema.Version()
+	if err := r.enc.Encode(&wire.RespHeader{LatestSchemaVersion: &served, LogEpoch: epochOf(r.req.Version, r.partition)}); err != nil {
+		return err
+	}
+	for _, c := range r.req.Commits {
+		if err := r.pushCommit(ctx, c); err != nil {
+			return err
+		}
+	}
+	if r.req.Pull != nil {
+		if err := r.pull(ctx); err != nil {
+			return err
+		}
+	}
+	return r.saveClient(ctx)
+}

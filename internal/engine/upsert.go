@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// update applies an upsert to an existing row (§6.2; wire versions 1 and 2
+// keep their row-level version check and silently keep scope columns).
+func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op *wire.Operation, stored store.Row, in wire.SparseRow) (*rejection, error) {
+	storedVals, rej, err := a.storedState(i, t, stored)
+	if rej != nil || err != nil {
+		return rej, err
+	}
+	v3 := a.r.req.Version >= wire.Version3
+	cols := t.Columns()
+	for _, sc := range t.Scopes() {
+		ci := sc.ColumnIndex
+		if !in.Present[ci] || sameValue(cols[ci].Type, in.Values[ci], storedVals[ci]) {
+			continue
+		}
+		if v3 {
+			return opError(i, syncerr.CodeInvalidRequest, "scope columns cannot change on update"), nil
+		}
+		in.Values[ci] = storedVals[ci]
+	}
+	versions := columnVersions(stored.ColumnVersions, len(cols), stored.ServerVersion)
+	if base := op.BaseVersion; base != nil {
+		switch {
+		case !v3:
+			if *base != stored.ServerVersion {
+				return a.conflict(i, t, stored, nil), nil
+			}
+		case *base > stored.ServerVersion:
+			return opError(i, syncerr.CodeInvalidRequest, "baseVersion is ahead of the server"), nil
+		case *base == 0:
+			return a.conflict(i, t, stored, a.presentColumns(t, in, func(int) bool { return true })), nil
+		default:
+			if contended := a.presentColumns(t, in, func(c int) bool { return versions[c] > *base }); len(contended) > 0 {
+				return a.conflict(i, t, stored, contended), nil
+			}
+		}
+	}
+	for _, c := range t.CRDTColumns() {
+		if in.Present[c] {
+			return opError(i, syncerr.CodeCRDTMergeFailed, "no merger is registered for this crdt column"), nil
+		}
+	}
+	next := stored.ServerVersion + 1
+	vals := make([]wire.Value, len(cols))
+	copy(vals, storedVals)
+	for c := range cols {
+		if in.Present[c] {
+			vals[c] = in.Values[c]
+			if c != t.PrimaryKey() {
+				versions[c] = next
+			}
+		}
+	}
+	payload, err := t.RowCodec().AppendRow(nil, vals)
+	if err != nil {
+		return opError(i, syncerr.CodeInvalidRequest, "the merged row does not encode"), nil
+	}
+	row := store.Row{Table: t.Name(), RowID: stored.RowID, ServerVersion: next, Scopes: stored.Scopes,
+		Payload: payload, ColumnVersions: encodeColumnVersions(versions)}
+	return a.upsertRow(ctx, i, t, row, vals)
+}
+
+// presentColumns lists the present non-crdt, non-primary-key columns that
+// pass keep.
+func (a *applier) presentColumns(t *schema.CompiledTable, in wire.SparseRow, keep func(int) bool) []int {
+	out := []int{}
+	crdt := t.CRDTColumns()
+	for c := range in.Present {
+		if !in.Present[c] || c == t.PrimaryKey() || contains(crdt, c) || !keep(c) {
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func contains(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// conflict is the version-conflict result record (§6.3), with the
+// contended columns as a presence-layout bitmap.
+func (a *applier) conflict(i int, t *schema.CompiledTable, stored store.Row, contended []int) *rejection {
+	bitmap := make([]byte, (len(t.Columns())+7)/8)
+	for _, c := range contended {
+		bitmap[c/8] |= 1 << (c % 8)
+	}
+	return &rejection{result: wire.OpResult{OpIndex: int32(i), Status: wire.OpConflict,
+		Code: syncerr.CodeVersionConflict, Message: "the row changed since baseVersion",
+		ServerVersion: stored.ServerVersion, ServerRow: stored.Payload, ConflictColumns: bitmap}}
+}
+
+// insert applies an upsert to an absent row (§6.2 table).
+func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op *wire.Operation, in wire.SparseRow) (*rejection, error) {
+	v3 := a.r.req.Version >= wire.Version3
+	full := true
+	for _, p := range in.Present {
+		full = full && p
+	}
+	base := op.BaseVersion
+	tombstoned := false
+	if v3 && base == nil {
+		_, ok, err := a.tx.Tombstone(ctx, t.Name(), op.RowID)
+		if err != nil {
+			return nil, err
+		}
+		tombstoned = ok
+	}
+	if base != nil && *base > 0 {
+		if !full {
+			return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
+		}
+		if ss, err := t.StoredScopes(in.Values); err != nil || !authorized(ss, a.r.allowed) {
+			return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
+		}
+		return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
+	}
+	if tombstoned {
+		return opError(i, syncerr.CodeRowDeleted, "the row was deleted"), nil
+	}
+	if !full {
+		return opError(i, syncerr.CodeRowMissing, "a partial row cannot create a row"), nil
+	}
+	ss, err := t.StoredScopes(in.Values)
+	if err != nil || !authorized(ss, a.r.allowed) {
+		return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
+	}
+	for _, c := range t.CRDTColumns() {
+		if !in.Values[c].Null {
+			return opError(i, syncerr.CodeCRDTMergeFailed, "no merger is registered for this crdt column"), nil
+		}
+	}
+	payload, err := t.RowCodec().AppendRow(nil, in.Values)
+	if err != nil {
+		return opError(i, syncerr.CodeInvalidRequest, "the row does not encode"), nil
+	}
+	if !v3 || base != nil {
+		// A v3 unversioned insert got here only without a tombstone.
+		if err := a.tx.ClearTombstone(ctx, t.Name(), op.RowID); err != nil {
+			return nil, err
+		}
+	}
+	row := store.Row{Table: t.Name(), RowID: op.RowID, ServerVersion: 1, Scopes: wireScopes(ss), Payload: payload}
+	return a.upsertRow(ctx, i, t, row, in.Values)
+}
+
+func sameValue(t wire.ColumnType, a, b wire.Value) bool {
+	if a.Null || b.Null {
+		return a.Null == b.Null
+	}
+	switch t {
+	case wire.TypeInteger:
+		return a.Int == b.Int
+	case wire.TypeBoolean:
+		return a.Bool == b.Bool
+	case wire.TypeFloat:
+		return a.Float == b.Float
+	case wire.TypeBytes, wire.TypeCRDT:
+		return bytes.Equal(a.Bytes, b.Bytes)
+	}
+	return a.Str == b.Str
+}
