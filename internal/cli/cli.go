@@ -11,7 +11,7 @@ import (
 const usage = `usage: syncgo <command> [flags]
 
 commands:
-  serve     start the sync server (not built yet: see the README)
+  serve     start the sync server (SQLite file by default; -db postgres://... for Postgres)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   help      show this text
@@ -25,8 +25,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	switch args[0] {
 	case "serve":
-		fmt.Fprintln(stderr, "syncgo serve: the sync endpoint is not built yet (issue 4); only the wire codec exists so far")
-		return 1
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "render":
 		return runRender(args[1:], stdin, stdout, stderr)
 	case "help", "-h", "--help":

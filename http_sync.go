@@ -1,0 +1,158 @@
+package syncgo
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// errBodyTooLarge marks a body over MaxRequestBytes.
+var errBodyTooLarge = errors.New("request body too large")
+
+// limitedReader fails with errBodyTooLarge past n bytes instead of
+// truncating, so an oversized body is never mistaken for a truncated one.
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		var one [1]byte
+		if n, _ := l.r.Read(one[:]); n > 0 {
+			return 0, errBodyTooLarge
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
+	const route = "sync"
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != ProtocolContentType {
+		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
+			Message: "content type must be " + ProtocolContentType, HTTPStatus: http.StatusUnsupportedMediaType})
+		return
+	}
+	auth, aerr := s.authenticate(r)
+	if aerr != nil {
+		s.writeError(w, route, aerr)
+		return
+	}
+	req, perr := s.readRequest(r)
+	if perr != nil {
+		s.writeError(w, route, perr)
+		return
+	}
+	resp := &httpResponder{s: s, w: w, encoding: negotiate(r)}
+	err = s.eng.Serve(r.Context(), engine.Auth(auth), req, resp)
+	if resp.started {
+		if cerr := resp.finish(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if err != nil && syncerr.As(err) == nil {
+			s.cfg.Logger.Error("sync response failed", "err", err)
+			if s.cfg.OnError != nil {
+				s.cfg.OnError(err, route)
+			}
+		}
+		return
+	}
+	if err != nil {
+		s.writeError(w, route, err)
+	}
+}
+
+// readRequest reads and decodes the body: gzip request bodies are
+// accepted (§1.3), and the decompressed size is capped, so a compression
+// bomb costs at most MaxRequestBytes.
+func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
+	var body io.Reader = http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		gz, err := gzip.NewReader(body)
+		if err != nil {
+			return nil, badBody(err)
+		}
+		defer gz.Close()
+		body = gz
+	default:
+		return nil, &syncerr.Error{Code: syncerr.CodeInvalidRequest, Message: "unsupported request content encoding",
+			HTTPStatus: http.StatusUnsupportedMediaType}
+	}
+	body = &limitedReader{r: body, n: s.cfg.MaxRequestBytes}
+	req, err := wire.ReadRequest(body, wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes})
+	if err != nil {
+		return nil, badBody(err)
+	}
+	return req, nil
+}
+
+func badBody(err error) *syncerr.Error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errBodyTooLarge), errors.As(err, &mbe), errors.Is(err, wire.ErrFrameTooLarge):
+		return &syncerr.Error{Code: syncerr.CodeInvalidRequest, Message: "request body too large",
+			HTTPStatus: http.StatusRequestEntityTooLarge, Err: err}
+	}
+	if code := wire.ErrorCode(err); code != "" {
+		return syncerr.Wrap(code, "the request is not a valid SSP2 message", err)
+	}
+	return syncerr.Wrap(syncerr.CodeInvalidRequest, "the request body could not be read", err)
+}
+
+// httpResponder starts the HTTP response when the engine begins writing.
+type httpResponder struct {
+	s        *Server
+	w        http.ResponseWriter
+	encoding string
+	started  bool
+	closeEnc func() error
+}
+
+func (h *httpResponder) Begin(version uint16) (*wire.Encoder, error) {
+	hd := h.w.Header()
+	hd.Set("Content-Type", ProtocolContentType)
+	hd.Set("Cache-Control", "no-store")
+	hd.Add("Vary", "Accept-Encoding")
+	if h.encoding != "" {
+		hd.Set("Content-Encoding", h.encoding)
+	}
+	h.w.WriteHeader(http.StatusOK)
+	h.started = true
+	out, closeEnc := h.s.codecs.writer(h.w, h.encoding)
+	h.closeEnc = closeEnc
+	return wire.NewEncoder(&flushWriter{w: out, rw: h.w}, wire.KindResponse, version)
+}
+
+func (h *httpResponder) finish() error {
+	err := h.closeEnc()
+	if f, ok := h.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return err
+}
+
+// flushWriter writes through to the compressor; the encoder writes in
+// chunks of about 32 KiB, so the response streams as it is produced.
+type flushWriter struct {
+	w  io.Writer
+	rw http.ResponseWriter
+}
+
+func (f *flushWriter) Write(p []byte) (int, error) { return f.w.Write(p) }

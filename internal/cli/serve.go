@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
+)
+
+//go:embed demo_schema.json
+var demoSchema []byte
+
+type serveFlags struct {
+	listen string
+	db     string
+	schema string
+	mount  string
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f serveFlags
+	fs.StringVar(&f.listen, "listen", envOr("SYNCGO_LISTEN", "127.0.0.1:8787"), "listen address (SYNCGO_LISTEN)")
+	fs.StringVar(&f.db, "db", envOr("SYNCGO_DB", "syncgo.db"), "SQLite file path or postgres:// URL (SYNCGO_DB)")
+	fs.StringVar(&f.schema, "schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file; default: a small demo schema (SYNCGO_SCHEMA)")
+	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	if err := serve(ctx, f, logger, stdout); err != nil {
+		fmt.Fprintln(stderr, "syncgo serve:", err)
+		return 1
+	}
+	return 0
+}
+
+func loadSchema(path string) (*schema.Compiled, error) {
+	data := demoSchema
+	if path != "" {
+		var err error
+		if data, err = os.ReadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	s, err := schema.ParseJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	return schema.Compile(s)
+}
+
+func openStore(ctx context.Context, db string, logger *slog.Logger) (store.Store, error) {
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return pgstore.Open(ctx, pgstore.Config{URL: db, Logger: logger})
+	}
+	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger})
+}
+
+func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer) error {
+	sc, err := loadSchema(f.schema)
+	if err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	st, err := openStore(ctx, f.db, logger)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	logger.Warn("DEVELOPMENT AUTHENTICATION: 'Authorization: Bearer <actorId>' is trusted as is, " +
+		"every actor is in partition \"default\" and may read and write every scope. " +
+		"Embed syncgo and supply Authenticate and ResolveScopes for production.")
+	srv, err := syncgo.New(syncgo.Config{
+		Store:         st,
+		Schema:        sc,
+		Authenticate:  devAuthenticate,
+		ResolveScopes: devResolver(sc),
+		Logger:        logger,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	defer srv.Stop(context.Background())
+	mux := http.NewServeMux()
+	mount := "/" + strings.Trim(f.mount, "/")
+	if mount == "/" {
+		mux.Handle("/", srv.Handler())
+	} else {
+		mux.Handle(mount+"/", http.StripPrefix(mount, srv.Handler()))
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), f.db)
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// devAuthenticate trusts "Authorization: Bearer <actorId>": development only.
+func devAuthenticate(r *http.Request) (syncgo.Auth, error) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || strings.TrimSpace(token) == "" {
+		return syncgo.Auth{}, errors.New("missing bearer token")
+	}
+	return syncgo.Auth{ActorID: strings.TrimSpace(token), Partition: "default"}, nil
+}
+
+// devResolver allows every scope value of every declared variable:
+// development only.
+func devResolver(sc *schema.Compiled) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+	all := map[string][]string{}
+	for _, v := range sc.Variables() {
+		all[v] = []string{"*"}
+	}
+	return func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return all, nil }
+}

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"context"
+	"sort"
+
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Download re-authorizes a segment download (§5.5): the actor's scopes are
+// resolved afresh, the effective scopes of the requested map are computed,
+// and their digest must belong to a publication of the segment in the
+// caller's partition and live log epoch.
+func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) ([]byte, error) {
+	seg, ok, err := e.cfg.Segments.Get(ctx, segmentID)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+	}
+	p, err := e.cfg.Store.Partition(ctx, auth.Partition)
+	if err != nil {
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+	}
+	var live []Publication
+	for _, pub := range seg.Publications {
+		if pub.Partition == auth.Partition && pub.LogEpoch == p.LogEpoch {
+			live = append(live, pub)
+		}
+	}
+	if len(live) == 0 {
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+	}
+	allowed, rerr := e.resolveAllowed(ctx, auth)
+	if rerr != nil {
+		return nil, syncerr.New(syncerr.CodeForbidden, "scopes could not be resolved")
+	}
+	now := e.cfg.Now()
+	expired := false
+	for _, pub := range live {
+		t, ok := e.cfg.Schema.Table(pub.Table)
+		if !ok {
+			continue
+		}
+		req, valid := requestedMap(requested, func(k string) bool { _, ok := t.VariableColumn(k); return ok })
+		if !valid {
+			continue
+		}
+		eff, active := effectiveScopes(req, allowed, true)
+		if !active || wire.ScopeDigest(scopeMapToMap(eff)) != pub.ScopeDigest {
+			continue
+		}
+		if now >= pub.ExpiresAtMs {
+			expired = true
+			continue
+		}
+		return seg.Bytes, nil
+	}
+	if expired {
+		return nil, syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
+	}
+	return nil, syncerr.New(syncerr.CodeForbidden, "the scopes do not authorize this segment")
+}
+
+func (e *Engine) resolveAllowed(ctx context.Context, auth Auth) (map[string][]string, error) {
+	if e.cfg.Resolve == nil {
+		return nil, syncerr.New(syncerr.CodeForbidden, "no scope resolver")
+	}
+	return e.cfg.Resolve(ctx, ScopeRequest{Partition: auth.Partition, ActorID: auth.ActorID})
+}
+
+// requestedMap turns a header scope map into canonical order, refusing
+// undeclared keys and "*".
+func requestedMap(m map[string][]string, declared func(string) bool) (wire.ScopeMap, bool) {
+	out := make(wire.ScopeMap, 0, len(m))
+	for k, vals := range m {
+		if !declared(k) || containsString(vals, "*") {
+			return nil, false
+		}
+		out = append(out, wire.ScopeValues{Key: k, Values: vals})
+	}
+	sort.Slice(out, func(i, j int) bool { return wire.CompareKeys(out[i].Key, out[j].Key) < 0 })
+	return out, true
+}

@@ -1,0 +1,157 @@
+package syncgo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+)
+
+// Auth is what host authentication established for a request: the actor
+// and the partition its data lives in.
+type Auth struct {
+	ActorID   string
+	Partition string
+}
+
+// ScopeRequest is the input of Config.ResolveScopes.
+type ScopeRequest = engine.ScopeRequest
+
+// CommitNotice describes an applied commit (for realtime fan-out hooks).
+type CommitNotice = engine.CommitNotice
+
+// Limits are the protocol limits a host may configure.
+type Limits = engine.Limits
+
+// Config configures a Server. Store, Schema, Authenticate and ResolveScopes
+// are required; every other field has a default (see withDefaults).
+type Config struct {
+	// Store is the storage driver (sqlitestore or pgstore).
+	Store store.Store
+	// Schema is the compiled schema served.
+	Schema *schema.Compiled
+	// Authenticate maps a request (HTTP or WebSocket upgrade) to its actor
+	// and partition. An error answers 401 sync.auth_required, unless it is
+	// a *syncerr.Error, which is answered as is.
+	Authenticate func(r *http.Request) (Auth, error)
+	// ResolveScopes returns the scopes an actor is allowed (§3.2); "*"
+	// allows any value. An error fails closed: subscriptions revoke and
+	// writes are forbidden.
+	ResolveScopes func(ctx context.Context, req ScopeRequest) (map[string][]string, error)
+	// Logger receives server events. Default: discard.
+	Logger *slog.Logger
+	// Now is the server clock in Unix milliseconds. Default: wall clock.
+	Now func() int64
+	// MaxRequestBytes caps a /sync request body after decompression.
+	// Default 32 MiB.
+	MaxRequestBytes int64
+	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
+	MaxFrameBytes int
+	// Limits are the protocol limits (operation cap, inline segment size,
+	// segment TTL).
+	Limits Limits
+	// OnError observes every failure answered as sync.internal_error,
+	// with the route it happened on.
+	OnError func(err error, route string)
+	// OnCommit is called after each applied commit with changes.
+	OnCommit func(CommitNotice)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = 32 << 20
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = 16 << 20
+	}
+	return c
+}
+
+// Server is a sync server: mount Handler on any mux.
+type Server struct {
+	cfg    Config
+	eng    *engine.Engine
+	mux    *http.ServeMux
+	codecs *codecPools
+
+	startOnce sync.Once
+	startErr  error
+}
+
+// New returns a Server for cfg. Call Start before serving.
+func New(cfg Config) (*Server, error) {
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("syncgo: Config.Store is required")
+	case cfg.Schema == nil:
+		return nil, errors.New("syncgo: Config.Schema is required")
+	case cfg.Authenticate == nil:
+		return nil, errors.New("syncgo: Config.Authenticate is required")
+	case cfg.ResolveScopes == nil:
+		return nil, errors.New("syncgo: Config.ResolveScopes is required")
+	}
+	s := &Server{cfg: cfg, codecs: newCodecPools()}
+	s.eng = engine.New(engine.Config{
+		Store:    cfg.Store,
+		Schema:   cfg.Schema,
+		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
+		Now:      cfg.Now,
+		OnCommit: cfg.OnCommit,
+		Logger:   cfg.Logger,
+		Limits:   cfg.Limits,
+	})
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /sync", s.handleSync)
+	s.mux.HandleFunc("GET /segments/{segmentId}", s.handleSegment)
+	return s, nil
+}
+
+// Start prepares the storage for the schema (creating or checking its
+// tables). It is safe to call more than once.
+func (s *Server) Start(ctx context.Context) error {
+	s.startOnce.Do(func() {
+		if err := s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema); err != nil {
+			s.startErr = fmt.Errorf("syncgo: start: %w", err)
+		}
+	})
+	return s.startErr
+}
+
+// Stop stops the server's background work. The store stays open; its
+// owner closes it.
+func (s *Server) Stop(ctx context.Context) error { return nil }
+
+// Handler returns the protocol routes relative to the mount point: POST
+// /sync and GET /segments/{segmentId}. Mount it with http.StripPrefix, for
+// example mux.Handle("/api/sync/", http.StripPrefix("/api/sync", srv.Handler())).
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// authenticate runs the host hook and maps its failure to the catalog.
+func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {
+	a, err := s.cfg.Authenticate(r)
+	if err != nil {
+		if pe := syncerr.As(err); pe != nil {
+			return Auth{}, pe
+		}
+		return Auth{}, syncerr.Wrap(syncerr.CodeAuthRequired, "authentication required", err)
+	}
+	if a.ActorID == "" || a.Partition == "" {
+		return Auth{}, syncerr.New(syncerr.CodeAuthRequired, "authentication required")
+	}
+	return a, nil
+}
