@@ -11,6 +11,9 @@ import (
 
 // Client returns a client record.
 func (s *Store) Client(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
+	if s.closed.Load() {
+		return store.ClientRecord{}, store.ErrClosed
+	}
 	rec := store.ClientRecord{ClientID: clientID}
 	var cursor sql.NullInt64
 	var subs []byte
@@ -87,6 +90,9 @@ WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor <
 // ActiveCursorFloor returns the lowest cursor among clients updated at or
 // after sinceMs.
 func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs int64) (int64, bool, error) {
+	if s.closed.Load() {
+		return 0, false, store.ErrClosed
+	}
 	var floor sql.NullInt64
 	err := s.rdb.QueryRowContext(ctx, `SELECT MIN(cursor) FROM sync_clients
 WHERE partition=? AND updated_at_ms >= ? AND cursor IS NOT NULL AND cursor >= 0`, partition, sinceMs).Scan(&floor)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	sqlite3 "github.com/mattn/go-sqlite3"
@@ -45,4 +46,30 @@ func isUniqueViolation(err error) bool {
 // isFenceRejection reports the writer-fence trigger's abort.
 func isFenceRejection(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "sync.storage.writer_fence_rejected")
+}
+
+// violatedIndex names the declared unique index a constraint error is
+// about. SQLite reports the columns ("UNIQUE constraint failed: t.a, t.b"),
+// so the index is found by its column list.
+func violatedIndex(t *tableSQL, err error) string {
+	_, list, ok := strings.Cut(err.Error(), "constraint failed: ")
+	if !ok {
+		return "unique"
+	}
+	var cols []string
+	for _, c := range strings.Split(list, ",") {
+		c = strings.TrimSpace(c)
+		if _, col, ok := strings.Cut(c, "."); ok {
+			c = col
+		}
+		if c != "_sync_partition" {
+			cols = append(cols, c)
+		}
+	}
+	for _, ix := range t.t.Indexes() {
+		if ix.Unique && slices.Equal(ix.Columns, cols) {
+			return ix.PhysicalName
+		}
+	}
+	return "unique"
 }

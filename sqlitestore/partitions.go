@@ -49,6 +49,9 @@ VALUES (?, ?, 0, ?) ON CONFLICT(partition) DO UPDATE SET last_authenticated_at_m
 
 // Partition returns the partition's state.
 func (s *Store) Partition(ctx context.Context, partition string) (store.Partition, error) {
+	if s.closed.Load() {
+		return store.Partition{}, store.ErrClosed
+	}
 	return scanPartition(s.rdb.QueryRowContext(ctx, selectPartition, partition), partition)
 }
 
@@ -72,6 +75,9 @@ VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.lo
 // CommitSeqBefore returns the newest commit sequence created before
 // beforeMs, or 0.
 func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs int64) (int64, error) {
+	if s.closed.Load() {
+		return 0, store.ErrClosed
+	}
 	var seq sql.NullInt64
 	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(commit_seq) FROM sync_commits WHERE partition=? AND created_at_ms < ?`,
 		partition, beforeMs).Scan(&seq)

@@ -45,6 +45,9 @@ func scanPushResult(row *sql.Row) (store.PushRecord, error) {
 
 // Row returns a current row.
 func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.Row, error) {
+	if s.closed.Load() {
+		return store.Row{}, store.ErrClosed
+	}
 	t, err := s.table(table)
 	if err != nil {
 		return store.Row{}, err
@@ -54,6 +57,9 @@ func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.
 
 // PushResult reads the push-result journal.
 func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommitID string) (store.PushRecord, error) {
+	if s.closed.Load() {
+		return store.PushRecord{}, store.ErrClosed
+	}
 	return scanPushResult(s.rdb.QueryRowContext(ctx, selectPushResult, partition, clientID, clientCommitID))
 }
 
@@ -71,6 +77,9 @@ const windowChunk = 512
 // change-scope index on the first effective key; every change is then
 // checked against all keys.
 func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	if s.closed.Load() {
+		return store.CommitWindow{}, store.ErrClosed
+	}
 	if len(q.Scopes) == 0 {
 		return store.CommitWindow{}, store.ErrScanRequiresScope
 	}
@@ -190,6 +199,9 @@ func (s *Store) windowChunk(ctx context.Context, partition string, w *windowRead
 // scope index and the streams are merged; rows are checked against all
 // keys.
 func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
 	if len(q.Scopes) == 0 {
 		return nil, store.ErrScanRequiresScope
 	}

@@ -163,6 +163,9 @@ func checkStoredLayout(stored string, sc *schema.Compiled) error {
 
 // Marker returns the database's schema marker.
 func (s *Store) Marker(ctx context.Context) (store.Marker, error) {
+	if s.closed.Load() {
+		return store.Marker{}, store.ErrClosed
+	}
 	var version int32
 	var stored string
 	err := s.rdb.QueryRowContext(ctx, "SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)

@@ -104,7 +104,7 @@ func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)), w.Payload, nullBytes(w.ColumnVersions))
 	if err := tx.c.exec(context.Background(), t.upsert, args...); err != nil {
 		if isUniqueViolation(err) {
-			return &store.ConstraintError{Table: w.Table, Constraint: "unique", Err: err}
+			return &store.ConstraintError{Table: w.Table, Constraint: violatedIndex(t, err), Err: err}
 		}
 		return fmt.Errorf("upsert %s: %w", w.Table, err)
 	}

@@ -1,0 +1,90 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// BenchmarkAppend measures the commit throughput of a store: each commit
+// is one Write that upserts ops rows and appends one commit of their ops
+// changes. Sub-benchmarks vary ops (1, 10), the number of concurrent
+// writers (1, 8, 64: goroutines pulling iterations from a shared counter,
+// so the count is exact whatever GOMAXPROCS is) and whether the writers
+// share one partition or each has its own. Each reports commits/s.
+func BenchmarkAppend(b *testing.B, open Opener) {
+	for _, ops := range []int{1, 10} {
+		for _, writers := range []int{1, 8, 64} {
+			for _, distinct := range []bool{false, true} {
+				layout := "same"
+				if distinct {
+					layout = "distinct"
+				}
+				b.Run(fmt.Sprintf("ops=%d/writers=%d/partitions=%s", ops, writers, layout), func(b *testing.B) {
+					benchAppend(b, open, ops, writers, distinct)
+				})
+			}
+		}
+	}
+}
+
+func benchAppend(b *testing.B, open Opener, ops, writers int, distinct bool) {
+	s := open(b)
+	ctx := b.Context()
+	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
+		b.Fatalf("EnsureSchema: %v", err)
+	}
+	partitions := make([]string, writers)
+	rows := make([][]store.RowWrite, writers)
+	for w := range writers {
+		partitions[w] = "bench"
+		if distinct {
+			partitions[w] = fmt.Sprintf("bench-%d", w)
+		}
+		if _, err := s.TouchPartition(ctx, partitions[w], 1000, epochOf(partitions[w])); err != nil {
+			b.Fatalf("TouchPartition: %v", err)
+		}
+		for op := range ops {
+			id := fmt.Sprintf("w%d-op%d", w, op)
+			rows[w] = append(rows[w], Task{ID: id, ProjectID: "bench", Title: ptr("a benchmark row"), N: ptr(int64(op))}.RowWrite(b, 1))
+		}
+	}
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for w := range writers {
+		wg.Go(func() {
+			changes := make([]store.Change, ops)
+			for i, r := range rows[w] {
+				changes[i] = UpsertChange(r)
+			}
+			for next.Add(1) <= int64(b.N) {
+				err := s.Write(ctx, partitions[w], func(ctx context.Context, tx store.WriteTx) error {
+					for _, r := range rows[w] {
+						if err := tx.UpsertRow(ctx, r); err != nil {
+							return err
+						}
+					}
+					_, err := tx.AppendCommit(ctx, newCommit(changes...))
+					return err
+				})
+				if err != nil {
+					b.Errorf("Write: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
+}

@@ -1,0 +1,166 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// RunClients tests client records, realtime cursor advances and the
+// active cursor floor.
+func RunClients(t *testing.T, open Opener) {
+	runCases(t, open, []testCase{
+		{"RoundTrip", testClientRoundTrip},
+		{"Absent", testClientAbsent},
+		{"AdvanceCursor", testAdvanceCursor},
+		{"AdvanceAbsent", testAdvanceAbsent},
+		{"ActiveCursorFloor", testActiveCursorFloor},
+	})
+}
+
+func (e *env) putClient(partition string, rec store.ClientRecord) {
+	e.t.Helper()
+	if err := e.s.PutClient(e.ctx, partition, rec); err != nil {
+		e.t.Fatalf("PutClient(%q, %s): %v", partition, rec.ClientID, err)
+	}
+}
+
+func (e *env) wantClient(partition string, want store.ClientRecord) {
+	e.t.Helper()
+	got, err := e.s.Client(e.ctx, partition, want.ClientID)
+	if err != nil || !sameClient(got, want) {
+		e.t.Errorf("Client(%q, %q) = %s, %v;\nwant %s", partition, want.ClientID, fmtClient(got), err, fmtClient(want))
+	}
+}
+
+func testClientRoundTrip(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	e.touch("p2")
+	recs := []store.ClientRecord{
+		{ClientID: "c1", ActorID: "a1", WireVersion: 3, Cursor: 17, UpdatedAtMs: 1_700_000_000_000,
+			Subscriptions: []store.SubscriptionRecord{
+				{ID: "s1", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p1", "p2"}}},
+				{ID: "s2", Table: TableNotes, Scopes: map[string][]string{VarProject: {"p1"}, VarTeam: {"t1", "t\"2"}}},
+			}},
+		{ClientID: "c2", ActorID: "a2", WireVersion: 1, Cursor: -1, UpdatedAtMs: 5},
+	}
+	for _, rec := range recs {
+		e.putClient("p1", rec)
+		e.wantClient("p1", rec)
+	}
+	replaced := store.ClientRecord{ClientID: "c1", ActorID: "a1", WireVersion: 2, Cursor: 20, UpdatedAtMs: 1_700_000_000_500,
+		Subscriptions: []store.SubscriptionRecord{{ID: "s3", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p9"}}}}}
+	e.putClient("p1", replaced)
+	e.wantClient("p1", replaced)
+	e.wantClient("p1", recs[1])
+	if got, err := e.s.Client(e.ctx, "p2", "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Client(p2, c1) = %s, %v; want ErrNotFound (records are per partition)", fmtClient(got), err)
+	}
+}
+
+func testClientAbsent(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	if got, err := e.s.Client(e.ctx, "p1", "nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Client(absent) = %s, %v; want ErrNotFound", fmtClient(got), err)
+	}
+}
+
+func testAdvanceCursor(t *testing.T, open Opener) {
+	base := store.ClientRecord{ClientID: "c1", ActorID: "a1", WireVersion: 3, Cursor: 10, UpdatedAtMs: 1000,
+		Subscriptions: []store.SubscriptionRecord{{ID: "s1", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p1"}}}}}
+	advanced := base
+	advanced.Cursor, advanced.UpdatedAtMs = 15, 2000
+	tests := []struct {
+		name    string
+		a       store.CursorAdvance
+		want    bool
+		wantErr error
+		after   store.ClientRecord
+	}{
+		{"forward", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000}, true, nil, advanced},
+		{"same cursor", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 10, AtMs: 2000}, false, nil, base},
+		{"backwards", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 3, AtMs: 2000}, false, nil, base},
+		{"other actor", store.CursorAdvance{ClientID: "c1", ActorID: "a2", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000}, false, nil, base},
+		{"stale epoch", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: "stale", Cursor: 15, AtMs: 2000}, false, store.ErrEpochMismatch, base},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, open)
+			e.touch("p1")
+			e.putClient("p1", base)
+			got, err := e.s.AdvanceClientCursor(e.ctx, "p1", tt.a)
+			if got != tt.want || !errors.Is(err, tt.wantErr) {
+				t.Errorf("AdvanceClientCursor(%+v) = %t, %v; want %t, %v", tt.a, got, err, tt.want, tt.wantErr)
+			}
+			e.wantClient("p1", tt.after)
+		})
+	}
+	t.Run("max wins", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, open)
+		e.touch("p1")
+		e.putClient("p1", base)
+		for _, c := range []int64{12, 20, 15} {
+			if _, err := e.s.AdvanceClientCursor(e.ctx, "p1", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: c, AtMs: 2000}); err != nil {
+				t.Fatalf("AdvanceClientCursor(%d): %v", c, err)
+			}
+		}
+		want := base
+		want.Cursor, want.UpdatedAtMs = 20, 2000
+		e.wantClient("p1", want)
+	})
+}
+
+func testAdvanceAbsent(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	got, err := e.s.AdvanceClientCursor(e.ctx, "p1", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 5, AtMs: 2000})
+	if got || err != nil {
+		t.Errorf("AdvanceClientCursor(no record) = %t, %v; want false, nil", got, err)
+	}
+	if rec, err := e.s.Client(e.ctx, "p1", "c1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Client after advancing an absent record = %s, %v; want ErrNotFound", fmtClient(rec), err)
+	}
+}
+
+func testActiveCursorFloor(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	e.touch("p2")
+	e.touch("empty")
+	for _, r := range []store.ClientRecord{
+		{ClientID: "old", ActorID: "a", Cursor: 3, UpdatedAtMs: 100},
+		{ClientID: "mid", ActorID: "a", Cursor: 5, UpdatedAtMs: 500},
+		{ClientID: "new", ActorID: "a", Cursor: 10, UpdatedAtMs: 1000},
+		{ClientID: "none", ActorID: "a", Cursor: -1, UpdatedAtMs: 2000},
+	} {
+		e.putClient("p1", r)
+	}
+	e.putClient("p2", store.ClientRecord{ClientID: "other", ActorID: "a", Cursor: 1, UpdatedAtMs: 5000})
+	tests := []struct {
+		partition string
+		since     int64
+		floor     int64
+		ok        bool
+	}{
+		{"p1", 0, 3, true},
+		{"p1", 100, 3, true},
+		{"p1", 101, 5, true},
+		{"p1", 500, 5, true},
+		{"p1", 501, 10, true},
+		{"p1", 1500, 0, false},
+		{"p1", 3000, 0, false},
+		{"p2", 0, 1, true},
+		{"empty", 0, 0, false},
+	}
+	for _, tt := range tests {
+		floor, ok, err := e.s.ActiveCursorFloor(e.ctx, tt.partition, tt.since)
+		if err != nil || ok != tt.ok || (ok && floor != tt.floor) {
+			t.Errorf("ActiveCursorFloor(%q, %d) = %d, %t, %v; want %d, %t", tt.partition, tt.since, floor, ok, err, tt.floor, tt.ok)
+		}
+	}
+}
