@@ -299,3 +299,52 @@ func dedupe(values []string) []string {
 	}
 	return out
 }
+
+// ListRows reads a page of a table's rows regardless of scopes.
+func (s *Store) ListRows(ctx context.Context, partition, table string, after *string, limit int) ([]store.Row, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	t, err := s.table(table)
+	if err != nil {
+		return nil, err
+	}
+	start := ""
+	if after != nil {
+		start = *after
+	}
+	rows, err := s.rdb.QueryContext(ctx, "SELECT "+t.scanCols+" FROM "+t.name+
+		" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id LIMIT ?", partition, start, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Row
+	for rows.Next() {
+		r := store.Row{Table: table}
+		var scopes []byte
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+			return nil, fmt.Errorf("list rows: %w", err)
+		}
+		if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// LatestScopedChangeSeq returns the scope pin input of §4.7.
+func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error) {
+	if s.closed.Load() {
+		return 0, store.ErrClosed
+	}
+	var seq sql.NullInt64
+	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(commit_seq) FROM sync_change_scopes
+WHERE partition=? AND tbl=? AND var=? AND value IN (SELECT value FROM json_each(?))`,
+		partition, table, scope.Key, jsonList(scope.Values)).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("latest scoped change: %w", err)
+	}
+	return seq.Int64, nil
+}

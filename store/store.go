@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // Store is a storage driver. All methods are safe for concurrent use.
@@ -43,6 +44,14 @@ type Store interface {
 	ReadCommitWindow(ctx context.Context, partition string, q CommitWindowQuery) (CommitWindow, error)
 	// ScanRows reads a page of current rows inside scopes, by row id.
 	ScanRows(ctx context.Context, partition string, q RowScanQuery) ([]Row, error)
+	// ListRows reads a page of a table's current rows in a partition, by
+	// row id (bytewise), whatever their scopes: an operator and test read,
+	// never a client-facing one.
+	ListRows(ctx context.Context, partition, table string, after *string, limit int) ([]Row, error)
+	// LatestScopedChangeSeq returns the newest commit sequence whose change
+	// to table carries one of the values of the scope variable in the
+	// change-scope index, or 0 (the sqlite-lane scope pin of §4.7).
+	LatestScopedChangeSeq(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error)
 	// PushResult reads the journal; ErrNotFound when the commit id is new,
 	// ErrUnreadable when the record exists but cannot be decoded.
 	PushResult(ctx context.Context, partition, clientID, clientCommitID string) (PushRecord, error)
