@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// RetentionPolicy is the pruning policy of §4.6. Zero fields take the
+// normative defaults; a host may only raise them.
+type RetentionPolicy struct {
+	// ActiveWindow: clients whose cursor record was updated within it hold
+	// the horizon back. Default (and floor) 14 days.
+	ActiveWindow time.Duration
+	// AgeForce: commits older than this may be pruned regardless of
+	// laggard cursors. Default (and floor) 30 days.
+	AgeForce time.Duration
+	// MinRetainedCommits: the newest commits always kept. Default (and
+	// floor) 1000.
+	MinRetainedCommits int64
+}
+
+// Floors of §4.6.
+const (
+	minActiveWindow   = 14 * 24 * time.Hour
+	minAgeForce       = 30 * 24 * time.Hour
+	minRetainedCommit = 1000
+)
+
+// withFloors applies the defaults and refuses values below the normative
+// floors by raising them.
+func (p RetentionPolicy) withFloors() RetentionPolicy {
+	p.ActiveWindow = max(p.ActiveWindow, minActiveWindow)
+	p.AgeForce = max(p.AgeForce, minAgeForce)
+	p.MinRetainedCommits = max(p.MinRetainedCommits, minRetainedCommit)
+	return p
+}
+
+// Prune runs one retention pass on a partition and returns its horizon.
+// The log epoch is captured before the retention inputs are read, so a
+// concurrent restore rotation makes the prune fail instead of deleting
+// across timelines.
+func (e *Engine) Prune(ctx context.Context, partition string, pol RetentionPolicy) (int64, error) {
+	return e.prune(ctx, partition, pol.withFloors())
+}
+
+// PruneUnchecked is Prune without the normative floors, for conformance
+// mode and tests, whose virtual clocks and small logs need them lower.
+func (e *Engine) PruneUnchecked(ctx context.Context, partition string, pol RetentionPolicy) (int64, error) {
+	return e.prune(ctx, partition, pol)
+}
+
+func (e *Engine) prune(ctx context.Context, partition string, pol RetentionPolicy) (int64, error) {
+	st := e.cfg.Store
+	p, err := st.Partition(ctx, partition)
+	if err != nil {
+		return 0, err
+	}
+	now := e.cfg.Now()
+	through := p.MaxCommitSeq - pol.MinRetainedCommits
+	if floor, ok, err := st.ActiveCursorFloor(ctx, partition, now-pol.ActiveWindow.Milliseconds()); err != nil {
+		return 0, err
+	} else if ok {
+		through = min(through, floor)
+	}
+	old, err := st.CommitSeqBefore(ctx, partition, now-pol.AgeForce.Milliseconds())
+	if err != nil {
+		return 0, err
+	}
+	through = max(through, min(old, p.MaxCommitSeq-pol.MinRetainedCommits))
+	if through <= p.HorizonSeq {
+		return p.HorizonSeq, nil
+	}
+	res, err := st.PruneThrough(ctx, partition, p.LogEpoch, through)
+	if err != nil {
+		return 0, err
+	}
+	return res.HorizonSeq, nil
+}
+
+// RunRetention prunes every partition this process has served, every
+// interval, until ctx ends. Failures are logged and retried next round.
+func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol RetentionPolicy) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e.mu.Lock()
+		parts := make([]string, 0, len(e.touched))
+		for p := range e.touched {
+			parts = append(parts, p)
+		}
+		e.mu.Unlock()
+		for _, p := range parts {
+			if _, err := e.Prune(ctx, p, pol); err != nil && !errors.Is(err, store.ErrEpochMismatch) && ctx.Err() == nil {
+				e.cfg.Logger.WarnContext(ctx, "retention pass failed", "partition", p, "err", err)
+			}
+		}
+	}
+}
