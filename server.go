@@ -31,6 +31,9 @@ type CommitNotice = engine.CommitNotice
 // Limits are the protocol limits a host may configure.
 type Limits = engine.Limits
 
+// RetentionPolicy is the pruning policy of §4.6.
+type RetentionPolicy = engine.RetentionPolicy
+
 // Config configures a Server. Store, Schema, Authenticate and ResolveScopes
 // are required; every other field has a default (see withDefaults).
 type Config struct {
@@ -63,6 +66,13 @@ type Config struct {
 	OnError func(err error, route string)
 	// OnCommit is called after each applied commit with changes.
 	OnCommit func(CommitNotice)
+	// Retention is the pruning policy; values below the normative floors
+	// of §4.6 are raised to them.
+	Retention RetentionPolicy
+	// RetentionInterval is how often the retention service prunes each
+	// partition this process serves. Default 1 minute; negative disables
+	// it.
+	RetentionInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -78,6 +88,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 16 << 20
 	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Minute
+	}
 	return c
 }
 
@@ -90,6 +103,8 @@ type Server struct {
 
 	startOnce sync.Once
 	startErr  error
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
 // New returns a Server for cfg. Call Start before serving.
@@ -122,19 +137,46 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Start prepares the storage for the schema (creating or checking its
-// tables). It is safe to call more than once.
+// tables) and starts the background services (retention). It is safe to
+// call more than once.
 func (s *Server) Start(ctx context.Context) error {
 	s.startOnce.Do(func() {
 		if err := s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema); err != nil {
 			s.startErr = fmt.Errorf("syncgo: start: %w", err)
+			return
 		}
+		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.stop, s.done = cancel, make(chan struct{})
+		go func() {
+			defer close(s.done)
+			if s.cfg.RetentionInterval > 0 {
+				s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention)
+			}
+		}()
 	})
 	return s.startErr
 }
 
-// Stop stops the server's background work. The store stays open; its
-// owner closes it.
-func (s *Server) Stop(ctx context.Context) error { return nil }
+// Stop stops the background services and waits for them, or for ctx. The
+// store stays open; its owner closes it.
+func (s *Server) Stop(ctx context.Context) error {
+	if s.stop == nil {
+		return nil
+	}
+	s.stop()
+	select {
+	case <-s.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Prune runs one retention pass on a partition now and returns its
+// horizon. The policy's values below the §4.6 floors are raised to them.
+func (s *Server) Prune(ctx context.Context, partition string, policy RetentionPolicy) (int64, error) {
+	return s.eng.Prune(ctx, partition, policy)
+}
 
 // Handler returns the protocol routes relative to the mount point: POST
 // /sync and GET /segments/{segmentId}. Mount it with http.StripPrefix, for
