@@ -269,3 +269,37 @@ func sqlValue(t wire.ColumnType, v wire.Value) any {
 	}
 	return v.Str
 }
+
+func (tx *writeTx) RowsByColumn(ctx context.Context, table, column string, value wire.Value, limit int) ([]store.Row, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	t, err := tx.table(table)
+	if err != nil {
+		return nil, err
+	}
+	ci, ok := t.t.ColumnIndex(column)
+	if !ok || !t.t.Materialize() {
+		return nil, fmt.Errorf("rows by column: %s.%s is not a materialized column", table, column)
+	}
+	rows, err := tx.c.query(context.Background(), "SELECT "+t.scanCols+" FROM "+t.name+
+		" WHERE _sync_partition=? AND "+quoteIdent(column)+"=? ORDER BY _sync_row_id LIMIT ?",
+		tx.partition, sqlValue(t.t.Columns()[ci].Type, value), limit)
+	if err != nil {
+		return nil, fmt.Errorf("rows by column: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Row
+	for rows.Next() {
+		r := store.Row{Table: table}
+		var scopes []byte
+		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+			return nil, fmt.Errorf("rows by column: %w", err)
+		}
+		if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

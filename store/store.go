@@ -104,6 +104,10 @@ type WriteTx interface {
 	// DeleteRow removes a row and its scope index entries; deleting an
 	// absent row is not an error.
 	DeleteRow(ctx context.Context, table, rowID string) error
+	// RowsByColumn reads, seeing this transaction's writes, up to limit
+	// current rows of table whose materialized column equals value (a
+	// declared reference's child lookup, §6.11), by row id.
+	RowsByColumn(ctx context.Context, table, column string, value wire.Value, limit int) ([]Row, error)
 	// PushResult reads the journal on the transaction's connection.
 	PushResult(ctx context.Context, clientID, clientCommitID string) (PushRecord, error)
 	// PutPushResult records a commit's outcome unless one is already

@@ -18,6 +18,17 @@ type applier struct {
 	tx      store.WriteTx
 	changes []store.Change
 	results []wire.OpResult
+	staged  []stagedOp
+}
+
+// stagedOp is an applied operation, kept for reference enforcement.
+type stagedOp struct {
+	opIndex int
+	table   *schema.CompiledTable
+	rowID   string
+	op      wire.Op
+	values  []wire.Value // the row after an upsert, before a delete
+	present []bool       // the columns an upsert wrote
 }
 
 // rejection is the terminating result record of a rejected commit.
@@ -42,7 +53,7 @@ func (a *applier) apply(ctx context.Context, ops []wire.Operation) (*rejection, 
 		}
 		a.results = append(a.results, wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied})
 	}
-	return nil, nil
+	return a.enforceReferences(ctx)
 }
 
 func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rejection, error) {
@@ -112,14 +123,21 @@ func (a *applier) storedState(i int, t *schema.CompiledTable, stored store.Row) 
 }
 
 func (a *applier) delete(ctx context.Context, i int, t *schema.CompiledTable, stored store.Row) (*rejection, error) {
-	if _, rej, err := a.storedState(i, t, stored); rej != nil || err != nil {
+	vals, rej, err := a.storedState(i, t, stored)
+	if rej != nil || err != nil {
 		return rej, err
 	}
+	return nil, a.deleteRow(ctx, i, t, stored, vals)
+}
+
+// deleteRow removes a row and stages its delete change.
+func (a *applier) deleteRow(ctx context.Context, i int, t *schema.CompiledTable, stored store.Row, vals []wire.Value) error {
 	if err := a.tx.DeleteRow(ctx, t.Name(), stored.RowID); err != nil {
-		return nil, err
+		return err
 	}
 	a.changes = append(a.changes, store.Change{Table: t.Name(), RowID: stored.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
-	return nil, nil
+	a.staged = append(a.staged, stagedOp{opIndex: i, table: t, rowID: stored.RowID, op: wire.OpDelete, values: vals})
+	return nil
 }
 
 // authorized reports whether a row's scope values are all allowed (§3.4
@@ -150,7 +168,7 @@ func wireScopes(ss schema.StoredScopes) wire.StoredScopes {
 	return store.ScopesFromMap(m)
 }
 
-func (a *applier) upsertRow(ctx context.Context, i int, t *schema.CompiledTable, row store.Row, vals []wire.Value) (*rejection, error) {
+func (a *applier) upsertRow(ctx context.Context, i int, t *schema.CompiledTable, row store.Row, vals []wire.Value, present []bool) (*rejection, error) {
 	err := a.tx.UpsertRow(ctx, store.RowWrite{Row: row, Values: vals})
 	var ce *store.ConstraintError
 	if errors.As(err, &ce) {
@@ -161,5 +179,6 @@ func (a *applier) upsertRow(ctx context.Context, i int, t *schema.CompiledTable,
 	}
 	a.changes = append(a.changes, store.Change{Table: t.Name(), RowID: row.RowID, Op: wire.OpUpsert,
 		RowVersion: row.ServerVersion, Scopes: row.Scopes, Payload: row.Payload})
+	a.staged = append(a.staged, stagedOp{opIndex: i, table: t, rowID: row.RowID, op: wire.OpUpsert, values: vals, present: present})
 	return nil, nil
 }

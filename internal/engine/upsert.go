@@ -68,7 +68,7 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 	}
 	row := store.Row{Table: t.Name(), RowID: stored.RowID, ServerVersion: next, Scopes: stored.Scopes,
 		Payload: payload, ColumnVersions: encodeColumnVersions(versions)}
-	return a.upsertRow(ctx, i, t, row, vals)
+	return a.upsertRow(ctx, i, t, row, vals, in.Present)
 }
 
 // presentColumns lists the present non-crdt, non-primary-key columns that
@@ -157,7 +157,7 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		}
 	}
 	row := store.Row{Table: t.Name(), RowID: op.RowID, ServerVersion: 1, Scopes: wireScopes(ss), Payload: payload}
-	return a.upsertRow(ctx, i, t, row, in.Values)
+	return a.upsertRow(ctx, i, t, row, in.Values, in.Present)
 }
 
 func sameValue(t wire.ColumnType, a, b wire.Value) bool {
