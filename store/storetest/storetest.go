@@ -90,6 +90,7 @@ var areas = []area{
 	{"Prune", RunPrune},
 	{"Epoch", RunEpoch},
 	{"Transactions", RunTransactions},
+	{"Lookups", RunLookups},
 }
 
 // Run runs every area of the suite as parallel subtests.
