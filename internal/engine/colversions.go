@@ -35,13 +35,19 @@ func columnVersions(blob []byte, n int, serverVersion int64) []int64 {
 }
 
 // encodeColumnVersions encodes per-column versions, listing those above 1.
-func encodeColumnVersions(versions []int64) []byte {
+// A record with no such column still lists pk at 1: an empty record could
+// be stored as no record, which reads as every column at the row's version.
+func encodeColumnVersions(versions []int64, pk int) []byte {
 	out := []byte{}
 	for i, v := range versions {
 		if v > 1 {
 			out = binary.AppendUvarint(out, uint64(i))
 			out = binary.AppendUvarint(out, uint64(v))
 		}
+	}
+	if len(out) == 0 {
+		out = binary.AppendUvarint(out, uint64(pk))
+		out = binary.AppendUvarint(out, 1)
 	}
 	return out
 }

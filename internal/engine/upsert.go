@@ -67,7 +67,7 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 		return opError(i, syncerr.CodeInvalidRequest, "the merged row does not encode"), nil
 	}
 	row := store.Row{Table: t.Name(), RowID: stored.RowID, ServerVersion: next, Scopes: stored.Scopes,
-		Payload: payload, ColumnVersions: encodeColumnVersions(versions)}
+		Payload: payload, ColumnVersions: encodeColumnVersions(versions, t.PrimaryKey())}
 	return a.upsertRow(ctx, i, t, row, vals, in.Present)
 }
 

@@ -1,0 +1,112 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// AppendCommit appends c to the partition's log in one round trip: the
+// sequence allocation and commit row (one statement), the changes, their
+// scope index entries and the delete tombstones, each as unnest arrays of
+// at most MaxChangesPerStatement elements per statement. Every statement
+// after the first reads the allocated sequence back from the locked
+// sync_partitions row.
+func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, error) {
+	if t.st == nil {
+		return 0, store.ErrNoSchema
+	}
+	chunk := t.s.cfg.MaxChangesPerStatement
+	changes := buildChangeArrays(c.Changes)
+	br, err := t.send(ctx, func(b *pgx.Batch) {
+		b.Queue(sqlAppendCommit, t.partition, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs, int64(t.st.version))
+		for lo := 0; lo < len(c.Changes); lo += chunk {
+			hi := min(lo+chunk, len(c.Changes))
+			b.Queue(sqlInsertChanges, t.partition, changes.idx[lo:hi], changes.tbl[lo:hi], changes.rowID[lo:hi],
+				changes.op[lo:hi], changes.rowVersion[lo:hi], changes.scopes[lo:hi], changes.payload[lo:hi])
+		}
+		sc := changes.scopeEntries
+		for lo := 0; lo < len(sc.tbl); lo += chunk {
+			hi := min(lo+chunk, len(sc.tbl))
+			b.Queue(sqlInsertChangeScopes, t.partition, sc.tbl[lo:hi], sc.vars[lo:hi], sc.values[lo:hi])
+		}
+		ts := changes.tombstones
+		for lo := 0; lo < len(ts.tbl); lo += chunk {
+			hi := min(lo+chunk, len(ts.tbl))
+			b.Queue(sqlUpsertTombstones, t.partition, ts.tbl[lo:hi], ts.rowID[lo:hi])
+		}
+	})
+	if err != nil {
+		return 0, fmt.Errorf("append commit: %w", err)
+	}
+	var seq int64
+	if err := br.QueryRow().Scan(&seq); err != nil {
+		_ = br.Close()
+		return 0, fmt.Errorf("append commit: %w", fenceError(err))
+	}
+	if err := br.Close(); err != nil {
+		return 0, fmt.Errorf("append commit: changes: %w", err)
+	}
+	t.appended++
+	return seq, nil
+}
+
+// changeArrays are the columns of a commit's changes, one array per
+// column, with the deduplicated scope index entries and tombstones.
+type changeArrays struct {
+	idx        []int32
+	tbl        []string
+	rowID      []string
+	op         []int16
+	rowVersion []*int64
+	scopes     []string
+	payload    [][]byte
+
+	scopeEntries struct{ tbl, vars, values []string }
+	tombstones   struct{ tbl, rowID []string }
+}
+
+func buildChangeArrays(changes []store.Change) *changeArrays {
+	n := len(changes)
+	a := &changeArrays{
+		idx: make([]int32, n), tbl: make([]string, n), rowID: make([]string, n), op: make([]int16, n),
+		rowVersion: make([]*int64, n), scopes: make([]string, n), payload: make([][]byte, n),
+	}
+	type scopeKey struct{ tbl, v, value string }
+	type rowKey struct{ tbl, rowID string }
+	seenScope := map[scopeKey]bool{}
+	seenRow := map[rowKey]bool{}
+	for i, ch := range changes {
+		a.idx[i], a.tbl[i], a.rowID[i], a.op[i] = int32(i), ch.Table, ch.RowID, int16(ch.Op)
+		a.scopes[i] = string(store.EncodeScopes(ch.Scopes))
+		if ch.Op == wire.OpUpsert {
+			v := ch.RowVersion
+			a.rowVersion[i] = &v
+			a.payload[i] = nonNilBytes(ch.Payload)
+		} else {
+			a.payload[i] = ch.Payload
+		}
+		for _, s := range ch.Scopes {
+			k := scopeKey{ch.Table, s.Key, s.Value}
+			if !seenScope[k] {
+				seenScope[k] = true
+				a.scopeEntries.tbl = append(a.scopeEntries.tbl, ch.Table)
+				a.scopeEntries.vars = append(a.scopeEntries.vars, s.Key)
+				a.scopeEntries.values = append(a.scopeEntries.values, s.Value)
+			}
+		}
+		if ch.Op == wire.OpDelete {
+			k := rowKey{ch.Table, ch.RowID}
+			if !seenRow[k] {
+				seenRow[k] = true
+				a.tombstones.tbl = append(a.tombstones.tbl, ch.Table)
+				a.tombstones.rowID = append(a.tombstones.rowID, ch.RowID)
+			}
+		}
+	}
+	return a
+}

@@ -1,0 +1,51 @@
+package pgstore
+
+import (
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures [Open]. The zero value of every field but one of URL
+// and Pool means its default; see withDefaults.
+type Config struct {
+	// URL is the connection string (postgres://… or key=value), used when
+	// Pool is nil. Unknown URL parameters such as search_path become
+	// session settings.
+	URL string
+	// Pool, when set, is used as is: Open neither configures it nor closes
+	// it on Close. Its connections' search_path selects the schema.
+	Pool *pgxpool.Pool
+	// Logger receives the driver's few log lines (migrations, a slow-scan
+	// warning). Default: discard.
+	Logger *slog.Logger
+	// MaxConns bounds the pool that Open creates from URL; a Write holds
+	// one connection for its whole transaction. Default: 16.
+	MaxConns int32
+	// MaxChangesPerStatement bounds the changes (and scope index entries)
+	// written by one statement of an append; larger commits are split into
+	// several statements of the same round trip. Default and maximum: 4096.
+	MaxChangesPerStatement int
+}
+
+// Defaults of [Config].
+const (
+	defaultMaxConns          = 16
+	maxChangesPerStatement   = 4096
+	defaultWindowPageCommits = 1024
+)
+
+// withDefaults returns c with every unset field at its default, in one
+// place.
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = defaultMaxConns
+	}
+	if c.MaxChangesPerStatement <= 0 || c.MaxChangesPerStatement > maxChangesPerStatement {
+		c.MaxChangesPerStatement = maxChangesPerStatement
+	}
+	return c
+}

@@ -1,0 +1,38 @@
+// Package pgstore is the Postgres storage driver of the sync server: an
+// implementation of [store.Store] over a pgx connection pool.
+//
+// # Tables
+//
+// The driver shares its tables with the reference server (0.24): the core
+// sync_* tables are created by the embedded migrations (migrations/*.sql) at
+// [Open], the app tables by [Store.EnsureSchema]. Every name is unqualified
+// and resolves through the session's search_path, so a database schema per
+// deployment (or per test) works by setting search_path on the connections.
+// COMPAT.md lists where the driver differs from the reference server.
+//
+// # Writes
+//
+// [Store.Write] runs one database transaction per call on one pooled
+// connection. Its first statement inserts the partition's sync_partitions
+// row if it is absent and locks it (INSERT … ON CONFLICT DO UPDATE), which
+// is the partition's write boundary: writes to one partition serialize on
+// that row lock, writes to different partitions run concurrently, and a
+// schema migration (LOCK TABLE sync_partitions IN EXCLUSIVE MODE) excludes
+// them all. A commit sequence is allocated by incrementing max_commit_seq
+// on the locked row, so the sequence is dense and a rolled-back append
+// consumes nothing.
+//
+// Statements that need no answer (BEGIN, the lock, SAVEPOINT, RELEASE,
+// tombstone and row deletes) are deferred and sent in one pipelined batch
+// with the next statement that has one, so a push costs few round trips.
+// ROLLBACK TO SAVEPOINT is the exception: it is sent at once, since pgx
+// prepares a batch's new statements first, which an aborted transaction
+// refuses.
+//
+// # Reads
+//
+// Scope-filtered reads start from the inverted scope indexes
+// (sync_change_scopes for the log, sync_row_scopes for current rows) on the
+// first effective scope key, one index range per value, and check every
+// key. Row scans page by row id in bytewise order (COLLATE "C").
+package pgstore

@@ -1,0 +1,154 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// TouchPartition upserts the registry entry (its epoch only when new) and
+// returns the partition's state, in one statement.
+func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Partition, error) {
+	if err := s.check(); err != nil {
+		return store.Partition{}, err
+	}
+	p := store.Partition{ID: partition}
+	err := s.pool.QueryRow(ctx, sqlTouchPartition, partition, newEpoch, nowMs).
+		Scan(&p.LogEpoch, &p.EpochRequired, &p.LastAuthenticatedAtMs, &p.MaxCommitSeq, &p.HorizonSeq)
+	if err != nil {
+		return store.Partition{}, fmt.Errorf("touch partition: %w", err)
+	}
+	return p, nil
+}
+
+// Partition returns the partition's state. A partition is known when it
+// has a registry entry or a commit-log counter row.
+func (s *Store) Partition(ctx context.Context, partition string) (store.Partition, error) {
+	if err := s.check(); err != nil {
+		return store.Partition{}, err
+	}
+	p := store.Partition{ID: partition}
+	var registered, counted bool
+	err := s.pool.QueryRow(ctx, sqlPartition, partition).Scan(&registered, &p.LogEpoch, &p.EpochRequired,
+		&p.LastAuthenticatedAtMs, &counted, &p.MaxCommitSeq, &p.HorizonSeq)
+	if err != nil {
+		return store.Partition{}, fmt.Errorf("partition: %w", err)
+	}
+	if !registered && !counted {
+		return store.Partition{}, store.ErrNotFound
+	}
+	return p, nil
+}
+
+// RotateLogEpoch sets the new epoch, requires epochs and deletes the
+// partition's client records: two statements in one pipelined batch,
+// which Postgres runs as one implicit transaction.
+func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if newEpoch == "" {
+		return errors.New("rotate log epoch: the new epoch is empty")
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlRotateEpoch, partition, newEpoch, nowMs)
+	b.Queue(sqlDeleteClients, partition)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("rotate log epoch: %w", err)
+	}
+	return nil
+}
+
+// CommitSeqBefore returns the newest commit sequence created before
+// beforeMs, or 0.
+func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs int64) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var seq int64
+	if err := s.pool.QueryRow(ctx, sqlCommitSeqBefore, partition, beforeMs).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("commit seq before: %w", err)
+	}
+	return seq, nil
+}
+
+// PruneThrough deletes the log through throughSeq in one transaction under
+// the partition's row lock, in two round trips: (BEGIN, lock, epoch) and
+// (deletes, horizon, COMMIT).
+func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, throughSeq int64) (res store.PruneResult, err error) {
+	if err := s.check(); err != nil {
+		return store.PruneResult{}, err
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	tx := &writeTx{s: s, conn: conn, partition: partition}
+	defer tx.rollback(ctx)
+	tx.defer_("begin", "BEGIN")
+	br, err := tx.send(ctx, func(b *pgx.Batch) {
+		b.Queue(sqlLockPartition, partition)
+		b.Queue(sqlRegistryEpochShared, partition)
+	})
+	if err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	var maxSeq, horizon int64
+	var epoch string
+	err = br.QueryRow().Scan(&maxSeq, &horizon)
+	if err == nil {
+		if err = br.QueryRow().Scan(&epoch); errors.Is(err, pgx.ErrNoRows) {
+			err = nil // no registry entry: the epoch is ""
+		}
+	}
+	if err = closeBatch(br, err); err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	if epoch != logEpoch {
+		return store.PruneResult{}, &store.Error{
+			Code:    store.CodePruneEpochMismatch,
+			Message: "the prune's log epoch is not the partition's",
+			Err:     store.ErrEpochMismatch,
+		}
+	}
+	target := min(throughSeq, maxSeq)
+	if target <= horizon {
+		return store.PruneResult{HorizonSeq: horizon}, nil
+	}
+	br, err = tx.send(ctx, func(b *pgx.Batch) {
+		b.Queue(sqlPruneCommits, partition, target)
+		b.Queue(sqlPruneChanges, partition, target)
+		b.Queue(sqlPruneChangeScopes, partition, target)
+		b.Queue(sqlPruneTombstones, partition, target)
+		b.Queue(sqlSetHorizon, partition, target)
+		b.Queue("COMMIT")
+	})
+	if err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	tag, err := br.Exec()
+	res.CommitsDeleted = tag.RowsAffected()
+	for range 3 {
+		if err == nil {
+			_, err = br.Exec()
+		}
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&res.HorizonSeq)
+	}
+	if err == nil {
+		if tag, err = br.Exec(); err == nil && tag.String() != "COMMIT" {
+			err = errors.New("the transaction was rolled back")
+		}
+	}
+	if err = closeBatch(br, err); err != nil {
+		return store.PruneResult{}, fmt.Errorf("prune: %w", err)
+	}
+	tx.done = true
+	return res, nil
+}

@@ -1,0 +1,192 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Row returns a committed current row.
+func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.Row, error) {
+	ts, err := s.table(table)
+	if err != nil {
+		return store.Row{}, err
+	}
+	row, err := scanRow(s.pool.QueryRow(ctx, ts.selectRow, partition, rowID), table)
+	if err != nil {
+		return store.Row{}, fmt.Errorf("row: %w", err)
+	}
+	return row, nil
+}
+
+// PushResult reads the push-result journal.
+func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommitID string) (store.PushRecord, error) {
+	if err := s.check(); err != nil {
+		return store.PushRecord{}, err
+	}
+	rec, err := scanPushRecord(s.pool.QueryRow(ctx, sqlPushResult, partition, clientID, clientCommitID))
+	if err != nil {
+		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
+	}
+	return rec, nil
+}
+
+// ScanRows reads one page of the current rows of a table inside the
+// effective scopes, in bytewise row-id order, in one statement (see
+// scanSQL): every row of the page matches every key, so a short page is
+// the last one.
+func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	ts, err := s.table(q.Table)
+	if err != nil {
+		return nil, err
+	}
+	if len(q.Scopes) == 0 {
+		return nil, scanRequiresScope()
+	}
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("scan rows: limit %d is not positive", q.Limit)
+	}
+	first, rest, ok := splitScopes(q.Scopes)
+	if !ok {
+		return nil, nil // a key without values matches nothing
+	}
+	sql, args := ts.scanFirst, []any{partition, ts.name, first.Values, first.Key, rest, q.Limit}
+	if q.After != nil {
+		sql, args = ts.scanAfter, append(args, *q.After)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("scan rows: %w", err)
+	}
+	out, err := collectRows(rows, q.Table, q.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("scan rows: %w", err)
+	}
+	return out, nil
+}
+
+// ListRows reads a page of a table's current rows in bytewise row-id
+// order, whatever their scopes.
+func (s *Store) ListRows(ctx context.Context, partition, table string, after *string, limit int) ([]store.Row, error) {
+	ts, err := s.table(table)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		return nil, fmt.Errorf("list rows: limit %d is not positive", limit)
+	}
+	sql, args := ts.listFirst, []any{partition, limit}
+	if after != nil {
+		sql, args = ts.listAfter, append(args, *after)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	out, err := collectRows(rows, table, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list rows: %w", err)
+	}
+	return out, nil
+}
+
+// LatestScopedChangeSeq returns the newest commit sequence whose change to
+// table carries one of the scope's values, or 0, from the change scope
+// index alone.
+func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var seq int64
+	err := s.pool.QueryRow(ctx, sqlLatestScopedChangeSeq, partition, table, scope.Key, scope.Values).Scan(&seq)
+	if err != nil {
+		return 0, fmt.Errorf("latest scoped change seq: %w", err)
+	}
+	return seq, nil
+}
+
+// collectRows reads the rows of a scan or listing.
+func collectRows(rows pgx.Rows, table string, limit int) ([]store.Row, error) {
+	defer rows.Close()
+	out := make([]store.Row, 0, min(limit, 256))
+	for rows.Next() {
+		r, err := scanRow(rows, table)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// splitScopes returns the first effective key with its values
+// deduplicated, and the other keys as the JSONB filter of the scans. It
+// reports false when some key has no values: nothing can match.
+func splitScopes(m wire.ScopeMap) (first wire.ScopeValues, rest []byte, ok bool) {
+	others := make(map[string][]string, len(m)-1)
+	for i, e := range m {
+		if len(e.Values) == 0 {
+			return first, nil, false
+		}
+		if i == 0 {
+			vals := slices.Clone(e.Values)
+			slices.Sort(vals)
+			first = wire.ScopeValues{Key: e.Key, Values: slices.Compact(vals)}
+			continue
+		}
+		others[e.Key] = e.Values
+	}
+	rest, _ = json.Marshal(others) // a map of string slices always marshals
+	return first, rest, true
+}
+
+// scanRequiresScope is the error of a scan without scopes.
+func scanRequiresScope() error {
+	return &store.Error{
+		Code:    store.CodeScanRequiresScope,
+		Message: "a scan needs at least one scope key",
+		Err:     store.ErrScanRequiresScope,
+	}
+}
+
+// scanRow reads the columns rowColumns lists; no row is store.ErrNotFound.
+func scanRow(r pgx.Row, table string) (store.Row, error) {
+	var (
+		row    = store.Row{Table: table}
+		scopes []byte
+	)
+	if err := r.Scan(&row.RowID, &row.ServerVersion, &scopes, &row.Payload, &row.ColumnVersions); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.Row{}, store.ErrNotFound
+		}
+		return store.Row{}, err
+	}
+	var err error
+	if row.Scopes, err = store.DecodeScopes(scopes); err != nil {
+		return store.Row{}, err
+	}
+	if len(row.ColumnVersions) == 0 {
+		row.ColumnVersions = nil
+	}
+	return row, nil
+}
+
+// scanPushRecord reads and decodes a journal record; no row is
+// store.ErrNotFound, a record that does not decode store.ErrUnreadable.
+func scanPushRecord(r pgx.Row) (store.PushRecord, error) {
+	var body []byte
+	if err := r.Scan(&body); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return store.PushRecord{}, store.ErrNotFound
+		}
+		return store.PushRecord{}, err
+	}
+	return store.DecodePushRecord(body)
+}

@@ -1,0 +1,271 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+func TestReadCommitWindow(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	w := func(id, project, owner string) store.RowWrite {
+		return task{id: id, project: project, owner: owner}.write(t, c, 1)
+	}
+	apply(t, s, "p", w("a", "p1", "o1"), w("b", "p1", "o2"))                     // 1: 2 changes, 1 for o1
+	apply(t, s, "p", w("c", "p2", "o1"))                                         // 2: other project
+	apply(t, s, "p", w("d", "p1", "o1"), w("e", "p1", "o1"), w("f", "p1", "o1")) // 3: 3 changes
+	apply(t, s, "p", w("g", "p1", "o1"))                                         // 4
+	apply(t, s, "other", w("h", "p1", "o1"))                                     // other partition
+	read := func(q store.CommitWindowQuery) store.CommitWindow {
+		t.Helper()
+		q.Table = "tasks"
+		got, err := s.ReadCommitWindow(ctx, "p", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	shape := func(w store.CommitWindow) string {
+		var parts []string
+		for _, c := range w.Commits {
+			var ids []string
+			for _, ch := range c.Changes {
+				ids = append(ids, ch.RowID)
+			}
+			parts = append(parts, fmt.Sprintf("%d:%s", c.Seq, strings.Join(ids, "")))
+		}
+		return fmt.Sprintf("%s complete=%t", strings.Join(parts, " "), w.Complete)
+	}
+	both := wire.ScopeMap{{Key: "owner_id", Values: []string{"o1"}}, {Key: "project_id", Values: []string{"p1"}}}
+	for _, tc := range []struct {
+		q    store.CommitWindowQuery
+		want string
+	}{
+		{store.CommitWindowQuery{Scopes: scope("project_id", "p1"), ThroughSeq: 4}, "1:ab 3:def 4:g complete=true"},
+		{store.CommitWindowQuery{Scopes: scope("project_id", "p1", "p2", "p1"), ThroughSeq: 4}, "1:ab 2:c 3:def 4:g complete=true"},
+		{store.CommitWindowQuery{Scopes: both, ThroughSeq: 4}, "1:a 3:def 4:g complete=true"},
+		{store.CommitWindowQuery{Scopes: both, AfterSeq: 1, ThroughSeq: 3}, "3:def complete=true"},
+		{store.CommitWindowQuery{Scopes: both, ThroughSeq: 4, LimitChanges: 2}, "1:a complete=false"},
+		{store.CommitWindowQuery{Scopes: both, ThroughSeq: 4, LimitChanges: 4}, "1:a 3:def complete=false"},
+		{store.CommitWindowQuery{Scopes: both, ThroughSeq: 4, LimitChanges: 5}, "1:a 3:def 4:g complete=true"},
+		{store.CommitWindowQuery{Scopes: both, AfterSeq: 2, ThroughSeq: 4, LimitChanges: 1}, "3:def complete=false"},
+		{store.CommitWindowQuery{Scopes: scope("project_id", "nope"), ThroughSeq: 4}, " complete=true"},
+		{store.CommitWindowQuery{Scopes: scope("project_id"), ThroughSeq: 4}, " complete=true"},
+	} {
+		if got := shape(read(tc.q)); got != tc.want {
+			t.Errorf("%+v: got %q; want %q", tc.q, got, tc.want)
+		}
+	}
+	got := read(store.CommitWindowQuery{Scopes: both, AfterSeq: 3, ThroughSeq: 4})
+	want := store.Commit{Seq: 4, CreatedAtMs: 1000, ActorID: "a1", ClientID: "c1"}
+	if len(got.Commits) != 1 || got.Commits[0].ActorID != want.ActorID || got.Commits[0].CreatedAtMs != want.CreatedAtMs {
+		t.Fatalf("commit = %+v", got.Commits)
+	}
+	ch := got.Commits[0].Changes[0]
+	wg := w("g", "p1", "o1")
+	if ch.Table != "tasks" || ch.Op != wire.OpUpsert || ch.RowVersion != 1 || !slices.Equal(ch.Payload, wg.Payload) ||
+		!slices.Equal(ch.Scopes, wg.Scopes) {
+		t.Errorf("change = %+v; want %+v", ch, upsertChange(wg))
+	}
+	if _, err := s.ReadCommitWindow(ctx, "p", store.CommitWindowQuery{Table: "tasks", ThroughSeq: 4}); !errors.Is(err, store.ErrScanRequiresScope) ||
+		store.ErrorCode(err) != store.CodeScanRequiresScope {
+		t.Errorf("window without scopes = %v", err)
+	}
+}
+
+// TestCommitWindowPages reads a window that takes several candidate pages.
+func TestCommitWindowPages(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	n := defaultWindowPageCommits + 10
+	var changes []store.Change
+	for i := range n {
+		changes = append(changes, upsertChange(task{id: fmt.Sprint(i), project: "p1", owner: fmt.Sprint(i % 2)}.write(t, c, 1)))
+	}
+	err := s.Write(context.Background(), "p", func(ctx context.Context, tx store.WriteTx) error {
+		for i, ch := range changes {
+			if _, err := tx.AppendCommit(ctx, commitOf(fmt.Sprint(i), ch)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := store.CommitWindowQuery{Table: "tasks", Scopes: wire.ScopeMap{{Key: "owner_id", Values: []string{"1"}},
+		{Key: "project_id", Values: []string{"p1"}}}, ThroughSeq: int64(n)}
+	w, err := s.ReadCommitWindow(context.Background(), "p", q)
+	if err != nil || !w.Complete || len(w.Commits) != n/2 {
+		t.Fatalf("window: %d commits, complete %t, %v", len(w.Commits), w.Complete, err)
+	}
+	q.LimitChanges = 100
+	if w, err = s.ReadCommitWindow(context.Background(), "p", q); err != nil || w.Complete || len(w.Commits) != 100 {
+		t.Fatalf("limited window: %d commits, complete %t, %v", len(w.Commits), w.Complete, err)
+	}
+}
+
+func TestScanRowsBytewiseAndFiltered(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	// Whatever the database collation, the order is bytewise, also when
+	// the scope index column was created with a linguistic collation (as a
+	// database created by the reference server may have it).
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE sync_row_scopes ALTER COLUMN row_id TYPE TEXT COLLATE "und-x-icu"`); err != nil {
+		t.Logf("no ICU collation to test with: %v", err)
+	}
+	ids := []string{"b", "B", "a", "é", "Z", "ä", "a1", "A", "10", "9", "_"}
+	var ws []store.RowWrite
+	for i, id := range ids {
+		ws = append(ws, task{id: id, project: "p1", owner: fmt.Sprint("o", i%2)}.write(t, c, 1))
+	}
+	ws = append(ws, task{id: "x", project: "p2", owner: "o0"}.write(t, c, 1))
+	apply(t, s, "p", ws...)
+	scan := func(scopes wire.ScopeMap, limit int) []string {
+		var out []string
+		q := store.RowScanQuery{Table: "tasks", Scopes: scopes, Limit: limit}
+		for {
+			page, err := s.ScanRows(ctx, "p", q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range page {
+				out = append(out, r.RowID)
+			}
+			if len(page) < limit {
+				return out
+			}
+			q.After = &page[len(page)-1].RowID
+		}
+	}
+	want := slices.Clone(ids)
+	slices.Sort(want) // Go compares strings bytewise
+	for _, limit := range []int{1, 3, 100} {
+		if got := scan(scope("project_id", "p1"), limit); !slices.Equal(got, want) {
+			t.Errorf("limit %d: %q; want %q", limit, got, want)
+		}
+	}
+	var evens []string
+	for i, id := range ids {
+		if i%2 == 0 {
+			evens = append(evens, id)
+		}
+	}
+	slices.Sort(evens)
+	both := wire.ScopeMap{{Key: "owner_id", Values: []string{"o0"}}, {Key: "project_id", Values: []string{"p1"}}}
+	if got := scan(both, 2); !slices.Equal(got, evens) {
+		t.Errorf("two keys: %q; want %q", got, evens)
+	}
+	if got := scan(scope("owner_id", "o0", "o1"), 4); len(got) != len(ids)+1 {
+		t.Errorf("two values: %q", got)
+	}
+	r, err := s.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p2"), Limit: 1})
+	if err != nil || len(r) != 1 || !slices.Equal(r[0].Payload, ws[len(ws)-1].Payload) || !slices.Equal(r[0].Scopes, ws[len(ws)-1].Scopes) {
+		t.Errorf("scan p2 = %+v, %v", r, err)
+	}
+	if _, err := s.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Limit: 1}); !errors.Is(err, store.ErrScanRequiresScope) {
+		t.Errorf("scan without scopes = %v", err)
+	}
+	if _, err := s.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p1")}); err == nil {
+		t.Error("scan with limit 0 succeeded")
+	}
+}
+
+func TestPushResults(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	ensure(t, s, testSchema(t, 1))
+	ctx := context.Background()
+	first := store.PushRecord{Status: wire.PushApplied, CommitSeq: 7, RecordedAtMs: 5, CacheIdentity: "id",
+		Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpApplied}}}
+	second := store.PushRecord{Status: wire.PushRejected, Results: []wire.OpResult{}}
+	var stored []bool
+	for _, rec := range []store.PushRecord{first, second} {
+		err := s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
+			ok, err := tx.PutPushResult(ctx, "c", "k", rec)
+			stored = append(stored, ok)
+			got, rerr := tx.PushResult(ctx, "c", "k")
+			if rerr != nil || got.CommitSeq != 7 {
+				t.Errorf("tx.PushResult = %+v, %v", got, rerr)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(stored, []bool{true, false}) {
+		t.Errorf("stored = %v; want first writer wins", stored)
+	}
+	got, err := s.PushResult(ctx, "p", "c", "k")
+	if err != nil || got.Status != wire.PushApplied || got.CommitSeq != 7 || got.CacheIdentity != "id" || len(got.Results) != 1 {
+		t.Errorf("PushResult = %+v, %v", got, err)
+	}
+	if _, err := s.PushResult(ctx, "p", "c", "other"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("unknown commit id: %v", err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO sync_push_results VALUES ('p', 'c', 'bad', '{"status":"weird"}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PushResult(ctx, "p", "c", "bad"); !errors.Is(err, store.ErrUnreadable) {
+		t.Errorf("unreadable record: %v", err)
+	}
+}
+
+// TestScopeReadsUseIndexes checks the plans of the scoped reads: the
+// candidates come from the primary keys of the scope indexes.
+func TestScopeReadsUseIndexes(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	ensure(t, s, testSchema(t, 1))
+	ts, _ := s.table("tasks")
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET enable_seqscan = off"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "RESET enable_seqscan")
+	explain := func(sql string, args ...any) string {
+		t.Helper()
+		rows, err := conn.Query(ctx, "EXPLAIN (FORMAT TEXT) "+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, line)
+		}
+		return strings.Join(lines, "\n")
+	}
+	vals := []string{"a", "b"}
+	if plan := explain(sqlCommitWindow, "p", "tasks", "project_id", vals, int64(0), int64(10), 100); !strings.Contains(plan, "Index Only Scan using sync_change_scopes_pkey") {
+		t.Errorf("the window does not read the change scope index:\n%s", plan)
+	}
+	if plan := explain(ts.scanAfter, "p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
+		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
+	}
+}

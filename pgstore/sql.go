@@ -1,0 +1,186 @@
+package pgstore
+
+// SQL of the core sync_* tables, grouped by use. The SQL of the app tables
+// is generated per table (tables.go); the DDL of the core tables is in
+// migrations/*.sql.
+
+// Open.
+const (
+	// sqlMigrationLock serializes concurrent Opens of one schema: CREATE …
+	// IF NOT EXISTS and CREATE OR REPLACE FUNCTION are not safe against
+	// each other.
+	sqlMigrationLock = `SELECT pg_advisory_xact_lock(hashtextextended('syncgo.migrate:' || current_schema(), 0))`
+)
+
+// Write boundary and commit log.
+const (
+	// sqlLockPartition inserts the partition's counter row if absent and
+	// takes its row lock in one statement.
+	sqlLockPartition = `INSERT INTO sync_partitions(partition) VALUES ($1)
+ON CONFLICT (partition) DO UPDATE SET partition = EXCLUDED.partition
+RETURNING max_commit_seq, horizon_seq`
+
+	// sqlAppendCommit allocates the next sequence on the locked row and
+	// writes the commit row with it (the fence trigger runs here).
+	sqlAppendCommit = `WITH seq AS (
+  UPDATE sync_partitions SET max_commit_seq = max_commit_seq + 1
+   WHERE partition = $1
+  RETURNING max_commit_seq
+)
+INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+SELECT $1, max_commit_seq, $2, $3, $4, $5, $6 FROM seq
+RETURNING commit_seq`
+
+	// sqlCurrentSeq is the sequence the statement before allocated; the
+	// statements of one append run after it on the same transaction.
+	sqlCurrentSeq = `(SELECT max_commit_seq FROM sync_partitions WHERE partition = $1)`
+
+	sqlInsertChanges = `INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+SELECT $1, ` + sqlCurrentSeq + `, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+  FROM unnest($2::int4[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::text[], $8::bytea[])
+       AS c(idx, tbl, row_id, op, row_version, scopes, payload)`
+
+	sqlInsertChangeScopes = `INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
+SELECT $1, s.tbl, s.var, s.value, ` + sqlCurrentSeq + `
+  FROM unnest($2::text[], $3::text[], $4::text[]) AS s(tbl, var, value)
+ON CONFLICT DO NOTHING`
+
+	sqlUpsertTombstones = `INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
+SELECT $1, t.tbl, t.row_id, ` + sqlCurrentSeq + `
+  FROM unnest($2::text[], $3::text[]) AS t(tbl, row_id)
+ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq`
+
+	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+)
+
+// Row scope index.
+const (
+	// sqlPruneRowScopes removes the entries of a row that its new scopes
+	// no longer hold; unchanged entries stay (no churn on a plain update).
+	sqlPruneRowScopes = `DELETE FROM sync_row_scopes
+ WHERE partition = $1 AND tbl = $2 AND row_id = $3
+   AND (var, value) NOT IN (SELECT * FROM unnest($4::text[], $5::text[]))`
+
+	sqlInsertRowScopes = `INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id)
+SELECT $1, $2, s.var, s.value, $3 FROM unnest($4::text[], $5::text[]) AS s(var, value)
+ON CONFLICT DO NOTHING`
+
+	sqlDeleteRowScopes = `DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+)
+
+// Push-result journal.
+const (
+	sqlPushResult    = `SELECT result FROM sync_push_results WHERE partition = $1 AND client_id = $2 AND client_commit_id = $3`
+	sqlPutPushResult = `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING
+RETURNING 1`
+)
+
+// Commit window: candidate commits from the change scope index on the
+// first key, one ordered, limited index range per value (an index scan
+// with value = ANY cannot return commit_seq in order before Postgres 17),
+// joined to the commit rows (a primary-key probe per candidate: LIMIT 1
+// keeps the planner from choosing otherwise on a table without
+// statistics yet) and the table's changes.
+const sqlCommitWindow = `SELECT c.commit_seq, m.created_at_ms, m.actor_id, m.client_id, m.client_commit_id,
+       ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM (SELECT DISTINCT x.commit_seq
+          FROM unnest($4::text[]) AS v(value)
+          CROSS JOIN LATERAL (
+            SELECT cs.commit_seq FROM sync_change_scopes cs
+             WHERE cs.partition = $1 AND cs.tbl = $2 AND cs.var = $3 AND cs.value = v.value
+               AND cs.commit_seq > $5 AND cs.commit_seq <= $6
+             ORDER BY cs.commit_seq
+             LIMIT $7) x
+         ORDER BY x.commit_seq
+         LIMIT $7) c
+  LEFT JOIN LATERAL (
+    SELECT created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
+     WHERE partition = $1 AND commit_seq = c.commit_seq
+     LIMIT 1) m ON TRUE
+  LEFT JOIN sync_changes ch ON ch.partition = $1 AND ch.commit_seq = c.commit_seq AND ch.tbl = $2
+ ORDER BY c.commit_seq, ch.idx`
+
+// sqlLatestScopedChangeSeq is the newest sequence in the change scope
+// index for any of the values: one backward index probe per value.
+const sqlLatestScopedChangeSeq = `SELECT coalesce(max(x.seq), 0)
+  FROM unnest($4::text[]) AS v(value)
+  CROSS JOIN LATERAL (
+    SELECT max(cs.commit_seq) AS seq FROM sync_change_scopes cs
+     WHERE cs.partition = $1 AND cs.tbl = $2 AND cs.var = $3 AND cs.value = v.value) x`
+
+// Partitions.
+const (
+	sqlTouchPartition = `WITH reg AS (
+  INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+  VALUES ($1, $2, FALSE, $3)
+  ON CONFLICT (partition) DO UPDATE SET last_authenticated_at_ms = EXCLUDED.last_authenticated_at_ms
+  RETURNING log_epoch, epoch_required, last_authenticated_at_ms
+)
+SELECT reg.log_epoch, reg.epoch_required, reg.last_authenticated_at_ms,
+       coalesce(p.max_commit_seq, 0), coalesce(p.horizon_seq, 0)
+  FROM reg LEFT JOIN sync_partitions p ON p.partition = $1`
+
+	sqlPartition = `SELECT r.partition IS NOT NULL, coalesce(r.log_epoch, ''), coalesce(r.epoch_required, FALSE),
+       coalesce(r.last_authenticated_at_ms, 0),
+       p.partition IS NOT NULL, coalesce(p.max_commit_seq, 0), coalesce(p.horizon_seq, 0)
+  FROM (SELECT $1::text AS id) k
+  LEFT JOIN sync_partition_registry r ON r.partition = k.id
+  LEFT JOIN sync_partitions p ON p.partition = k.id`
+
+	sqlRotateEpoch = `INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+VALUES ($1, $2, TRUE, $3)
+ON CONFLICT (partition) DO UPDATE SET log_epoch = EXCLUDED.log_epoch, epoch_required = TRUE,
+  last_authenticated_at_ms = EXCLUDED.last_authenticated_at_ms`
+
+	sqlDeleteClients = `DELETE FROM sync_clients WHERE partition = $1`
+
+	// sqlRegistryEpochShared reads the epoch and keeps a rotation from
+	// committing until the prune does.
+	sqlRegistryEpochShared = `SELECT log_epoch FROM sync_partition_registry WHERE partition = $1 FOR SHARE`
+
+	sqlPruneCommits      = `DELETE FROM sync_commits WHERE partition = $1 AND commit_seq <= $2`
+	sqlPruneChanges      = `DELETE FROM sync_changes WHERE partition = $1 AND commit_seq <= $2`
+	sqlPruneChangeScopes = `DELETE FROM sync_change_scopes WHERE partition = $1 AND commit_seq <= $2`
+	sqlPruneTombstones   = `DELETE FROM sync_tombstones WHERE partition = $1 AND commit_seq <= $2`
+	sqlSetHorizon        = `UPDATE sync_partitions SET horizon_seq = GREATEST(horizon_seq, $2) WHERE partition = $1 RETURNING horizon_seq`
+
+	sqlCommitSeqBefore = `SELECT coalesce(max(commit_seq), 0) FROM sync_commits WHERE partition = $1 AND created_at_ms < $2`
+)
+
+// Clients.
+const (
+	sqlClient = `SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
+  FROM sync_clients WHERE partition = $1 AND client_id = $2`
+
+	sqlPutClient = `INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = EXCLUDED.actor_id,
+  wire_version = EXCLUDED.wire_version, cursor = EXCLUDED.cursor,
+  subscriptions = EXCLUDED.subscriptions, updated_at_ms = EXCLUDED.updated_at_ms`
+
+	// sqlAdvanceCursor checks the epoch and moves the cursor in one
+	// statement; an absent registry entry has the epoch "".
+	sqlAdvanceCursor = `WITH cur AS (
+  SELECT coalesce((SELECT log_epoch FROM sync_partition_registry WHERE partition = $1), '') = $6 AS ok
+), upd AS (
+  UPDATE sync_clients SET cursor = GREATEST(cursor, $4), updated_at_ms = GREATEST(updated_at_ms, $5)
+   WHERE partition = $1 AND client_id = $2 AND actor_id = $3 AND cursor < $4
+     AND (SELECT ok FROM cur)
+  RETURNING 1
+)
+SELECT (SELECT ok FROM cur), (SELECT count(*) FROM upd)`
+
+	sqlActiveCursorFloor = `SELECT min(cursor) FROM sync_clients WHERE partition = $1 AND updated_at_ms >= $2 AND cursor >= 0`
+)
+
+// Schema marker.
+const (
+	sqlMarker       = `SELECT schema_version, layouts FROM sync_schema_meta WHERE id = 1`
+	sqlMarkerLocked = sqlMarker + ` FOR UPDATE`
+	sqlPutMarker    = `INSERT INTO sync_schema_meta(id, schema_version, layouts) VALUES (1, $1, $2)
+ON CONFLICT (id) DO UPDATE SET schema_version = EXCLUDED.schema_version, layouts = EXCLUDED.layouts`
+	sqlLockForMigration = `LOCK TABLE sync_partitions IN EXCLUSIVE MODE`
+)

@@ -1,0 +1,151 @@
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Store is the Postgres [store.Store]. It is safe for concurrent use.
+type Store struct {
+	pool     *pgxpool.Pool
+	ownsPool bool
+	log      *slog.Logger
+	cfg      Config
+
+	// schema is the state EnsureSchema installed; nil before.
+	schema atomic.Pointer[schemaState]
+	closed atomic.Bool
+
+	writes      atomic.Int64
+	writeErrors atomic.Int64
+	batches     atomic.Int64
+	commits     atomic.Int64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects (or adopts cfg.Pool) and applies the embedded migrations
+// of the core sync_* tables, idempotently, in the schema that the
+// connections' search_path selects.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg}
+	if s.pool == nil {
+		if cfg.URL == "" {
+			return nil, errors.New("pgstore: open: neither URL nor Pool is set")
+		}
+		pc, err := pgxpool.ParseConfig(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: open: parse url: %w", err)
+		}
+		pc.MaxConns = cfg.MaxConns
+		if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return nil, fmt.Errorf("pgstore: open: %w", err)
+		}
+		s.ownsPool = true
+	}
+	if err := s.migrate(ctx); err != nil {
+		if s.ownsPool {
+			s.pool.Close()
+		}
+		return nil, fmt.Errorf("pgstore: open: %w", err)
+	}
+	return s, nil
+}
+
+// migrate applies every embedded migration file, in name order, in one
+// transaction under an advisory lock of the schema.
+func (s *Store) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return fmt.Errorf("list migrations: %w", err)
+	}
+	sort.Strings(names)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlMigrationLock); err != nil {
+			return fmt.Errorf("migration lock: %w", err)
+		}
+		for _, name := range names {
+			body, err := migrationFiles.ReadFile(name)
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			// No arguments: the simple protocol, which runs a file of
+			// several statements.
+			if _, err := tx.Exec(ctx, string(body)); err != nil {
+				return fmt.Errorf("apply %s: %w", name, err)
+			}
+		}
+		s.log.DebugContext(ctx, "pgstore: migrations applied", "files", len(names))
+		return nil
+	})
+}
+
+// Pool returns the connection pool.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Stats returns a snapshot of the store's counters.
+func (s *Store) Stats() store.Stats {
+	return store.Stats{
+		Writes:      s.writes.Load(),
+		WriteErrors: s.writeErrors.Load(),
+		Batches:     s.batches.Load(),
+		Commits:     s.commits.Load(),
+	}
+}
+
+// Close releases the store; it closes the pool when Open created it. Later
+// calls fail with store.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.ownsPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// check returns store.ErrClosed after Close.
+func (s *Store) check() error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	return nil
+}
+
+// ensured returns the installed schema, or store.ErrNoSchema.
+func (s *Store) ensured() (*schemaState, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	st := s.schema.Load()
+	if st == nil {
+		return nil, store.ErrNoSchema
+	}
+	return st, nil
+}
+
+// table returns the installed schema's table, or store.ErrNoSchema or
+// store.ErrUnknownTable.
+func (s *Store) table(name string) (*tableSQL, error) {
+	st, err := s.ensured()
+	if err != nil {
+		return nil, err
+	}
+	return st.table(name)
+}

@@ -1,0 +1,228 @@
+package pgstore
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The meta columns of every app table, as the reference server names them.
+const (
+	colPartition      = "_sync_partition"
+	colRowID          = "_sync_row_id"
+	colServerVersion  = "_sync_server_version"
+	colScopes         = "_sync_scopes"
+	colPayload        = "_sync_payload"
+	colColumnVersions = "_sync_column_versions"
+)
+
+// schemaState is what EnsureSchema installs: the running schema and the
+// SQL of its tables, generated once.
+type schemaState struct {
+	compiled *schema.Compiled
+	version  int32
+	tables   map[string]*tableSQL
+}
+
+func newSchemaState(c *schema.Compiled) *schemaState {
+	st := &schemaState{compiled: c, version: c.Version(), tables: make(map[string]*tableSQL, len(c.Tables()))}
+	for _, t := range c.Tables() {
+		st.tables[t.Name()] = newTableSQL(t)
+	}
+	return st
+}
+
+func (st *schemaState) table(name string) (*tableSQL, error) {
+	t, ok := st.tables[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", store.ErrUnknownTable, name)
+	}
+	return t, nil
+}
+
+// tableSQL is one app table with its statements.
+type tableSQL struct {
+	t      *schema.CompiledTable
+	name   string
+	quoted string
+	// typed are the materialized app columns, in codec order; empty when
+	// the table is not materialized.
+	typed []schema.Column
+	// constraints maps the physical name of a declared unique index to its
+	// declared name.
+	constraints map[string]string
+
+	upsert    string
+	selectRow string
+	deleteRow string
+	scanFirst string
+	scanAfter string
+	listFirst string
+	listAfter string
+}
+
+// rowColumns are the columns a read returns, in scanRow order.
+const rowColumns = `"_sync_row_id", "_sync_server_version", "_sync_scopes", "_sync_payload", "_sync_column_versions"`
+
+func newTableSQL(t *schema.CompiledTable) *tableSQL {
+	ts := &tableSQL{t: t, name: t.Name(), quoted: quoteIdent(t.Name()), constraints: map[string]string{}}
+	if t.Materialize() {
+		ts.typed = t.Columns()
+	}
+	for _, ix := range t.Indexes() {
+		if ix.Unique {
+			ts.constraints[ix.PhysicalName] = ix.Name
+		}
+	}
+	names := []string{colPartition, colRowID}
+	for _, c := range ts.typed {
+		names = append(names, c.Name)
+	}
+	names = append(names, colServerVersion, colScopes, colPayload, colColumnVersions)
+	quoted := make([]string, len(names))
+	params := make([]string, len(names))
+	var sets []string
+	for i, n := range names {
+		quoted[i] = quoteIdent(n)
+		params[i] = fmt.Sprintf("$%d", i+1)
+		if i >= 2 {
+			sets = append(sets, quoted[i]+" = EXCLUDED."+quoted[i])
+		}
+	}
+	key := quoteIdent(colPartition) + " = $1 AND " + quoteIdent(colRowID) + " = $2"
+	ts.upsert = "INSERT INTO " + ts.quoted + " (" + strings.Join(quoted, ", ") + ") VALUES (" + strings.Join(params, ", ") +
+		") ON CONFLICT (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ") DO UPDATE SET " + strings.Join(sets, ", ")
+	ts.selectRow = "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + key
+	ts.deleteRow = "DELETE FROM " + ts.quoted + " WHERE " + key
+	// A listing orders by row id bytewise, as scans do; the primary key is
+	// in the database collation, so a page sorts the partition's rows
+	// after the cursor (an operator read, not a serving path).
+	list := "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + quoteIdent(colPartition) + " = $1"
+	order := " ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $2`
+	ts.listFirst = list + order
+	ts.listAfter = list + " AND " + quoteIdent(colRowID) + ` COLLATE "C" > $3` + order
+	ts.scanFirst = scanSQL(ts.quoted, false)
+	ts.scanAfter = scanSQL(ts.quoted, true)
+	return ts
+}
+
+// scanSQL is the row scan of a table: candidates from sync_row_scopes on
+// the first key, one ordered, limited range per value, each checked
+// against the other keys on the row's _sync_scopes; then the first $6 of
+// them in bytewise row-id order. Parameters: partition, table, values of
+// the first key, the first key, the other keys as a JSONB object of value
+// arrays, limit, and with after the row id to start after.
+//
+// Row ids compare with COLLATE "C" (bytewise for UTF-8): the order of the
+// contract, whatever the database collation. sync_row_scopes.row_id is
+// declared COLLATE "C", so the range and the order come from its primary
+// key. The join to the app table compares under the collation of its
+// primary key ("default"), or Postgres, seeing two collations, could not
+// use that key and would filter the partition's rows instead.
+func scanSQL(table string, after bool) string {
+	rid := "s.row_id COLLATE \"C\""
+	cond := ""
+	if after {
+		cond = " AND " + rid + " > $7"
+	}
+	return `SELECT r.row_id, r.server_version, r.scopes, r.payload, r.column_versions
+  FROM unnest($3::text[]) AS v(value)
+  CROSS JOIN LATERAL (
+    SELECT t.` + quoteIdent(colRowID) + ` AS row_id, t.` + quoteIdent(colServerVersion) + ` AS server_version,
+           t.` + quoteIdent(colScopes) + ` AS scopes, t.` + quoteIdent(colPayload) + ` AS payload,
+           t.` + quoteIdent(colColumnVersions) + ` AS column_versions
+      FROM sync_row_scopes s
+      JOIN ` + table + ` t ON t.` + quoteIdent(colPartition) + ` = s.partition
+                          AND t.` + quoteIdent(colRowID) + ` = s.row_id COLLATE "default"
+     WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $4 AND s.value = v.value` + cond + `
+       AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
+                        WHERE NOT coalesce(f.value ? (t.` + quoteIdent(colScopes) + ` ->> f.key), FALSE))
+     ORDER BY ` + rid + `
+     LIMIT $6) r
+ ORDER BY r.row_id COLLATE "C"
+ LIMIT $6`
+}
+
+// quoteIdent quotes an SQL identifier.
+func quoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
+}
+
+// sqlType is the Postgres type of a materialized column of type t.
+func sqlType(t wire.ColumnType) string {
+	switch t {
+	case wire.TypeJSON:
+		return "JSONB"
+	case wire.TypeInteger:
+		return "BIGINT"
+	case wire.TypeFloat:
+		return "DOUBLE PRECISION"
+	case wire.TypeBoolean:
+		return "BOOLEAN"
+	case wire.TypeBytes, wire.TypeCRDT:
+		return "BYTEA"
+	default: // string, blob_ref
+		return "TEXT"
+	}
+}
+
+// typedArgs returns the bind values of the typed columns of a row. The
+// typed columns are a queryable projection: the payload is the source of
+// truth, so a value that Postgres cannot hold (a NUL character in TEXT, a
+// \u0000 escape in JSONB) is projected as NULL rather than refusing the
+// row; the reference server does the same for JSON it cannot parse.
+func (ts *tableSQL) typedArgs(vals []wire.Value) ([]any, error) {
+	if len(vals) != len(ts.typed) {
+		return nil, fmt.Errorf("table %q: row has %d values for %d columns", ts.name, len(vals), len(ts.typed))
+	}
+	out := make([]any, len(vals))
+	for i, c := range ts.typed {
+		out[i] = projectValue(c.Type, vals[i])
+	}
+	return out, nil
+}
+
+// projectValue is the bind value of v in a typed column of type t; nil
+// (NULL) for NULL and for what the column cannot hold.
+func projectValue(t wire.ColumnType, v wire.Value) any {
+	if v.Null {
+		return nil
+	}
+	switch t {
+	case wire.TypeInteger:
+		return v.Int
+	case wire.TypeFloat:
+		return v.Float
+	case wire.TypeBoolean:
+		return v.Bool
+	case wire.TypeBytes, wire.TypeCRDT:
+		return nonNilBytes(v.Bytes)
+	case wire.TypeJSON:
+		if strings.Contains(v.Str, `\u0000`) {
+			return nil
+		}
+	default:
+		if strings.ContainsRune(v.Str, 0) {
+			return nil
+		}
+	}
+	return v.Str
+}
+
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// nullIfEmpty stores an empty byte string as NULL.
+func nullIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

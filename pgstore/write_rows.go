@@ -1,0 +1,199 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Row reads a current row on the transaction's connection.
+func (t *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
+	ts, err := t.table(table)
+	if err != nil {
+		return store.Row{}, err
+	}
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.selectRow, t.partition, rowID) })
+	if err != nil {
+		return store.Row{}, fmt.Errorf("row: %w", err)
+	}
+	row, err := scanRow(br.QueryRow(), table)
+	if err = closeBatch(br, err); err != nil {
+		return store.Row{}, fmt.Errorf("row: %w", err)
+	}
+	return row, nil
+}
+
+// Tombstone reads the row's delete tombstone.
+func (t *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlTombstone, t.partition, table, rowID) })
+	if err != nil {
+		return 0, false, fmt.Errorf("tombstone: %w", err)
+	}
+	var seq int64
+	err = br.QueryRow().Scan(&seq)
+	found := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err = closeBatch(br, err); err != nil {
+		return 0, false, fmt.Errorf("tombstone: %w", err)
+	}
+	return seq, found, nil
+}
+
+// ClearTombstone removes the row's tombstone (deferred).
+func (t *writeTx) ClearTombstone(_ context.Context, table, rowID string) error {
+	if t.done {
+		return errTxDone
+	}
+	t.defer_("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
+	return nil
+}
+
+// UpsertRow writes the row with its typed columns and brings its scope
+// index entries to its scopes, in one round trip.
+func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
+	ts, err := t.table(w.Table)
+	if err != nil {
+		return err
+	}
+	args := []any{t.partition, w.RowID}
+	if len(ts.typed) > 0 {
+		vals := w.Values
+		if vals == nil {
+			if vals, err = ts.t.RowCodec().DecodeRow(w.Payload); err != nil {
+				return fmt.Errorf("upsert row: decode payload: %w", err)
+			}
+		}
+		typed, err := ts.typedArgs(vals)
+		if err != nil {
+			return fmt.Errorf("upsert row: %w", err)
+		}
+		args = append(args, typed...)
+	}
+	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)),
+		nonNilBytes(w.Payload), nullIfEmpty(w.ColumnVersions))
+	vars, values := scopeArrays(w.Scopes)
+	br, err := t.send(ctx, func(b *pgx.Batch) {
+		b.Queue(ts.upsert, args...)
+		b.Queue(sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
+		b.Queue(sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
+	})
+	if err != nil {
+		return fmt.Errorf("upsert row: %w", err)
+	}
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return fmt.Errorf("upsert row: %w", ts.constraintError(err))
+	}
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("upsert row: scope index: %w", err)
+		}
+	}
+	if err := br.Close(); err != nil {
+		return fmt.Errorf("upsert row: %w", err)
+	}
+	return nil
+}
+
+// DeleteRow removes the row and its scope index entries (deferred).
+func (t *writeTx) DeleteRow(_ context.Context, table, rowID string) error {
+	ts, err := t.table(table)
+	if err != nil {
+		return err
+	}
+	if t.done {
+		return errTxDone
+	}
+	t.defer_("delete row", ts.deleteRow, t.partition, rowID)
+	t.defer_("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
+	return nil
+}
+
+// RowsByColumn reads up to limit rows whose materialized column equals
+// value, in bytewise row-id order, on the transaction's connection. A NULL
+// value equals nothing.
+func (t *writeTx) RowsByColumn(ctx context.Context, table, column string, value wire.Value, limit int) ([]store.Row, error) {
+	ts, err := t.table(table)
+	if err != nil {
+		return nil, err
+	}
+	i, ok := ts.t.ColumnIndex(column)
+	if !ok || len(ts.typed) == 0 {
+		return nil, fmt.Errorf("rows by column: %s.%s is not a materialized column", table, column)
+	}
+	arg := projectValue(ts.typed[i].Type, value)
+	if arg == nil || limit <= 0 {
+		return nil, nil
+	}
+	sql := "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + quoteIdent(colPartition) + " = $1 AND " +
+		quoteIdent(column) + " = $2 ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $3`
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sql, t.partition, arg, limit) })
+	if err != nil {
+		return nil, fmt.Errorf("rows by column: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("rows by column: %w", err)
+	}
+	out, err := collectRows(rows, table, limit)
+	if err = closeBatch(br, err); err != nil {
+		return nil, fmt.Errorf("rows by column: %w", err)
+	}
+	return out, nil
+}
+
+// PushResult reads the journal on the transaction's connection.
+func (t *writeTx) PushResult(ctx context.Context, clientID, clientCommitID string) (store.PushRecord, error) {
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlPushResult, t.partition, clientID, clientCommitID) })
+	if err != nil {
+		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
+	}
+	rec, err := scanPushRecord(br.QueryRow())
+	if err = closeBatch(br, err); err != nil {
+		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
+	}
+	return rec, nil
+}
+
+// PutPushResult records rec unless a record exists (first writer wins).
+func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
+	body, err := store.EncodePushRecord(rec)
+	if err != nil {
+		return false, fmt.Errorf("put push result: %w", err)
+	}
+	br, err := t.send(ctx, func(b *pgx.Batch) {
+		b.Queue(sqlPutPushResult, t.partition, clientID, clientCommitID, body)
+	})
+	if err != nil {
+		return false, fmt.Errorf("put push result: %w", err)
+	}
+	var one int
+	err = br.QueryRow().Scan(&one)
+	stored := err == nil
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil
+	}
+	if err = closeBatch(br, err); err != nil {
+		return false, fmt.Errorf("put push result: %w", err)
+	}
+	return stored, nil
+}
+
+// scopeArrays returns the variables and values of stored scopes as two
+// parallel arrays.
+func scopeArrays(s wire.StoredScopes) (vars, values []string) {
+	vars, values = make([]string, len(s)), make([]string, len(s))
+	for i, e := range s {
+		vars[i], values[i] = e.Key, e.Value
+	}
+	return vars, values
+}
