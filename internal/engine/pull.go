@@ -33,6 +33,7 @@ func clampLimits(h *wire.PullHeader) pullLimits {
 type subOutcome struct {
 	active     bool
 	nextCursor int64
+	effective  wire.ScopeMap
 }
 
 // pull answers every subscription, in request order.
@@ -64,7 +65,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	}
 	if sub.BootstrapState != nil || cursor < 0 || cursor > p.MaxCommitSeq {
 		next, err := r.bootstrap(ctx, sub, eff, p, lim)
-		return subOutcome{active: true, nextCursor: next}, err
+		return subOutcome{active: true, nextCursor: next, effective: eff}, err
 	}
 	win, err := r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, store.CommitWindowQuery{
 		Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits})
@@ -98,7 +99,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 			return subOutcome{}, err
 		}
 	}
-	return subOutcome{active: true, nextCursor: next}, r.enc.Encode(&wire.SubEnd{NextCursor: next})
+	return subOutcome{active: true, nextCursor: next, effective: eff}, r.enc.Encode(&wire.SubEnd{NextCursor: next})
 }
 
 // emptySection writes a revoked or reset section: no data, the request

@@ -46,30 +46,97 @@ type request struct {
 // the response began, a failure is written in-band as an ERROR frame and
 // the returned error only reports it for logging.
 func (e *Engine) Serve(ctx context.Context, auth Auth, req *wire.Request, resp Responder) error {
+	_, err := e.ServeRound(ctx, auth, req, resp)
+	return err
+}
+
+// Outcome is what a completed request did, for the realtime binding: the
+// subscriptions of its pull, to register on the socket that ran it.
+type Outcome struct {
+	// Completed is set when the response ended without an ERROR frame.
+	Completed bool
+	// Pulled is set when the request carried a PULL_HEADER.
+	Pulled bool
+	// Subscriptions are the pull's subscriptions in request order; only
+	// active ones carry effective scopes.
+	Subscriptions []SubscriptionOutcome
+	// LogEpoch is the partition's log epoch the request was served under.
+	LogEpoch string
+}
+
+// SubscriptionOutcome is one subscription of a completed pull.
+type SubscriptionOutcome struct {
+	ID        string
+	Table     string
+	Active    bool
+	Effective wire.ScopeMap
+}
+
+// ServeRound is Serve, also reporting the request's Outcome.
+func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, resp Responder) (Outcome, error) {
 	r := &request{e: e, auth: auth, req: req}
 	early, err := r.plan(ctx)
 	if err != nil {
-		return asProtocolError(err)
+		return Outcome{}, asProtocolError(err)
 	}
 	enc, err := resp.Begin(req.Version)
 	if err != nil {
-		return err
+		return Outcome{}, err
 	}
 	r.enc = enc
+	out := Outcome{LogEpoch: r.partition.LogEpoch}
 	if early != nil {
 		if err := enc.Encode(early); err != nil {
-			return err
+			return out, err
 		}
-		return enc.Close()
+		return out, enc.Close()
 	}
 	if err := r.serve(ctx); err != nil {
 		perr := asProtocolError(err)
 		if werr := writeErrorFrame(enc, perr); werr != nil {
-			return errors.Join(err, werr)
+			return out, errors.Join(err, werr)
 		}
-		return err
+		return out, err
 	}
-	return enc.Close()
+	if err := enc.Close(); err != nil {
+		return out, err
+	}
+	out.Completed = true
+	if req.Pull != nil {
+		out.Pulled = true
+		out.Subscriptions = make([]SubscriptionOutcome, len(req.Subscriptions))
+		for i, sub := range req.Subscriptions {
+			so := SubscriptionOutcome{ID: sub.ID, Table: sub.Table, Active: r.pulled[i].active}
+			if so.Active {
+				so.Effective = r.pulled[i].effective
+			}
+			out.Subscriptions[i] = so
+		}
+	}
+	return out, nil
+}
+
+// PartitionEpoch returns a partition's current log epoch (for responses
+// the engine did not produce, such as a socket round's decode failure).
+func (e *Engine) PartitionEpoch(ctx context.Context, partition string) string {
+	p, err := e.cfg.Store.Partition(ctx, partition)
+	if err != nil {
+		return ""
+	}
+	return p.LogEpoch
+}
+
+// ResolveAllowed runs the host's scope resolver for an actor.
+func (e *Engine) ResolveAllowed(ctx context.Context, auth Auth, clientID string) (map[string][]string, error) {
+	if e.cfg.Resolve == nil {
+		return nil, syncerr.New(syncerr.CodeForbidden, "no scope resolver")
+	}
+	return e.cfg.Resolve(ctx, ScopeRequest{Partition: auth.Partition, ActorID: auth.ActorID, ClientID: clientID})
+}
+
+// EffectiveScopes computes a subscription's effective scopes (§3.2).
+func EffectiveScopes(requested wire.ScopeMap, allowed map[string][]string, resolved bool) (wire.ScopeMap, bool) {
+	return effectiveScopes(requested, allowed, resolved)
 }
 
 // asProtocolError keeps catalog errors and hides everything else behind
