@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/internal/realtime"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
@@ -20,6 +21,9 @@ import (
 type Auth struct {
 	ActorID   string
 	Partition string
+	// ExpiresAt, when set, is when the credentials expire: realtime
+	// sockets opened with them are closed then.
+	ExpiresAt time.Time
 }
 
 // ScopeRequest is the input of Config.ResolveScopes.
@@ -30,6 +34,25 @@ type CommitNotice = engine.CommitNotice
 
 // Limits are the protocol limits a host may configure.
 type Limits = engine.Limits
+
+// RealtimeConfig tunes the realtime channel (§8). Zero fields take the
+// defaults noted.
+type RealtimeConfig struct {
+	// Heartbeat is the heartbeat interval. Default 30 s.
+	Heartbeat time.Duration
+	// QueueMessages and QueueBytes bound each socket's send queue; a
+	// consumer that falls behind gets wake-ups, then is closed. Defaults
+	// 256 messages and 1 MiB.
+	QueueMessages int
+	QueueBytes    int
+	// WriteTimeout bounds one socket write. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxDeltaBytes: a larger delta is sent as a delta-too-large wake.
+	// Default 1 MiB.
+	MaxDeltaBytes int
+	// MaxPresenceBytes caps a presence document. Default 16 KiB.
+	MaxPresenceBytes int
+}
 
 // RetentionPolicy is the pruning policy of §4.6.
 type RetentionPolicy = engine.RetentionPolicy
@@ -69,6 +92,8 @@ type Config struct {
 	// Retention is the pruning policy; values below the normative floors
 	// of §4.6 are raised to them.
 	Retention RetentionPolicy
+	// Realtime tunes the realtime channel.
+	Realtime RealtimeConfig
 	// RetentionInterval is how often the retention service prunes each
 	// partition this process serves. Default 1 minute; negative disables
 	// it.
@@ -98,6 +123,7 @@ func (c Config) withDefaults() Config {
 type Server struct {
 	cfg    Config
 	eng    *engine.Engine
+	hub    *realtime.Hub
 	mux    *http.ServeMux
 	codecs *codecPools
 
@@ -126,13 +152,19 @@ func New(cfg Config) (*Server, error) {
 		Schema:   cfg.Schema,
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
 		Now:      cfg.Now,
-		OnCommit: cfg.OnCommit,
+		OnCommit: s.onCommit,
 		Logger:   cfg.Logger,
 		Limits:   cfg.Limits,
 	})
+	rc := cfg.Realtime
+	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
+		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
+		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes,
+		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.handleSync)
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.handleSegment)
+	s.mux.HandleFunc("GET /realtime", s.handleRealtime)
 	return s, nil
 }
 
@@ -157,9 +189,20 @@ func (s *Server) Start(ctx context.Context) error {
 	return s.startErr
 }
 
-// Stop stops the background services and waits for them, or for ctx. The
-// store stays open; its owner closes it.
+// onCommit fans a durable commit out to the realtime sockets and the
+// host's hook.
+func (s *Server) onCommit(n CommitNotice) {
+	s.hub.Notify(n)
+	if s.cfg.OnCommit != nil {
+		s.cfg.OnCommit(n)
+	}
+}
+
+// Stop closes the realtime sockets with a going-away close frame, stops
+// the background services and waits for them, or for ctx. The store stays
+// open; its owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
+	s.hub.Close()
 	if s.stop == nil {
 		return nil
 	}

@@ -14,6 +14,9 @@ commands:
   serve     start the sync server (SQLite file by default; -db postgres://... for Postgres)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
+  conformance
+            start conformance mode, the test-control surface of the
+            conformance harness (loopback only; prints READY <port>)
   help      show this text
 `
 
@@ -28,6 +31,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "render":
 		return runRender(args[1:], stdin, stdout, stderr)
+	case "conformance":
+		return runConformance(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -53,8 +53,12 @@ type Config struct {
 	NewEpoch func() string
 	// OnCommit is called after a commit is durable, for realtime fan-out.
 	OnCommit func(CommitNotice)
-	// Segments stores rows segments served by reference.
+	// Segments stores the segments served by reference: rows segments and
+	// sqlite images.
 	Segments SegmentStore
+	// ImageDir is the directory of the temporary files of sqlite-image
+	// builds (§5.3); empty means os.TempDir().
+	ImageDir string
 	Logger   *slog.Logger
 	Limits   Limits
 }
@@ -70,9 +74,16 @@ type Limits struct {
 	// SegmentTTL is how long a stored segment stays downloadable.
 	// Default 24 h.
 	SegmentTTL time.Duration
+	// MaxCascadeOperations caps the operations declared references may
+	// append to one commit (§6.11). Default 1000.
+	MaxCascadeOperations int
 	// TouchInterval is how often a partition's last-authenticated time is
 	// written per process. Default 1 s.
 	TouchInterval time.Duration
+	// SQLiteImageMaxBytes is the largest sqlite image served (§5.3); a
+	// bigger snapshot is served on the rows lane. Default 64 MiB; negative
+	// disables the sqlite lane.
+	SQLiteImageMaxBytes int64
 }
 
 func (c Config) withDefaults() Config {
@@ -94,8 +105,14 @@ func (c Config) withDefaults() Config {
 	if c.Limits.SegmentTTL <= 0 {
 		c.Limits.SegmentTTL = 24 * time.Hour
 	}
+	if c.Limits.MaxCascadeOperations <= 0 {
+		c.Limits.MaxCascadeOperations = 1000
+	}
 	if c.Limits.TouchInterval <= 0 {
 		c.Limits.TouchInterval = time.Second
+	}
+	if c.Limits.SQLiteImageMaxBytes == 0 {
+		c.Limits.SQLiteImageMaxBytes = 64 << 20
 	}
 	if c.Segments == nil {
 		c.Segments = NewMemorySegments(256 << 20)
@@ -110,6 +127,7 @@ type Engine struct {
 	mu      sync.Mutex
 	touched map[string]touchState
 	pages   pageCache
+	images  imageIndex
 }
 
 type touchState struct {

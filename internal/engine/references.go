@@ -11,10 +11,6 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// cascadeLimit caps the operations reference enforcement may append to
-// one commit (§6.11).
-const cascadeLimit = 1000
-
 // refDetails is the PUSH_RESULT_DETAILS object of a reference violation.
 type refDetails struct {
 	Reason     string            `json:"reason"`
@@ -41,7 +37,7 @@ func referenceViolation(i int, d refDetails) *rejection {
 // staged (§6.11): deletes first (RESTRICT refuses, CASCADE and SET NULL
 // append operations, recursively), then the staged upserts' parents.
 func (a *applier) enforceReferences(ctx context.Context) (*rejection, error) {
-	appended := 0
+	appended, cascadeLimit := 0, a.r.e.cfg.Limits.MaxCascadeOperations
 	for k := 0; k < len(a.staged); k++ {
 		st := a.staged[k]
 		if st.op != wire.OpDelete || len(st.table.ReferencedBy()) == 0 {

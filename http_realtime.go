@@ -1,0 +1,53 @@
+package syncgo
+
+import (
+	"net/http"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/internal/realtime"
+	"github.com/syncgo/syncgo/syncerr"
+)
+
+// handleRealtime upgrades GET /realtime?clientId=… to the realtime channel
+// (§8.1). Authentication runs before the upgrade; a failure is an HTTP
+// error, never a socket.
+func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
+	const route = "realtime"
+	auth, aerr := s.authenticate(r)
+	if aerr != nil {
+		s.writeError(w, route, aerr)
+		return
+	}
+	clientID := r.URL.Query().Get("clientId")
+	if clientID == "" {
+		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, "clientId is required"))
+		return
+	}
+	conn, rw, _, err := ws.UpgradeHTTP(r, w)
+	if err != nil {
+		return // the upgrader answered the HTTP error
+	}
+	var buffered []byte
+	if rw != nil && rw.Reader.Buffered() > 0 {
+		buffered, _ = rw.Reader.Peek(rw.Reader.Buffered())
+		buffered = append([]byte(nil), buffered...)
+	}
+	err = s.hub.Attach(r.Context(), realtime.Conn{NetConn: conn, Buffered: buffered,
+		Auth: engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, ClientID: clientID, ExpiresAt: auth.ExpiresAt})
+	if err != nil {
+		s.cfg.Logger.Error("realtime attach failed", "err", err)
+		_ = conn.Close()
+	}
+}
+
+// CloseActor closes the realtime sockets of an actor in a partition (an
+// empty actor closes every socket of the partition): call it when the
+// actor's credentials expire or are revoked. It returns how many closed.
+func (s *Server) CloseActor(partition, actorID string) int {
+	return s.hub.CloseActor(partition, actorID)
+}
+
+// RealtimeStats returns the realtime hub's counters.
+func (s *Server) RealtimeStats() realtime.Stats { return s.hub.Stats() }

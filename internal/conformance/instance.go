@@ -1,0 +1,229 @@
+package conformance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// createRequest is the body of POST /__conformance/instances.
+type createRequest struct {
+	Schema    json.RawMessage `json:"schema"`
+	Partition string          `json:"partition"`
+	NowMs     *int64          `json:"nowMs"`
+	Limits    *createLimits   `json:"limits"`
+	// SignedURLs and Leases configure features this server does not
+	// advertise; they are accepted and ignored.
+	SignedURLs json.RawMessage `json:"signedUrls"`
+	Leases     json.RawMessage `json:"leases"`
+}
+
+// createLimits are the instance limits; absent fields take the server
+// defaults.
+type createLimits struct {
+	MaxOperationsPerRequest       int   `json:"maxOperationsPerRequest"`
+	InlineSegmentMaxBytes         int   `json:"inlineSegmentMaxBytes"`
+	SegmentTTLMs                  int64 `json:"segmentTtlMs"`
+	MaxCascadeOperationsPerCommit int   `json:"maxCascadeOperationsPerCommit"`
+	MaxDeltaBytes                 int   `json:"maxDeltaBytes"`
+	MaxPresenceBytes              int   `json:"maxPresenceBytes"`
+}
+
+// instance is one throw-away server: its own storage, virtual clock,
+// scope table and syncgo.Server.
+type instance struct {
+	id        string
+	mount     string
+	partition string
+	schema    *schema.Compiled
+	logger    *slog.Logger
+	dir       string // the instance's database files
+	store     *instanceStore
+	srv       *syncgo.Server
+	handler   http.Handler
+	// pruner runs the retention passes of the prune call: an engine over
+	// the same store and clock, used for nothing else. (Server.Prune raises
+	// the policy to the §4.6 floors, which scenarios on a virtual clock
+	// and a short log need lowered.)
+	pruner *engine.Engine
+	nowMs  atomic.Int64
+
+	mu              sync.Mutex
+	allowed         map[string]map[string][]string
+	resolverFailing bool
+
+	backupMu   sync.Mutex // serializes captureBackup and restoreBackup
+	livePath   string     // the current database file
+	backupPath string     // empty until captureBackup
+	generation int        // database files opened so far
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// newInstance builds and starts an instance. On failure it returns the
+// HTTP status to answer with.
+func newInstance(ctx context.Context, id string, req createRequest, logger *slog.Logger) (*instance, int, error) {
+	if len(req.Schema) == 0 || string(req.Schema) == "null" {
+		return nil, http.StatusBadRequest, errors.New("schema is required")
+	}
+	ir, err := schema.ParseJSON(req.Schema)
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("schema: %w", err)
+	}
+	fillHarnessDefaults(ir)
+	sc, err := schema.Compile(ir)
+	if err != nil {
+		return nil, http.StatusBadRequest, fmt.Errorf("schema: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if req.Partition == "" {
+		return nil, http.StatusBadRequest, errors.New("partition is required")
+	}
+	if len(req.SignedURLs) > 0 || len(req.Leases) > 0 {
+		logger.Warn("signedUrls and leases are not implemented; the instance runs without them")
+	}
+	in := &instance{id: id, mount: "/i/" + id, partition: req.Partition, schema: sc, logger: logger,
+		allowed: map[string]map[string][]string{}}
+	if req.NowMs != nil {
+		in.nowMs.Store(*req.NowMs)
+	} else {
+		in.nowMs.Store(time.Now().UnixMilli())
+	}
+	if in.dir, err = os.MkdirTemp("", "syncgo-conformance-"); err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	st, err := in.openStore(ctx, "")
+	if err != nil {
+		os.RemoveAll(in.dir)
+		return nil, http.StatusInternalServerError, err
+	}
+	in.store = newInstanceStore(st)
+	var limits syncgo.Limits
+	var rt syncgo.RealtimeConfig
+	if l := req.Limits; l != nil {
+		limits.MaxOperationsPerRequest = l.MaxOperationsPerRequest
+		limits.InlineSegmentMaxBytes = l.InlineSegmentMaxBytes
+		limits.SegmentTTL = time.Duration(l.SegmentTTLMs) * time.Millisecond
+		limits.MaxCascadeOperations = l.MaxCascadeOperationsPerCommit
+		rt.MaxDeltaBytes, rt.MaxPresenceBytes = l.MaxDeltaBytes, l.MaxPresenceBytes
+	}
+	in.srv, err = syncgo.New(syncgo.Config{
+		Store:         in.store,
+		Schema:        sc,
+		Authenticate:  in.authenticate,
+		ResolveScopes: in.resolveScopes,
+		Logger:        logger,
+		Now:           in.nowMs.Load,
+		Limits:        limits,
+		Realtime:      rt,
+		// Retention runs only when the harness calls prune.
+		RetentionInterval: -1,
+	})
+	if err == nil {
+		err = in.srv.Start(ctx)
+	}
+	if err != nil {
+		in.close()
+		return nil, http.StatusInternalServerError, err
+	}
+	in.pruner = engine.New(engine.Config{Store: in.store, Schema: sc, Now: in.nowMs.Load, Logger: logger})
+	in.handler = http.StripPrefix(in.mount, in.srv.Handler())
+	return in, http.StatusOK, nil
+}
+
+// fillHarnessDefaults applies what the harness's schema leaves to the
+// server driver, as the reference driver does: a crdt column without a
+// crdtType merges as yjs-doc, and a declared reference gets the
+// single-column index typegen would emit for it (§6.11) unless the table
+// declares one.
+func fillHarnessDefaults(ir *schema.Schema) {
+	for i := range ir.Tables {
+		t := &ir.Tables[i]
+		for j := range t.Columns {
+			if c := &t.Columns[j]; c.Type == wire.TypeCRDT && c.CRDTType == "" {
+				c.CRDTType = schema.CRDTYjsDoc
+			}
+		}
+		for _, ref := range t.References {
+			indexed := slices.ContainsFunc(t.Indexes, func(ix schema.Index) bool {
+				return len(ix.Columns) == 1 && ix.Columns[0] == ref.Column
+			})
+			if !indexed {
+				t.Indexes = append(t.Indexes, schema.Index{Name: "idx_" + t.Name + "_" + ref.Column + "_ref",
+					Columns: []string{ref.Column}})
+			}
+		}
+	}
+}
+
+// authenticate trusts "Authorization: Bearer <actorId>"; the partition is
+// the instance's.
+func (in *instance) authenticate(r *http.Request) (syncgo.Auth, error) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	actor := strings.TrimSpace(token)
+	if !ok || actor == "" {
+		return syncgo.Auth{}, errors.New("missing bearer token")
+	}
+	return syncgo.Auth{ActorID: actor, Partition: in.partition}, nil
+}
+
+// resolveScopes answers from the setAllowedScopes table: an actor never
+// set has no scopes; setResolverFailing makes every call fail.
+func (in *instance) resolveScopes(_ context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.resolverFailing {
+		return nil, errors.New("conformance: injected scope resolver failure")
+	}
+	out := make(map[string][]string, len(in.allowed[req.ActorID]))
+	for k, v := range in.allowed[req.ActorID] {
+		out[k] = slices.Clone(v)
+	}
+	return out, nil
+}
+
+func (in *instance) setAllowed(actor string, allowed map[string][]string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.allowed[actor] = maps.Clone(allowed)
+}
+
+func (in *instance) setResolverFailing(failing bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.resolverFailing = failing
+}
+
+// close stops the server (and with it, once realtime lands, its sockets),
+// closes every database the instance opened and removes their files.
+func (in *instance) close() error {
+	in.closeOnce.Do(func() {
+		var errs []error
+		if in.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, in.srv.Stop(ctx))
+			cancel()
+		}
+		if in.store != nil {
+			errs = append(errs, in.store.closeAll())
+		}
+		errs = append(errs, os.RemoveAll(in.dir))
+		in.closeErr = errors.Join(errs...)
+	})
+	return in.closeErr
+}

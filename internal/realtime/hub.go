@@ -1,0 +1,338 @@
+package realtime
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Config configures a Hub. Zero fields take the defaults of withDefaults.
+type Config struct {
+	Engine *engine.Engine
+	Store  store.Store
+	Logger *slog.Logger
+	// Now is the server clock in Unix milliseconds.
+	Now func() int64
+	// Heartbeat is the interval of heartbeat events (§8.5). Default 30 s.
+	Heartbeat time.Duration
+	// QueueMessages and QueueBytes bound a connection's send queue.
+	// Defaults 256 messages, 1 MiB.
+	QueueMessages int
+	QueueBytes    int
+	// WriteTimeout bounds one socket write; a consumer that cannot take a
+	// write in time is closed. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxMessageBytes bounds a client message (a round's request).
+	// Default 32 MiB.
+	MaxMessageBytes int64
+	// MaxDeltaBytes: a larger delta is replaced by a delta-too-large wake.
+	// Default 1 MiB.
+	MaxDeltaBytes int
+	// MaxPresenceBytes caps a presence document (§8.6.2). Default 16 KiB.
+	MaxPresenceBytes int
+	// AckFlush is how often acknowledged cursors are persisted. Default
+	// 500 ms.
+	AckFlush time.Duration
+	// ReorderWait is how long fan-out waits for a missing commit
+	// notification before treating it as a gap. Default 50 ms.
+	ReorderWait time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = func() int64 { return time.Now().UnixMilli() }
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 30 * time.Second
+	}
+	if c.QueueMessages <= 0 {
+		c.QueueMessages = 256
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = 1 << 20
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 32 << 20
+	}
+	if c.MaxDeltaBytes <= 0 {
+		c.MaxDeltaBytes = 1 << 20
+	}
+	if c.MaxPresenceBytes <= 0 {
+		c.MaxPresenceBytes = 16 << 10
+	}
+	if c.AckFlush <= 0 {
+		c.AckFlush = 500 * time.Millisecond
+	}
+	if c.ReorderWait <= 0 {
+		c.ReorderWait = 50 * time.Millisecond
+	}
+	return c
+}
+
+// Stats counts the hub's activity; drops are counted by reason.
+type Stats struct {
+	Sessions        int64
+	Deltas          int64
+	Wakes           int64
+	DropsQueueFull  int64
+	DropsTooLarge   int64
+	DropsBehind     int64
+	DropsInRound    int64
+	ClosedSlow      int64
+	ClosedProtocol  int64
+	NotificationGap int64
+}
+
+type counters struct {
+	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsBehind, dropsInRound,
+	closedSlow, closedProtocol, gaps atomic.Int64
+}
+
+// Hub holds the connected sessions and fans commits out to them.
+type Hub struct {
+	cfg   Config
+	stats counters
+
+	mu     sync.Mutex
+	parts  map[string]*partition
+	closed bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// partition is the sessions and fan-out state of one partition.
+type partition struct {
+	mu       sync.Mutex
+	id       string
+	sessions map[*session]struct{}
+	presence map[string]map[*session]presenceEntry
+	// seq orders notifications: next is the sequence fan-out expects.
+	next    int64
+	pending map[int64]engine.CommitNotice
+	timer   *time.Timer
+}
+
+// NewHub returns a Hub and starts its heartbeat and ack flusher.
+func NewHub(cfg Config) *Hub {
+	h := &Hub{cfg: cfg.withDefaults(), parts: map[string]*partition{}, stop: make(chan struct{})}
+	h.wg.Add(1)
+	go h.loop()
+	return h
+}
+
+// Stats returns a snapshot of the hub's counters.
+func (h *Hub) Stats() Stats {
+	s := &h.stats
+	return Stats{Sessions: s.sessions.Load(), Deltas: s.deltas.Load(), Wakes: s.wakes.Load(),
+		DropsQueueFull: s.dropsQueueFull.Load(), DropsTooLarge: s.dropsTooLarge.Load(),
+		DropsBehind: s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
+		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
+		NotificationGap: s.gaps.Load()}
+}
+
+func (h *Hub) part(id string, create bool) *partition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.parts[id]
+	if p == nil && create {
+		p = &partition{id: id, sessions: map[*session]struct{}{}, presence: map[string]map[*session]presenceEntry{},
+			pending: map[int64]engine.CommitNotice{}}
+		h.parts[id] = p
+	}
+	return p
+}
+
+func (h *Hub) sessionsOf(p *partition) []*session {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (h *Hub) allSessions() []*session {
+	h.mu.Lock()
+	parts := make([]*partition, 0, len(h.parts))
+	for _, p := range h.parts {
+		parts = append(parts, p)
+	}
+	h.mu.Unlock()
+	var out []*session
+	for _, p := range parts {
+		out = append(out, h.sessionsOf(p)...)
+	}
+	return out
+}
+
+func (h *Hub) loop() {
+	defer h.wg.Done()
+	hb := time.NewTicker(h.cfg.Heartbeat)
+	ack := time.NewTicker(h.cfg.AckFlush)
+	defer hb.Stop()
+	defer ack.Stop()
+	for {
+		select {
+		case <-h.stop:
+			h.flushAcks()
+			return
+		case <-hb.C:
+			now := h.cfg.Now()
+			f := textFrame(wire.Heartbeat{Timestamp: now}.AppendJSON(nil))
+			for _, s := range h.allSessions() {
+				if s.expired(time.Now()) {
+					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
+					continue
+				}
+				s.sendData(f)
+			}
+		case <-ack.C:
+			h.flushAcks()
+		}
+	}
+}
+
+// flushAcks persists the sessions' acknowledged cursors (§8.2): coalesced
+// per session, monotonic in the store.
+func (h *Hub) flushAcks() {
+	ctx := context.Background()
+	for _, s := range h.allSessions() {
+		cursor, ok := s.takeAck()
+		if !ok {
+			continue
+		}
+		_, err := h.cfg.Store.AdvanceClientCursor(ctx, s.auth.Partition, store.CursorAdvance{
+			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: s.epoch, Cursor: cursor, AtMs: h.cfg.Now()})
+		if err != nil {
+			h.cfg.Logger.Debug("ack not persisted", "partition", s.auth.Partition, "err", err)
+		}
+	}
+}
+
+// Close closes every connection with a going-away close frame and stops
+// the hub's loops.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	h.closed = true
+	h.mu.Unlock()
+	close(h.stop)
+	h.wg.Wait()
+	for _, s := range h.allSessions() {
+		s.conn.closeWith(ws.StatusGoingAway, "server shutting down")
+	}
+}
+
+// CloseActor closes the sockets of an actor (credentials expired or
+// revoked, as the host says); an empty actor closes the partition's.
+func (h *Hub) CloseActor(partitionID, actorID string) int {
+	p := h.part(partitionID, false)
+	if p == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range h.sessionsOf(p) {
+		if actorID == "" || s.auth.ActorID == actorID {
+			s.conn.closeWith(ws.StatusPolicyViolation, "credentials revoked")
+			n++
+		}
+	}
+	return n
+}
+
+// Notify fans out a durable commit. Notifications are delivered in
+// sequence order per partition; a sequence missing for longer than
+// ReorderWait is a gap, answered with catch-up wakes.
+func (h *Hub) Notify(n engine.CommitNotice) {
+	p := h.part(n.Partition, true)
+	p.mu.Lock()
+	if p.next == 0 || n.Seq < p.next {
+		// First notification seen, or an old one: deliver as is.
+		if p.next == 0 {
+			p.next = n.Seq
+		}
+	}
+	if n.Seq > p.next {
+		p.pending[n.Seq] = n
+		if p.timer == nil {
+			p.timer = time.AfterFunc(h.cfg.ReorderWait, func() { h.skipGap(p) })
+		}
+		p.mu.Unlock()
+		return
+	}
+	ready := []engine.CommitNotice{n}
+	if n.Seq == p.next {
+		p.next++
+		for {
+			m, ok := p.pending[p.next]
+			if !ok {
+				break
+			}
+			delete(p.pending, p.next)
+			ready = append(ready, m)
+			p.next++
+		}
+		if len(p.pending) == 0 && p.timer != nil {
+			p.timer.Stop()
+			p.timer = nil
+		}
+	}
+	p.mu.Unlock()
+	for _, m := range ready {
+		h.fanout(p, m)
+	}
+}
+
+// skipGap gives up on a missing notification: the pending ones are
+// delivered, and sessions see the gap as non-adjacent sequences.
+func (h *Hub) skipGap(p *partition) {
+	p.mu.Lock()
+	p.timer = nil
+	seqs := make([]int64, 0, len(p.pending))
+	for s := range p.pending {
+		seqs = append(seqs, s)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	ready := make([]engine.CommitNotice, 0, len(seqs))
+	for _, s := range seqs {
+		ready = append(ready, p.pending[s])
+		delete(p.pending, s)
+	}
+	if len(seqs) > 0 {
+		p.next = seqs[len(seqs)-1] + 1
+		h.stats.gaps.Add(1)
+	}
+	p.mu.Unlock()
+	for _, m := range ready {
+		h.fanout(p, m)
+	}
+}
+
+// fanout delivers one commit to the partition's sessions. A delta is
+// encoded once per distinct registration and shared.
+func (h *Hub) fanout(p *partition, n engine.CommitNotice) {
+	cache := map[string]frame{}
+	for _, s := range h.sessionsOf(p) {
+		s.deliver(n, cache)
+	}
+}
