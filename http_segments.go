@@ -23,7 +23,7 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, syncerr.Wrap(syncerr.CodeForbidden, "X-Syncular-Scopes is missing or malformed", err))
 		return
 	}
-	body, err := s.eng.Download(r.Context(), engine.Auth(auth), id, requested)
+	body, err := s.eng.Download(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, id, requested)
 	if err != nil {
 		s.writeError(w, route, err)
 		return

@@ -59,7 +59,7 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := &httpResponder{s: s, w: w, encoding: negotiate(r)}
-	err = s.eng.Serve(r.Context(), engine.Auth(auth), req, resp)
+	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {
 			err = cerr
