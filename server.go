@@ -131,6 +131,7 @@ type Server struct {
 	startErr  error
 	stop      context.CancelFunc
 	done      chan struct{}
+	listening chan struct{}
 }
 
 // New returns a Server for cfg. Call Start before serving.
@@ -185,6 +186,15 @@ func (s *Server) Start(ctx context.Context) error {
 				s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention)
 			}
 		}()
+		if l, ok := s.cfg.Store.(store.CommitListener); ok {
+			s.listening = make(chan struct{})
+			go func() {
+				defer close(s.listening)
+				if err := s.hub.Listen(bg, l); err != nil && bg.Err() == nil {
+					s.cfg.Logger.Error("commit listener stopped", "err", err)
+				}
+			}()
+		}
 	})
 	return s.startErr
 }
@@ -207,12 +217,17 @@ func (s *Server) Stop(ctx context.Context) error {
 		return nil
 	}
 	s.stop()
-	select {
-	case <-s.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	for _, ch := range []chan struct{}{s.done, s.listening} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	return nil
 }
 
 // Prune runs one retention pass on a partition now and returns its

@@ -348,3 +348,50 @@ WHERE partition=? AND tbl=? AND var=? AND value IN (SELECT value FROM json_each(
 	}
 	return seq.Int64, nil
 }
+
+// ReadCommits reads whole commits of a window, oldest first.
+func (s *Store) ReadCommits(ctx context.Context, partition string, afterSeq, throughSeq int64, limit int) ([]store.Commit, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	rows, err := s.rdb.QueryContext(ctx, `WITH c AS (
+  SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
+   WHERE partition=?1 AND commit_seq > ?2 AND commit_seq <= ?3 ORDER BY commit_seq LIMIT ?4)
+SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
+       ch.tbl, ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM c LEFT JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=c.commit_seq
+ ORDER BY c.commit_seq, ch.idx`, partition, afterSeq, throughSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read commits: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Commit
+	for rows.Next() {
+		var (
+			c       store.Commit
+			tbl     sql.NullString
+			rowID   sql.NullString
+			op      sql.NullInt64
+			version sql.NullInt64
+			scopes  []byte
+			payload []byte
+		)
+		if err := rows.Scan(&c.Seq, &c.CreatedAtMs, &c.ActorID, &c.ClientID, &c.ClientCommitID,
+			&tbl, &rowID, &op, &version, &scopes, &payload); err != nil {
+			return nil, fmt.Errorf("read commits: %w", err)
+		}
+		if n := len(out); n == 0 || out[n-1].Seq != c.Seq {
+			out = append(out, c)
+		}
+		if !tbl.Valid {
+			continue
+		}
+		ch := store.Change{Table: tbl.String, RowID: rowID.String, Op: wire.Op(op.Int64), RowVersion: version.Int64, Payload: payload}
+		if ch.Scopes, err = store.DecodeScopes(scopes); err != nil {
+			return nil, err
+		}
+		last := &out[len(out)-1]
+		last.Changes = append(last.Changes, ch)
+	}
+	return out, rows.Err()
+}

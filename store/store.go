@@ -42,6 +42,10 @@ type Store interface {
 	// ReadCommitWindow reads the commits of a window filtered to a table
 	// and effective scopes.
 	ReadCommitWindow(ctx context.Context, partition string, q CommitWindowQuery) (CommitWindow, error)
+	// ReadCommits reads the commits of (afterSeq, throughSeq] with all
+	// their changes, oldest first, at most limit of them (realtime fan-out
+	// of commits appended by another server instance).
+	ReadCommits(ctx context.Context, partition string, afterSeq, throughSeq int64, limit int) ([]Commit, error)
 	// ScanRows reads a page of current rows inside scopes, by row id.
 	ScanRows(ctx context.Context, partition string, q RowScanQuery) ([]Row, error)
 	// ListRows reads a page of a table's current rows in a partition, by
@@ -122,4 +126,22 @@ type WriteTx interface {
 	// are undone and the transaction goes on (a push records a rejected
 	// result after discarding the rejected commit's writes).
 	Candidate(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
+// CommitListener is implemented by stores that several server instances
+// share (Postgres): it reports every commit appended by any instance, so
+// that each instance fans it out to its own sockets.
+type CommitListener interface {
+	// ListenCommits calls fn for each commit notification until ctx ends,
+	// reconnecting after failures. After a reconnect, notifications may
+	// have been missed: fn then receives one with Reconnected set, and the
+	// listener must check the partitions it serves for gaps.
+	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
+}
+
+// CommitNotification announces a durable commit.
+type CommitNotification struct {
+	Partition   string
+	Seq         int64
+	Reconnected bool
 }

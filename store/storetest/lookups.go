@@ -16,7 +16,38 @@ func RunLookups(t *testing.T, open Opener) {
 		{"ListRows", testListRows},
 		{"RowsByColumn", testRowsByColumn},
 		{"LatestScopedChangeSeq", testLatestScopedChangeSeq},
+		{"ReadCommits", testReadCommits},
 	})
+}
+
+func testReadCommits(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p")
+	w1 := Task{ID: "t1", ProjectID: "p1"}.RowWrite(t, 1)
+	w2 := Note{ID: "n1", ProjectID: "p2", TeamID: "x"}.RowWrite(t, 1)
+	s1 := AppendCommit(t, e.s, "p", UpsertChange(w1), UpsertChange(w2))
+	s2 := e.upsert("p", Task{ID: "t2", ProjectID: "p3"}.RowWrite(t, 1))
+	s3 := e.upsert("p", Task{ID: "t3", ProjectID: "p3"}.RowWrite(t, 1))
+	got, err := e.s.ReadCommits(e.ctx, "p", 0, s3, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotSeqs := seqs(got); !slices.Equal(gotSeqs, []int64{s1, s2, s3}) {
+		t.Fatalf("ReadCommits = %v, want %v", gotSeqs, []int64{s1, s2, s3})
+	}
+	if len(got[0].Changes) != 2 || got[0].Changes[0].Table != TableTasks || got[0].Changes[1].Table != TableNotes {
+		t.Fatalf("first commit changes = %+v, want both tables in order (unfiltered)", got[0].Changes)
+	}
+	if !sameChange(got[0].Changes[1], UpsertChange(w2)) {
+		t.Fatalf("change = %+v, want %+v", got[0].Changes[1], UpsertChange(w2))
+	}
+	got, err = e.s.ReadCommits(e.ctx, "p", s1, s3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotSeqs := seqs(got); !slices.Equal(gotSeqs, []int64{s2}) {
+		t.Fatalf("ReadCommits after %d limit 1 = %v, want [%d]", s1, gotSeqs, s2)
+	}
 }
 
 func testListRows(t *testing.T, open Opener) {

@@ -69,3 +69,21 @@ func (tx *memTx) RowsByColumn(_ context.Context, table, column string, value wir
 	slices.SortFunc(out, func(a, b store.Row) int { return tx.s.compareIDs(a.RowID, b.RowID) })
 	return out[:min(len(out), limit)], nil
 }
+
+func (s *memStore) ReadCommits(_ context.Context, id string, after, through int64, limit int) ([]store.Commit, error) {
+	p, err := s.part(id, false)
+	if err != nil || p == nil {
+		return nil, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	var out []store.Commit
+	for _, c := range p.commits {
+		if c.Seq > after && c.Seq <= through && len(out) < limit {
+			cc := c
+			cc.Changes = append([]store.Change(nil), c.Changes...)
+			out = append(out, cc)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,98 @@
+package realtime
+
+import (
+	"context"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// remoteBatch bounds the commits read for one remote notification; a
+// larger gap is answered with catch-up wakes instead.
+const remoteBatch = 1000
+
+// Listen fans out the commits that other server instances append to a
+// shared database (Postgres LISTEN/NOTIFY), until ctx ends. Commits this
+// instance already delivered are skipped; after a listener reconnect, the
+// partitions with sessions are checked for commits missed meanwhile.
+func (h *Hub) Listen(ctx context.Context, l store.CommitListener) error {
+	return l.ListenCommits(ctx, func(n store.CommitNotification) {
+		if n.Reconnected {
+			h.catchUpAll(ctx)
+			return
+		}
+		h.remote(ctx, n.Partition, n.Seq)
+	})
+}
+
+// remote delivers the commits of a partition up to seq that this
+// instance has not fanned out yet.
+func (h *Hub) remote(ctx context.Context, partition string, seq int64) {
+	p := h.part(partition, false)
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	next, idle := p.next, len(p.sessions) == 0
+	p.mu.Unlock()
+	if idle || next == 0 || seq < next {
+		return
+	}
+	h.deliverRange(ctx, p, next-1, seq)
+}
+
+// deliverRange reads (after, through] and notifies it, or wakes every
+// session of the partition when the range is too large or unreadable.
+func (h *Hub) deliverRange(ctx context.Context, p *partition, after, through int64) {
+	if through-after > remoteBatch {
+		h.wakeAll(p, through)
+		return
+	}
+	commits, err := h.cfg.Store.ReadCommits(ctx, p.id, after, through, remoteBatch)
+	if err != nil {
+		h.cfg.Logger.Warn("realtime: reading remote commits failed; waking sessions", "partition", p.id, "err", err)
+		h.wakeAll(p, through)
+		return
+	}
+	for _, c := range commits {
+		h.Notify(engine.CommitNotice{Partition: p.id, Seq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Changes: c.Changes})
+	}
+}
+
+// catchUpAll checks every partition with sessions for commits appended
+// while the listener was down.
+func (h *Hub) catchUpAll(ctx context.Context) {
+	h.mu.Lock()
+	parts := make([]*partition, 0, len(h.parts))
+	for _, p := range h.parts {
+		parts = append(parts, p)
+	}
+	h.mu.Unlock()
+	for _, p := range parts {
+		p.mu.Lock()
+		next, idle := p.next, len(p.sessions) == 0
+		p.mu.Unlock()
+		if idle || next == 0 {
+			continue
+		}
+		st, err := h.cfg.Store.Partition(ctx, p.id)
+		if err != nil {
+			h.wakeAll(p, next)
+			continue
+		}
+		if st.MaxCommitSeq >= next {
+			h.deliverRange(ctx, p, next-1, st.MaxCommitSeq)
+		}
+	}
+}
+
+// wakeAll sends a catch-up wake to every session of a partition and
+// suppresses their deltas until they acknowledge.
+func (h *Hub) wakeAll(p *partition, cursor int64) {
+	h.stats.gaps.Add(1)
+	for _, s := range h.sessionsOf(p) {
+		s.suppress()
+		s.wake(wire.WakeCatchupRequired, cursor)
+	}
+}
