@@ -107,6 +107,10 @@ func (s *instanceStore) ListRows(ctx context.Context, partition, table string, a
 	return s.current().ListRows(ctx, partition, table, after, limit)
 }
 
+func (s *instanceStore) ReadCommits(ctx context.Context, partition string, after, through int64, limit int) ([]store.Commit, error) {
+	return s.current().ReadCommits(ctx, partition, after, through, limit)
+}
+
 func (s *instanceStore) LatestScopedChangeSeq(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error) {
 	return s.current().LatestScopedChangeSeq(ctx, partition, table, scope)
 }
