@@ -20,6 +20,11 @@ type Encoder struct {
 	w       writer
 	err     error
 	closed  bool
+	// header is the envelope header; unflushedHeader is set until the
+	// first flush writes it out.
+	header          [8]byte
+	unflushedHeader bool
+	headerFrameEnd  int // buffer offset after the header frame while unflushed
 }
 
 // NewEncoder starts a message of the given kind and wire version on dst.
@@ -31,12 +36,12 @@ func NewEncoder(dst io.Writer, kind MsgKind, version uint16) (*Encoder, error) {
 	if kind != KindRequest && kind != KindResponse {
 		return nil, encodeErrorf("unknown message kind %d", kind)
 	}
-	e := &Encoder{dst: dst, version: version, g: grammar{kind: kind}}
+	e := &Encoder{dst: dst, version: version, g: grammar{kind: kind}, unflushedHeader: true}
+	copy(e.header[:4], "SSP2")
+	binary.LittleEndian.PutUint16(e.header[4:6], version)
+	e.header[6] = byte(kind)
 	e.w.b = make([]byte, 0, 4096)
-	e.w.b = append(e.w.b, 'S', 'S', 'P', '2')
-	e.w.u16(version)
-	e.w.u8(byte(kind))
-	e.w.u8(0)
+	e.w.b = append(e.w.b, e.header[:]...)
 	return e, nil
 }
 
@@ -73,6 +78,9 @@ func (e *Encoder) Encode(f Frame) error {
 		e.w.b = e.w.b[:start]
 		return encodeErrorf("%s", msg)
 	}
+	if !e.g.started && e.unflushedHeader {
+		e.headerFrameEnd = len(e.w.b)
+	}
 	e.g = g
 	binary.LittleEndian.PutUint32(e.w.b[start+1:], uint32(n))
 	if len(e.w.b) >= encoderFlushBytes {
@@ -94,6 +102,7 @@ func (e *Encoder) Flush() error {
 		return err
 	}
 	e.w.b = e.w.b[:0]
+	e.unflushedHeader = false
 	return nil
 }
 
@@ -110,5 +119,42 @@ func (e *Encoder) Close() error {
 	}
 	e.closed = true
 	e.w.b = append(e.w.b, byte(FrameEnd), 0, 0, 0, 0)
+	return e.Flush()
+}
+
+// Abort ends the message with an in-band ERROR frame: the frames buffered
+// since the last flush are discarded (they never reached the destination,
+// and flushes happen at frame boundaries), then ERROR and END are written.
+// Use it when the response cannot go on (§1.6). A destination write error
+// from before makes Abort fail too.
+func (e *Encoder) Abort(f *ErrorFrame) error {
+	if e.closed {
+		return encodeErrorf("encoder is closed")
+	}
+	if !e.g.started {
+		return encodeErrorf("an ERROR frame needs the header frame first")
+	}
+	if e.err != nil {
+		return e.err
+	}
+	if e.unflushedHeader {
+		// Nothing reached the destination yet: keep the envelope and the
+		// header frame.
+		e.w.b = e.w.b[:e.headerFrameEnd]
+	} else {
+		e.w.b = e.w.b[:0]
+	}
+	start := len(e.w.b)
+	e.w.b = append(e.w.b, byte(FrameError), 0, 0, 0, 0)
+	f.appendPayload(&e.w, e.version)
+	if e.w.err != nil {
+		err := e.w.err
+		e.w.err = nil
+		return err
+	}
+	binary.LittleEndian.PutUint32(e.w.b[start+1:], uint32(len(e.w.b)-start-5))
+	e.w.b = append(e.w.b, byte(FrameEnd), 0, 0, 0, 0)
+	e.closed = true
+	e.g.errSeen = true
 	return e.Flush()
 }

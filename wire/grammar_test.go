@@ -219,3 +219,44 @@ func TestI64Range(t *testing.T) {
 		}
 	}
 }
+
+func TestEncoderAbort(t *testing.T) {
+	var buf bytes.Buffer
+	e, _ := NewEncoder(&buf, KindResponse, Version3)
+	if err := e.Encode(&RespHeader{LogEpoch: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Encode(&SubStart{ID: "s", Status: SubActive}); err != nil {
+		t.Fatal(err)
+	}
+	// The unflushed SUB_START is discarded; ERROR and END follow the
+	// flushed header.
+	if err := e.Abort(&ErrorFrame{Code: "sync.schema_not_ready", Message: "m", Category: "internal"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeMessage(buf.Bytes(), DecoderOptions{})
+	if err != nil {
+		t.Fatalf("aborted message does not decode: %v", err)
+	}
+	if len(m.Frames) != 2 || m.Frames[1].Type() != FrameError {
+		t.Fatalf("frames = %v, want RESP_HEADER, ERROR", m.Frames)
+	}
+	// Nothing flushed yet: Abort keeps the envelope and RESP_HEADER.
+	var buf2 bytes.Buffer
+	e2, _ := NewEncoder(&buf2, KindResponse, Version3)
+	_ = e2.Encode(&RespHeader{LogEpoch: "e"})
+	_ = e2.Encode(&SubStart{ID: "s", Status: SubActive})
+	if err := e2.Abort(&ErrorFrame{Code: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := DecodeMessage(buf2.Bytes(), DecoderOptions{})
+	if err != nil {
+		t.Fatalf("aborted unflushed message does not decode: %v", err)
+	}
+	if len(m2.Frames) != 2 || m2.Frames[0].Type() != FrameRespHeader || m2.Frames[1].Type() != FrameError {
+		t.Fatalf("frames = %v, want RESP_HEADER, ERROR", m2.Frames)
+	}
+}

@@ -77,7 +77,7 @@ func (c *pageCache) get(key pageKey, build func() (page, error)) (page, error) {
 }
 
 // bootstrap serves a bootstrapping subscription (§4.7): pinned, paged and
-// resumable, in rows segments.
+// resumable, in rows segments, or as one sqlite image (§5.3).
 func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) (int64, error) {
 	tok, ok := parseToken(sub.BootstrapState, sub.Table, p)
 	asOf, after := p.MaxCommitSeq, (*string)(nil)
@@ -89,6 +89,27 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff, Bootstrap: true}); err != nil {
 		return 0, err
 	}
+	// probe is the first rows page (with a look-ahead row) when the sqlite
+	// lane read it and left the table to the rows lane.
+	var probe *[]store.Row
+	if r.sqliteEligible(t, after) {
+		if !ok {
+			pin, err := r.scopePin(ctx, sub.Table, eff, p)
+			if err != nil {
+				return 0, err
+			}
+			asOf = pin
+		}
+		served, first, err := r.sqliteLane(ctx, t, eff, lim, asOf, digest, p.LogEpoch)
+		if err != nil {
+			return 0, err
+		}
+		if served {
+			// The image is the whole table: it completes the bootstrap.
+			return asOf, r.enc.Encode(&wire.SubEnd{NextCursor: asOf})
+		}
+		probe = first
+	}
 	accept := r.req.Pull.Accept
 	complete := false
 	for n := 0; n < lim.pages; n++ {
@@ -98,6 +119,9 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			key.after, key.hasAfter = *after, true
 		}
 		pg, err := r.e.pages.get(key, func() (page, error) {
+			if n == 0 && probe != nil {
+				return r.e.encodePage(sub.Table, *probe, lim.rows, t.WireColumns())
+			}
 			return r.e.buildPage(ctx, r.auth.Partition, sub.Table, eff, after, lim.rows, t.WireColumns())
 		})
 		if err != nil {
@@ -151,6 +175,12 @@ func (e *Engine) buildPage(ctx context.Context, partition, table string, eff wir
 	if err != nil {
 		return page{}, err
 	}
+	return e.encodePage(table, rows, limit, cols)
+}
+
+// encodePage encodes the rows of a page scan (limit rows and a look-ahead
+// row when more follow) as an SSG2 segment.
+func (e *Engine) encodePage(table string, rows []store.Row, limit int, cols []wire.Column) (page, error) {
 	var pg page
 	if len(rows) > limit {
 		rows = rows[:limit]

@@ -1,0 +1,320 @@
+package sqliteimage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"iter"
+	"math"
+	"net/url"
+	"os"
+	"strings"
+
+	_ "github.com/mattn/go-sqlite3" // the "sqlite3" database/sql driver
+
+	"github.com/syncgo/syncgo/wire"
+)
+
+// driverName is the database/sql driver of github.com/mattn/go-sqlite3.
+const driverName = "sqlite3"
+
+// Builder builds images. The zero Builder writes its temporary files in
+// os.TempDir() and bounds nothing.
+type Builder struct {
+	// Dir is the directory of the temporary database files; empty means
+	// os.TempDir(). Each build's file is removed before Build returns.
+	Dir string
+	// MaxBytes bounds the image; a bigger one fails with ErrTooLarge. Zero
+	// or less means no bound.
+	MaxBytes int64
+}
+
+// Build builds an image with the zero Builder's settings and its temporary
+// file in dir. See [Builder.Build].
+func Build(ctx context.Context, dir string, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) ([]byte, error) {
+	return Builder{Dir: dir}.Build(ctx, meta, cols, pk, rows)
+}
+
+// Build writes the image of one table: cols are the table's columns in
+// declaration order, pk the position of its primary key, and rows yields
+// the snapshot in batches (keyset order is best: it appends to the primary
+// key index). The metadata row counts the rows yielded. A batch error from
+// rows ends the build with that error.
+//
+// The rows are inserted in one transaction through prepared statements of
+// up to 64 rows each, with journal_mode OFF and synchronous OFF (the file is scratch until its
+// bytes are read). ctx is checked between batches.
+func (b Builder) Build(ctx context.Context, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) ([]byte, error) {
+	if err := checkTable(meta.Table, cols, pk); err != nil {
+		return nil, err
+	}
+	if rows == nil {
+		rows = func(func([]Row, error) bool) {}
+	}
+	f, err := os.CreateTemp(b.Dir, "syncular-image-*.sqlite")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite image: temporary file: %w", err)
+	}
+	path := f.Name()
+	_ = f.Close()
+	defer func() {
+		_ = os.Remove(path)
+		_ = os.Remove(path + "-journal")
+	}()
+	if err := b.write(ctx, path, meta, cols, pk, rows); err != nil {
+		return nil, err
+	}
+	if b.MaxBytes > 0 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite image: %w", err)
+		}
+		if fi.Size() > b.MaxBytes {
+			return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, fi.Size())
+		}
+	}
+	out, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite image: read: %w", err)
+	}
+	return out, nil
+}
+
+// write creates the two tables in the file at path and fills them.
+func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) (err error) {
+	q := url.Values{}
+	q.Set("_journal_mode", "OFF")
+	q.Set("_synchronous", "OFF")
+	q.Set("_locking_mode", "EXCLUSIVE")
+	db, err := sql.Open(driverName, "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	if err != nil {
+		return fmt.Errorf("sqlite image: open: %w", err)
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("sqlite image: close: %w", cerr)
+		}
+	}()
+	db.SetMaxOpenConns(1)
+	// The statements run under context.Background(): the driver watches a
+	// cancellable context with a goroutine per statement, which would cost
+	// more than the insert itself. ctx is checked between batches instead.
+	bg := context.Background()
+	conn, err := db.Conn(bg)
+	if err != nil {
+		return fmt.Errorf("sqlite image: open: %w", err)
+	}
+	defer conn.Close()
+	for _, ddl := range []string{createDataSQL(meta.Table, cols, pk), createMetadataSQL} {
+		if _, err := conn.ExecContext(bg, ddl); err != nil {
+			return fmt.Errorf("sqlite image: create table: %w", err)
+		}
+	}
+	tx, err := conn.BeginTx(bg, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite image: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	width := len(cols) + 1
+	multi := max(1, min(maxRowsPerInsert, maxVariables/width))
+	one, err := tx.PrepareContext(bg, insertDataSQL(meta.Table, cols, 1))
+	if err != nil {
+		return fmt.Errorf("sqlite image: prepare: %w", err)
+	}
+	defer one.Close()
+	many, err := tx.PrepareContext(bg, insertDataSQL(meta.Table, cols, multi))
+	if err != nil {
+		return fmt.Errorf("sqlite image: prepare: %w", err)
+	}
+	defer many.Close()
+	args := make([]any, multi*width)
+	var count, approx int64
+	for batch, berr := range rows {
+		if berr != nil {
+			return berr
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for len(batch) > 0 {
+			k, stmt := multi, many
+			if len(batch) < multi {
+				k, stmt = 1, one
+			}
+			for j := range k {
+				n, err := bindRow(args[j*width:(j+1)*width], cols, batch[j])
+				if err != nil {
+					return fmt.Errorf("sqlite image: row %d: %w", count+int64(j), err)
+				}
+				approx += n
+			}
+			if _, err := stmt.ExecContext(bg, args[:k*width]...); err != nil {
+				return fmt.Errorf("sqlite image: insert rows %d to %d: %w", count, count+int64(k)-1, err)
+			}
+			count += int64(k)
+			batch = batch[k:]
+		}
+		if b.MaxBytes > 0 && approx > b.MaxBytes {
+			return fmt.Errorf("%w: over %d bytes of values", ErrTooLarge, approx)
+		}
+	}
+	if _, err := tx.ExecContext(bg, insertMetadataSQL,
+		Format, meta.Table, meta.SchemaVersion, meta.AsOfCommitSeq, meta.ScopeDigest, count); err != nil {
+		return fmt.Errorf("sqlite image: metadata: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite image: commit: %w", err)
+	}
+	return nil
+}
+
+// bindRow fills args with the cells of r (§5.3 cell encodings) and its
+// version, and returns an estimate of the row's stored size.
+func bindRow(args []any, cols []wire.Column, r Row) (int64, error) {
+	if len(r.Values) != len(cols) {
+		return 0, fmt.Errorf("%d values for %d columns", len(r.Values), len(cols))
+	}
+	if r.ServerVersion < 1 {
+		return 0, fmt.Errorf("server version %d, want at least 1", r.ServerVersion)
+	}
+	size := int64(8)
+	for i := range cols {
+		v := &r.Values[i]
+		if v.Null {
+			args[i] = nil
+			size++
+			continue
+		}
+		switch cols[i].Type {
+		case wire.TypeString, wire.TypeJSON, wire.TypeBlobRef:
+			args[i] = v.Str
+			size += int64(len(v.Str))
+		case wire.TypeInteger:
+			args[i] = v.Int
+			size += 8
+		case wire.TypeBoolean:
+			args[i] = int64(0)
+			if v.Bool {
+				args[i] = int64(1)
+			}
+			size++
+		case wire.TypeFloat:
+			if math.IsNaN(v.Float) {
+				return 0, fmt.Errorf("column %s: %w (NaN)", cols[i].Name, ErrUnrepresentable)
+			}
+			args[i] = v.Float
+			size += 8
+		case wire.TypeBytes, wire.TypeCRDT:
+			// A nil slice binds NULL; an empty value is an empty blob.
+			bs := v.Bytes
+			if bs == nil {
+				bs = []byte{}
+			}
+			args[i] = bs
+			size += int64(len(bs))
+		}
+	}
+	args[len(cols)] = r.ServerVersion
+	return size, nil
+}
+
+// checkTable refuses a table an image cannot hold: reserved or repeated
+// names (SQLite compares names without regard to ASCII case), an unknown
+// column type, or a primary key out of range.
+func checkTable(table string, cols []wire.Column, pk int) error {
+	reserved := func(name string) bool {
+		l := strings.ToLower(name)
+		return l == strings.ToLower(MetadataTable) || l == strings.ToLower(VersionColumn) || strings.HasPrefix(l, "sqlite_")
+	}
+	switch {
+	case table == "" || reserved(table):
+		return fmt.Errorf("sqlite image: table name %q is empty or reserved", table)
+	case len(cols) == 0:
+		return errors.New("sqlite image: a table needs columns")
+	case pk < 0 || pk >= len(cols):
+		return fmt.Errorf("sqlite image: primary key %d out of range", pk)
+	}
+	seen := make(map[string]bool, len(cols))
+	for _, c := range cols {
+		l := strings.ToLower(c.Name)
+		if c.Name == "" || reserved(c.Name) || seen[l] {
+			return fmt.Errorf("sqlite image: column name %q is empty, reserved or repeated", c.Name)
+		}
+		seen[l] = true
+		if _, ok := declType(c.Type); !ok {
+			return fmt.Errorf("sqlite image: column %s has unknown type %d", c.Name, c.Type)
+		}
+	}
+	return nil
+}
+
+// createDataSQL declares the data table (§5.3).
+func createDataSQL(table string, cols []wire.Column, pk int) string {
+	var sb strings.Builder
+	sb.WriteString("CREATE TABLE ")
+	sb.WriteString(quoteIdent(table))
+	sb.WriteString(" (")
+	for i, c := range cols {
+		t, _ := declType(c.Type)
+		sb.WriteString(quoteIdent(c.Name))
+		sb.WriteByte(' ')
+		sb.WriteString(t)
+		if !c.Nullable {
+			sb.WriteString(" NOT NULL")
+		}
+		if i == pk {
+			sb.WriteString(" PRIMARY KEY")
+		}
+		sb.WriteString(", ")
+	}
+	sb.WriteString(quoteIdent(VersionColumn))
+	sb.WriteString(" INTEGER NOT NULL)")
+	return sb.String()
+}
+
+// Multi-row inserts: a statement inserts up to maxRowsPerInsert rows and
+// binds at most maxVariables values (SQLITE_MAX_VARIABLE_NUMBER of the
+// bundled SQLite is 32766).
+const (
+	maxRowsPerInsert = 64
+	maxVariables     = 32766
+)
+
+// insertDataSQL inserts n rows of the data table.
+func insertDataSQL(table string, cols []wire.Column, n int) string {
+	var sb strings.Builder
+	sb.WriteString("INSERT INTO ")
+	sb.WriteString(quoteIdent(table))
+	sb.WriteString(" (")
+	for _, c := range cols {
+		sb.WriteString(quoteIdent(c.Name))
+		sb.WriteString(", ")
+	}
+	sb.WriteString(quoteIdent(VersionColumn))
+	sb.WriteString(") VALUES ")
+	row := "(" + strings.Repeat("?, ", len(cols)) + "?)"
+	for i := range n {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(row)
+	}
+	return sb.String()
+}
+
+// createMetadataSQL declares the metadata table with exactly the columns
+// of §5.3.
+var createMetadataSQL = func() string {
+	defs := make([]string, len(metadataColumns))
+	for i, c := range metadataColumns {
+		defs[i] = quoteIdent(c.Name) + " " + c.DeclType + " NOT NULL"
+	}
+	return "CREATE TABLE " + quoteIdent(MetadataTable) + " (" + strings.Join(defs, ", ") + ")"
+}()
+
+const insertMetadataSQL = `INSERT INTO "_syncular_segment" VALUES (?, ?, ?, ?, ?, ?)`
