@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -52,7 +53,7 @@ func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requ
 		if !active || wire.ScopeDigest(scopeMapToMap(eff)) != pub.ScopeDigest {
 			continue
 		}
-		if now >= pub.ExpiresAtMs {
+		if now >= pub.ExpiresAtMs || e.predatesCheckpoint(ctx, pub) {
 			expired = true
 			continue
 		}
@@ -83,4 +84,25 @@ func requestedMap(m map[string][]string, declared func(string) bool) (wire.Scope
 	}
 	sort.Slice(out, func(i, j int) bool { return wire.CompareKeys(out[i].Key, out[j].Key) < 0 })
 	return out, true
+}
+
+// predatesCheckpoint reports a publication minted for a schema version
+// older than a checkpoint the partition declared since: it is not a whole
+// window for the checkpointed projection, so the client must re-pull (a
+// fresh descriptor is minted per schema version).
+func (e *Engine) predatesCheckpoint(ctx context.Context, pub Publication) bool {
+	b, ok := e.cfg.Store.(store.Barrier)
+	if !ok {
+		return false
+	}
+	cps, err := b.ReadCheckpoints(ctx, pub.Partition)
+	if err != nil {
+		return true
+	}
+	for _, c := range cps {
+		if c.SchemaVersion > pub.SchemaVersion {
+			return true
+		}
+	}
+	return false
 }

@@ -61,6 +61,9 @@ type Config struct {
 	ImageDir string
 	Logger   *slog.Logger
 	Limits   Limits
+	// Declarations are the backfill checkpoints this process declares:
+	// it may serve while they are incomplete (§2.4).
+	Declarations []store.CheckpointDeclaration
 }
 
 // Limits are the host-configured limits of the protocol.

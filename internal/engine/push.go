@@ -55,6 +55,9 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 // re-check, then the operations in a candidate savepoint, then the commit
 // append or the durable rejection.
 func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.PushCommit) (pushOutcome, error) {
+	if err := r.txGate(ctx, tx); err != nil {
+		return pushOutcome{}, err
+	}
 	clientID := r.req.Header.ClientID
 	rec, err := tx.PushResult(ctx, clientID, pc.ClientCommitID)
 	switch {

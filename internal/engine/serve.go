@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"io"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -39,6 +40,8 @@ type request struct {
 	resolveOK bool
 	enc       *wire.Encoder
 	pulled    []subOutcome
+	gate      *store.ServeGate // the serve gate read at entry
+	gw        *gateWriter
 }
 
 // Serve answers one request. A failure before the response began is
@@ -79,7 +82,7 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 	if err != nil {
 		return Outcome{}, asProtocolError(err)
 	}
-	enc, err := resp.Begin(req.Version)
+	enc, err := r.begin(ctx, resp)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -87,18 +90,25 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 	out := Outcome{LogEpoch: r.partition.LogEpoch}
 	if early != nil {
 		if err := enc.Encode(early); err != nil {
-			return out, err
+			return out, r.preStream(err)
 		}
-		return out, enc.Close()
+		return out, r.preStream(enc.Close())
 	}
-	if err := r.serve(ctx); err != nil {
+	err = r.serve(ctx)
+	if err == nil {
+		err = enc.Close()
+	}
+	if err != nil {
+		if pre := r.preStream(err); pre != err || !r.started() {
+			return out, pre
+		}
 		perr := asProtocolError(err)
-		if werr := writeErrorFrame(enc, perr); werr != nil {
+		if r.gw != nil && r.gw.refusal != nil {
+			perr = asProtocolError(r.gw.refusal)
+		}
+		if werr := r.abort(perr); werr != nil {
 			return out, errors.Join(err, werr)
 		}
-		return out, err
-	}
-	if err := enc.Close(); err != nil {
 		return out, err
 	}
 	out.Completed = true
@@ -151,7 +161,45 @@ func asProtocolError(err error) *syncerr.Error {
 	return syncerr.Internal(err)
 }
 
-func writeErrorFrame(enc *wire.Encoder, pe *syncerr.Error) error {
+// begin starts the response: through a gate writer when the transport can
+// hold its commit back and the store has the barrier, directly otherwise.
+func (r *request) begin(ctx context.Context, resp Responder) (*wire.Encoder, error) {
+	sr, ok := resp.(StreamResponder)
+	if !ok || r.gate == nil {
+		return resp.Begin(r.req.Version)
+	}
+	r.gw = &gateWriter{r: r, ctx: ctx, begin: func() (io.Writer, error) { return sr.BeginStream(r.req.Version) }}
+	return wire.NewEncoder(r.gw, wire.KindResponse, r.req.Version)
+}
+
+// started reports whether response bytes reached the transport.
+func (r *request) started() bool { return r.gw == nil || r.gw.w != nil }
+
+// preStream turns a serve-gate refusal found before any byte was released
+// into a request-level error (HTTP JSON); other errors pass through.
+func (r *request) preStream(err error) error {
+	if err == nil || r.gw == nil || r.gw.w != nil {
+		return err
+	}
+	if r.gw.refusal != nil {
+		return asProtocolError(r.gw.refusal)
+	}
+	return asProtocolError(err)
+}
+
+// abort ends a started response with an ERROR frame, past the gate. The
+// frames buffered so far go out first, unless the gate refused them: they
+// may hold reads made after the gate changed.
+func (r *request) abort(pe *syncerr.Error) error {
+	discard := false
+	if r.gw != nil {
+		r.gw.bypass = true
+		discard = r.gw.refusal != nil
+	}
+	return writeErrorFrame(r.enc, pe, discard)
+}
+
+func writeErrorFrame(enc *wire.Encoder, pe *syncerr.Error, discard bool) error {
 	ent := pe.Entry()
 	f := &wire.ErrorFrame{
 		Code:              pe.Code,
@@ -164,10 +212,10 @@ func writeErrorFrame(enc *wire.Encoder, pe *syncerr.Error) error {
 		d := string(pe.Details)
 		f.Details = &d
 	}
-	if err := enc.Encode(f); err != nil {
-		return err
+	if !discard && enc.Encode(f) == nil {
+		return enc.Close()
 	}
-	return enc.Close()
+	return enc.Abort(f)
 }
 
 // plan runs the request-level checks (§1.7) in the reference order. It
@@ -184,6 +232,9 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 		return nil, err
 	}
 	r.partition = p
+	if err := r.entryGate(ctx); err != nil {
+		return nil, err
+	}
 	if req.Version == wire.Version1 && p.EpochRequired {
 		return nil, syncerr.New(syncerr.CodeClientWireUnsupported, "this partition requires a log epoch; upgrade the client")
 	}
