@@ -3,10 +3,10 @@ package syncgo
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
@@ -92,6 +92,10 @@ type Config struct {
 	// Retention is the pruning policy; values below the normative floors
 	// of §4.6 are raised to them.
 	Retention RetentionPolicy
+	// Declarations are the backfill checkpoints this process declares: it
+	// may serve while they are incomplete, and a schema bump installs them
+	// (§2.4). Other processes refuse to serve until they are activated.
+	Declarations []store.CheckpointDeclaration
 	// Realtime tunes the realtime channel.
 	Realtime RealtimeConfig
 	// RetentionInterval is how often the retention service prunes each
@@ -132,6 +136,7 @@ type Server struct {
 	stop      context.CancelFunc
 	done      chan struct{}
 	listening chan struct{}
+	ready     atomic.Bool
 }
 
 // New returns a Server for cfg. Call Start before serving.
@@ -156,6 +161,8 @@ func New(cfg Config) (*Server, error) {
 		OnCommit: s.onCommit,
 		Logger:   cfg.Logger,
 		Limits:   cfg.Limits,
+
+		Declarations: cfg.Declarations,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
@@ -163,9 +170,9 @@ func New(cfg Config) (*Server, error) {
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes})
 	s.mux = http.NewServeMux()
-	s.mux.HandleFunc("POST /sync", s.handleSync)
-	s.mux.HandleFunc("GET /segments/{segmentId}", s.handleSegment)
-	s.mux.HandleFunc("GET /realtime", s.handleRealtime)
+	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
+	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))
+	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
 	return s, nil
 }
 
@@ -174,10 +181,17 @@ func New(cfg Config) (*Server, error) {
 // call more than once.
 func (s *Server) Start(ctx context.Context) error {
 	s.startOnce.Do(func() {
-		if err := s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema); err != nil {
-			s.startErr = fmt.Errorf("syncgo: start: %w", err)
+		var err error
+		if b, ok := s.cfg.Store.(store.Barrier); ok {
+			err = b.EnsureSchemaWith(ctx, s.cfg.Schema, s.cfg.Declarations)
+		} else {
+			err = s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema)
+		}
+		if err != nil {
+			s.startErr = &ReadinessError{Phase: readinessPhase(err), Err: err}
 			return
 		}
+		s.ready.Store(true)
 		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.stop, s.done = cancel, make(chan struct{})
 		go func() {
@@ -235,6 +249,20 @@ func (s *Server) Stop(ctx context.Context) error {
 func (s *Server) Prune(ctx context.Context, partition string, policy RetentionPolicy) (int64, error) {
 	return s.eng.Prune(ctx, partition, policy)
 }
+
+// readyOnly answers sync.schema_not_ready until Start has succeeded.
+func (s *Server) readyOnly(route string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.ready.Load() {
+			s.writeError(w, route, notReadyError(s.startErr))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// Ready reports whether Start succeeded and the server serves.
+func (s *Server) Ready() bool { return s.ready.Load() }
 
 // Handler returns the protocol routes relative to the mount point: POST
 // /sync and GET /segments/{segmentId}. Mount it with http.StripPrefix, for
