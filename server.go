@@ -3,6 +3,7 @@ package syncgo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -62,8 +63,14 @@ type RetentionPolicy = engine.RetentionPolicy
 type Config struct {
 	// Store is the storage driver (sqlitestore or pgstore).
 	Store store.Store
-	// Schema is the compiled schema served.
+	// Schema is the compiled schema served: the current version.
 	Schema *schema.Compiled
+	// SchemaWindow lists older schema versions still served, newest
+	// first (§9). Each must be an append-only prefix of Schema (same
+	// tables, primary keys and scopes; appended columns nullable). Their
+	// clients get rows in their own layout; the floor response names the
+	// oldest as required.
+	SchemaWindow []*schema.Compiled
 	// Authenticate maps a request (HTTP or WebSocket upgrade) to its actor
 	// and partition. An error answers 401 sync.auth_required, unless it is
 	// a *syncerr.Error, which is answered as is.
@@ -152,6 +159,9 @@ func New(cfg Config) (*Server, error) {
 	case cfg.ResolveScopes == nil:
 		return nil, errors.New("syncgo: Config.ResolveScopes is required")
 	}
+	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
+		return nil, fmt.Errorf("syncgo: %w", err)
+	}
 	s := &Server{cfg: cfg, codecs: newCodecPools()}
 	s.eng = engine.New(engine.Config{
 		Store:    cfg.Store,
@@ -163,6 +173,7 @@ func New(cfg Config) (*Server, error) {
 		Limits:   cfg.Limits,
 
 		Declarations: cfg.Declarations,
+		Window:       cfg.SchemaWindow,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,

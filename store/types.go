@@ -148,6 +148,10 @@ type SubscriptionRecord struct {
 	ID     string              `json:"id"`
 	Table  string              `json:"table"`
 	Scopes map[string][]string `json:"scopes"`
+	// SchemaVersion is the schema version the client pulled it with: the
+	// codec realtime deltas use for it (§9). 0 for records written
+	// without one.
+	SchemaVersion int32 `json:"schemaVersion,omitempty"`
 }
 
 // CursorAdvance moves a client's cursor forward after a realtime ack

@@ -57,7 +57,7 @@ func (a *applier) apply(ctx context.Context, ops []wire.Operation) (*rejection, 
 }
 
 func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rejection, error) {
-	t, ok := a.r.e.cfg.Schema.Table(op.Table)
+	client, t, ok := a.r.tables(op.Table)
 	if !ok {
 		return opError(i, syncerr.CodeUnknownTable, "the operation names a table the server does not serve"), nil
 	}
@@ -75,7 +75,7 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 		}
 		return a.delete(ctx, i, t, stored)
 	}
-	codec := t.RowCodec()
+	codec := client.RowCodec()
 	var in wire.SparseRow
 	if a.r.req.Version >= wire.Version3 {
 		in, err = codec.DecodeSparse(op.Payload)
@@ -88,6 +88,7 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 	if err != nil {
 		return opError(i, syncerr.CodeInvalidRequest, "the payload does not decode for this table"), nil
 	}
+	in = widen(in, len(t.Columns()))
 	if id, ok := schema.RenderValue(t.Columns()[t.PrimaryKey()].Type, in.Values[t.PrimaryKey()]); !ok || id != op.RowID {
 		return opError(i, syncerr.CodeInvalidRequest, "the payload's primary key differs from rowId"), nil
 	}
@@ -95,6 +96,16 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 		return a.update(ctx, i, t, op, stored, in)
 	}
 	return a.insert(ctx, i, t, op, in)
+}
+
+// widen extends an older client's row to the current layout: the columns
+// appended since are absent.
+func widen(in wire.SparseRow, n int) wire.SparseRow {
+	for len(in.Present) < n {
+		in.Present = append(in.Present, false)
+		in.Values = append(in.Values, wire.Value{Null: true})
+	}
+	return in
 }
 
 func fullSparse(vals []wire.Value) wire.SparseRow {

@@ -85,7 +85,11 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		asOf, after = tok.AsOfCommitSeq, tok.RowCursor
 	}
 	digest := wire.ScopeDigest(scopeMapToMap(eff))
-	t, _ := r.e.cfg.Schema.Table(sub.Table)
+	t, current, _ := r.tables(sub.Table)
+	layout := pageLayout{table: sub.Table, schemaVersion: r.cs.Version(), cols: t.WireColumns()}
+	if r.old() {
+		layout.narrow = func(p []byte) ([]byte, error) { return narrowPayload(current, t, p) }
+	}
 	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff, Bootstrap: true}); err != nil {
 		return 0, err
 	}
@@ -114,15 +118,15 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	complete := false
 	for n := 0; n < lim.pages; n++ {
 		key := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
-			schemaVersion: r.e.cfg.Schema.Version(), asOf: asOf, limit: lim.rows}
+			schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
 		if after != nil {
 			key.after, key.hasAfter = *after, true
 		}
 		pg, err := r.e.pages.get(key, func() (page, error) {
 			if n == 0 && probe != nil {
-				return r.e.encodePage(sub.Table, *probe, lim.rows, t.WireColumns())
+				return encodePage(layout, *probe, lim.rows)
 			}
-			return r.e.buildPage(ctx, r.auth.Partition, sub.Table, eff, after, lim.rows, t.WireColumns())
+			return r.e.buildPage(ctx, r.auth.Partition, layout, eff, after, lim.rows)
 		})
 		if err != nil {
 			return 0, err
@@ -158,7 +162,7 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 func (r *request) segmentRef(ctx context.Context, table string, pg page, after *string, asOf int64, digest, epoch string) error {
 	now := r.e.cfg.Now()
 	pub := Publication{Partition: r.auth.Partition, LogEpoch: epoch, Table: table,
-		SchemaVersion: r.e.cfg.Schema.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
+		SchemaVersion: r.cs.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
 		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
 		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
 	if err := r.e.cfg.Segments.Publish(ctx, pg.id, pg.bytes, pub); err != nil {
@@ -169,18 +173,28 @@ func (r *request) segmentRef(ctx context.Context, table string, pg page, after *
 		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last})
 }
 
+// pageLayout is what a page's bytes are encoded for: the client's schema
+// version and columns, and the projection of stored rows into them.
+type pageLayout struct {
+	table         string
+	schemaVersion int32
+	cols          []wire.Column
+	narrow        func([]byte) ([]byte, error) // nil: stored rows as they are
+}
+
 // buildPage scans one page of rows and encodes it as an SSG2 segment.
-func (e *Engine) buildPage(ctx context.Context, partition, table string, eff wire.ScopeMap, after *string, limit int, cols []wire.Column) (page, error) {
+func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, limit int) (page, error) {
+	table := l.table
 	rows, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1})
 	if err != nil {
 		return page{}, err
 	}
-	return e.encodePage(table, rows, limit, cols)
+	return encodePage(l, rows, limit)
 }
 
 // encodePage encodes the rows of a page scan (limit rows and a look-ahead
 // row when more follow) as an SSG2 segment.
-func (e *Engine) encodePage(table string, rows []store.Row, limit int, cols []wire.Column) (page, error) {
+func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
 	var pg page
 	if len(rows) > limit {
 		rows = rows[:limit]
@@ -188,12 +202,19 @@ func (e *Engine) encodePage(table string, rows []store.Row, limit int, cols []wi
 		pg.last = &last
 	}
 	var buf bytes.Buffer
-	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: table, SchemaVersion: e.cfg.Schema.Version(), Columns: cols})
+	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
 	for _, row := range rows {
-		if err := sw.WriteRow(row.ServerVersion, row.Payload); err != nil {
+		payload := row.Payload
+		if l.narrow != nil {
+			var err error
+			if payload, err = l.narrow(payload); err != nil {
+				return page{}, fmt.Errorf("segment row %s: %w", row.RowID, err)
+			}
+		}
+		if err := sw.WriteRow(row.ServerVersion, payload); err != nil {
 			return page{}, fmt.Errorf("segment row %s: %w", row.RowID, err)
 		}
 	}

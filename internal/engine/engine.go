@@ -61,6 +61,9 @@ type Config struct {
 	ImageDir string
 	Logger   *slog.Logger
 	Limits   Limits
+	// Window lists older schema versions still served, newest first (§9);
+	// see ValidateWindow.
+	Window []*schema.Compiled
 	// Declarations are the backfill checkpoints this process declares:
 	// it may serve while they are incomplete (§2.4).
 	Declarations []store.CheckpointDeclaration

@@ -89,11 +89,18 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		return subOutcome{}, err
 	}
 	tables := []string{sub.Table}
+	client, current, _ := r.tables(sub.Table)
 	for _, c := range win.Commits {
 		f := &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: tables,
 			Changes: make([]wire.Change, len(c.Changes))}
 		for j, ch := range c.Changes {
-			f.Changes[j] = wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: ch.Payload}
+			row := ch.Payload
+			if row != nil && r.old() {
+				if row, err = narrowPayload(current, client, row); err != nil {
+					return subOutcome{}, err
+				}
+			}
+			f.Changes[j] = wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: row}
 		}
 		if err := r.enc.Encode(f); err != nil {
 			return subOutcome{}, err
@@ -127,7 +134,8 @@ func (r *request) saveClient(ctx context.Context) error {
 		rec.Subscriptions = make([]store.SubscriptionRecord, len(r.req.Subscriptions))
 		first := true
 		for i, sub := range r.req.Subscriptions {
-			rec.Subscriptions[i] = store.SubscriptionRecord{ID: sub.ID, Table: sub.Table, Scopes: scopeMapToMap(sub.Scopes)}
+			rec.Subscriptions[i] = store.SubscriptionRecord{ID: sub.ID, Table: sub.Table,
+				Scopes: scopeMapToMap(sub.Scopes), SchemaVersion: r.cs.Version()}
 			if out := r.pulled[i]; out.active && (first || out.nextCursor < rec.Cursor) {
 				rec.Cursor, first = out.nextCursor, false
 			}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -42,7 +43,21 @@ type request struct {
 	pulled    []subOutcome
 	gate      *store.ServeGate // the serve gate read at entry
 	gw        *gateWriter
+	cs        *schema.Compiled // the schema version the client speaks
 }
+
+// tables returns a table of the client's schema and of the current one.
+func (r *request) tables(name string) (client, current *schema.CompiledTable, ok bool) {
+	client, ok = r.cs.Table(name)
+	if !ok {
+		return nil, nil, false
+	}
+	current, ok = r.e.cfg.Schema.Table(name)
+	return client, current, ok
+}
+
+// old reports whether the client speaks an older schema than the current.
+func (r *request) old() bool { return r.cs != r.e.cfg.Schema }
 
 // Serve answers one request. A failure before the response began is
 // returned as a *syncerr.Error for the transport to render (HTTP JSON); once
@@ -65,6 +80,8 @@ type Outcome struct {
 	Subscriptions []SubscriptionOutcome
 	// LogEpoch is the partition's log epoch the request was served under.
 	LogEpoch string
+	// SchemaVersion is the schema version the client spoke.
+	SchemaVersion int32
 }
 
 // SubscriptionOutcome is one subscription of a completed pull.
@@ -112,6 +129,7 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 		return out, err
 	}
 	out.Completed = true
+	out.SchemaVersion = r.cs.Version()
 	if req.Pull != nil {
 		out.Pulled = true
 		out.Subscriptions = make([]SubscriptionOutcome, len(req.Subscriptions))
@@ -242,9 +260,10 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 		return nil, syncerr.New(syncerr.CodeInvalidRequest, "epoch acquisition must not carry PUSH_COMMIT frames")
 	}
 	epochReset := req.Version >= wire.Version2 && (h.LogEpoch == nil || *h.LogEpoch != p.LogEpoch)
-	served := e.cfg.Schema.Version()
-	if h.SchemaVersion != served {
-		return &wire.RespHeader{RequiredSchemaVersion: &served, LatestSchemaVersion: &served,
+	latest, floor := e.cfg.Schema.Version(), e.oldestServed()
+	r.cs = e.schemaFor(h.SchemaVersion)
+	if r.cs == nil {
+		return &wire.RespHeader{RequiredSchemaVersion: &floor, LatestSchemaVersion: &latest,
 			LogEpoch: epochOf(req.Version, p), ResetRequired: epochReset}, nil
 	}
 	if epochReset {
@@ -309,7 +328,7 @@ func (r *request) checkPull() error {
 			return syncerr.New(syncerr.CodeInvalidSubscription, "duplicate subscription id")
 		}
 		seen[sub.ID] = true
-		t, ok := r.e.cfg.Schema.Table(sub.Table)
+		t, ok := r.cs.Table(sub.Table)
 		if !ok {
 			return syncerr.New(syncerr.CodeUnknownTable, "a subscription names a table the server does not serve")
 		}

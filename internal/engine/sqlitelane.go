@@ -215,7 +215,7 @@ func (x *imageIndex) prune(nowMs int64) {
 // column (an image would copy ciphertext past the client's per-row
 // decryption, §5.11), and the host has not disabled the lane.
 func (r *request) sqliteEligible(t *schema.CompiledTable, after *string) bool {
-	return r.req.Pull.Accept&wire.AcceptSQLite != 0 && after == nil &&
+	return !r.old() && r.req.Pull.Accept&wire.AcceptSQLite != 0 && after == nil &&
 		len(t.EncryptedColumns()) == 0 && r.e.cfg.Limits.SQLiteImageMaxBytes >= 0
 }
 

@@ -34,15 +34,15 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 		switch {
 		case !v3:
 			if *base != stored.ServerVersion {
-				return a.conflict(i, t, stored, nil), nil
+				return a.conflict(i, t, stored, nil)
 			}
 		case *base > stored.ServerVersion:
 			return opError(i, syncerr.CodeInvalidRequest, "baseVersion is ahead of the server"), nil
 		case *base == 0:
-			return a.conflict(i, t, stored, a.presentColumns(t, in, func(int) bool { return true })), nil
+			return a.conflict(i, t, stored, a.presentColumns(t, in, func(int) bool { return true }))
 		default:
 			if contended := a.presentColumns(t, in, func(c int) bool { return versions[c] > *base }); len(contended) > 0 {
-				return a.conflict(i, t, stored, contended), nil
+				return a.conflict(i, t, stored, contended)
 			}
 		}
 	}
@@ -96,21 +96,36 @@ func contains(s []int, v int) bool {
 
 // conflict is the version-conflict result record (§6.3), with the
 // contended columns as a presence-layout bitmap.
-func (a *applier) conflict(i int, t *schema.CompiledTable, stored store.Row, contended []int) *rejection {
-	bitmap := make([]byte, (len(t.Columns())+7)/8)
+// An older client gets the row and the bitmap in its own layout.
+func (a *applier) conflict(i int, t *schema.CompiledTable, stored store.Row, contended []int) (*rejection, error) {
+	client, _, _ := a.r.tables(t.Name())
+	row, err := narrowPayload(t, client, stored.Payload)
+	if err != nil {
+		return nil, err
+	}
+	n := len(client.Columns())
+	bitmap := make([]byte, (n+7)/8)
 	for _, c := range contended {
-		bitmap[c/8] |= 1 << (c % 8)
+		if c < n {
+			bitmap[c/8] |= 1 << (c % 8)
+		}
 	}
 	return &rejection{result: wire.OpResult{OpIndex: int32(i), Status: wire.OpConflict,
 		Code: syncerr.CodeVersionConflict, Message: "the row changed since baseVersion",
-		ServerVersion: stored.ServerVersion, ServerRow: stored.Payload, ConflictColumns: bitmap}}
+		ServerVersion: stored.ServerVersion, ServerRow: row, ConflictColumns: bitmap}}, nil
 }
 
 // insert applies an upsert to an absent row (§6.2 table).
 func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op *wire.Operation, in wire.SparseRow) (*rejection, error) {
 	v3 := a.r.req.Version >= wire.Version3
+	client, _, _ := a.r.tables(t.Name())
 	full := true
-	for _, p := range in.Present {
+	for c, p := range in.Present {
+		if c >= len(client.Columns()) {
+			// Appended since the client's version: NULL on insert.
+			in.Present[c], in.Values[c] = true, wire.Value{Null: true}
+			continue
+		}
 		full = full && p
 	}
 	base := op.BaseVersion
