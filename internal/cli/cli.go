@@ -12,6 +12,12 @@ const usage = `usage: syncgo <command> [flags]
 
 commands:
   serve     start the sync server (SQLite file by default; -db postgres://... for Postgres)
+  schema    show the stored and running schema, readiness and checkpoints
+  checkpoint declare -name N -version V
+            declare a backfill checkpoint (raises the writer fence)
+  backfill -name N -sources t1,t2
+            run a checkpoint's backfill with a progress bar (resumable) and
+            activate it
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -31,6 +37,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runServe(ctx, args[1:], stdout, stderr)
 	case "render":
 		return runRender(args[1:], stdin, stdout, stderr)
+	case "schema":
+		return runSchema(ctx, args[1:], stdout, stderr)
+	case "checkpoint":
+		return runCheckpoint(ctx, args[1:], stdout, stderr)
+	case "backfill":
+		return runBackfill(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return runConformance(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
