@@ -25,10 +25,31 @@ import (
 var demoSchema []byte
 
 type serveFlags struct {
-	listen string
-	db     string
-	schema string
-	mount  string
+	listen      string
+	db          string
+	schema      string
+	mount       string
+	checkpoints stringList
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// declarations parses -checkpoint partition/name flags; the version is
+// the running schema's.
+func (f serveFlags) declarations(version int32) ([]store.CheckpointDeclaration, error) {
+	var out []store.CheckpointDeclaration
+	for _, c := range f.checkpoints {
+		part, name, ok := strings.Cut(c, "/")
+		if !ok || part == "" || name == "" {
+			return nil, fmt.Errorf("-checkpoint %q: want partition/name", c)
+		}
+		out = append(out, store.CheckpointDeclaration{Partition: part, Name: name, SchemaVersion: version})
+	}
+	return out, nil
 }
 
 func envOr(key, def string) string {
@@ -46,6 +67,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.db, "db", envOr("SYNCGO_DB", "syncgo.db"), "SQLite file path or postgres:// URL (SYNCGO_DB)")
 	fs.StringVar(&f.schema, "schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file; default: a small demo schema (SYNCGO_SCHEMA)")
 	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
+	fs.Var(&f.checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -84,6 +106,10 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
+	decls, err := f.declarations(sc.Version())
+	if err != nil {
+		return err
+	}
 	st, err := openStore(ctx, f.db, logger)
 	if err != nil {
 		return err
@@ -98,6 +124,7 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 		Authenticate:  devAuthenticate,
 		ResolveScopes: devResolver(sc),
 		Logger:        logger,
+		Declarations:  decls,
 	})
 	if err != nil {
 		return err
