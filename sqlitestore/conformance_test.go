@@ -10,10 +10,20 @@ import (
 	"github.com/syncgo/syncgo/store/storetest"
 )
 
-// openTest opens a store on a fresh file in the test's temp directory.
-func openTest(t testing.TB) store.Store {
+// testStore is a Store with the suite's test hooks: a second store on the
+// same database (storetest.Reopener) and raw SQL (storetest.RawExecer).
+type testStore struct{ *Store }
+
+var (
+	_ storetest.Reopener  = testStore{}
+	_ storetest.RawExecer = testStore{}
+)
+
+// openPath opens a store on the database file at path and closes it with
+// the test.
+func openPath(t testing.TB, path string) testStore {
 	t.Helper()
-	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "sync.db")})
+	s, err := Open(context.Background(), Config{Path: path})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -22,7 +32,28 @@ func openTest(t testing.TB) store.Store {
 			t.Errorf("close: %v", err)
 		}
 	})
-	return s
+	return testStore{s}
+}
+
+// openTest opens a store on a fresh file in the test's temp directory.
+func openTest(t testing.TB) store.Store {
+	t.Helper()
+	return openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+}
+
+// Reopen opens another store on the same database file, as another server
+// process would.
+func (s testStore) Reopen(t testing.TB) store.Store { return openPath(t, s.path) }
+
+// ExecRaw runs a script on the writer, in its own savepoint: all of its
+// statements or none.
+func (s testStore) ExecRaw(ctx context.Context, script string) error {
+	return s.w.do(ctx, func(_ context.Context, c *wconn) error {
+		c.forget()
+		defer c.forget()
+		_, err := c.conn.ExecContext(context.Background(), script)
+		return err
+	})
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, openTest) }

@@ -10,4 +10,12 @@
 // that fails rolls back to its savepoint without disturbing the others.
 // Reads use a separate pool of read-only connections, which WAL lets run
 // beside the writer.
+//
+// The writer is also the partition write boundary of the migration barrier
+// (store.Barrier): a schema bump (EnsureSchemaWith against an older marker)
+// runs as one writer function, so no append interleaves with its DDL, its
+// payload rewrite, the new marker, the declared checkpoints and the writer
+// fences it raises; checkpoint activation is one writer function too. The
+// fence itself is a trigger on sync_commits (migrations/001_core.sql), so
+// an older build's appends are rejected by the database.
 package sqlitestore

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -97,52 +99,55 @@ func (ts *tableSQL) createDDL() []string {
 	return out
 }
 
-// EnsureSchema creates the app tables of s and records the schema marker,
-// or checks that the database already holds exactly this schema.
+// EnsureSchema is EnsureSchemaWith with no checkpoint declarations.
 func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Compiled) error {
+	return s.EnsureSchemaWith(ctx, sc, nil)
+}
+
+// EnsureSchemaWith brings the database to sc, or checks it, in one writer
+// function (one transaction that no write interleaves with):
+//
+//   - first the migration barrier: a checkpoint at sc's version that is not
+//     activated and not among decls refuses with
+//     sync.storage.checkpoint_incomplete;
+//   - a newer marker is store.ErrSchemaNewer;
+//   - an equal marker must hold sc's layout
+//     (sync.storage.stored_layout_mismatch) and the tables the storage
+//     layout (sync.storage.physical_layout_mismatch); nothing is written;
+//   - an older or absent marker is migrated (see migrate), which installs
+//     decls and raises every partition's writer fence to sc's version.
+//
+// On success sc becomes the running schema of the store: its tables are
+// the ones Write and the reads accept, and its version stamps appended
+// commits.
+func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls []store.CheckpointDeclaration) error {
 	cs := &compiledSchema{schema: sc, tables: map[string]*tableSQL{}}
 	for _, t := range sc.Tables() {
 		cs.tables[t.Name()] = newTableSQL(t)
 	}
-	layout, err := sc.Layout().MarshalJSON()
-	if err != nil {
-		return fmt.Errorf("ensure schema: %w", err)
-	}
-	err = s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
-		var version int32
-		var stored string
-		err := c.queryRow(bg, "SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
+	nowMs := time.Now().UnixMilli()
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		if err := checkBarrier(c, sc.Version(), decls); err != nil {
+			return err
+		}
+		m, found, err := readMarkerOn(c)
+		if err != nil {
+			return err
+		}
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil && strings.Contains(err.Error(), "no such table"):
-			if err := c.exec(bg, `CREATE TABLE IF NOT EXISTS sync_schema_meta(
-  id INTEGER PRIMARY KEY CHECK (id = 1),
-  schema_version INTEGER NOT NULL,
-  layouts TEXT NOT NULL DEFAULT '{}')`); err != nil {
+		case found && m.SchemaVersion > sc.Version():
+			return fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, m.SchemaVersion, sc.Version())
+		case found && m.SchemaVersion == sc.Version():
+			if err := store.CheckStoredLayout(m.Layout, sc.Layout()); err != nil {
 				return err
 			}
-			c.forget()
-		case err != nil:
-			return err
-		case version > sc.Version():
-			return fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, version, sc.Version())
-		case version == sc.Version():
-			return checkStoredLayout(stored, sc)
-		default:
-			return fmt.Errorf("ensure schema: migration from version %d to %d is not supported yet", version, sc.Version())
+			return checkPhysicalLayout(c, cs)
 		}
-		for _, t := range sc.Tables() {
-			for _, stmt := range cs.tables[t.Name()].createDDL() {
-				if err := c.exec(bg, stmt); err != nil {
-					return fmt.Errorf("create table %s: %w", t.Name(), err)
-				}
-			}
+		var old schema.Layout
+		if found {
+			old = m.Layout
 		}
-		c.forget()
-		return c.exec(bg, `INSERT INTO sync_schema_meta(id, schema_version, layouts) VALUES (1, ?, ?)
-ON CONFLICT(id) DO UPDATE SET schema_version=excluded.schema_version, layouts=excluded.layouts`,
-			sc.Version(), string(layout))
+		return migrate(c, cs, old, decls, nowMs)
 	})
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
@@ -153,12 +158,59 @@ ON CONFLICT(id) DO UPDATE SET schema_version=excluded.schema_version, layouts=ex
 	return nil
 }
 
-func checkStoredLayout(stored string, sc *schema.Compiled) error {
-	got, err := schema.ParseLayout([]byte(stored))
+// checkBarrier refuses when a checkpoint at version is incomplete and not
+// declared by the caller; an empty declaration set declares nothing.
+func checkBarrier(c *wconn, version int32, decls []store.CheckpointDeclaration) error {
+	rows, err := c.query(context.Background(), `SELECT partition, name FROM sync_backfill_checkpoints
+WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name`, version)
 	if err != nil {
-		return &store.Error{Code: store.CodeStoredLayoutMismatch, Message: "stored layout unreadable", Err: err}
+		return fmt.Errorf("read checkpoints: %w", err)
 	}
-	return store.CheckStoredLayout(got, sc.Layout())
+	defer rows.Close()
+	for rows.Next() {
+		var partition, name string
+		if err := rows.Scan(&partition, &name); err != nil {
+			return fmt.Errorf("read checkpoints: %w", err)
+		}
+		declared := slices.ContainsFunc(decls, func(d store.CheckpointDeclaration) bool {
+			return d.Partition == partition && d.Name == name
+		})
+		if !declared {
+			return &store.Error{Code: store.CodeCheckpointIncomplete, Message: "a backfill checkpoint at the running schema version is incomplete",
+				Details: map[string]any{"partition": partition, "name": name}}
+		}
+	}
+	return rows.Err()
+}
+
+// readMarkerOn reads the marker on the writer's connection, creating the
+// marker table of a new database (the caller's transaction undoes it on
+// failure).
+func readMarkerOn(c *wconn) (store.Marker, bool, error) {
+	bg := context.Background()
+	var version int32
+	var stored string
+	err := c.queryRow(bg, "SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.Marker{}, false, nil
+	case err != nil && strings.Contains(err.Error(), "no such table"):
+		if err := c.exec(bg, `CREATE TABLE IF NOT EXISTS sync_schema_meta(
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  schema_version INTEGER NOT NULL,
+  layouts TEXT NOT NULL DEFAULT '{}')`); err != nil {
+			return store.Marker{}, false, err
+		}
+		c.forget()
+		return store.Marker{}, false, nil
+	case err != nil:
+		return store.Marker{}, false, err
+	}
+	layout, err := schema.ParseLayout([]byte(stored))
+	if err != nil {
+		return store.Marker{}, false, &store.Error{Code: store.CodeStoredLayoutMismatch, Message: "stored layout unreadable", Err: err}
+	}
+	return store.Marker{SchemaVersion: version, Layout: layout}, true, nil
 }
 
 // Marker returns the database's schema marker.

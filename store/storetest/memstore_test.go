@@ -19,15 +19,28 @@ import (
 // mutates the partition in place and keeps an undo log for rollbacks and
 // candidates.
 type memStore struct {
-	mu       sync.Mutex
+	// memDB is the database, shared with the stores Reopen returns; its
+	// mutex also guards closed and compiled.
+	*memDB
 	closed   bool
 	compiled *schema.Compiled
-	marker   *store.Marker
-	parts    map[string]*memPartition
 	// fault names a bug to inject (see faults in storetest_test.go).
 	fault string
 
 	writes, writeErrors, batches, commits atomic.Int64
+}
+
+// memDB is what a database holds.
+type memDB struct {
+	mu     sync.Mutex
+	marker *store.Marker
+	parts  map[string]*memPartition
+	// checkpoints, fences and tables are the migration barrier's state
+	// (memstore_barrier_test.go); tables is the physical layout of the app
+	// tables, as SQLite would declare them.
+	checkpoints map[cpKey]store.Checkpoint
+	fences      map[string]int32
+	tables      map[string][]physColumn
 }
 
 type resultKey struct{ client, commit string }
@@ -55,7 +68,14 @@ type memClient struct {
 	subs []byte
 }
 
-func newMemStore() *memStore { return &memStore{parts: make(map[string]*memPartition)} }
+func newMemStore() *memStore {
+	return &memStore{memDB: &memDB{
+		parts:       make(map[string]*memPartition),
+		checkpoints: make(map[cpKey]store.Checkpoint),
+		fences:      make(map[string]int32),
+		tables:      make(map[string][]physColumn),
+	}}
+}
 
 var _ store.Store = (*memStore)(nil)
 
@@ -126,30 +146,8 @@ func (s *memStore) table(name string) (*schema.CompiledTable, error) {
 	return t, nil
 }
 
-func (s *memStore) EnsureSchema(_ context.Context, c *schema.Compiled) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.ErrClosed
-	}
-	if m := s.marker; m != nil {
-		switch {
-		case m.SchemaVersion > c.Version() && !s.is("schema-newer-accepted"):
-			return store.ErrSchemaNewer
-		case m.SchemaVersion == c.Version():
-			if mm, ok := schema.StoredLayoutMismatch(m.Layout, c.Layout()); ok && !s.is("layout-unchecked") {
-				return &store.Error{Code: store.CodeStoredLayoutMismatch, Message: "stored layout differs from the running schema",
-					Details: map[string]any{"table": mm.Table, "column": mm.Column}}
-			}
-		case m.SchemaVersion < c.Version():
-			if err := schema.CheckAppendOnly(m.Layout, c.Layout()); err != nil {
-				return err
-			}
-		}
-	}
-	s.compiled = c
-	s.marker = &store.Marker{SchemaVersion: c.Version(), Layout: c.Layout()}
-	return nil
+func (s *memStore) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
+	return s.EnsureSchemaWith(ctx, c, nil)
 }
 
 func (s *memStore) Marker(context.Context) (store.Marker, error) {

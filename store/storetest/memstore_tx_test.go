@@ -293,6 +293,9 @@ func (tx *memTx) PutPushResult(_ context.Context, clientID, commitID string, rec
 }
 
 func (tx *memTx) AppendCommit(_ context.Context, c store.NewCommit) (int64, error) {
+	if err := tx.s.checkFence(tx.id); err != nil {
+		return 0, err
+	}
 	tx.p.maxSeq++
 	seq := tx.p.maxSeq
 	changes := make([]store.Change, len(c.Changes))

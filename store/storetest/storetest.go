@@ -47,6 +47,14 @@
 //   - Calls that touch rows before EnsureSchema fail with
 //     [store.ErrNoSchema]; tables outside the schema with
 //     [store.ErrUnknownTable].
+//   - A schema bump that appends columns re-encodes the logged upserts of
+//     the table as well as its rows (the pull serves them verbatim), and
+//     raises the fence of every partition that has commits.
+//   - ClaimCheckpoint of an activated checkpoint fails or returns it
+//     unchanged; either way its epoch stays.
+//   - The same-version physical check refuses in this order: a missing
+//     table, a missing column, the storage columns' type then nullability
+//     (in storage-column order), the primary key.
 //
 // [BenchmarkAppend] measures commit throughput with a fixed number of
 // writers.
@@ -91,6 +99,7 @@ var areas = []area{
 	{"Epoch", RunEpoch},
 	{"Transactions", RunTransactions},
 	{"Lookups", RunLookups},
+	{"Barrier", RunBarrier},
 }
 
 // Run runs every area of the suite as parallel subtests.

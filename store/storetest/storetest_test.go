@@ -57,6 +57,19 @@ var faults = []struct{ name, area string }{
 	{"rotate-keeps-clients", "Epoch"},
 	{"failed-write-kept", "Transactions"},
 	{"stats-uncounted", "Transactions"},
+	{"fence-lowered", "Barrier"},
+	{"fence-unchecked", "Barrier"},
+	{"redeclare-resets", "Barrier"},
+	{"claim-activated", "Barrier"},
+	{"stale-owner-advances", "Barrier"},
+	{"tx-advance-kept", "Barrier"},
+	{"activate-ignores-sources", "Barrier"},
+	{"activate-pruned-clean", "Barrier"},
+	{"coverage-all-tables", "Barrier"},
+	{"gate-all-versions", "Barrier"},
+	{"barrier-unchecked", "Barrier"},
+	{"bump-keeps-fences", "Barrier"},
+	{"physical-unchecked", "Barrier"},
 }
 
 // TestSuiteDetectsFaults runs each area against a memory store with one

@@ -1,0 +1,332 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// The migration barrier (store.Barrier, store.BarrierTx): backfill
+// checkpoints in sync_backfill_checkpoints, the writer fence in
+// sync_writer_fence (enforced by the sync_commits_writer_fence trigger of
+// migrations/001_core.sql), and the serve gate. Every write runs on the
+// single writer, which is also the partition write boundary of every
+// partition; reads that must be consistent are single statements.
+
+var (
+	_ store.Barrier   = (*Store)(nil)
+	_ store.BarrierTx = (*writeTx)(nil)
+)
+
+const selectCheckpoint = `SELECT partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms
+FROM sync_backfill_checkpoints`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanCheckpoint(r scanner) (store.Checkpoint, error) {
+	var c store.Checkpoint
+	err := r.Scan(&c.Partition, &c.Name, &c.SchemaVersion, &c.State, &c.Watermark, &c.OwnerEpoch, &c.ObservedRows, &c.UpdatedAtMs)
+	return c, err
+}
+
+func checkpointNotDeclared(partition, name string) error {
+	return &store.Error{Code: store.CodeCheckpointNotDeclared, Message: "no such backfill checkpoint",
+		Details: map[string]any{"partition": partition, "name": name}}
+}
+
+// installCheckpoint inserts a declared checkpoint unless it exists and
+// raises the partition's fence to its version, never lowering it: shared by
+// DeclareCheckpoint and the schema bump, so that both commit the row and
+// its fence together.
+func installCheckpoint(c *wconn, d store.CheckpointDeclaration, nowMs int64) error {
+	bg := context.Background()
+	if err := c.exec(bg, `INSERT INTO sync_backfill_checkpoints(partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms)
+VALUES (?, ?, ?, 'declared', 0, 0, 0, ?) ON CONFLICT(partition, name) DO NOTHING`, d.Partition, d.Name, d.SchemaVersion, nowMs); err != nil {
+		return fmt.Errorf("install checkpoint: %w", err)
+	}
+	if err := c.exec(bg, `INSERT INTO sync_writer_fence(partition, required_writer_version) VALUES (?, ?)
+ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writer_version, excluded.required_writer_version)`,
+		d.Partition, d.SchemaVersion); err != nil {
+		return fmt.Errorf("raise writer fence: %w", err)
+	}
+	return nil
+}
+
+// raiseAllFences raises the fence of every known partition (with commits or
+// registered) to version, never lowering one.
+func raiseAllFences(c *wconn, version int32) error {
+	err := c.exec(context.Background(), `INSERT INTO sync_writer_fence(partition, required_writer_version)
+SELECT partition, ? FROM (SELECT partition FROM sync_partitions UNION SELECT partition FROM sync_partition_registry) WHERE true
+ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writer_version, excluded.required_writer_version)`, version)
+	if err != nil {
+		return fmt.Errorf("raise writer fences: %w", err)
+	}
+	return nil
+}
+
+func readCheckpointOn(c *wconn, partition, name string) (store.Checkpoint, error) {
+	cp, err := scanCheckpoint(c.queryRow(context.Background(), selectCheckpoint+" WHERE partition=? AND name=?", partition, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Checkpoint{}, checkpointNotDeclared(partition, name)
+	}
+	return cp, err
+}
+
+// DeclareCheckpoint inserts the checkpoint as declared (a no-op when it
+// exists) and raises the partition's fence to its version.
+func (s *Store) DeclareCheckpoint(ctx context.Context, d store.CheckpointDeclaration, nowMs int64) (store.Checkpoint, error) {
+	var cp store.Checkpoint
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		if err := installCheckpoint(c, d, nowMs); err != nil {
+			return err
+		}
+		var err error
+		cp, err = readCheckpointOn(c, d.Partition, d.Name)
+		return err
+	})
+	if err != nil {
+		return store.Checkpoint{}, fmt.Errorf("declare checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+// ClaimCheckpoint gives the checkpoint a new owner epoch and moves it to
+// backfilling; an activated checkpoint is returned unchanged.
+func (s *Store) ClaimCheckpoint(ctx context.Context, partition, name string, nowMs int64) (store.Checkpoint, error) {
+	var cp store.Checkpoint
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		err := c.exec(context.Background(), `UPDATE sync_backfill_checkpoints
+SET owner_epoch = owner_epoch + 1, state = 'backfilling', updated_at_ms = ?
+WHERE partition=? AND name=? AND state <> 'activated'`, nowMs, partition, name)
+		if err != nil {
+			return err
+		}
+		cp, err = readCheckpointOn(c, partition, name)
+		return err
+	})
+	if err != nil {
+		return store.Checkpoint{}, fmt.Errorf("claim checkpoint: %w", err)
+	}
+	return cp, nil
+}
+
+const advanceCheckpoint = `UPDATE sync_backfill_checkpoints SET watermark=?, observed_rows=?, updated_at_ms=?
+WHERE partition=? AND name=? AND owner_epoch=?`
+
+func advanceOn(c *wconn, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
+	res, err := c.execResult(context.Background(), advanceCheckpoint, watermark, observedRows, nowMs, partition, name, ownerEpoch)
+	if err != nil {
+		return false, fmt.Errorf("advance checkpoint: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// AdvanceCheckpoint records progress when ownerEpoch is still the
+// checkpoint's.
+func (s *Store) AdvanceCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
+	var ok bool
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		var err error
+		ok, err = advanceOn(c, partition, name, ownerEpoch, watermark, observedRows, nowMs)
+		return err
+	})
+	return ok, err
+}
+
+// ActivateCheckpoint activates the checkpoint in one writer function: the
+// fence check, the coverage check above the watermark and the
+// compare-and-set see the same state, and no append interleaves.
+func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark int64, sources []string, nowMs int64) (store.Activation, error) {
+	var out store.Activation
+	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+		bg := context.Background()
+		cp, err := readCheckpointOn(c, partition, name)
+		if err != nil {
+			return err
+		}
+		var fence sql.NullInt64
+		err = c.queryRow(bg, "SELECT required_writer_version FROM sync_writer_fence WHERE partition=?", partition).Scan(&fence)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if !fence.Valid || fence.Int64 < int64(cp.SchemaVersion) {
+			// Without the fence, old writers could still decay what the
+			// activation would certify.
+			return &store.Error{Code: store.CodeCheckpointFenceMissing, Message: "the partition has no writer fence at the checkpoint's version",
+				Details: map[string]any{"partition": partition, "name": name}}
+		}
+		cov, err := coverageOn(c.queryRow, partition, sources, watermark)
+		if err != nil {
+			return err
+		}
+		switch cov {
+		case store.CoverageChanged:
+			out = store.Stale
+			return nil
+		case store.CoverageUnverifiable:
+			out = store.Unverifiable
+			return nil
+		}
+		res, err := c.execResult(bg, `UPDATE sync_backfill_checkpoints SET state='activated', watermark=?, updated_at_ms=?
+WHERE partition=? AND name=? AND owner_epoch=? AND state <> 'activated'`, watermark, nowMs, partition, name, ownerEpoch)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			out = store.Activated
+		} else {
+			out = store.Stale
+		}
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("activate checkpoint: %w", err)
+	}
+	return out, nil
+}
+
+// ReadCheckpoints lists a partition's checkpoints by name.
+func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.Checkpoint, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	rows, err := s.rdb.QueryContext(ctx, selectCheckpoint+" WHERE partition=? ORDER BY name", partition)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Checkpoint
+	for rows.Next() {
+		cp, err := scanCheckpoint(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoints: %w", err)
+		}
+		out = append(out, cp)
+	}
+	return out, rows.Err()
+}
+
+// queryRowFunc is rdb.QueryRowContext or wconn.queryRow.
+type queryRowFunc func(ctx context.Context, query string, args ...any) *sql.Row
+
+// The serve gate in one statement, so that its three parts come from one
+// snapshot.
+const (
+	selectServeGate = `SELECT COALESCE((SELECT schema_version FROM sync_schema_meta WHERE id=1), 0),
+  COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
+  (SELECT json_group_array(json_array(partition, name)) FROM
+    (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
+	// selectServeGateNoMarker is the gate of a database that never had
+	// EnsureSchema (no sync_schema_meta table yet).
+	selectServeGateNoMarker = `SELECT 0,
+  COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
+  (SELECT json_group_array(json_array(partition, name)) FROM
+    (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
+)
+
+func serveGateOn(ctx context.Context, q queryRowFunc, partition string, running int32) (store.ServeGate, error) {
+	var g store.ServeGate
+	var pending string
+	err := q(ctx, selectServeGate, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+	if err != nil && strings.Contains(err.Error(), "no such table: sync_schema_meta") {
+		err = q(ctx, selectServeGateNoMarker, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+	}
+	if err != nil {
+		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
+	}
+	var refs [][2]string
+	if err := json.Unmarshal([]byte(pending), &refs); err != nil {
+		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
+	}
+	for _, r := range refs {
+		g.Pending = append(g.Pending, store.CheckpointRef{Partition: r[0], Name: r[1]})
+	}
+	return g, nil
+}
+
+// ReadServeGate reads the serve gate for a partition and the running
+// schema version.
+func (s *Store) ReadServeGate(ctx context.Context, partition string, running int32) (store.ServeGate, error) {
+	if s.closed.Load() {
+		return store.ServeGate{}, store.ErrClosed
+	}
+	return serveGateOn(ctx, s.rdb.QueryRowContext, partition, running)
+}
+
+// SourceCoverageSeq returns the newest commit sequence that changed a
+// source table.
+func (s *Store) SourceCoverageSeq(ctx context.Context, partition string, sources []string) (int64, error) {
+	if s.closed.Load() {
+		return 0, store.ErrClosed
+	}
+	// Newest first on sync_changes_by_table: the scan stops at the newest
+	// source change.
+	var seq int64
+	err := s.rdb.QueryRowContext(ctx, `SELECT commit_seq FROM sync_changes
+WHERE partition=? AND tbl IN (SELECT value FROM json_each(?)) ORDER BY commit_seq DESC LIMIT 1`, partition, jsonList(sources)).Scan(&seq)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("source coverage: %w", err)
+	}
+	return seq, nil
+}
+
+// coverageOn reads the horizon and the source changes above seq in one
+// statement: a horizon past seq means the history that would answer is
+// gone, so an empty scan is unverifiable rather than clean.
+func coverageOn(q queryRowFunc, partition string, sources []string, seq int64) (store.Coverage, error) {
+	if len(sources) == 0 {
+		return store.CoverageClean, nil
+	}
+	var horizon int64
+	var changed bool
+	err := q(context.Background(), `SELECT COALESCE((SELECT horizon_seq FROM sync_partitions WHERE partition=?), 0),
+  EXISTS (SELECT 1 FROM sync_changes WHERE partition=? AND commit_seq > ? AND tbl IN (SELECT value FROM json_each(?)))`,
+		partition, partition, seq, jsonList(sources)).Scan(&horizon, &changed)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("source changes: %w", err)
+	case changed:
+		return store.CoverageChanged, nil
+	case horizon > seq:
+		return store.CoverageUnverifiable, nil
+	}
+	return store.CoverageClean, nil
+}
+
+// HasSourceChangesAbove reports whether a source table changed above seq,
+// or that this cannot be known because the horizon passed seq.
+func (s *Store) HasSourceChangesAbove(ctx context.Context, partition string, sources []string, seq int64) (store.Coverage, error) {
+	if s.closed.Load() {
+		return "", store.ErrClosed
+	}
+	q := func(_ context.Context, query string, args ...any) *sql.Row {
+		return s.rdb.QueryRowContext(ctx, query, args...)
+	}
+	return coverageOn(q, partition, sources, seq)
+}
+
+// ServeGate reads the serve gate on the writer's connection, inside the
+// transaction.
+func (tx *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGate, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ServeGate{}, err
+	}
+	return serveGateOn(context.Background(), tx.c.queryRow, tx.partition, running)
+}
+
+// AdvanceCheckpoint is Barrier.AdvanceCheckpoint inside the transaction:
+// the progress commits or rolls back with the batch.
+func (tx *writeTx) AdvanceCheckpoint(ctx context.Context, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return advanceOn(tx.c, tx.partition, name, ownerEpoch, watermark, observedRows, nowMs)
+}
