@@ -38,6 +38,12 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 			out, err = r.applyCommit(ctx, tx, pc)
 			return err
 		})
+		if store.ErrorCode(err) == store.CodeWriterFenceRejected {
+			// A newer schema fenced this process off: nothing was
+			// written, and the client retries against a newer server.
+			running := r.e.cfg.Schema.Version()
+			return notReady(gateDetails{RunningSchemaVersion: running})
+		}
 		if err != nil {
 			return err
 		}
