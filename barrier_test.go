@@ -1,0 +1,197 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// barrierEnv is one SQLite database shared by several servers, as several
+// processes share one database.
+type barrierEnv struct {
+	t    *testing.T
+	path string
+}
+
+func (e *barrierEnv) open() store.Store {
+	e.t.Helper()
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: e.path})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func (e *barrierEnv) server(sc *schema.Compiled, decls ...store.CheckpointDeclaration) (store.Store, string, error) {
+	e.t.Helper()
+	st := e.open()
+	srv, err := syncgo.New(syncgo.Config{
+		Store: st, Schema: sc, Declarations: decls, RetentionInterval: -1,
+		Authenticate: func(r *http.Request) (syncgo.Auth, error) {
+			a, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok {
+				return syncgo.Auth{}, errors.New("no token")
+			}
+			return syncgo.Auth{ActorID: a, Partition: "p"}, nil
+		},
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+			return map[string][]string{"project_id": {"*"}}, nil
+		},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	startErr := srv.Start(context.Background())
+	e.t.Cleanup(func() { srv.Stop(context.Background()) })
+	hs := httptest.NewServer(srv.Handler())
+	e.t.Cleanup(hs.Close)
+	return st, hs.URL, startErr
+}
+
+// post sends a request and returns the status and body.
+func post(t *testing.T, url string, req *wire.Request) (int, []byte) {
+	t.Helper()
+	body, err := req.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, _ := http.NewRequest("POST", url+"/sync", bytes.NewReader(body))
+	hr.Header.Set("Content-Type", syncgo.ProtocolContentType)
+	hr.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+func pullReq(epoch *string, version int32) *wire.Request {
+	return &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: version, LogEpoch: epoch},
+		Pull: &wire.PullHeader{Accept: 3}, Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}}
+}
+
+func wantNotReady(t *testing.T, status int, body []byte, detailKey string) {
+	t.Helper()
+	if status != http.StatusServiceUnavailable {
+		t.Fatalf("status %d (%s), want 503", status, body)
+	}
+	pe, err := syncerr.ParseJSON(body)
+	if err != nil || pe.Code != syncerr.CodeSchemaNotReady {
+		t.Fatalf("body %s, want sync.schema_not_ready", body)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(pe.Details, &d); err != nil || d[detailKey] == nil {
+		t.Fatalf("details %s, want %q", pe.Details, detailKey)
+	}
+	if strings.Contains(pe.Message, "proj") {
+		t.Fatalf("message %q names the projection", pe.Message)
+	}
+}
+
+func TestMigrationBarrierServing(t *testing.T) {
+	_, v2 := windowSchemas(t)
+	e := &barrierEnv{t: t, path: filepath.Join(t.TempDir(), "b.db")}
+	_, urlA, err := e.server(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, body := post(t, urlA, pullReq(nil, 2))
+	m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
+	if status != 200 || err != nil {
+		t.Fatalf("acquire epoch: %d %v", status, err)
+	}
+	epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+
+	// An operator declares a checkpoint at the running version: the
+	// running server that did not declare it refuses to serve.
+	b := e.open().(store.Barrier)
+	if _, err := b.DeclareCheckpoint(context.Background(), store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2}, 1); err != nil {
+		t.Fatal(err)
+	}
+	status, body = post(t, urlA, pullReq(&epoch, 2))
+	wantNotReady(t, status, body, "projection")
+
+	// A new process that does not declare it refuses to start, in the
+	// backfill_checkpoint phase; requests to it answer with that phase.
+	_, urlC, err := e.server(v2)
+	var re *syncgo.ReadinessError
+	if !errors.As(err, &re) || re.Phase != syncgo.PhaseBackfillCheckpoint {
+		t.Fatalf("Start = %v, want a readiness error in phase backfill_checkpoint", err)
+	}
+	status, body = post(t, urlC, pullReq(&epoch, 2))
+	wantNotReady(t, status, body, "phase")
+
+	// The declaring process starts and serves.
+	_, urlB, err := e.server(v2, store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2})
+	if err != nil {
+		t.Fatalf("declaring process: %v", err)
+	}
+	if status, body = post(t, urlB, pullReq(&epoch, 2)); status != 200 {
+		t.Fatalf("declaring process answers %d: %s", status, body)
+	}
+
+	// The backfill activates the checkpoint; every process serves again.
+	cp, err := syncgo.RunBackfill(context.Background(), e.open(), syncgo.Backfill{Partition: "p", Name: "proj", Sources: []string{"tasks"}})
+	if err != nil || cp.State != store.CheckpointActivated {
+		t.Fatalf("RunBackfill = %+v, %v", cp, err)
+	}
+	if status, body = post(t, urlA, pullReq(&epoch, 2)); status != 200 {
+		t.Fatalf("after activation: %d %s", status, body)
+	}
+}
+
+func TestMigrationBarrierFencesOldWriters(t *testing.T) {
+	v1, v2 := windowSchemas(t)
+	e := &barrierEnv{t: t, path: filepath.Join(t.TempDir(), "f.db")}
+	oldStore, urlOld, err := e.server(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := post(t, urlOld, pullReq(nil, 1))
+	m, _ := wire.DecodeMessage(body, wire.DecoderOptions{})
+	epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+	push := func(url, id string) (int, []byte) {
+		return post(t, url, &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{{ClientCommitID: id, Operations: []wire.Operation{{Table: "tasks", RowID: id, Op: wire.OpUpsert,
+				Payload: sparse(t, v1, wire.Value{Str: id}, wire.Value{Str: "p1"}, wire.Value{Str: "x"})}}}}})
+	}
+	if status, body := push(urlOld, "a"); status != 200 || !bytes.Contains(body, []byte("a")) {
+		t.Fatalf("push before the bump: %d", status)
+	}
+	// A version-2 process migrates the database and declares a checkpoint
+	// for its projection: the fence rises to 2.
+	if _, _, err := e.server(v2, store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2}); err != nil {
+		t.Fatalf("bump: %v", err)
+	}
+	// The old process is now refused: the serve gate sees the newer
+	// stored schema before anything is written.
+	status, body := push(urlOld, "b")
+	wantNotReady(t, status, body, "storedSchemaVersion")
+	// And the database itself rejects an append by the old process's
+	// store, which reads no gate: the writer fence trigger refuses it.
+	err = oldStore.Write(context.Background(), "p", func(ctx context.Context, tx store.WriteTx) error {
+		_, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "x", ClientCommitID: "y", ActorID: "z"})
+		return err
+	})
+	if store.ErrorCode(err) != store.CodeWriterFenceRejected {
+		t.Fatalf("old writer's append = %v, want %s", err, store.CodeWriterFenceRejected)
+	}
+}
