@@ -13,9 +13,10 @@ import (
 // AppendCommit appends c to the partition's log in one round trip: the
 // sequence allocation and commit row (one statement), the changes, their
 // scope index entries and the delete tombstones, each as unnest arrays of
-// at most MaxChangesPerStatement elements per statement. Every statement
-// after the first reads the allocated sequence back from the locked
-// sync_partitions row.
+// at most MaxChangesPerStatement elements per statement, and the commit
+// notification (pg_notify, delivered at COMMIT; see ListenCommits). Every
+// statement after the first reads the allocated sequence back from the
+// locked sync_partitions row.
 func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, error) {
 	if t.st == nil {
 		return 0, store.ErrNoSchema
@@ -39,6 +40,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 			hi := min(lo+chunk, len(ts.tbl))
 			b.Queue(sqlUpsertTombstones, t.partition, ts.tbl[lo:hi], ts.rowID[lo:hi])
 		}
+		b.Queue(sqlNotifyCommit, t.partition, t.s.dbSchema)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("append commit: %w", err)

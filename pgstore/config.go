@@ -16,6 +16,17 @@ type Config struct {
 	// Pool, when set, is used as is: Open neither configures it nor closes
 	// it on Close. Its connections' search_path selects the schema.
 	Pool *pgxpool.Pool
+	// ListenURL is the connection string of the dedicated connection that
+	// [Store.ListenCommits] opens for LISTEN. It must reach Postgres
+	// directly or through a session-mode pooler: a transaction pooler
+	// (PgBouncer pool_mode=transaction, and the like) does not deliver
+	// notifications. Point URL at the pooler and ListenURL past it. Default:
+	// the connection settings of the pool's connections (URL, or Pool's
+	// ConnConfig; Pool's BeforeConnect and AfterConnect hooks do not run
+	// for it, so a pool that needs them for credentials needs ListenURL).
+	// Its search_path does not matter. Without application_name in it, the
+	// connection is named "syncgo-listen-<process id>".
+	ListenURL string
 	// Logger receives the driver's few log lines (migrations, a slow-scan
 	// warning). Default: discard.
 	Logger *slog.Logger

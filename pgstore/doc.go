@@ -29,6 +29,19 @@
 // prepares a batch's new statements first, which an aborted transaction
 // refuses.
 //
+// # Commit notifications
+//
+// Several server processes can share one database. Every appended commit
+// is announced with pg_notify on the channel syncgo_commits in the
+// commit's own transaction (the same pipelined batch, no extra round
+// trip), so Postgres delivers it only once the commit is durable, in
+// commit order. [Store.ListenCommits] (the [store.CommitListener] the
+// server uses for realtime fan-out) receives them on a dedicated
+// connection, outside the pool, which therefore may go through a
+// transaction pooler as long as Config.ListenURL does not; it reconnects
+// with backoff and reports every (re)connect so that the receiver catches
+// up on commits it may have missed. listen.go documents the payload.
+//
 // # Reads
 //
 // Scope-filtered reads start from the inverted scope indexes

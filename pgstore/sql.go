@@ -10,6 +10,9 @@ const (
 	// IF NOT EXISTS and CREATE OR REPLACE FUNCTION are not safe against
 	// each other.
 	sqlMigrationLock = `SELECT pg_advisory_xact_lock(hashtextextended('syncgo.migrate:' || current_schema(), 0))`
+
+	// sqlCurrentSchema names the schema the tables were created in.
+	sqlCurrentSchema = `SELECT current_schema()`
 )
 
 // Write boundary and commit log.
@@ -49,6 +52,17 @@ ON CONFLICT DO NOTHING`
 SELECT $1, t.tbl, t.row_id, ` + sqlCurrentSeq + `
   FROM unnest($2::text[], $3::text[]) AS t(tbl, row_id)
 ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq`
+
+	// sqlNotifyCommit announces the allocated sequence on the commit
+	// channel, in the append's transaction: Postgres delivers it only if
+	// the transaction commits (and drops it with a rolled-back savepoint),
+	// in commit order. $1 is the partition, $2 the store's schema; the
+	// payload is "<seq>:<schema>:<partition>", or "<seq>:<schema>" when
+	// that would reach the 8000-byte payload limit (see listen.go).
+	sqlNotifyCommit = `SELECT pg_notify('` + notifyChannel + `',
+  CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $2::text END)
+  FROM (SELECT max_commit_seq::text AS seq, max_commit_seq::text || ':' || $2::text || ':' || $1::text AS msg
+          FROM sync_partitions WHERE partition = $1) n`
 
 	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`

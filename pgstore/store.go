@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,15 @@ type Store struct {
 	// schema is the state EnsureSchema installed; nil before.
 	schema atomic.Pointer[schemaState]
 	closed atomic.Bool
+	// done is closed by Close: it stops the commit listeners.
+	done chan struct{}
+	// dbSchema is the database schema the connections' search_path
+	// selected at Open (current_schema()): commit notifications carry it,
+	// since NOTIFY channels are database-wide.
+	dbSchema string
+	// listenProbe is how long the listen connection may stay silent before
+	// it is pinged (listenProbeAfter; shorter in tests).
+	listenProbe time.Duration
 
 	writes      atomic.Int64
 	writeErrors atomic.Int64
@@ -43,7 +53,7 @@ var _ store.Store = (*Store)(nil)
 // connections' search_path selects.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg}
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter}
 	if s.pool == nil {
 		if cfg.URL == "" {
 			return nil, errors.New("pgstore: open: neither URL nor Pool is set")
@@ -68,7 +78,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // migrate applies every embedded migration file, in name order, in one
-// transaction under an advisory lock of the schema.
+// transaction under an advisory lock of the schema, and records the
+// schema's name.
 func (s *Store) migrate(ctx context.Context) error {
 	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
 	if err != nil {
@@ -90,7 +101,10 @@ func (s *Store) migrate(ctx context.Context) error {
 				return fmt.Errorf("apply %s: %w", name, err)
 			}
 		}
-		s.log.DebugContext(ctx, "pgstore: migrations applied", "files", len(names))
+		if err := tx.QueryRow(ctx, sqlCurrentSchema).Scan(&s.dbSchema); err != nil {
+			return fmt.Errorf("current schema: %w", err)
+		}
+		s.log.DebugContext(ctx, "pgstore: migrations applied", "files", len(names), "schema", s.dbSchema)
 		return nil
 	})
 }
@@ -108,12 +122,13 @@ func (s *Store) Stats() store.Stats {
 	}
 }
 
-// Close releases the store; it closes the pool when Open created it. Later
-// calls fail with store.ErrClosed.
+// Close releases the store; it closes the pool when Open created it and
+// stops the commit listeners. Later calls fail with store.ErrClosed.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.done)
 	if s.ownsPool {
 		s.pool.Close()
 	}

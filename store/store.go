@@ -135,7 +135,9 @@ type CommitListener interface {
 	// ListenCommits calls fn for each commit notification until ctx ends,
 	// reconnecting after failures. After a reconnect, notifications may
 	// have been missed: fn then receives one with Reconnected set, and the
-	// listener must check the partitions it serves for gaps.
+	// listener must check the partitions it serves for gaps. A driver may
+	// send one at other times too (on its first connect, or for a commit
+	// whose partition it cannot name).
 	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
 }
 

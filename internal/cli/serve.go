@@ -27,6 +27,7 @@ var demoSchema []byte
 type serveFlags struct {
 	listen      string
 	db          string
+	dbListen    string
 	schema      string
 	mount       string
 	checkpoints stringList
@@ -65,6 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var f serveFlags
 	fs.StringVar(&f.listen, "listen", envOr("SYNCGO_LISTEN", "127.0.0.1:8787"), "listen address (SYNCGO_LISTEN)")
 	fs.StringVar(&f.db, "db", envOr("SYNCGO_DB", "syncgo.db"), "SQLite file path or postgres:// URL (SYNCGO_DB)")
+	fs.StringVar(&f.dbListen, "db-listen", envOr("SYNCGO_DB_LISTEN", ""), "Postgres URL for the commit listener's direct connection, when -db goes through a transaction pooler (SYNCGO_DB_LISTEN)")
 	fs.StringVar(&f.schema, "schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file; default: a small demo schema (SYNCGO_SCHEMA)")
 	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
 	fs.Var(&f.checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable)")
@@ -95,8 +97,12 @@ func loadSchema(path string) (*schema.Compiled, error) {
 }
 
 func openStore(ctx context.Context, db string, logger *slog.Logger) (store.Store, error) {
+	return openStoreListen(ctx, db, "", logger)
+}
+
+func openStoreListen(ctx context.Context, db, listen string, logger *slog.Logger) (store.Store, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
-		return pgstore.Open(ctx, pgstore.Config{URL: db, Logger: logger})
+		return pgstore.Open(ctx, pgstore.Config{URL: db, ListenURL: listen, Logger: logger})
 	}
 	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger})
 }
@@ -110,7 +116,7 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, f.db, logger)
+	st, err := openStoreListen(ctx, f.db, f.dbListen, logger)
 	if err != nil {
 		return err
 	}
