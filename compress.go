@@ -3,6 +3,7 @@ package syncgo
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -32,13 +33,13 @@ func newCodecPools() *codecPools {
 }
 
 // negotiate picks the response encoding from Accept-Encoding: zstd, then
-// gzip, else identity (§1.3).
+// gzip, else identity (§1.3). A coding with a zero q-value is refused.
 func negotiate(r *http.Request) string {
-	accept := r.Header.Get("Accept-Encoding")
+	accept := strings.Join(r.Header.Values("Accept-Encoding"), ",")
 	zstdOK, gzipOK := false, false
 	for _, part := range strings.Split(accept, ",") {
 		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.Contains(strings.ReplaceAll(params, " ", ""), "q=0") && !strings.Contains(params, "q=0.") {
+		if !acceptable(params) {
 			continue
 		}
 		switch strings.ToLower(strings.TrimSpace(name)) {
@@ -55,6 +56,23 @@ func negotiate(r *http.Request) string {
 		return "gzip"
 	}
 	return ""
+}
+
+// acceptable reports whether the parameters of an Accept-Encoding element
+// leave its coding acceptable: a q-value of zero, however spelled (q=0,
+// Q=0.0, q=0.000), refuses it (RFC 9110 §12.4.2). An unreadable q-value
+// is ignored.
+func acceptable(params string) bool {
+	for _, p := range strings.Split(params, ";") {
+		k, v, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "q") {
+			continue
+		}
+		if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // compressedWriter wraps w in the negotiated encoder. close finishes the

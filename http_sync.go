@@ -26,11 +26,19 @@ type limitedReader struct {
 
 func (l *limitedReader) Read(p []byte) (int, error) {
 	if l.n <= 0 {
+		// Probe for one more byte. The probe's own failure is kept: the
+		// compressed-size cap (http.MaxBytesReader) reports an oversized
+		// body exactly here, and reading it as EOF would answer a 413
+		// case as a truncated message (400).
 		var one [1]byte
-		if n, _ := l.r.Read(one[:]); n > 0 {
+		n, err := l.r.Read(one[:])
+		switch {
+		case n > 0:
 			return 0, errBodyTooLarge
+		case err == nil || errors.Is(err, io.EOF):
+			return 0, io.EOF
 		}
-		return 0, io.EOF
+		return 0, err
 	}
 	if int64(len(p)) > l.n {
 		p = p[:l.n]
@@ -55,6 +63,12 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	}
 	req, perr := s.readRequest(r)
 	if perr != nil {
+		if perr.Status() == http.StatusRequestEntityTooLarge {
+			// The rest of an oversized body is not wanted: close the
+			// connection instead of letting net/http drain up to 256 KiB
+			// more of it before answering.
+			w.Header().Set("Connection", "close")
+		}
 		s.writeError(w, route, perr)
 		return
 	}

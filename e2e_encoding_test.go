@@ -1,0 +1,146 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Response encodings (§1.3): the same pull answered with Accept-Encoding
+// identity, gzip and zstd carries the matching Content-Encoding and
+// decodes to the same bytes, hence the same message; segment downloads
+// likewise; and clients that ask for each encoding end with the same rows.
+func TestE2EResponseEncodings(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		for i := range 40 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", fmt.Sprintf("a task with a compressible title %d", i)))
+		}
+		syncQuiet(t, w)
+		epoch := e.partitionState().LogEpoch
+		pull := encodeRequest(t, &wire.Request{Version: 3,
+			Header: &wire.ReqHeader{ClientID: "enc-device", SchemaVersion: 1, LogEpoch: &epoch},
+			Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
+			Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+				Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+
+		var identity []byte
+		for _, enc := range []string{"identity", "gzip", "zstd"} {
+			r := e.post(t, body(pull), map[string]string{"Accept-Encoding": enc})
+			if got := r.header.Get("Content-Encoding"); got != contentEncoding(enc) {
+				t.Fatalf("Accept-Encoding %s answered Content-Encoding %q", enc, got)
+			}
+			plain := decompress(t, enc, r.body)
+			if enc == "identity" {
+				identity = plain
+				if m := decodeResponse(t, r); len(m.Frames) < 4 {
+					t.Fatalf("the pull answered %d frames, want a bootstrap section", len(m.Frames))
+				}
+				continue
+			}
+			if len(r.body) >= len(plain) {
+				t.Fatalf("%s: %d encoded bytes for %d plain bytes", enc, len(r.body), len(plain))
+			}
+			if !bytes.Equal(plain, identity) {
+				a, _ := wire.DecodeMessage(identity, wire.DecoderOptions{})
+				b, _ := wire.DecodeMessage(plain, wire.DecoderOptions{})
+				ra, _ := wire.RenderMessage(a)
+				rb, _ := wire.RenderMessage(b)
+				t.Fatalf("%s decodes to another message:\nidentity %s\n%s %s", enc, ra, enc, rb)
+			}
+		}
+
+		// q-values (RFC 9110 §12.4.2): zero in any spelling refuses a coding.
+		for accept, want := range map[string]string{
+			"zstd;q=0.0, gzip;q=0.5": "gzip",
+			"zstd;q=0.000, gzip":     "gzip",
+			"zstd; Q=0, gzip;q=0":    "",
+			"zstd;q=0.001":           "zstd",
+			"gzip;q=1.0":             "gzip",
+		} {
+			r := e.post(t, body(pull), map[string]string{"Accept-Encoding": accept})
+			if got := r.header.Get("Content-Encoding"); got != want {
+				t.Fatalf("Accept-Encoding %q answered Content-Encoding %q, want %q", accept, got, want)
+			}
+			if !bytes.Equal(decompress(t, map[string]string{"": "identity"}[want]+want, r.body), identity) {
+				t.Fatalf("Accept-Encoding %q: the body differs from identity", accept)
+			}
+		}
+
+		var rows []map[string]string
+		var segs [][]byte
+		for _, enc := range []string{"identity", "gzip", "zstd"} {
+			c := e.client("alice", sspclient.Options{AcceptEncoding: enc, Accept: wire.AcceptExternalRows, LimitSnapshotRows: 25})
+			mustSubscribe(t, c, "tasks-p1", "p1")
+			var refs []wire.SegmentRef
+			for _, res := range syncQuiet(t, c) {
+				if res.ContentEncoding != contentEncoding(enc) {
+					t.Fatalf("client asking %s got Content-Encoding %q", enc, res.ContentEncoding)
+				}
+				for _, s := range res.Sections {
+					refs = append(refs, s.Refs...)
+				}
+			}
+			if len(refs) == 0 {
+				t.Fatalf("%s: no segment was served by reference", enc)
+			}
+			b, err := c.DownloadSegment(context.Background(), refs[0].SegmentID, map[string][]string{"project_id": {"p1"}})
+			if err != nil {
+				t.Fatalf("%s segment download: %v", enc, err)
+			}
+			segs = append(segs, b)
+			rows = append(rows, clientRows(t, c, "tasks"))
+		}
+		for i := 1; i < len(rows); i++ {
+			sameRows(t, "clients of different encodings", rows[i], rows[0])
+			if !bytes.Equal(segs[i], segs[0]) {
+				t.Fatal("the same segment downloaded with another encoding differs")
+			}
+		}
+		sameRows(t, "clients vs server", rows[0], e.serverRows("tasks"))
+	})
+}
+
+// contentEncoding is the Content-Encoding that answers an Accept-Encoding
+// of one coding.
+func contentEncoding(accept string) string {
+	if accept == "identity" {
+		return ""
+	}
+	return accept
+}
+
+// decompress decodes a body by its encoding.
+func decompress(t *testing.T, enc string, b []byte) []byte {
+	t.Helper()
+	var r io.Reader = bytes.NewReader(b)
+	switch enc {
+	case "gzip":
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	case "zstd":
+		zr, err := zstd.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("%s body: %v", enc, err)
+	}
+	return out
+}

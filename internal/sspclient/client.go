@@ -1,0 +1,209 @@
+// Package sspclient is a small SSP2 client for end-to-end tests and load
+// tools. It keeps its replica in memory the way a Syncular client keeps
+// its SQLite database: a clientId, the accepted log epoch (§2.1), an outbox
+// of commits (§7.1), subscriptions with their cursors, resume tokens and
+// last effective scopes (§4), and the synced rows of each table with their
+// server versions. Sync runs rounds against POST <base>/sync and downloads
+// referenced segments from GET <base>/segments/{id} (§5.5).
+//
+// Failures are returned as errors: an HTTP-level catalog error as an
+// *HTTPError, an in-band ERROR frame as a *syncerr.Error, a schema-floor
+// response as a *SchemaFloorError. The package has no test dependencies.
+package sspclient
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// ContentType is the content type of SSP2 bodies (§1.1).
+const ContentType = "application/vnd.syncular.sync.v2"
+
+// Options configure a Client. The zero value of every field means its
+// default.
+type Options struct {
+	// ClientID is the stable client identifier. Default: random.
+	ClientID string
+	// WireVersion is the wire version spoken: 1, 2 or 3. Default 3.
+	WireVersion uint16
+	// AcceptEncoding is sent as Accept-Encoding on every request, and the
+	// response is decoded by its Content-Encoding (identity, gzip, zstd).
+	// Default "zstd, gzip" (§1.3).
+	AcceptEncoding string
+	// HTTPClient carries the requests. Default http.DefaultClient.
+	HTTPClient *http.Client
+	// Accept is the PULL_HEADER accept mask. Default inline and external
+	// rows segments.
+	Accept uint8
+	// LimitCommits, LimitSnapshotRows and MaxSnapshotPages are sent in
+	// PULL_HEADER; zero asks for the server's defaults.
+	LimitCommits, LimitSnapshotRows, MaxSnapshotPages int32
+	// MaxOperationsPerRequest bounds the operations a round pushes; a
+	// round always sends at least one pending commit. Default 500.
+	MaxOperationsPerRequest int
+}
+
+func (o Options) withDefaults() Options {
+	if o.ClientID == "" {
+		o.ClientID = "client-" + randomHex(8)
+	}
+	if o.WireVersion == 0 {
+		o.WireVersion = wire.Version3
+	}
+	if o.AcceptEncoding == "" {
+		o.AcceptEncoding = "zstd, gzip"
+	}
+	if o.HTTPClient == nil {
+		o.HTTPClient = http.DefaultClient
+	}
+	if o.Accept == 0 {
+		o.Accept = wire.AcceptInlineRows | wire.AcceptExternalRows
+	}
+	if o.MaxOperationsPerRequest <= 0 {
+		o.MaxOperationsPerRequest = 500
+	}
+	return o
+}
+
+// Client is an in-memory SSP2 client replica. It is safe for concurrent
+// use: rounds are serialized, and writes made during a round are sent by
+// the next one.
+type Client struct {
+	base     string
+	token    string
+	schema   *schema.Compiled
+	opts     Options
+	idPrefix string
+
+	roundMu sync.Mutex // serializes rounds
+
+	mu       sync.Mutex // guards the replica below
+	logEpoch *string
+	commitN  uint64
+	outbox   []*Commit
+	outcomes []Outcome
+	subs     []*subscription
+	rows     map[string]map[string]Row
+}
+
+// New returns a client of the server mounted at baseURL (the prefix of
+// /sync and /segments), authenticating with "Authorization: Bearer token"
+// (no header when token is empty), for the client's generated schema s.
+func New(baseURL, token string, s *schema.Compiled, opts Options) (*Client, error) {
+	if s == nil {
+		return nil, errors.New("sspclient: a schema is required")
+	}
+	opts = opts.withDefaults()
+	if !wire.SupportedVersion(opts.WireVersion) {
+		return nil, fmt.Errorf("sspclient: unsupported wire version %d", opts.WireVersion)
+	}
+	c := &Client{
+		base: strings.TrimRight(baseURL, "/"), token: token, schema: s, opts: opts,
+		idPrefix: randomHex(6), rows: map[string]map[string]Row{},
+	}
+	return c, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ClientID returns the client's identifier.
+func (c *Client) ClientID() string { return c.opts.ClientID }
+
+// WireVersion returns the wire version the client speaks.
+func (c *Client) WireVersion() uint16 { return c.opts.WireVersion }
+
+// Schema returns the client's schema.
+func (c *Client) Schema() *schema.Compiled { return c.schema }
+
+// LogEpoch returns the accepted log epoch, and false before one was
+// acquired (always false at wire version 1).
+func (c *Client) LogEpoch() (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logEpoch == nil {
+		return "", false
+	}
+	return *c.logEpoch, true
+}
+
+// Rows returns a copy of the synced rows of a table, by rowId.
+func (c *Client) Rows(table string) map[string]Row {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]Row, len(c.rows[table]))
+	for id, r := range c.rows[table] {
+		out[id] = r
+	}
+	return out
+}
+
+// Row returns one synced row.
+func (c *Client) Row(table, rowID string) (Row, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.rows[table][rowID]
+	return r, ok
+}
+
+// Pending returns the number of commits waiting in the outbox.
+func (c *Client) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.outbox)
+}
+
+// Outcomes returns the final outcomes recorded so far, oldest first:
+// every PUSH_RESULT that removed a commit from the outbox and every local
+// drop.
+func (c *Client) Outcomes() []Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Outcome(nil), c.outcomes...)
+}
+
+// Outcome returns the recorded outcome of a commit.
+func (c *Client) Outcome(commitID string) (Outcome, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.outcomes) - 1; i >= 0; i-- {
+		if c.outcomes[i].CommitID == commitID {
+			return c.outcomes[i], true
+		}
+	}
+	return Outcome{}, false
+}
+
+// putRow stores a synced row. The caller holds c.mu.
+func (c *Client) putRow(table string, r Row) {
+	m := c.rows[table]
+	if m == nil {
+		m = map[string]Row{}
+		c.rows[table] = m
+	}
+	m[r.ID] = r
+}
+
+// purge deletes the rows of a table inside scopes (§3.3) and returns how
+// many went. The caller holds c.mu.
+func (c *Client) purge(t *schema.CompiledTable, scopes wire.ScopeMap) int {
+	n := 0
+	for id, r := range c.rows[t.Name()] {
+		if matchesScopes(t, r.Values, scopes) {
+			delete(c.rows[t.Name()], id)
+			n++
+		}
+	}
+	return n
+}

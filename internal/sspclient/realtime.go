@@ -1,0 +1,250 @@
+package sspclient
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
+
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Realtime is a connection of the client to the realtime channel (§8):
+// GET <base>/realtime?clientId=… upgraded to a WebSocket. Next reads one
+// message at a time and must not be called concurrently; Ack and Close
+// may be called from any goroutine.
+type Realtime struct {
+	c    *Client
+	conn net.Conn
+	rw   io.ReadWriter
+	wmu  sync.Mutex
+	// Hello is the handshake event the server sent on connect (§8.1).
+	Hello wire.Hello
+}
+
+// RealtimeMessage is one message of the realtime channel: a JSON control
+// event, a delta (a 0x00-tagged SSP2 response, §8.2) or a chunk of a
+// socket round (0x01, §8.7).
+type RealtimeMessage struct {
+	// Event is the control event, nil for a binary message.
+	Event wire.ServerEvent
+	// Delta is the SSP2 response of a delta, without its channel tag.
+	Delta []byte
+	// RoundChunk is a chunk of a socket round's response stream.
+	RoundChunk []byte
+}
+
+// DialRealtime connects the client to the realtime channel and reads the
+// hello event. The request carries the client's bearer token, when it has
+// one, and header; the realtime URL is the client's base URL with its
+// scheme mapped to ws or wss.
+func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtime, error) {
+	u, err := url.Parse(c.base + "/realtime")
+	if err != nil {
+		return nil, fmt.Errorf("sspclient: realtime URL: %w", err)
+	}
+	switch u.Scheme {
+	case "http":
+		u.Scheme = "ws"
+	case "https":
+		u.Scheme = "wss"
+	}
+	u.RawQuery = url.Values{"clientId": {c.opts.ClientID}}.Encode()
+	h := http.Header{}
+	for k, vs := range header {
+		h[k] = append([]string(nil), vs...)
+	}
+	if c.token != "" && h.Get("Authorization") == "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h)}
+	conn, br, _, err := d.Dial(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("sspclient: realtime dial: %w", err)
+	}
+	var r io.Reader = conn
+	if br != nil {
+		r = br // holds bytes read past the handshake; keeps reading conn
+	}
+	rt := &Realtime{c: c, conn: conn}
+	rt.rw = struct {
+		io.Reader
+		io.Writer
+	}{bufio.NewReader(r), lockedWriter{rt}}
+	m, err := rt.Next()
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	hello, ok := m.Event.(wire.Hello)
+	if !ok {
+		_ = conn.Close()
+		return nil, fmt.Errorf("sspclient: realtime: first message is not hello")
+	}
+	rt.Hello = hello
+	return rt, nil
+}
+
+// lockedWriter serializes writes to the connection: acks and the control
+// frames the reader answers (pong, close).
+type lockedWriter struct{ rt *Realtime }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.rt.wmu.Lock()
+	defer w.rt.wmu.Unlock()
+	return w.rt.conn.Write(p)
+}
+
+// Next reads the next data message. A close from the server ends the
+// connection with an error (a wsutil.ClosedError for a close frame).
+func (rt *Realtime) Next() (RealtimeMessage, error) {
+	b, op, err := wsutil.ReadServerData(rt.rw)
+	if err != nil {
+		return RealtimeMessage{}, err
+	}
+	if op == ws.OpText {
+		ev, err := wire.ParseServerEvent(b)
+		if err != nil {
+			return RealtimeMessage{}, fmt.Errorf("sspclient: realtime event: %w", err)
+		}
+		return RealtimeMessage{Event: ev}, nil
+	}
+	if len(b) == 0 {
+		return RealtimeMessage{}, errors.New("sspclient: realtime: empty binary message")
+	}
+	switch b[0] {
+	case wire.ChannelTagDelta:
+		return RealtimeMessage{Delta: b[1:]}, nil
+	case wire.ChannelTagRound:
+		return RealtimeMessage{RoundChunk: b[1:]}, nil
+	}
+	return RealtimeMessage{}, fmt.Errorf("sspclient: realtime: unknown channel tag 0x%02x", b[0])
+}
+
+// Ack sends {"type":"ack","cursor":cursor} (§8.2).
+func (rt *Realtime) Ack(cursor int64) error {
+	return wsutil.WriteClientText(lockedWriter{rt}, wire.Ack{Cursor: cursor}.AppendJSON(nil))
+}
+
+// Close sends a normal-closure close frame, best effort, and closes the
+// connection.
+func (rt *Realtime) Close() error {
+	_ = wsutil.WriteClientMessage(lockedWriter{rt}, ws.OpClose, ws.NewCloseFrameBody(ws.StatusNormalClosure, ""))
+	return rt.conn.Close()
+}
+
+// Drop closes the connection without a close frame, like a lost network.
+func (rt *Realtime) Drop() error { return rt.conn.Close() }
+
+// ErrRoundInFlight is returned by ApplyDelta while a round runs: the delta
+// is not applied, and the caller must treat it as a wake-up (§8.2).
+var ErrRoundInFlight = errors.New("sspclient: a round is in flight; delta not applied")
+
+// ApplyDelta applies a delta (§8.2) like a pull response: per section,
+// only to a subscription that is active, has synced at least once and has
+// no bootstrap pending, and only when its nextCursor advances the
+// subscription's cursor (an older or equal one is a duplicate). It
+// returns the highest nextCursor applied, or -1 when nothing applied. A
+// delta of another log epoch applies nothing.
+func (c *Client) ApplyDelta(payload []byte) (int64, error) {
+	if !c.roundMu.TryLock() {
+		return -1, ErrRoundInFlight
+	}
+	defer c.roundMu.Unlock()
+	d := wire.NewBytesDecoder(payload, wire.DecoderOptions{Kind: wire.KindResponse})
+	if _, _, err := d.Header(); err != nil {
+		return -1, fmt.Errorf("sspclient: delta: %w", err)
+	}
+	type staged struct {
+		table string
+		row   Row
+		del   bool
+	}
+	var (
+		open    *subscription
+		changes []staged
+		applied int64 = -1
+	)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		f, err := d.Next()
+		if err == io.EOF {
+			return applied, nil
+		}
+		if err != nil {
+			return applied, fmt.Errorf("sspclient: delta: %w", err)
+		}
+		switch f := f.(type) {
+		case *wire.RespHeader:
+			if c.opts.WireVersion >= wire.Version2 && (c.logEpoch == nil || *c.logEpoch != f.LogEpoch) {
+				return -1, nil
+			}
+		case *wire.SubStart:
+			open, changes = nil, changes[:0]
+			if s := c.sub(f.ID); s != nil && f.Status == wire.SubActive && s.status == wire.SubActive &&
+				s.cursor >= 0 && s.bootstrapState == nil {
+				open = s
+			}
+		case *wire.Commit:
+			if open == nil {
+				continue
+			}
+			for _, ch := range f.Changes {
+				name := f.Tables[ch.TableIndex]
+				st := staged{table: name, row: Row{ID: ch.RowID, Version: ch.RowVersion}, del: ch.Op == wire.OpDelete}
+				if !st.del {
+					t, ok := c.schema.Table(name)
+					if !ok {
+						return applied, fmt.Errorf("sspclient: delta changes unknown table %q", name)
+					}
+					if st.row.Values, err = t.RowCodec().DecodeRow(ch.Row); err != nil {
+						return applied, fmt.Errorf("sspclient: delta row %s: %w", ch.RowID, err)
+					}
+				}
+				changes = append(changes, st)
+			}
+		case *wire.SubEnd:
+			if open != nil && f.NextCursor > open.cursor {
+				for _, ch := range changes {
+					if ch.del {
+						delete(c.rows[ch.table], ch.row.ID)
+					} else {
+						c.putRow(ch.table, ch.row)
+					}
+				}
+				open.cursor = f.NextCursor
+				applied = max(applied, f.NextCursor)
+			}
+			open, changes = nil, changes[:0]
+		case *wire.ErrorFrame:
+			return applied, fmt.Errorf("sspclient: delta carries an error: %s", f.Code)
+		}
+	}
+}
+
+// AckFloor returns the ack point after a pull round (§8.2): the minimum
+// cursor across the active subscriptions without a pending bootstrap that
+// have synced at least once, and false when there is none.
+func (c *Client) AckFloor() (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	floor, ok := int64(0), false
+	for _, s := range c.subs {
+		if s.status != wire.SubActive || s.bootstrapState != nil || s.cursor < 0 {
+			continue
+		}
+		if !ok || s.cursor < floor {
+			floor, ok = s.cursor, true
+		}
+	}
+	return floor, ok
+}
