@@ -3,16 +3,24 @@ package syncgo_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
@@ -20,16 +28,94 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// barrierEnv is one SQLite database shared by several servers, as several
+// barrierDriver makes a fresh database that several stores share, as
+// several server processes share one database, and opens stores on it.
+type barrierDriver struct {
+	name     string
+	database func(t *testing.T) string
+	open     func(t *testing.T, db string) (store.Store, error)
+}
+
+var barrierDrivers = []barrierDriver{
+	{
+		name:     "sqlite",
+		database: func(t *testing.T) string { return filepath.Join(t.TempDir(), "barrier.db") },
+		open: func(_ *testing.T, db string) (store.Store, error) {
+			return sqlitestore.Open(context.Background(), sqlitestore.Config{Path: db})
+		},
+	},
+	{
+		name:     "postgres",
+		database: barrierPostgresSchema,
+		open: func(_ *testing.T, db string) (store.Store, error) {
+			return pgstore.Open(context.Background(), pgstore.Config{URL: db, MaxConns: 4})
+		},
+	},
+}
+
+// barrierPostgresSchema creates a Postgres schema, dropped at cleanup, and
+// returns the URL that selects it (search_path). Without
+// SYNCGO_TEST_POSTGRES_URL the test skips, except under CI=true.
+func barrierPostgresSchema(t *testing.T) string {
+	const env = "SYNCGO_TEST_POSTGRES_URL"
+	base := os.Getenv(env)
+	if base == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set; CI=true requires the Postgres migration-barrier tests", env)
+		}
+		t.Skipf("%s is not set: skipping the Postgres run "+
+			"(e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", env, env)
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "syncgo_barrier_" + hex.EncodeToString(b[:])
+	exec := func(sql string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			t.Fatalf("connect to %s: %v", env, err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE SCHEMA " + name)
+	t.Cleanup(func() { exec("DROP SCHEMA " + name + " CASCADE") })
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("%s: %v", env, err)
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// forEachBarrierDriver runs fn as a parallel subtest per storage driver,
+// each on a fresh shared database.
+func forEachBarrierDriver(t *testing.T, fn func(t *testing.T, e *barrierEnv)) {
+	for _, d := range barrierDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, &barrierEnv{t: t, driver: d, db: d.database(t)})
+		})
+	}
+}
+
+// barrierEnv is one database shared by several servers, as several
 // processes share one database.
 type barrierEnv struct {
-	t    *testing.T
-	path string
+	t      *testing.T
+	driver barrierDriver
+	db     string
 }
 
 func (e *barrierEnv) open() store.Store {
 	e.t.Helper()
-	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: e.path})
+	st, err := e.driver.open(e.t, e.db)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -107,8 +193,11 @@ func wantNotReady(t *testing.T, status int, body []byte, detailKey string) {
 }
 
 func TestMigrationBarrierServing(t *testing.T) {
+	forEachBarrierDriver(t, testMigrationBarrierServing)
+}
+
+func testMigrationBarrierServing(t *testing.T, e *barrierEnv) {
 	_, v2 := windowSchemas(t)
-	e := &barrierEnv{t: t, path: filepath.Join(t.TempDir(), "b.db")}
 	_, urlA, err := e.server(v2)
 	if err != nil {
 		t.Fatal(err)
@@ -159,8 +248,11 @@ func TestMigrationBarrierServing(t *testing.T) {
 }
 
 func TestMigrationBarrierFencesOldWriters(t *testing.T) {
+	forEachBarrierDriver(t, testMigrationBarrierFencesOldWriters)
+}
+
+func testMigrationBarrierFencesOldWriters(t *testing.T, e *barrierEnv) {
 	v1, v2 := windowSchemas(t)
-	e := &barrierEnv{t: t, path: filepath.Join(t.TempDir(), "f.db")}
 	oldStore, urlOld, err := e.server(v1)
 	if err != nil {
 		t.Fatal(err)

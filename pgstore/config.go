@@ -37,6 +37,11 @@ type Config struct {
 	// written by one statement of an append; larger commits are split into
 	// several statements of the same round trip. Default and maximum: 4096.
 	MaxChangesPerStatement int
+
+	// migrationLocked, when set (by the package's tests), is called by a
+	// schema bump right after its first statement, the migration lock,
+	// with the lock held.
+	migrationLocked func()
 }
 
 // Defaults of [Config].

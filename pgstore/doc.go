@@ -29,6 +29,22 @@
 // prepares a batch's new statements first, which an aborted transaction
 // refuses.
 //
+// # Migration barrier
+//
+// The Store is a [store.Barrier] and its write transactions are
+// [store.BarrierTx] (barrier.go): backfill checkpoints, the per-partition
+// writer fence that the sync_commits_writer_fence trigger enforces inside
+// the database (an older server's append fails with
+// sync.storage.writer_fence_rejected without any cooperation from its
+// code), and the serve gate, read in one statement. A schema bump
+// ([Store.EnsureSchemaWith]) locks sync_partitions first, so it waits for
+// the writers inside and blocks new ones at their first statement; in the
+// same transaction it migrates the app tables (rows and logged changes of
+// the tables that grew), writes the marker, installs the caller's
+// checkpoint declarations and raises every partition's fence to the new
+// version. A writer that waited then fails on the fence when it runs the
+// older schema.
+//
 // # Commit notifications
 //
 // Several server processes can share one database. Every appended commit

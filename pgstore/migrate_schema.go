@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -14,13 +15,30 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// migrateSchema creates or migrates the app tables to c and writes the
-// marker, in one transaction whose first statement is the migration lock.
-func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled) error {
+// migrateSchema brings a database whose marker is older than c (or
+// absent) to c, in one transaction whose first statement is the migration
+// lock, LOCK TABLE sync_partitions IN EXCLUSIVE MODE: it conflicts with the
+// row lock every Write (and ActivateCheckpoint, PruneThrough) takes on its
+// partition's sync_partitions row, from pgstore or from the reference
+// server, so the bump waits for the writers inside and every new writer
+// blocks at its first statement until the bump commits (plain reads go
+// on). The lock order is acyclic: the bump holds nothing else when it asks.
+//
+// Under the lock: the barrier again (checkpoints declared meanwhile), the
+// marker again (another server may have migrated: then it is only
+// checked), the append-only layout check, CREATE TABLE for new tables, ADD
+// COLUMN for appended (always nullable) columns, the declared indexes, the
+// rewrite of the stored rows and logged changes of the tables that grew,
+// the marker, the declared checkpoints (rows and fences) and every
+// partition's writer fence raised to c's version. Any failure rolls all of
+// it back. A writer that was waiting then takes the lock, and its append is
+// refused by the fence trigger when it runs the older version.
+func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []store.CheckpointDeclaration) error {
 	layout, err := c.Layout().MarshalJSON()
 	if err != nil {
 		return err
 	}
+	nowMs := time.Now().UnixMilli()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquire connection: %w", err)
@@ -29,6 +47,12 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled) error {
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlLockForMigration); err != nil {
 			return fmt.Errorf("migration lock: %w", err)
+		}
+		if s.cfg.migrationLocked != nil {
+			s.cfg.migrationLocked()
+		}
+		if err := checkBarrier(ctx, tx, c.Version(), decls); err != nil {
+			return err
 		}
 		m, err := readMarker(tx.QueryRow(ctx, sqlMarkerLocked))
 		found := err == nil
@@ -69,7 +93,10 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled) error {
 		if _, err := tx.Exec(ctx, sqlPutMarker, int64(c.Version()), string(layout)); err != nil {
 			return fmt.Errorf("write marker: %w", err)
 		}
-		s.log.InfoContext(ctx, "pgstore: schema migrated", "from", m.SchemaVersion, "to", c.Version())
+		if err := installCheckpoints(ctx, tx, decls, c.Version(), nowMs); err != nil {
+			return err
+		}
+		s.log.InfoContext(ctx, "pgstore: schema migrated", "from", m.SchemaVersion, "to", c.Version(), "checkpoints", len(decls))
 		return nil
 	})
 }
@@ -186,9 +213,10 @@ func ownedIndexes(ctx context.Context, tx pgx.Tx, c *schema.Compiled) (map[strin
 const rewriteBatch = 500
 
 // rewriteTable re-encodes the stored payloads of a table whose layout grew
-// (appending NULLs for the new columns) and fills its typed columns from
-// the payloads when they were missing physically; a table needing neither
-// is left alone.
+// (decoding with the stored layout, appending NULLs for the new columns)
+// with its logged changes, and fills its typed columns from the payloads
+// when they grew or were missing physically; a table needing neither is
+// left alone.
 func rewriteTable(ctx context.Context, tx pgx.Tx, t *schema.CompiledTable, old schema.Layout, have map[string]physicalColumn) error {
 	oldCols, inOld := old.Table(t.Name())
 	if !inOld || have == nil {
@@ -218,7 +246,36 @@ func rewriteTable(ctx context.Context, tx pgx.Tx, t *schema.CompiledTable, old s
 		}
 		decode = codec
 	}
-	ts := newTableSQL(t)
+	reencode := func(payload []byte) ([]byte, []wire.Value, error) {
+		vals, err := decode.DecodeRow(payload)
+		if err != nil {
+			return nil, nil, fmt.Errorf("decode stored row: %w", err)
+		}
+		for len(vals) < len(t.Columns()) {
+			vals = append(vals, wire.Value{Null: true})
+		}
+		out, err := t.RowCodec().AppendRow(nil, vals)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode row: %w", err)
+		}
+		return out, vals, nil
+	}
+	if err := rewriteRows(ctx, tx, newTableSQL(t), reencode); err != nil {
+		return err
+	}
+	if grew {
+		return rewriteChanges(ctx, tx, t.Name(), reencode)
+	}
+	return nil
+}
+
+// reencodeFunc re-encodes a stored payload in the running layout and
+// returns it with its values.
+type reencodeFunc func(payload []byte) ([]byte, []wire.Value, error)
+
+// rewriteRows rewrites the payload and typed columns of every row of a
+// table, a page at a time in primary-key order.
+func rewriteRows(ctx context.Context, tx pgx.Tx, ts *tableSQL, reencode reencodeFunc) error {
 	update := rewriteSQL(ts)
 	var afterPartition, afterRow *string
 	for {
@@ -228,16 +285,9 @@ func rewriteTable(ctx context.Context, tx pgx.Tx, t *schema.CompiledTable, old s
 		}
 		b := &pgx.Batch{}
 		for _, r := range page {
-			vals, err := decode.DecodeRow(r.payload)
+			payload, vals, err := reencode(r.payload)
 			if err != nil {
-				return fmt.Errorf("decode stored row: %w", err)
-			}
-			for len(vals) < len(t.Columns()) {
-				vals = append(vals, wire.Value{Null: true})
-			}
-			payload, err := t.RowCodec().AppendRow(nil, vals)
-			if err != nil {
-				return fmt.Errorf("encode row: %w", err)
+				return fmt.Errorf("row %q: %w", r.rowID, err)
 			}
 			args := []any{r.partition, r.rowID, payload}
 			if len(ts.typed) > 0 {
@@ -257,6 +307,61 @@ func rewriteTable(ctx context.Context, tx pgx.Tx, t *schema.CompiledTable, old s
 		}
 		last := page[len(page)-1]
 		afterPartition, afterRow = &last.partition, &last.rowID
+	}
+}
+
+// Logged changes of a table, a page at a time in primary-key order, and
+// their new payloads, one statement per page.
+const (
+	sqlChangesToRewrite = `SELECT partition, commit_seq, idx, payload FROM sync_changes
+ WHERE (partition, commit_seq, idx) > ($1, $2, $3) AND tbl = $4 AND payload IS NOT NULL
+ ORDER BY partition, commit_seq, idx LIMIT $5`
+	sqlRewriteChanges = `UPDATE sync_changes c SET payload = u.payload
+  FROM unnest($1::text[], $2::int8[], $3::int4[], $4::bytea[]) AS u(partition, commit_seq, idx, payload)
+ WHERE c.partition = u.partition AND c.commit_seq = u.commit_seq AND c.idx = u.idx`
+)
+
+// rewriteChanges re-encodes the logged upserts of a table: the pull and
+// the realtime fan-out serve them verbatim, so they must be in the layout
+// the running server's clients decode.
+func rewriteChanges(ctx context.Context, tx pgx.Tx, table string, reencode reencodeFunc) error {
+	lastPartition, lastSeq, lastIdx := "", int64(-1), int32(-1)
+	for {
+		rows, err := tx.Query(ctx, sqlChangesToRewrite, lastPartition, lastSeq, lastIdx, table, rewriteBatch)
+		if err != nil {
+			return fmt.Errorf("read changes: %w", err)
+		}
+		var (
+			partitions []string
+			seqs       []int64
+			idxs       []int32
+			payloads   [][]byte
+			partition  string
+			seq        int64
+			idx        int32
+			payload    []byte
+		)
+		_, err = pgx.ForEachRow(rows, []any{&partition, &seq, &idx, &payload}, func() error {
+			out, _, err := reencode(payload)
+			if err != nil {
+				return fmt.Errorf("change %d/%d: %w", seq, idx, err)
+			}
+			partitions, seqs, idxs, payloads = append(partitions, partition), append(seqs, seq), append(idxs, idx), append(payloads, out)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("read changes: %w", err)
+		}
+		if len(seqs) == 0 {
+			return nil
+		}
+		if _, err := tx.Exec(ctx, sqlRewriteChanges, partitions, seqs, idxs, payloads); err != nil {
+			return fmt.Errorf("update changes: %w", err)
+		}
+		if len(seqs) < rewriteBatch {
+			return nil
+		}
+		lastPartition, lastSeq, lastIdx = partitions[len(partitions)-1], seqs[len(seqs)-1], idxs[len(idxs)-1]
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -42,34 +45,56 @@ func readMarker(r pgx.Row) (store.Marker, error) {
 	return store.Marker{SchemaVersion: int32(version), Layout: l}, nil
 }
 
-// EnsureSchema brings the database to c, or checks it:
+// EnsureSchema is EnsureSchemaWith with no checkpoint declarations.
+func (s *Store) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
+	return s.EnsureSchemaWith(ctx, c, nil)
+}
+
+// EnsureSchemaWith brings the database to c, or checks it:
 //
+//   - first the migration barrier: a checkpoint at c's version that is not
+//     activated and not among decls refuses with
+//     sync.storage.checkpoint_incomplete;
 //   - a marker newer than c is store.ErrSchemaNewer;
 //   - an equal marker must hold c's layout (else
-//     sync.storage.stored_layout_mismatch) and the tables their columns
-//     (else sync.storage.physical_layout_mismatch); nothing is written;
-//   - an older or absent marker is migrated in one transaction whose first
-//     statement locks sync_partitions in EXCLUSIVE mode, which waits for
-//     the writers inside and holds new ones off; the marker is read again
-//     under that lock (another server may have migrated meanwhile).
+//     sync.storage.stored_layout_mismatch) and the tables the storage
+//     layout (else sync.storage.physical_layout_mismatch); nothing is
+//     written;
+//   - an older or absent marker is migrated (see migrateSchema) in one
+//     transaction whose first statement locks sync_partitions in EXCLUSIVE
+//     mode, which waits for the writers inside and holds new ones off; the
+//     barrier and the marker are read again under that lock (another
+//     server may have migrated meanwhile), and the bump installs decls and
+//     raises every partition's writer fence to c's version.
+//
+// The checks run in one REPEATABLE READ READ ONLY transaction, so the
+// barrier and the marker come from one snapshot.
 //
 // On success c becomes the running schema of the store: its tables are
 // the ones Write, Row and the scans accept, and its version stamps the
 // appended commits.
-func (s *Store) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
+func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls []store.CheckpointDeclaration) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	st := newSchemaState(c)
-	m, err := readMarker(s.pool.QueryRow(ctx, sqlMarker))
-	found := err == nil
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("ensure schema: %w", err)
-	}
-	if !found || m.SchemaVersion < c.Version() {
-		err = s.migrateSchema(ctx, c)
-	} else {
-		err = checkSchema(ctx, s.pool, c, m)
+	bump := false
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := checkBarrier(ctx, tx, c.Version(), decls); err != nil {
+			return err
+		}
+		m, err := readMarker(tx.QueryRow(ctx, sqlMarker))
+		if errors.Is(err, store.ErrNotFound) || (err == nil && m.SchemaVersion < c.Version()) {
+			bump = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return checkSchema(ctx, tx, c, m)
+	})
+	if err == nil && bump {
+		err = s.migrateSchema(ctx, c, decls)
 	}
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
@@ -110,11 +135,14 @@ func checkSchema(ctx context.Context, q querier, c *schema.Compiled, m store.Mar
 type physicalColumn struct {
 	typ     string
 	notNull bool
+	// pk is the 1-based position of the column in the primary key, 0
+	// outside it.
+	pk int
 }
 
 // physicalColumns reads the columns of c's tables, resolved through the
-// search_path like the unqualified statements; a table that is missing has
-// no entry.
+// session's search_path like the unqualified statements; a table that is
+// missing has no entry.
 func physicalColumns(ctx context.Context, q querier, c *schema.Compiled) (map[string]map[string]physicalColumn, error) {
 	names := make([]string, len(c.Tables()))
 	for i, t := range c.Tables() {
@@ -127,11 +155,12 @@ func physicalColumns(ctx context.Context, q querier, c *schema.Compiled) (map[st
 	out := map[string]map[string]physicalColumn{}
 	var table, column, typ string
 	var notNull bool
-	_, err = pgx.ForEachRow(rows, []any{&table, &column, &typ, &notNull}, func() error {
+	var pk int32
+	_, err = pgx.ForEachRow(rows, []any{&table, &column, &typ, &notNull, &pk}, func() error {
 		if out[table] == nil {
 			out[table] = map[string]physicalColumn{}
 		}
-		out[table][column] = physicalColumn{typ: typ, notNull: notNull}
+		out[table][column] = physicalColumn{typ: typ, notNull: notNull, pk: int(pk)}
 		return nil
 	})
 	if err != nil {
@@ -140,8 +169,13 @@ func physicalColumns(ctx context.Context, q querier, c *schema.Compiled) (map[st
 	return out, nil
 }
 
-// sqlPhysicalColumns lists the columns of the named tables.
-const sqlPhysicalColumns = `SELECT n.name, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+// sqlPhysicalColumns lists the columns of the named tables, with their
+// catalog type, nullability and position in the primary key (0 outside
+// it). to_regclass resolves a name through the search_path, as the
+// unqualified statements of the driver do.
+const sqlPhysicalColumns = `SELECT n.name, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+       coalesce((SELECT k.ord::int4 FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+                  WHERE i.indrelid = a.attrelid AND i.indisprimary AND k.attnum = a.attnum), 0)
   FROM unnest($1::text[]) AS n(name)
   JOIN pg_attribute a ON a.attrelid = to_regclass(quote_ident(n.name))
  WHERE a.attnum > 0 AND NOT a.attisdropped`
@@ -152,7 +186,9 @@ type metaColumn struct {
 	notNull   bool
 }
 
-// metaColumns are the meta columns of every app table.
+// metaColumns are the meta columns of every app table in table order: the
+// first two lead the table and are its primary key, the others follow the
+// app columns.
 func metaColumns() []metaColumn {
 	return []metaColumn{
 		{colPartition, "text", true},
@@ -164,14 +200,41 @@ func metaColumns() []metaColumn {
 	}
 }
 
-// checkPhysical refuses tables that lack a configured column or whose
-// meta columns have another type or nullability, like the reference
-// server's same-version check (app-column types stay with the layout).
+// expectedColumns are the columns the row store reads and writes, in
+// table order.
+func expectedColumns(t *schema.CompiledTable) []string {
+	meta := metaColumns()
+	out := []string{meta[0].name, meta[1].name}
+	if t.Materialize() {
+		for _, c := range t.Columns() {
+			out = append(out, c.Name)
+		}
+	}
+	for _, m := range meta[2:] {
+		out = append(out, m.name)
+	}
+	return out
+}
+
+func nullability(notNull bool) string {
+	if notNull {
+		return "not_null"
+	}
+	return "nullable"
+}
+
+// checkPhysical compares the tables with the storage layout (the
+// reference server's same-version check, 0.24), refusing in this order: a
+// missing table, a missing configured column, a meta column's type
+// (format_type, compared case-insensitively) then nullability, in table
+// order, and a primary key other than (_sync_partition, _sync_row_id).
+// App-column types and nullability stay with the stored layout: the
+// columns a migration adds are nullable whatever the schema says.
 func checkPhysical(c *schema.Compiled, cols map[string]map[string]physicalColumn) error {
 	refuse := func(details map[string]any) error {
 		return &store.Error{
 			Code:    store.CodePhysicalLayoutMismatch,
-			Message: "an app table does not have the columns of the running schema",
+			Message: "a database table differs from the storage layout",
 			Details: details,
 		}
 	}
@@ -180,23 +243,32 @@ func checkPhysical(c *schema.Compiled, cols map[string]map[string]physicalColumn
 		if !ok {
 			return refuse(map[string]any{"table": t.Name(), "reason": "missing_table"})
 		}
-		for _, m := range metaColumns() {
-			pc, ok := have[m.name]
-			switch {
-			case !ok:
-				return refuse(map[string]any{"table": t.Name(), "column": m.name, "reason": "missing_column"})
-			case pc.typ != m.typ:
-				return refuse(map[string]any{"table": t.Name(), "column": m.name, "reason": "type", "expected": m.typ, "actual": pc.typ})
-			case pc.notNull != m.notNull:
-				return refuse(map[string]any{"table": t.Name(), "column": m.name, "reason": "nullability"})
+		for _, name := range expectedColumns(t) {
+			if _, ok := have[name]; !ok {
+				return refuse(map[string]any{"table": t.Name(), "column": name, "reason": "missing_column"})
 			}
 		}
-		if !t.Materialize() {
-			continue
+		for _, m := range metaColumns() {
+			pc := have[m.name]
+			if !strings.EqualFold(pc.typ, m.typ) {
+				return refuse(map[string]any{"table": t.Name(), "column": m.name, "reason": "type", "expected": m.typ, "actual": pc.typ})
+			}
+			if pc.notNull != m.notNull {
+				return refuse(map[string]any{"table": t.Name(), "column": m.name, "reason": "nullability",
+					"expected": nullability(m.notNull), "actual": nullability(pc.notNull)})
+			}
 		}
-		for _, col := range t.Columns() {
-			if _, ok := have[col.Name]; !ok {
-				return refuse(map[string]any{"table": t.Name(), "column": col.Name, "reason": "missing_column"})
+		names := slices.Sorted(maps.Keys(have))
+		for _, name := range names {
+			want := 0
+			switch name {
+			case colPartition:
+				want = 1
+			case colRowID:
+				want = 2
+			}
+			if have[name].pk != want {
+				return refuse(map[string]any{"table": t.Name(), "column": name, "reason": "primary_key"})
 			}
 		}
 	}

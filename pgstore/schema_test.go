@@ -35,10 +35,10 @@ func TestEnsureSchemaCreatesTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]physicalColumn{
-		"_sync_partition": {"text", true}, "_sync_row_id": {"text", true}, "id": {"text", false},
-		"meta": {"jsonb", false}, "rank": {"bigint", false}, "score": {"double precision", false},
-		"done": {"boolean", false}, "blob": {"bytea", false}, "_sync_scopes": {"jsonb", true},
-		"_sync_column_versions": {"bytea", false},
+		"_sync_partition": {"text", true, 1}, "_sync_row_id": {"text", true, 2}, "id": {"text", false, 0},
+		"meta": {"jsonb", false, 0}, "rank": {"bigint", false, 0}, "score": {"double precision", false, 0},
+		"done": {"boolean", false, 0}, "blob": {"bytea", false, 0}, "_sync_scopes": {"jsonb", true, 0},
+		"_sync_column_versions": {"bytea", false, 0},
 	} {
 		if got := cols["tasks"][name]; got != want {
 			t.Errorf("column %s = %+v; want %+v", name, got, want)
