@@ -5,18 +5,44 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
 )
 
+// prio says how a frame is bounded by a connection's send queue.
+type prio uint8
+
+const (
+	// prioData frames (deltas, round chunks, events) are refused when
+	// the queue is at its bounds.
+	prioData prio = iota
+	// prioWake frames (wake-ups) may use a small headroom past the
+	// bounds: a consumer too slow for deltas degrades to wakes first.
+	prioWake
+	// prioClose is the close frame: always queued, last.
+	prioClose
+)
+
+// wakeHeadroom is the extra room wake-ups may use past the queue bounds.
+const (
+	wakeHeadroomMsgs  = 4
+	wakeHeadroomBytes = 4 << 10
+)
+
+// closeLinger is how long a closing connection waits, after its close
+// frame is written and its write side shut, for the peer to close its
+// side before the socket is released.
+const closeLinger = time.Second
+
 // frame is one server→client WebSocket message, already framed, shared
 // by every connection it is queued on.
 type frame struct {
-	b []byte
-	// control marks frames that bypass the data queue bound (close).
-	control bool
+	b    []byte
+	prio prio
 }
 
 func textFrame(payload []byte) frame {
@@ -30,14 +56,12 @@ func binaryFrame(payload []byte) frame {
 func compileFrame(op ws.OpCode, payload []byte) []byte {
 	h := ws.Header{Fin: true, OpCode: op, Length: int64(len(payload))}
 	out := make([]byte, 0, ws.HeaderSize(h)+len(payload))
-	buf := newSliceWriter(out)
+	buf := &sliceWriter{b: out}
 	_ = ws.WriteHeader(buf, h)
 	return append(buf.b, payload...)
 }
 
 type sliceWriter struct{ b []byte }
-
-func newSliceWriter(b []byte) *sliceWriter { return &sliceWriter{b: b} }
 
 func (w *sliceWriter) Write(p []byte) (int, error) {
 	w.b = append(w.b, p...)
@@ -47,38 +71,56 @@ func (w *sliceWriter) Write(p []byte) (int, error) {
 // errQueueFull reports a send refused because the connection is behind.
 var errQueueFull = errors.New("send queue full")
 
-// wsConn is one WebSocket connection: a reader goroutine that delivers
-// messages to its handler, and a bounded send queue drained on demand.
+// wsConn is one WebSocket connection: the session's reader goroutine
+// reads it, and a bounded send queue is drained by a short-lived flusher
+// goroutine that exists only while frames are queued.
 type wsConn struct {
 	nc       net.Conn
 	maxMsgs  int
 	maxBytes int
 	writeTO  time.Duration
+	slow     *atomic.Int64 // counts connections closed for a write timeout
 
 	mu       sync.Mutex
 	queue    []frame
-	queued   int
+	wakeAt   int // index in queue of a wake not yet taken by the flusher, or -1
+	queued   int // bytes queued or being written
 	flushing bool
+	closing  bool // the close frame is queued: nothing more is accepted
 	closed   bool
-	done     chan struct{} // closed when the connection is closed
+	sent     chan struct{} // closed once the close frame is written, or the socket closed
 	drained  chan struct{} // signalled when the queue empties (backpressure)
 }
 
-func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration) *wsConn {
-	return &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO,
-		done: make(chan struct{}), drained: make(chan struct{}, 1)}
+func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *atomic.Int64) *wsConn {
+	return &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO, slow: slow, wakeAt: -1,
+		sent: make(chan struct{}), drained: make(chan struct{}, 1)}
 }
 
-// send queues f. It never blocks: a full queue refuses the frame.
+// send queues f. It never blocks: a frame over the bounds is refused. A
+// wake-up replaces one still queued: wakes are coalescible (§8.3).
 func (c *wsConn) send(f frame) error {
 	c.mu.Lock()
-	if c.closed {
+	if c.closed || c.closing {
 		c.mu.Unlock()
 		return net.ErrClosed
 	}
-	if !f.control && (len(c.queue) >= c.maxMsgs || c.queued+len(f.b) > c.maxBytes) {
+	if f.prio == prioWake && c.wakeAt >= 0 {
+		c.queued += len(f.b) - len(c.queue[c.wakeAt].b)
+		c.queue[c.wakeAt] = f
+		c.mu.Unlock()
+		return nil
+	}
+	msgs, bytes := c.maxMsgs, c.maxBytes
+	if f.prio == prioWake {
+		msgs, bytes = msgs+wakeHeadroomMsgs, bytes+wakeHeadroomBytes
+	}
+	if len(c.queue) >= msgs || c.queued+len(f.b) > bytes {
 		c.mu.Unlock()
 		return errQueueFull
+	}
+	if f.prio == prioWake {
+		c.wakeAt = len(c.queue)
 	}
 	c.queue = append(c.queue, f)
 	c.queued += len(f.b)
@@ -93,35 +135,53 @@ func (c *wsConn) send(f frame) error {
 
 // sendWait queues f, waiting while the queue is over its bounds, for a
 // round's response stream (§8.7 backpressure: slow down, never truncate).
+// A consumer that takes nothing for the write timeout is refused.
 func (c *wsConn) sendWait(f frame) error {
+	return c.waitFor(func() error { return c.send(f) })
+}
+
+// waitFor retries try while it reports a full queue, waking when the
+// queue drains.
+func (c *wsConn) waitFor(try func() error) error {
+	var timer *time.Timer
 	for {
-		err := c.send(f)
+		err := try()
 		if !errors.Is(err, errQueueFull) {
+			if timer != nil {
+				timer.Stop()
+			}
 			return err
+		}
+		if timer == nil {
+			timer = time.NewTimer(c.writeTO)
 		}
 		select {
 		case <-c.drained:
-		case <-c.done:
+		case <-c.sent:
+			timer.Stop()
 			return net.ErrClosed
-		case <-time.After(c.writeTO):
+		case <-timer.C:
 			return errQueueFull
 		}
 	}
 }
 
-// pending reports the queued byte count.
-func (c *wsConn) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.queued
-}
-
 func (c *wsConn) flush() {
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.closed {
+		if c.closed {
 			c.flushing = false
 			c.mu.Unlock()
+			return
+		}
+		if len(c.queue) == 0 {
+			c.flushing = false
+			closing := c.closing
+			c.mu.Unlock()
+			if closing {
+				c.linger()
+				return
+			}
 			select {
 			case c.drained <- struct{}{}:
 			default:
@@ -129,43 +189,93 @@ func (c *wsConn) flush() {
 			return
 		}
 		batch := c.queue
-		c.queue = nil
+		c.queue, c.wakeAt = nil, -1
 		c.mu.Unlock()
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.writeTO))
-		bufs := make(net.Buffers, len(batch))
 		n := 0
-		for i, f := range batch {
-			bufs[i] = f.b
-			n += len(f.b)
+		var err error
+		if len(batch) == 1 {
+			n = len(batch[0].b)
+			_, err = c.nc.Write(batch[0].b)
+		} else {
+			bufs := make(net.Buffers, len(batch))
+			for i, f := range batch {
+				bufs[i] = f.b
+				n += len(f.b)
+			}
+			_, err = bufs.WriteTo(c.nc)
 		}
-		_, err := bufs.WriteTo(c.nc)
 		c.mu.Lock()
 		c.queued -= n
 		c.mu.Unlock()
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && c.slow != nil {
+				c.slow.Add(1)
+			}
 			c.close()
 			return
 		}
 	}
 }
 
-// closeWith sends a close frame with a status and reason, then closes.
-func (c *wsConn) closeWith(code ws.StatusCode, reason string) {
-	body := ws.NewCloseFrameBody(code, reason)
-	f := frame{b: compileFrame(ws.OpClose, body), control: true}
-	if c.send(f) == nil {
-		go func() {
-			select {
-			case <-c.drained:
-			case <-time.After(time.Second):
-			}
-			c.close()
-		}()
+// linger runs once the close frame is written: the write side is shut, so
+// the peer reads the close frame and an orderly end of stream, and the
+// reader goroutine (which discards what still arrives) ends the connection
+// when the peer closes its side or after closeLinger.
+func (c *wsConn) linger() {
+	c.markSent()
+	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		_ = c.nc.SetReadDeadline(time.Now().Add(closeLinger))
 		return
 	}
 	c.close()
 }
 
+func (c *wsConn) markSent() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	select {
+	case <-c.sent:
+	default:
+		close(c.sent)
+	}
+}
+
+// closeWith ends the connection with a close frame carrying a status and
+// reason. Data frames not yet written are dropped: after a revocation or a
+// protocol violation nothing more is delivered.
+func (c *wsConn) closeWith(code ws.StatusCode, reason string) {
+	body := ws.NewCloseFrameBody(code, reason)
+	f := frame{b: compileFrame(ws.OpClose, body), prio: prioClose}
+	c.mu.Lock()
+	if c.closed || c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	for _, q := range c.queue {
+		c.queued -= len(q.b)
+	}
+	c.queue = append(c.queue[:0], f)
+	c.queued += len(f.b)
+	c.wakeAt = -1
+	start := !c.flushing
+	c.flushing = true
+	c.mu.Unlock()
+	if start {
+		go c.flush()
+	}
+}
+
+// isClosing reports whether the connection is closing or closed: its
+// reader discards client messages.
+func (c *wsConn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing || c.closed
+}
+
+// close releases the socket at once.
 func (c *wsConn) close() {
 	c.mu.Lock()
 	if c.closed {
@@ -173,9 +283,13 @@ func (c *wsConn) close() {
 		return
 	}
 	c.closed = true
-	c.queue = nil
+	c.queue, c.wakeAt = nil, -1
+	select {
+	case <-c.sent:
+	default:
+		close(c.sent)
+	}
 	c.mu.Unlock()
-	close(c.done)
 	_ = c.nc.Close()
 }
 
@@ -185,6 +299,9 @@ type message struct {
 	payload []byte
 }
 
+// errProtocol marks a client frame that breaks RFC 6455.
+var errProtocol = errors.New("websocket protocol violation")
+
 // readMessage reads one complete client message (reassembling fragments),
 // answering pings. Payloads over max are refused.
 func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
@@ -192,13 +309,16 @@ func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
 	for {
 		h, err := ws.ReadHeader(r)
 		if err != nil {
+			if errors.Is(err, ws.ErrHeaderLengthMSB) || errors.Is(err, ws.ErrHeaderLengthUnexpected) {
+				return message{}, errProtocol
+			}
 			return message{}, err
 		}
 		if h.Length > max || int64(len(out.payload))+h.Length > max {
 			return message{}, errTooLarge
 		}
-		if !h.Masked {
-			return message{}, ws.ErrProtocolMaskRequired
+		if !h.Masked || h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
+			return message{}, errProtocol
 		}
 		payload := make([]byte, h.Length)
 		if _, err := io.ReadFull(r, payload); err != nil {
@@ -207,7 +327,7 @@ func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
 		ws.Cipher(payload, h.Mask, 0)
 		switch h.OpCode {
 		case ws.OpPing:
-			_ = c.send(frame{b: compileFrame(ws.OpPong, payload), control: true})
+			_ = c.send(frame{b: compileFrame(ws.OpPong, payload)}) // a full queue drops the pong
 			continue
 		case ws.OpPong:
 			continue
@@ -215,14 +335,16 @@ func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
 			return message{op: ws.OpClose}, nil
 		case ws.OpContinuation:
 			if out.op == 0 {
-				return message{}, ws.ErrProtocolContinuationUnexpected
+				return message{}, errProtocol
 			}
 			out.payload = append(out.payload, payload...)
-		default:
+		case ws.OpText, ws.OpBinary:
 			if out.op != 0 {
-				return message{}, ws.ErrProtocolContinuationExpected
+				return message{}, errProtocol
 			}
 			out.op, out.payload = h.OpCode, payload
+		default:
+			return message{}, errProtocol
 		}
 		if h.Fin {
 			return out, nil

@@ -34,56 +34,104 @@ func newSessionID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// readBufferSize is the read buffer of a connection: client messages are
+// small (acks, presence) or round chunks read straight into their payload.
+const readBufferSize = 512
+
 // Attach sends hello (§8.1) and starts serving the connection on a fresh
-// goroutine; it returns at once.
+// goroutine; it returns at once. On error the caller closes the socket.
+//
+// The session joins the partition before the partition and the client
+// record are read, and is held silent ("starting") until hello is queued:
+// a commit notified meanwhile is covered by hello's latestCursor (a
+// session behind it starts suppressed), and nothing — heartbeat, presence,
+// delta — can precede hello.
 func (h *Hub) Attach(ctx context.Context, c Conn) error {
-	wc := newConn(c.NetConn, h.cfg.QueueMessages, h.cfg.QueueBytes, h.cfg.WriteTimeout)
-	rec, err := h.cfg.Store.Client(ctx, c.Auth.Partition, c.ClientID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
-	} else if rec.ActorID != c.Auth.ActorID {
-		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
-	}
-	part, err := h.cfg.Store.Partition(ctx, c.Auth.Partition)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
+	wc := newConn(c.NetConn, h.cfg.QueueMessages, h.cfg.QueueBytes, h.cfg.WriteTimeout, &h.stats.closedSlow)
+	if h.isClosed() {
+		h.refuse(wc)
+		return nil
 	}
 	p := h.part(c.Auth.Partition, true)
 	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
-		epoch: part.LogEpoch, expires: c.ExpiresAt, observed: part.MaxCommitSeq}
-	regs := h.loadRegistrations(ctx, c.Auth, c.ClientID, rec)
-	behind := rec.Cursor < part.MaxCommitSeq
-	s.suppressed = behind
+		expires: c.ExpiresAt, starting: true, observed: -1}
 	p.mu.Lock()
-	if p.next == 0 {
-		p.next = part.MaxCommitSeq + 1
-	}
 	p.sessions[s] = struct{}{}
 	p.mu.Unlock()
 	h.stats.sessions.Add(1)
+	if err := h.start(ctx, s); err != nil {
+		p.mu.Lock()
+		delete(p.sessions, s)
+		p.mu.Unlock()
+		h.stats.sessions.Add(-1)
+		return err
+	}
+	if h.isClosed() {
+		wc.closeWith(ws.StatusGoingAway, "server shutting down") // Close ran meanwhile
+	}
+	var src io.Reader = c.NetConn
+	if len(c.Buffered) > 0 {
+		src = io.MultiReader(&sliceReader{b: c.Buffered}, c.NetConn)
+	}
+	go h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
+	return nil
+}
+
+// refuse answers an upgrade that arrived after Close with a going-away
+// close frame.
+func (h *Hub) refuse(wc *wsConn) {
+	wc.closeWith(ws.StatusGoingAway, "server shutting down")
+	go func() {
+		<-wc.sent
+		wc.close()
+	}()
+}
+
+// start reads the client record and the partition, loads the
+// registrations and queues hello.
+func (h *Hub) start(ctx context.Context, s *session) error {
+	rec, err := h.cfg.Store.Client(ctx, s.auth.Partition, s.clientID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
+	case err != nil:
+		return err
+	case rec.ActorID != s.auth.ActorID:
+		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
+	}
+	part, err := h.cfg.Store.Partition(ctx, s.auth.Partition)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	regs := h.loadRegistrations(ctx, s.auth, s.clientID, rec)
 	version := rec.WireVersion
 	if !wire.SupportedVersion(version) {
 		version = wire.Version3
 	}
-	hello := wire.Hello{ProtocolVersion: wire.RealtimeProtocolVersion, SessionID: s.id, ActorID: c.Auth.ActorID,
-		ClientID: c.ClientID, Cursor: rec.Cursor, LatestCursor: part.MaxCommitSeq,
+	rs := h.newRegSet(regs, version, part.LogEpoch)
+	p := s.part
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.next == 0 {
+		p.next = part.MaxCommitSeq + 1
+	}
+	latest := max(part.MaxCommitSeq, s.observed) // a commit notified after the read counts
+	s.observed = latest
+	s.epoch = part.LogEpoch
+	behind := rec.Cursor < latest
+	s.suppressed = behind
+	s.starting = false
+	hello := wire.Hello{ProtocolVersion: wire.RealtimeProtocolVersion, SessionID: s.id, ActorID: s.auth.ActorID,
+		ClientID: s.clientID, Cursor: rec.Cursor, LatestCursor: latest,
 		RequiresSync: behind || len(regs) == 0, Timestamp: h.cfg.Now()}
 	s.sendData(textFrame(hello.AppendJSON(nil)))
-	s.setRegistrations(regs, version)
-	var src io.Reader = c.NetConn
-	if len(c.Buffered) > 0 {
-		src = io.MultiReader(bytesReader(c.Buffered), c.NetConn)
-	}
-	go h.readLoop(s, bufio.NewReaderSize(src, 512))
+	s.installLocked(rs) // the presence snapshot follows hello
 	return nil
 }
 
 type sliceReader struct{ b []byte }
-
-func bytesReader(b []byte) *sliceReader { return &sliceReader{b: b} }
 
 func (r *sliceReader) Read(p []byte) (int, error) {
 	if len(r.b) == 0 {
@@ -96,16 +144,26 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 
 // readLoop reads client messages until the connection ends. It keeps
 // reading while a round runs, so a pipelined round is detected (§8.7).
+// Once the connection is closing it discards what still arrives, until
+// the peer closes its side or the close linger ends.
 func (h *Hub) readLoop(s *session, r *bufio.Reader) {
 	defer h.detach(s)
 	for {
-		_ = s.conn.nc.SetReadDeadline(time.Time{})
 		m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes)
 		if err != nil {
-			if errors.Is(err, errTooLarge) {
+			switch {
+			case errors.Is(err, errTooLarge):
 				s.conn.closeWith(ws.StatusMessageTooBig, "message too large")
+			case errors.Is(err, errProtocol):
+				h.protocolClose(s, "websocket protocol violation")
 			}
 			return
+		}
+		if s.conn.isClosing() {
+			if m.op == ws.OpClose {
+				return // the peer answered our close frame
+			}
+			continue
 		}
 		switch m.op {
 		case ws.OpClose:
@@ -157,18 +215,22 @@ func bytesContains(b []byte, sub string) bool {
 	return false
 }
 
-// detach removes a closed session: its presence leaves, its pending ack is
-// persisted by the flusher's next pass.
+// detach removes a session whose reader ended: a close frame already
+// queued is written first; its presence leaves; its pending ack is
+// persisted.
 func (h *Hub) detach(s *session) {
+	if s.conn.isClosing() {
+		<-s.conn.sent // bounded by the write timeout
+	}
 	s.conn.close()
-	h.dropPresence(s)
 	p := s.part
 	p.mu.Lock()
+	h.dropPresenceLocked(s)
 	delete(p.sessions, s)
 	p.mu.Unlock()
-	if cursor, ok := s.takeAck(); ok {
+	if cursor, epoch, ok := s.takeAck(); ok {
 		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, store.CursorAdvance{
-			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: s.epoch, Cursor: cursor, AtMs: h.cfg.Now()})
+			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
 	}
 	h.stats.sessions.Add(-1)
 }

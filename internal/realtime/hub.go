@@ -86,15 +86,30 @@ func (c Config) withDefaults() Config {
 
 // Stats counts the hub's activity; drops are counted by reason.
 type Stats struct {
-	Sessions        int64
-	Deltas          int64
-	Wakes           int64
-	DropsQueueFull  int64
-	DropsTooLarge   int64
-	DropsBehind     int64
-	DropsInRound    int64
-	ClosedSlow      int64
-	ClosedProtocol  int64
+	// Sessions is the number of connected sockets.
+	Sessions int64
+	// Deltas and Wakes count the delta messages and wake-ups queued.
+	Deltas int64
+	Wakes  int64
+	// DropsQueueFull counts deltas replaced by a wake because the
+	// socket's send queue was full (a slow consumer).
+	DropsQueueFull int64
+	// DropsTooLarge counts deltas over MaxDeltaBytes, replaced by a
+	// delta-too-large wake.
+	DropsTooLarge int64
+	// DropsBehind counts matching commits answered with a wake because
+	// the session was behind: at connect, after a drop, or after a gap in
+	// the notification sequence.
+	DropsBehind int64
+	// DropsInRound counts matching commits answered with a wake because
+	// a sync round's response was in flight on the socket.
+	DropsInRound int64
+	// ClosedSlow counts sockets closed because they took no write for
+	// WriteTimeout or could not take even a wake-up.
+	ClosedSlow int64
+	// ClosedProtocol counts sockets closed for a protocol violation.
+	ClosedProtocol int64
+	// NotificationGap counts commit notifications given up on.
 	NotificationGap int64
 }
 
@@ -126,6 +141,11 @@ type partition struct {
 	next    int64
 	pending map[int64]engine.CommitNotice
 	timer   *time.Timer
+	// outbox holds notifications ready for fan-out, in order; one
+	// goroutine at a time drains it, so every session sees commits in
+	// sequence order whoever notified them.
+	outbox     []engine.CommitNotice
+	delivering bool
 }
 
 // NewHub returns a Hub and starts its heartbeat and ack flusher.
@@ -201,7 +221,9 @@ func (h *Hub) loop() {
 					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
 					continue
 				}
-				s.sendData(f)
+				if s.ready() {
+					_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
+				}
 			}
 		case <-ack.C:
 			h.flushAcks()
@@ -214,12 +236,12 @@ func (h *Hub) loop() {
 func (h *Hub) flushAcks() {
 	ctx := context.Background()
 	for _, s := range h.allSessions() {
-		cursor, ok := s.takeAck()
+		cursor, epoch, ok := s.takeAck()
 		if !ok {
 			continue
 		}
 		_, err := h.cfg.Store.AdvanceClientCursor(ctx, s.auth.Partition, store.CursorAdvance{
-			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: s.epoch, Cursor: cursor, AtMs: h.cfg.Now()})
+			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
 		if err != nil {
 			h.cfg.Logger.Debug("ack not persisted", "partition", s.auth.Partition, "err", err)
 		}
@@ -238,9 +260,27 @@ func (h *Hub) Close() {
 	h.mu.Unlock()
 	close(h.stop)
 	h.wg.Wait()
-	for _, s := range h.allSessions() {
+	sessions := h.allSessions()
+	for _, s := range sessions {
 		s.conn.closeWith(ws.StatusGoingAway, "server shutting down")
 	}
+	// Wait until the close frames are written (each write is bounded by
+	// WriteTimeout), so a process exiting after Close does not cut them.
+	deadline := time.NewTimer(h.cfg.WriteTimeout + time.Second)
+	defer deadline.Stop()
+	for _, s := range sessions {
+		select {
+		case <-s.conn.sent:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
+func (h *Hub) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
 }
 
 // CloseActor closes the sockets of an actor (credentials expired or
@@ -266,22 +306,23 @@ func (h *Hub) CloseActor(partitionID, actorID string) int {
 func (h *Hub) Notify(n engine.CommitNotice) {
 	p := h.part(n.Partition, true)
 	p.mu.Lock()
-	if p.next == 0 || n.Seq < p.next {
-		// First notification seen, or an old one: deliver as is.
-		if p.next == 0 {
-			p.next = n.Seq
-		}
+	if p.next == 0 {
+		p.next = n.Seq // first notification seen
 	}
-	if n.Seq > p.next {
+	switch {
+	case n.Seq > p.next:
 		p.pending[n.Seq] = n
 		if p.timer == nil {
 			p.timer = time.AfterFunc(h.cfg.ReorderWait, func() { h.skipGap(p) })
 		}
 		p.mu.Unlock()
 		return
-	}
-	ready := []engine.CommitNotice{n}
-	if n.Seq == p.next {
+	case n.Seq < p.next:
+		// An old one (already given up on): sessions skip what they saw.
+		p.outbox = append(p.outbox, n)
+	default:
+		delete(p.pending, n.Seq) // the same commit may be pending (read back from the store)
+		p.outbox = append(p.outbox, n)
 		p.next++
 		for {
 			m, ok := p.pending[p.next]
@@ -289,7 +330,7 @@ func (h *Hub) Notify(n engine.CommitNotice) {
 				break
 			}
 			delete(p.pending, p.next)
-			ready = append(ready, m)
+			p.outbox = append(p.outbox, m)
 			p.next++
 		}
 		if len(p.pending) == 0 && p.timer != nil {
@@ -297,42 +338,97 @@ func (h *Hub) Notify(n engine.CommitNotice) {
 			p.timer = nil
 		}
 	}
-	p.mu.Unlock()
-	for _, m := range ready {
-		h.fanout(p, m)
-	}
+	h.drainLocked(p)
 }
 
-// skipGap gives up on a missing notification: the pending ones are
+// skipGap runs when a notification has been missing for ReorderWait. The
+// missing commits are read back from the store: a commit with no changes
+// gets a sequence but no notification, and the store bridges it. What the
+// store cannot bridge is given up on: the pending notifications are
 // delivered, and sessions see the gap as non-adjacent sequences.
 func (h *Hub) skipGap(p *partition) {
 	p.mu.Lock()
 	p.timer = nil
+	lo, hi := p.next, int64(0)
+	for seq := range p.pending {
+		hi = max(hi, seq)
+	}
+	p.mu.Unlock()
+	if hi > lo && hi-lo <= remoteBatch && !h.isClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		commits, err := h.cfg.Store.ReadCommits(ctx, p.id, lo-1, hi-1, remoteBatch)
+		cancel()
+		if err != nil {
+			h.cfg.Logger.Warn("realtime: reading missing commits failed", "partition", p.id, "err", err)
+		}
+		for _, c := range commits {
+			h.Notify(engine.CommitNotice{Partition: p.id, Seq: c.Seq, CreatedAtMs: c.CreatedAtMs,
+				ActorID: c.ActorID, Changes: c.Changes})
+		}
+	}
+	p.mu.Lock()
+	if p.timer != nil {
+		p.mu.Unlock()
+		return // a newer gap is being waited for
+	}
 	seqs := make([]int64, 0, len(p.pending))
 	for s := range p.pending {
 		seqs = append(seqs, s)
 	}
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
-	ready := make([]engine.CommitNotice, 0, len(seqs))
 	for _, s := range seqs {
-		ready = append(ready, p.pending[s])
+		p.outbox = append(p.outbox, p.pending[s])
 		delete(p.pending, s)
 	}
-	if len(seqs) > 0 {
+	if len(seqs) > 0 && seqs[len(seqs)-1] >= p.next {
 		p.next = seqs[len(seqs)-1] + 1
 		h.stats.gaps.Add(1)
 	}
-	p.mu.Unlock()
-	for _, m := range ready {
-		h.fanout(p, m)
-	}
+	h.drainLocked(p)
 }
 
-// fanout delivers one commit to the partition's sessions. A delta is
-// encoded once per distinct registration and shared.
-func (h *Hub) fanout(p *partition, n engine.CommitNotice) {
-	cache := map[string]frame{}
-	for _, s := range h.sessionsOf(p) {
+// drainLocked starts delivering the partition's outbox on a fresh
+// goroutine, unless one is already delivering it (that one delivers these
+// too, in order). The notifier never waits for the fan-out: a push is not
+// held up by the sockets, and no request ends up delivering everyone
+// else's commits under sustained load. p.mu is held on entry and released
+// on return.
+func (h *Hub) drainLocked(p *partition) {
+	if p.delivering || len(p.outbox) == 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.delivering = true
+	p.mu.Unlock()
+	go h.drain(p)
+}
+
+// drain delivers the outbox until it is empty.
+func (h *Hub) drain(p *partition) {
+	p.mu.Lock()
+	for len(p.outbox) > 0 {
+		batch := p.outbox
+		p.outbox = nil
+		sessions := make([]*session, 0, len(p.sessions))
+		for s := range p.sessions {
+			sessions = append(sessions, s)
+		}
+		p.mu.Unlock()
+		for _, n := range batch {
+			h.fanout(sessions, n)
+		}
+		p.mu.Lock()
+	}
+	p.delivering = false
+	p.mu.Unlock()
+}
+
+// fanout delivers one commit to the sessions. A delta is encoded once per
+// distinct registration set and the same frame is queued on every session
+// that shares it.
+func (h *Hub) fanout(sessions []*session, n engine.CommitNotice) {
+	cache := map[string]*deltaCache{}
+	for _, s := range sessions {
 		s.deliver(n, cache)
 	}
 }

@@ -91,8 +91,25 @@ func (h *Hub) catchUpAll(ctx context.Context) {
 // suppresses their deltas until they acknowledge.
 func (h *Hub) wakeAll(p *partition, cursor int64) {
 	h.stats.gaps.Add(1)
+	// The wake covers every commit through cursor: fan-out expects the
+	// next one, so a later notification is not read back to here again.
+	p.mu.Lock()
+	if cursor >= p.next {
+		p.next = cursor + 1
+		for seq := range p.pending {
+			if seq <= cursor {
+				delete(p.pending, seq)
+			}
+		}
+	}
+	p.mu.Unlock()
 	for _, s := range h.sessionsOf(p) {
-		s.suppress()
-		s.wake(wire.WakeCatchupRequired, cursor)
+		s.mu.Lock()
+		if !s.starting {
+			s.observed = max(s.observed, cursor)
+			s.suppressed = true
+			s.wakeLocked(wire.WakeCatchupRequired)
+		}
+		s.mu.Unlock()
 	}
 }

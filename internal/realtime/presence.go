@@ -11,27 +11,29 @@ type presenceEntry struct {
 	doc json.RawMessage
 }
 
+// Presence state lives under the partition's mutex, and fan-out frames are
+// queued while it is held: every connection sees one key's changes in the
+// order they were applied, and a snapshot never races a change.
+
 // publish handles a client presence message (§8.6): authorization by the
 // connection's registrations, the size cap, then fan-out to scope-mates.
 func (h *Hub) publish(s *session, m wire.PresencePublish) {
 	now := h.cfg.Now()
-	s.mu.Lock()
-	held := s.keys[m.ScopeKey]
-	s.mu.Unlock()
-	if !held {
+	p := s.part
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !s.keys[m.ScopeKey] {
 		s.sendData(textFrame(wire.PresenceError{ScopeKey: m.ScopeKey, Code: wire.PresenceForbidden, Timestamp: now}.AppendJSON(nil)))
 		return
 	}
 	if m.IsLeave() {
-		h.leave(s, m.ScopeKey)
+		h.leaveLocked(s, m.ScopeKey)
 		return
 	}
 	if len(m.Doc) > h.cfg.MaxPresenceBytes {
 		s.sendData(textFrame(wire.PresenceError{ScopeKey: m.ScopeKey, Code: wire.PresenceTooLarge, Timestamp: now}.AppendJSON(nil)))
 		return
 	}
-	p := s.part
-	p.mu.Lock()
 	peers := p.presence[m.ScopeKey]
 	if peers == nil {
 		peers = map[*session]presenceEntry{}
@@ -39,110 +41,76 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 	}
 	_, had := peers[s]
 	peers[s] = presenceEntry{doc: append(json.RawMessage(nil), m.Doc...)}
-	mates := h.scopeMates(p, m.ScopeKey, s)
-	p.mu.Unlock()
-	s.mu.Lock()
 	if s.presence == nil {
 		s.presence = map[string]bool{}
 	}
 	s.presence[m.ScopeKey] = true
-	s.mu.Unlock()
 	kind := wire.PresenceJoin
 	if had {
 		kind = wire.PresenceUpdate
 	}
 	f := textFrame(wire.PresenceFanout{ScopeKey: m.ScopeKey, Kind: kind, ActorID: s.auth.ActorID,
 		ClientID: s.clientID, Doc: m.Doc, Timestamp: now}.AppendJSON(nil))
-	for _, mate := range mates {
-		mate.sendData(f)
-	}
+	h.fanPresenceLocked(p, m.ScopeKey, s, f)
 }
 
-// scopeMates lists the other sessions registered on key. p.mu is held.
-func (h *Hub) scopeMates(p *partition, key string, except *session) []*session {
-	var out []*session
+// fanPresenceLocked queues f on the other sessions registered on key.
+// p.mu is held.
+func (h *Hub) fanPresenceLocked(p *partition, key string, except *session, f frame) {
 	for s := range p.sessions {
-		if s == except {
-			continue
-		}
-		s.mu.Lock()
-		held := s.keys[key]
-		s.mu.Unlock()
-		if held {
-			out = append(out, s)
+		if s != except && s.keys[key] {
+			s.sendData(f)
 		}
 	}
-	return out
 }
 
-// leave removes a session's document on key and tells the scope-mates.
-func (h *Hub) leave(s *session, key string) {
+// leaveLocked removes a session's document on key and tells the
+// scope-mates. p.mu is held.
+func (h *Hub) leaveLocked(s *session, key string) {
 	p := s.part
-	p.mu.Lock()
 	peers := p.presence[key]
 	if _, ok := peers[s]; !ok {
-		p.mu.Unlock()
 		return
 	}
 	delete(peers, s)
 	if len(peers) == 0 {
 		delete(p.presence, key)
 	}
-	mates := h.scopeMates(p, key, s)
-	p.mu.Unlock()
-	s.mu.Lock()
 	delete(s.presence, key)
-	s.mu.Unlock()
 	f := textFrame(wire.PresenceFanout{ScopeKey: key, Kind: wire.PresenceLeave, ActorID: s.auth.ActorID,
 		ClientID: s.clientID, Timestamp: h.cfg.Now()}.AppendJSON(nil))
-	for _, mate := range mates {
-		mate.sendData(f)
-	}
+	h.fanPresenceLocked(p, key, s, f)
 }
 
-// presenceRegistrationChanged re-derives presence when a session's keys
-// change (§8.6.3): keys lost drop its documents there; keys gained get the
-// snapshot of the peers already present.
-func (h *Hub) presenceRegistrationChanged(s *session, old, now map[string]bool) {
-	if s.part == nil {
-		return
-	}
+// presenceRegistrationChangedLocked re-derives presence when a session's
+// keys change (§8.6.3): keys lost drop its documents there; keys gained
+// get the snapshot of the peers already present. p.mu is held.
+func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now map[string]bool) {
 	for k := range old {
 		if !now[k] {
-			h.leave(s, k)
+			h.leaveLocked(s, k)
 		}
 	}
 	ts := h.cfg.Now()
+	p := s.part
 	for k := range now {
 		if old[k] {
 			continue
 		}
-		p := s.part
-		p.mu.Lock()
-		var burst []frame
 		for peer, e := range p.presence[k] {
 			if peer == s {
 				continue
 			}
-			burst = append(burst, textFrame(wire.PresenceFanout{ScopeKey: k, Kind: wire.PresenceJoin,
+			s.sendData(textFrame(wire.PresenceFanout{ScopeKey: k, Kind: wire.PresenceJoin,
 				ActorID: peer.auth.ActorID, ClientID: peer.clientID, Doc: e.doc, Timestamp: ts}.AppendJSON(nil)))
-		}
-		p.mu.Unlock()
-		for _, f := range burst {
-			s.sendData(f)
 		}
 	}
 }
 
-// dropPresence leaves every key a closing session was present on.
-func (h *Hub) dropPresence(s *session) {
-	s.mu.Lock()
-	keys := make([]string, 0, len(s.presence))
+// dropPresenceLocked leaves every key a closing session was present on.
+// p.mu is held.
+func (h *Hub) dropPresenceLocked(s *session) {
 	for k := range s.presence {
-		keys = append(keys, k)
-	}
-	s.mu.Unlock()
-	for _, k := range keys {
-		h.leave(s, k)
+		h.leaveLocked(s, k)
 	}
 }

@@ -12,11 +12,51 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
+// streamScanner follows the frames of an SSP2 byte stream fed in pieces
+// (the envelope header, then 5-byte frame headers and payloads) to find
+// where the END frame ends (§1.2: the grammar is self-delimiting).
+type streamScanner struct {
+	skip  int64 // bytes left of the envelope header or a payload
+	hdr   [5]byte
+	hn    int
+	ended bool
+	past  int // bytes fed after END
+}
+
+func newStreamScanner() streamScanner { return streamScanner{skip: 8} }
+
+func (sc *streamScanner) feed(p []byte) {
+	for len(p) > 0 {
+		switch {
+		case sc.ended:
+			sc.past += len(p)
+			return
+		case sc.skip > 0:
+			n := min(int64(len(p)), sc.skip)
+			sc.skip -= n
+			p = p[n:]
+		default:
+			c := copy(sc.hdr[sc.hn:], p)
+			sc.hn += c
+			p = p[c:]
+			if sc.hn == len(sc.hdr) {
+				sc.hn = 0
+				if sc.hdr[0] == byte(wire.FrameEnd) {
+					sc.ended = true
+				} else {
+					sc.skip = int64(binary.LittleEndian.Uint32(sc.hdr[1:]))
+				}
+			}
+		}
+	}
+}
+
 // roundState accumulates a round's request stream (§8.7): the request is
-// complete when its END frame is consumed, found by walking frame headers.
+// complete when its END frame is consumed.
 type roundState struct {
 	buf        []byte
-	scanned    int // offset of the next frame header to read
+	scan       streamScanner
+	checked    bool // the envelope header was validated
 	responding bool
 }
 
@@ -32,44 +72,43 @@ func (s *session) roundChunk(chunk []byte) bool {
 		return false
 	}
 	if rs == nil {
-		rs = &roundState{scanned: 8}
+		rs = &roundState{scan: newStreamScanner()}
 		s.round = rs
 	}
-	rs.buf = append(rs.buf, chunk...)
+	if rs.buf == nil {
+		rs.buf = chunk // the reader allocated it for this message
+	} else {
+		rs.buf = append(rs.buf, chunk...)
+	}
 	if int64(len(rs.buf)) > h.cfg.MaxMessageBytes {
+		s.round = nil
 		s.mu.Unlock()
 		s.conn.closeWith(ws.StatusMessageTooBig, "sync round too large")
 		return false
 	}
-	if len(rs.buf) >= 8 && !validRequestHeader(rs.buf[:8]) {
-		s.mu.Unlock()
-		h.protocolClose(s, "not an SSP2 request stream")
-		return false
-	}
-	end := -1
-	for len(rs.buf) >= 8 && rs.scanned+5 <= len(rs.buf) {
-		t := rs.buf[rs.scanned]
-		n := int(binary.LittleEndian.Uint32(rs.buf[rs.scanned+1:]))
-		if t == 0 {
-			end = rs.scanned + 5
-			break
+	if !rs.checked && len(rs.buf) >= 8 {
+		if !validRequestHeader(rs.buf[:8]) {
+			s.round = nil
+			s.mu.Unlock()
+			h.protocolClose(s, "not an SSP2 request stream")
+			return false
 		}
-		if n > len(rs.buf)-rs.scanned-5 {
-			break
-		}
-		rs.scanned += 5 + n
+		rs.checked = true
 	}
-	if end < 0 {
+	rs.scan.feed(chunk)
+	if !rs.scan.ended {
 		s.mu.Unlock()
 		return true
 	}
-	if end != len(rs.buf) {
+	if rs.scan.past > 0 {
+		s.round = nil
 		s.mu.Unlock()
 		h.protocolClose(s, "bytes after the request's END frame")
 		return false
 	}
 	rs.responding = true
 	s.roundActive = true
+	s.roundMissed, s.roundMissedOverflow = nil, false
 	body := rs.buf
 	s.mu.Unlock()
 	go s.runRound(body)
@@ -81,81 +120,196 @@ func validRequestHeader(h []byte) bool {
 		wire.MsgKind(h[6]) == wire.KindRequest && h[7] == 0
 }
 
-// socketResponder streams a round's response as 0x01 chunks, slowing to
-// the socket's pace instead of buffering (§8.7 backpressure).
-type socketResponder struct {
+// roundWriter streams a round's response as 0x01 chunks, one per encoder
+// flush, slowing to the socket's pace instead of buffering (§8.7
+// backpressure). It holds the latest chunk back: the one that carries END
+// is queued by endRound together with the round's end, so the client can
+// never see END before the connection accepts its next round and carries
+// the round's registrations.
+type roundWriter struct {
 	s       *session
+	held    *frame
+	scan    streamScanner
 	started bool
+	err     error // the first send failure
 }
 
-func (r *socketResponder) Begin(version uint16) (*wire.Encoder, error) {
-	r.started = true
-	return wire.NewEncoder(chunkWriter{r.s}, wire.KindResponse, version)
-}
-
-type chunkWriter struct{ s *session }
-
-func (w chunkWriter) Write(p []byte) (int, error) {
+func (w *roundWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	if w.held != nil {
+		if err := w.s.conn.sendWait(*w.held); err != nil {
+			w.err = err
+			return 0, err
+		}
+	}
 	payload := make([]byte, 0, len(p)+1)
 	payload = append(payload, wire.ChannelTagRound)
 	payload = append(payload, p...)
-	if err := w.s.conn.sendWait(binaryFrame(payload)); err != nil {
-		return 0, err
-	}
+	f := binaryFrame(payload)
+	w.held = &f
+	w.scan.feed(p)
 	return len(p), nil
 }
+
+// Begin implements engine.Responder.
+func (w *roundWriter) Begin(version uint16) (*wire.Encoder, error) {
+	w.started = true
+	return wire.NewEncoder(w, wire.KindResponse, version)
+}
+
+var _ engine.Responder = (*roundWriter)(nil)
 
 // runRound serves a complete request with the engine, exactly as POST
 // /sync does, then registers the pull's subscriptions on the connection.
 func (s *session) runRound(body []byte) {
 	h := s.hub
 	ctx := context.Background()
-	defer func() {
-		s.mu.Lock()
-		s.round = nil
-		s.roundActive = false
-		s.mu.Unlock()
-	}()
+	w := &roundWriter{s: s, scan: newStreamScanner()}
 	version := binary.LittleEndian.Uint16(body[4:6])
+	var next *regSet
+	epoch := ""
+	var completed uint16 // the wire version of a completed round
 	req, err := wire.DecodeRequest(body, wire.DecoderOptions{MaxFrameBytes: int(h.cfg.MaxMessageBytes)})
+	switch {
+	case err != nil:
+		s.failRound(ctx, w, version, syncerr.Wrap(wire.ErrorCode(err), "the request is not a valid SSP2 message", err))
+	case req.Header.ClientID != s.clientID:
+		s.failRound(ctx, w, version, syncerr.New(syncerr.CodeInvalidClientID, "the round's clientId differs from the connection's"))
+	default:
+		out, err := h.cfg.Engine.ServeRound(ctx, s.auth, req, w)
+		epoch = out.LogEpoch
+		switch {
+		case err != nil && !w.started:
+			pe := syncerr.As(err)
+			if pe == nil {
+				pe = syncerr.Internal(err)
+			}
+			s.failRound(ctx, w, version, pe)
+		case err == nil && out.Completed && !out.Pulled:
+			completed = req.Version
+		case err == nil && out.Completed && out.Pulled:
+			completed = req.Version
+			regs := make([]registration, 0, len(out.Subscriptions))
+			for _, sub := range out.Subscriptions {
+				if sub.Active {
+					regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: sub.Effective})
+				}
+			}
+			rs := h.newRegSet(regs, req.Version, epoch)
+			next = &rs
+		}
+	}
+	s.endRound(w, next, epoch, completed)
+}
+
+// endRound ends a round (§8.7 "Registration at round end"): the new
+// registrations are installed while deltas are still held back, then the
+// final chunk is queued in the same critical section that ends the round,
+// so no delta precedes END and no next round is mistaken for pipelining.
+//
+// A completed round without a pull keeps the registrations but replaces the
+// wire version deltas are encoded with (§8.1); any round announcing a new
+// log epoch updates the epoch acks and deltas carry.
+func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed uint16) {
+	h := s.hub
+	if !w.scan.ended || w.scan.past > 0 || w.held == nil {
+		// The response could not be completed (the socket failed, or the
+		// encoder refused a frame): the stream has no findable end.
+		s.mu.Lock()
+		s.round, s.roundActive = nil, false
+		s.mu.Unlock()
+		switch {
+		case s.conn.isClosing():
+		case errors.Is(w.err, errQueueFull):
+			h.stats.closedSlow.Add(1)
+			s.conn.closeWith(ws.StatusPolicyViolation, "consumer too slow")
+		default:
+			h.cfg.Logger.Error("realtime: sync round response incomplete", "partition", s.auth.Partition, "err", w.err)
+			s.conn.closeWith(ws.StatusInternalServerError, "sync round failed")
+		}
+		return
+	}
+	if next == nil && (epoch != "" || completed != 0) {
+		// A round that re-registers nothing may still announce the log
+		// epoch (the first round on a new partition, an epoch reset) or
+		// change the wire version: deltas and acks use them from now on.
+		s.mu.Lock()
+		curEpoch, curVersion, regs := s.epoch, s.version, s.regs
+		s.mu.Unlock()
+		newEpoch, newVersion := curEpoch, curVersion
+		if epoch != "" {
+			newEpoch = epoch
+		}
+		if completed != 0 {
+			newVersion = completed
+		}
+		if newEpoch != curEpoch || newVersion != curVersion {
+			rs := h.newRegSet(regs, newVersion, newEpoch)
+			next = &rs
+		}
+	}
+	if next != nil {
+		p := s.part
+		p.mu.Lock()
+		s.mu.Lock()
+		if epoch != "" {
+			s.epoch = epoch
+		}
+		s.installLocked(*next)
+		s.mu.Unlock()
+		p.mu.Unlock()
+	}
+	err := s.conn.waitFor(func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err := s.conn.send(*w.held); err != nil {
+			return err
+		}
+		s.round, s.roundActive = nil, false
+		s.checkRoundMissedLocked()
+		return nil
+	})
 	if err != nil {
-		s.failRound(ctx, version, syncerr.Wrap(wire.ErrorCode(err), "the request is not a valid SSP2 message", err))
-		return
-	}
-	if req.Header.ClientID != s.clientID {
-		s.failRound(ctx, version, syncerr.New(syncerr.CodeInvalidClientID, "the round's clientId differs from the connection's"))
-		return
-	}
-	resp := &socketResponder{s: s}
-	out, err := h.cfg.Engine.ServeRound(ctx, s.auth, req, resp)
-	if err != nil && !resp.started {
-		pe := syncerr.As(err)
-		if pe == nil {
-			pe = syncerr.Internal(err)
-		}
-		s.failRound(ctx, version, pe)
-		return
-	}
-	if err != nil || !out.Completed || !out.Pulled {
-		return
-	}
-	regs := make([]registration, 0, len(out.Subscriptions))
-	for _, sub := range out.Subscriptions {
-		if sub.Active {
-			regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: sub.Effective})
+		s.mu.Lock()
+		s.round, s.roundActive = nil, false
+		s.mu.Unlock()
+		if errors.Is(err, errQueueFull) {
+			h.stats.closedSlow.Add(1)
+			s.conn.closeWith(ws.StatusPolicyViolation, "consumer too slow")
 		}
 	}
-	s.setRegistrations(regs, req.Version)
+}
+
+// checkRoundMissedLocked wakes the session when a commit observed during
+// the round did not match the old registrations but matches the new ones:
+// the round's pull may have read the log before it. mu is held.
+func (s *session) checkRoundMissedLocked() {
+	missed, overflow := s.roundMissed, s.roundMissedOverflow
+	s.roundMissed, s.roundMissedOverflow = nil, false
+	hit := overflow
+	for _, n := range missed {
+		if hit {
+			break
+		}
+		hit = s.matchesLocked(n)
+	}
+	if hit {
+		s.hub.stats.dropsInRound.Add(1)
+		s.suppressed = true
+		s.wakeLocked(wire.WakeCatchupRequired)
+	}
 }
 
 // failRound answers a request-level failure on the socket as a minimal
 // response: RESP_HEADER, ERROR, END (§8.7 failures).
-func (s *session) failRound(ctx context.Context, version uint16, pe *syncerr.Error) {
+func (s *session) failRound(ctx context.Context, w *roundWriter, version uint16, pe *syncerr.Error) {
 	h := s.hub
 	if pe.Code == syncerr.CodeInternalError {
 		h.cfg.Logger.Error("socket round failed", "partition", s.auth.Partition, "err", pe.Err)
 	}
-	enc, err := wire.NewEncoder(chunkWriter{s}, wire.KindResponse, version)
+	enc, err := wire.NewEncoder(w, wire.KindResponse, version)
 	if err != nil {
 		return
 	}
@@ -174,5 +328,3 @@ func (s *session) failRound(ctx context.Context, version uint16, pe *syncerr.Err
 		h.cfg.Logger.Debug("socket round failure not delivered", "err", err)
 	}
 }
-
-var _ engine.Responder = (*socketResponder)(nil)

@@ -14,6 +14,14 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
+// wakeCoalesce is the minimum spacing of catch-up wakes on one
+// connection; a wake due sooner is sent at the end of the window.
+const wakeCoalesce = 50 * time.Millisecond
+
+// maxRoundMissed bounds the commits remembered during a round that did
+// not match the registrations; past it, the round end assumes a miss.
+const maxRoundMissed = 64
+
 // registration is one subscription registered on a connection: deltas of
 // its table inside its effective scopes reach the connection.
 type registration struct {
@@ -23,6 +31,10 @@ type registration struct {
 }
 
 // session is one connected client.
+//
+// Locking: part.mu before mu. keys and presence are written with part.mu
+// held (keys with mu too), so presence code holding part.mu reads any
+// session's keys without taking its mu.
 type session struct {
 	hub      *Hub
 	part     *partition
@@ -30,35 +42,62 @@ type session struct {
 	id       string
 	auth     engine.Auth
 	clientID string
-	epoch    string
 	expires  time.Time
 
-	mu          sync.Mutex
-	version     uint16
-	regs        []registration
-	sig         string          // identifies regs+version for the delta cache
-	keys        map[string]bool // presence scope keys the registrations hold
-	observed    int64           // highest notification sequence observed
-	suppressed  bool            // behind: wakes instead of deltas until an ack
-	lastWakeMs  int64
-	ackPending  bool
-	ackCursor   int64
-	roundActive bool
-	round       *roundState
-	presence    map[string]bool // keys this session published on
+	mu       sync.Mutex
+	starting bool // attached, hello not sent yet: nothing is delivered
+	epoch    string
+	version  uint16
+	regs     []registration
+	sig      string          // identifies regs+version+epoch for the delta cache
+	keys     map[string]bool // presence scope keys the registrations hold
+	observed int64           // highest notification sequence observed
+	// suppressed: behind, wakes instead of deltas until an ack covers
+	// observed.
+	suppressed    bool
+	lastWakeMs    int64
+	wakeScheduled bool
+	ackPending    bool
+	ackCursor     int64
+	roundActive   bool
+	round         *roundState
+	// roundMissed holds the commits observed during a round that did not
+	// match the registrations: the round's new registrations may match
+	// them after the round's pull read the log.
+	roundMissed         []engine.CommitNotice
+	roundMissedOverflow bool
+
+	presence map[string]bool // keys this session published on (part.mu)
 }
 
 func (s *session) expired(now time.Time) bool {
 	return !s.expires.IsZero() && now.After(s.expires)
 }
 
-// setRegistrations replaces the registrations (at connect, at round end)
-// and re-derives the presence grant (§8.6.3).
-func (s *session) setRegistrations(regs []registration, version uint16) {
+func (s *session) ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.starting
+}
+
+// regSet is a computed set of registrations, ready to install.
+type regSet struct {
+	regs    []registration
+	version uint16
+	sig     string
+	keys    map[string]bool
+}
+
+// newRegSet computes the delta-cache signature and the presence keys of
+// registrations (§8.6.3: the registered effective scope keys are the
+// presence grant).
+func (h *Hub) newRegSet(regs []registration, version uint16, epoch string) regSet {
 	keys := map[string]bool{}
-	schema := s.hub.cfg.Engine.Schema()
+	schema := h.cfg.Engine.Schema()
 	var sig strings.Builder
 	sig.WriteByte(byte(version))
+	sig.WriteString(epoch)
+	sig.WriteByte(0)
 	for _, r := range regs {
 		sig.WriteString(r.id)
 		sig.WriteByte(0)
@@ -85,13 +124,35 @@ func (s *session) setRegistrations(regs []registration, version uint16) {
 			}
 		}
 	}
-	s.mu.Lock()
-	old := s.keys
-	s.regs, s.version, s.sig, s.keys = regs, version, sig.String(), keys
-	s.mu.Unlock()
-	s.hub.presenceRegistrationChanged(s, old, keys)
+	return regSet{regs: regs, version: version, sig: sig.String(), keys: keys}
 }
 
+// installLocked replaces the registrations (at connect, at round end) and
+// re-derives the presence grant (§8.6.3). part.mu and mu are held.
+func (s *session) installLocked(rs regSet) {
+	old := s.keys
+	s.regs, s.version, s.sig, s.keys = rs.regs, rs.version, rs.sig, rs.keys
+	s.hub.presenceRegistrationChangedLocked(s, old, rs.keys)
+}
+
+// replaceRegistrations installs new registrations on a running session.
+func (s *session) replaceRegistrations(regs []registration, version uint16, epoch string) {
+	s.mu.Lock()
+	if epoch == "" {
+		epoch = s.epoch
+	}
+	s.mu.Unlock()
+	rs := s.hub.newRegSet(regs, version, epoch)
+	p := s.part
+	p.mu.Lock()
+	s.mu.Lock()
+	s.epoch = epoch
+	s.installLocked(rs)
+	s.mu.Unlock()
+	p.mu.Unlock()
+}
+
+// sendData queues a frame; a consumer that cannot take it is closed.
 func (s *session) sendData(f frame) {
 	if err := s.conn.send(f); err == errQueueFull {
 		s.hub.stats.closedSlow.Add(1)
@@ -99,87 +160,127 @@ func (s *session) sendData(f frame) {
 	}
 }
 
-// wake sends a coalescible wake-up (§8.3), at most one per 50 ms.
-func (s *session) wake(reason wire.WakeReason, cursor int64) {
+// wakeLocked sends a coalescible wake-up (§8.3). Catch-up wakes are spaced
+// by wakeCoalesce; one due sooner is sent at the end of the window, so
+// the latest commit is never left without a wake. mu is held.
+func (s *session) wakeLocked(reason wire.WakeReason) {
 	now := s.hub.cfg.Now()
-	s.mu.Lock()
-	if reason == wire.WakeCatchupRequired && now-s.lastWakeMs < 50 && s.lastWakeMs != 0 {
-		s.mu.Unlock()
-		return
+	if reason == wire.WakeCatchupRequired && s.lastWakeMs != 0 {
+		if wait := s.lastWakeMs + wakeCoalesce.Milliseconds() - now; wait > 0 {
+			if !s.wakeScheduled {
+				s.wakeScheduled = true
+				time.AfterFunc(time.Duration(wait)*time.Millisecond, s.trailingWake)
+			}
+			return
+		}
 	}
 	s.lastWakeMs = now
-	s.mu.Unlock()
-	s.hub.stats.wakes.Add(1)
-	s.sendData(textFrame(wire.Wake{Cursor: cursor, Reason: reason, Timestamp: now}.AppendJSON(nil)))
+	f := textFrame(wire.Wake{Cursor: s.observed, Reason: reason, Timestamp: now}.AppendJSON(nil))
+	f.prio = prioWake
+	switch err := s.conn.send(f); err {
+	case nil:
+		s.hub.stats.wakes.Add(1)
+	case errQueueFull:
+		s.hub.stats.closedSlow.Add(1)
+		s.conn.closeWith(ws.StatusPolicyViolation, "consumer too slow")
+	}
+}
+
+// trailingWake sends the wake coalesced at the end of a window, if the
+// session is still behind.
+func (s *session) trailingWake() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wakeScheduled = false
+	if s.suppressed {
+		s.lastWakeMs = 0
+		s.wakeLocked(wire.WakeCatchupRequired)
+	}
+}
+
+func (s *session) matchesLocked(n engine.CommitNotice) bool {
+	for _, r := range s.regs {
+		if sectionChanges(r, n.Changes) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// deltaCache is what one commit means for every session with the same
+// registration signature: whether it matches, and the encoded delta frame
+// (encoded once, on first use, and shared).
+type deltaCache struct {
+	matches bool
+	frame   *frame
 }
 
 // deliver handles one commit notification for this session (§8.2).
-func (s *session) deliver(n engine.CommitNotice, cache map[string]frame) {
+// Notifications reach a session one at a time, in partition order.
+func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
+	h := s.hub
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.starting {
+		// Attach has not read the partition yet: its hello covers this.
+		s.observed = max(s.observed, n.Seq)
+		return
+	}
 	if n.Seq <= s.observed {
-		s.mu.Unlock()
 		return
 	}
 	gap := n.Seq != s.observed+1
 	s.observed = n.Seq
-	matches := false
-	for _, r := range s.regs {
-		if sectionChanges(r, n.Changes) != nil {
-			matches = true
-			break
-		}
+	dc := cache[s.sig]
+	if dc == nil {
+		dc = &deltaCache{matches: s.matchesLocked(n)}
+		cache[s.sig] = dc
 	}
-	if !matches {
-		s.mu.Unlock()
+	if !dc.matches {
+		if s.roundActive {
+			if len(s.roundMissed) < maxRoundMissed {
+				s.roundMissed = append(s.roundMissed, n)
+			} else {
+				s.roundMissedOverflow = true
+			}
+		}
+		if gap {
+			// The missing notification may have matched (§8.2: a
+			// non-adjacent notification is answered with a wake).
+			s.suppressed = true
+			s.wakeLocked(wire.WakeCatchupRequired)
+		}
 		return
 	}
-	var reason *int64
 	switch {
 	case s.roundActive:
-		s.hub.stats.dropsInRound.Add(1)
-		reason = &n.Seq
-	case s.suppressed:
-		s.hub.stats.dropsBehind.Add(1)
-		reason = &n.Seq
-	case gap:
-		s.hub.stats.dropsBehind.Add(1)
-		reason = &n.Seq
-	}
-	if reason != nil {
-		s.suppressed = true
-		s.mu.Unlock()
-		s.wake(wire.WakeCatchupRequired, n.Seq)
-		return
-	}
-	sig, version, regs := s.sig, s.version, s.regs
-	s.mu.Unlock()
-	f, ok := cache[sig]
-	if !ok {
-		payload := encodeDelta(n, regs, version, s.epoch, s.hub.cfg.Engine.Schema().Version())
-		f = binaryFrame(payload)
-		cache[sig] = f
-	}
-	if len(f.b) > s.hub.cfg.MaxDeltaBytes {
-		s.hub.stats.dropsTooLarge.Add(1)
-		s.suppress()
-		s.wake(wire.WakeDeltaTooLarge, n.Seq)
-		return
-	}
-	if err := s.conn.send(f); err != nil {
-		if err == errQueueFull {
-			s.hub.stats.dropsQueueFull.Add(1)
-			s.suppress()
-			s.wake(wire.WakeCatchupRequired, n.Seq)
+		h.stats.dropsInRound.Add(1)
+	case s.suppressed, gap:
+		h.stats.dropsBehind.Add(1)
+	default:
+		if dc.frame == nil {
+			f := binaryFrame(encodeDelta(n, s.regs, s.version, s.epoch, h.cfg.Engine.Schema().Version()))
+			dc.frame = &f
 		}
-		return
+		f := *dc.frame
+		if len(f.b) > h.cfg.MaxDeltaBytes {
+			h.stats.dropsTooLarge.Add(1)
+			s.suppressed = true
+			s.wakeLocked(wire.WakeDeltaTooLarge)
+			return
+		}
+		switch err := s.conn.send(f); err {
+		case nil:
+			h.stats.deltas.Add(1)
+			return
+		case errQueueFull:
+			h.stats.dropsQueueFull.Add(1)
+		default:
+			return // closed
+		}
 	}
-	s.hub.stats.deltas.Add(1)
-}
-
-func (s *session) suppress() {
-	s.mu.Lock()
 	s.suppressed = true
-	s.mu.Unlock()
+	s.wakeLocked(wire.WakeCatchupRequired)
 }
 
 // ack records a client acknowledgment (§8.2): deltas resume once it covers
@@ -194,19 +295,21 @@ func (s *session) ack(cursor int64) {
 		s.suppressed = false
 	}
 	if !s.ackPending || cursor > s.ackCursor {
-		s.ackCursor = max(s.ackCursor, cursor)
+		s.ackCursor = cursor
 	}
 	s.ackPending = true
 }
 
-func (s *session) takeAck() (int64, bool) {
+// takeAck returns the acknowledged cursor to persist, with the log epoch
+// it belongs to.
+func (s *session) takeAck() (cursor int64, epoch string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ackPending {
-		return 0, false
+		return 0, "", false
 	}
 	s.ackPending = false
-	return s.ackCursor, true
+	return s.ackCursor, s.epoch, true
 }
 
 // sectionChanges returns the changes of a commit that a registration
