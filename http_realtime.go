@@ -49,5 +49,9 @@ func (s *Server) CloseActor(partition, actorID string) int {
 	return s.hub.CloseActor(partition, actorID)
 }
 
+// RealtimeStats counts the realtime channel's sessions, deltas, wakes, and
+// drops and closes by reason.
+type RealtimeStats = realtime.Stats
+
 // RealtimeStats returns the realtime hub's counters.
-func (s *Server) RealtimeStats() realtime.Stats { return s.hub.Stats() }
+func (s *Server) RealtimeStats() RealtimeStats { return s.hub.Stats() }

@@ -94,7 +94,7 @@ type Config struct {
 	// OnError observes every failure answered as sync.internal_error,
 	// with the route it happened on.
 	OnError func(err error, route string)
-	// OnCommit is called after each applied commit with changes.
+	// OnCommit is called after each applied commit.
 	OnCommit func(CommitNotice)
 	// Retention is the pruning policy; values below the normative floors
 	// of §4.6 are raised to them.

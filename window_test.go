@@ -242,3 +242,36 @@ func TestSchemaWindowRejectsNonPrefix(t *testing.T) {
 		t.Fatalf("New = %v, want a refusal of a window whose older table is not a prefix", err)
 	}
 }
+
+// TestSchemaWindowRealtime: a delta to a socket whose subscription was
+// pulled with an older schema version carries rows in that layout.
+func TestSchemaWindowRealtime(t *testing.T) {
+	v1, v2 := windowSchemas(t)
+	e := newWindowServer(t, v2, v1)
+	t1, _ := v1.Table("tasks")
+	ep1 := e.epoch("c1", 1)
+	sub := &wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}
+	e.round(&wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c1", SchemaVersion: 1, LogEpoch: &ep1},
+		Pull: &wire.PullHeader{Accept: 1}, Subscriptions: []*wire.Subscription{sub}})
+	sock, err := rtDial(context.Background(), rtDialer("alice"), "ws"+strings.TrimPrefix(e.url, "http")+"/realtime?clientId=c1", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.nc.Close()
+	sock.t, sock.clientID = t, "c1"
+	sock.startReading()
+	if h := sock.hello(); h.RequiresSync {
+		t.Fatalf("hello = %+v, want a caught-up registered client", h)
+	}
+	ep2 := e.epoch("c2", 2)
+	e.round(&wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c2", SchemaVersion: 2, LogEpoch: &ep2},
+		Commits: []*wire.PushCommit{{ClientCommitID: "k", Operations: []wire.Operation{{Table: "tasks", RowID: "a", Op: wire.OpUpsert,
+			Payload: sparse(t, v2, wire.Value{Str: "a"}, wire.Value{Str: "p1"}, wire.Value{Str: "t"}, wire.Value{Int: 9})}}}}})
+	commits := framesOf[*wire.Commit](sock.delta())
+	if len(commits) != 1 || len(commits[0].Changes) != 1 {
+		t.Fatalf("delta commits = %+v", commits)
+	}
+	if _, err := t1.RowCodec().DecodeRow(commits[0].Changes[0].Row); err != nil {
+		t.Fatalf("the delta row is not in the version-1 layout: %v", err)
+	}
+}

@@ -99,10 +99,11 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
 			return err
 		}
-		if len(a.changes) > 0 {
-			out.notice = &CommitNotice{Partition: r.auth.Partition, Seq: seq, CreatedAtMs: now,
-				ActorID: r.auth.ActorID, Changes: a.changes}
-		}
+		// Every commit is announced, even one without changes: realtime
+		// fan-out orders notifications by sequence and would otherwise
+		// wait for it.
+		out.notice = &CommitNotice{Partition: r.auth.Partition, Seq: seq, CreatedAtMs: now,
+			ActorID: r.auth.ActorID, Changes: a.changes}
 		return nil
 	})
 	if err == nil {

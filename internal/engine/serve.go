@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
-	"io"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"strings"
 
 	"github.com/syncgo/syncgo/schema"

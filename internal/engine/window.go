@@ -114,3 +114,6 @@ func (e *Engine) ServesTable(version int32, table string) bool {
 	_, ok := s.Table(table)
 	return ok
 }
+
+// HasWindow reports whether older schema versions are served.
+func (e *Engine) HasWindow() bool { return len(e.cfg.Window) > 0 }

@@ -194,7 +194,8 @@ func (s *session) runRound(body []byte) {
 			regs := make([]registration, 0, len(out.Subscriptions))
 			for _, sub := range out.Subscriptions {
 				if sub.Active {
-					regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: sub.Effective})
+					regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: sub.Effective,
+						schemaVersion: out.SchemaVersion})
 				}
 			}
 			rs := h.newRegSet(regs, req.Version, epoch)

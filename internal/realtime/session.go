@@ -3,6 +3,7 @@ package realtime
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type registration struct {
 	id        string
 	table     string
 	effective wire.ScopeMap
+	// schemaVersion is the codec the client pulled this subscription with
+	// (§9): deltas are projected into its layout.
+	schemaVersion int32
 }
 
 // session is one connected client.
@@ -102,6 +106,8 @@ func (h *Hub) newRegSet(regs []registration, version uint16, epoch string) regSe
 		sig.WriteString(r.id)
 		sig.WriteByte(0)
 		sig.WriteString(r.table)
+		sig.WriteByte(0)
+		sig.WriteString(strconv.Itoa(int(r.schemaVersion)))
 		sig.WriteByte(0)
 		for _, e := range r.effective {
 			sig.WriteString(e.Key)
@@ -259,7 +265,7 @@ func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
 		h.stats.dropsBehind.Add(1)
 	default:
 		if dc.frame == nil {
-			f := binaryFrame(encodeDelta(n, s.regs, s.version, s.epoch, h.cfg.Engine.Schema().Version()))
+			f := binaryFrame(encodeDelta(h.cfg.Engine, n, s.regs, s.version, s.epoch))
 			dc.frame = &f
 		}
 		f := *dc.frame
@@ -327,7 +333,8 @@ func sectionChanges(r registration, changes []store.Change) []wire.Change {
 // encodeDelta encodes the 0x00-tagged delta message of a commit for a set
 // of registrations: one SUB_START / COMMIT / SUB_END section per matching
 // registration.
-func encodeDelta(n engine.CommitNotice, regs []registration, version uint16, epoch string, schemaVersion int32) []byte {
+func encodeDelta(eng *engine.Engine, n engine.CommitNotice, regs []registration, version uint16, epoch string) []byte {
+	schemaVersion := eng.Schema().Version()
 	var buf bytes.Buffer
 	buf.WriteByte(wire.ChannelTagDelta)
 	enc, _ := wire.NewEncoder(&buf, wire.KindResponse, version)
@@ -341,6 +348,11 @@ func encodeDelta(n engine.CommitNotice, regs []registration, version uint16, epo
 		if changes == nil {
 			continue
 		}
+		if r.schemaVersion != schemaVersion {
+			if changes = narrowChanges(eng, r, changes); changes == nil {
+				continue
+			}
+		}
 		_ = enc.Encode(&wire.SubStart{ID: r.id, Status: wire.SubActive, EffectiveScopes: r.effective})
 		_ = enc.Encode(&wire.Commit{CommitSeq: n.Seq, CreatedAtMs: n.CreatedAtMs, ActorID: n.ActorID,
 			Tables: []string{r.table}, Changes: changes})
@@ -350,6 +362,25 @@ func encodeDelta(n engine.CommitNotice, regs []registration, version uint16, epo
 	return buf.Bytes()
 }
 
+// narrowChanges projects change rows into an older client's layout (§9);
+// nil when the rows cannot be projected (the section is left out, and the
+// client's next pull repairs it).
+func narrowChanges(eng *engine.Engine, r registration, changes []wire.Change) []wire.Change {
+	out := make([]wire.Change, len(changes))
+	for i, ch := range changes {
+		out[i] = ch
+		if ch.Row == nil {
+			continue
+		}
+		row, err := eng.NarrowPayload(r.table, r.schemaVersion, ch.Row)
+		if err != nil {
+			return nil
+		}
+		out[i].Row = row
+	}
+	return out
+}
+
 // loadRegistrations resolves the client's persisted subscriptions at
 // connect (§8.1); revoked ones are not registered.
 func (h *Hub) loadRegistrations(ctx context.Context, auth engine.Auth, clientID string, rec store.ClientRecord) []registration {
@@ -357,12 +388,25 @@ func (h *Hub) loadRegistrations(ctx context.Context, auth engine.Auth, clientID 
 		return nil
 	}
 	allowed, err := h.cfg.Engine.ResolveAllowed(ctx, auth, clientID)
+	current := h.cfg.Engine.Schema().Version()
 	var regs []registration
 	for _, sub := range rec.Subscriptions {
+		version := sub.SchemaVersion
+		if version == 0 {
+			if h.cfg.Engine.HasWindow() {
+				// A legacy record on a window host names no codec: it
+				// registers nothing until a new pull records one (§9).
+				continue
+			}
+			version = current
+		}
+		if !h.cfg.Engine.ServesTable(version, sub.Table) {
+			continue
+		}
 		requested := scopeMapOf(sub.Scopes)
 		eff, active := engine.EffectiveScopes(requested, allowed, err == nil)
 		if active {
-			regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: eff})
+			regs = append(regs, registration{id: sub.ID, table: sub.Table, effective: eff, schemaVersion: version})
 		}
 	}
 	return regs
