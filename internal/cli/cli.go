@@ -23,6 +23,8 @@ commands:
   conformance
             start conformance mode, the test-control surface of the
             conformance harness (loopback only; prints READY <port>)
+  bench     drive virtual clients against a server and report throughput,
+            latency and memory figures (syncgo bench -h)
   help      show this text
 `
 
@@ -45,6 +47,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runBackfill(ctx, args[1:], stdout, stderr)
 	case "conformance":
 		return runConformance(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
+)
+
+// newTestServer serves syncgo on a fresh SQLite file with the demo
+// schema and the development authentication of syncgo serve.
+func newTestServer(t *testing.T) (*httptest.Server, *schema.Compiled) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := schema.ParseJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schema.Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "bench.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := syncgo.New(syncgo.Config{
+		Store:  st,
+		Schema: sc,
+		Authenticate: func(r *http.Request) (syncgo.Auth, error) {
+			token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || token == "" {
+				return syncgo.Auth{}, errors.New("no bearer token")
+			}
+			return syncgo.Auth{ActorID: token, Partition: "default"}, nil
+		},
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+			return map[string][]string{"id": {"*"}, "project_id": {"*"}}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		hs.CloseClientConnections()
+		_ = srv.Stop(context.Background())
+		hs.Close()
+		_ = st.Close()
+	})
+	return hs, sc
+}
+
+// TestWorkloads runs every workload with tiny parameters and checks that
+// it finishes without errors and reports its main figure.
+func TestWorkloads(t *testing.T) {
+	memorySettle = 10 * time.Millisecond
+	tests := []struct {
+		cfg    Config
+		figure string
+	}{
+		{Config{Workload: "push", Clients: 4, Duration: 300 * time.Millisecond}, "commits/s"},
+		{Config{Workload: "push", Clients: 4, Duration: 300 * time.Millisecond, Round: true, Wire: 2}, "rounds/s"},
+		{Config{Workload: "catchup", Commits: 1200}, "commits caught up"},
+		{Config{Workload: "catchup", Commits: 300, Wire: 1}, "commits/s"},
+		{Config{Workload: "bootstrap", Rows: 1500}, "cold rows/s"},
+		{Config{Workload: "bootstrap", Rows: 1500, SQLite: true}, "warm rows"},
+		{Config{Workload: "fanout", Sockets: 5, Commits: 5}, "deliveries"},
+		{Config{Workload: "memory", Sockets: 5, PID: os.Getpid()}, "server RSS with sockets"},
+		{Config{Workload: "reconnect", Clients: 5, Commits: 3}, "converged"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cfg.Workload, func(t *testing.T) {
+			hs, sc := newTestServer(t)
+			cfg := tt.cfg
+			cfg.URL, cfg.Schema, cfg.Timeout = hs.URL, sc, 10*time.Second
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Errors != 0 {
+				t.Errorf("errors = %d, want 0", res.Errors)
+			}
+			got, ok := res.Figure(tt.figure)
+			if !ok || got <= 0 {
+				t.Errorf("figure %q = %v (present %v), want > 0; figures %+v", tt.figure, got, ok, res.Figures)
+			}
+			var b strings.Builder
+			if err := res.WriteTable(&b); err != nil || !strings.Contains(b.String(), tt.figure) {
+				t.Errorf("table lacks %q (err %v):\n%s", tt.figure, err, b.String())
+			}
+		})
+	}
+}
+
+// TestMissingPID: the memory workload needs the server's pid.
+func TestMissingPID(t *testing.T) {
+	hs, sc := newTestServer(t)
+	_, err := Run(context.Background(), Config{Workload: "memory", Sockets: 1, URL: hs.URL, Schema: sc})
+	if err == nil || !strings.Contains(err.Error(), "pid") {
+		t.Fatalf("err = %v, want a missing-pid error", err)
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	tests := []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {12345, "12,345"}, {-1234567, "-1,234,567"}, {3.14159, "3.14"}, {0.25, "0.250"}, {12.34, "12.3"}, {1234.5, "1,235"},
+	}
+	for _, tt := range tests {
+		if got := formatValue(tt.in); got != tt.want {
+			t.Errorf("formatValue(%v) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

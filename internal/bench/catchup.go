@@ -1,0 +1,115 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// seedBatch is the most operations the seeder sends per request.
+const seedBatch = 500
+
+// runCatchup: a client registers a subscription to the run's fresh scope
+// (a bootstrap of the empty scope, which also holds the retention horizon
+// back), Commits one-upsert commits are seeded into the scope, then the
+// client catches up from its cursor with limitCommits 1000 until it has
+// them all. With Seeded it pulls from cursor 0. Figures: the catch-up
+// time and commits/s.
+func runCatchup(ctx context.Context, r *runner) error {
+	r.res.Params["commits"], r.res.Params["seeded"] = r.cfg.Commits, r.cfg.Seeded
+	p := r.newPuller(0, wire.PullHeader{LimitCommits: 1000, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}, -1)
+	for range 10 { // acquires the log epoch and registers the subscription
+		st, err := p.round(ctx)
+		if err != nil {
+			return r.fail(fmt.Errorf("registration: %w", err))
+		}
+		if !st.epoch && !st.pending {
+			break
+		}
+	}
+	var last int64
+	if r.cfg.Seeded {
+		p.sub.Cursor = 0
+	} else {
+		var err error
+		if last, err = r.seed(ctx, r.cfg.Commits, false); err != nil {
+			return err
+		}
+	}
+	r.res.Params["fromCursor"] = p.sub.Cursor
+	var got atomic.Int64
+	line := &rateLine{what: "catchup", unit: "commits"}
+	r.status(func(el time.Duration) string { return line.render(el, int(got.Load()), 0) })
+	bytes0 := r.bytesIn.Load()
+	rounds := 0
+	start := time.Now()
+	for {
+		st, err := p.round(ctx)
+		if err != nil {
+			return r.fail(err)
+		}
+		rounds++
+		got.Add(int64(st.commits))
+		if st.epoch {
+			continue
+		}
+		if st.commits == 0 || (last > 0 && p.sub.Cursor >= last) {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	n := got.Load()
+	if !r.cfg.Seeded && n < int64(r.cfg.Commits) {
+		r.errors.Add(int64(r.cfg.Commits) - n)
+	}
+	r.res.add("commits caught up", float64(n), "")
+	r.res.addMs("catch-up time", elapsed)
+	r.res.add("commits/s", float64(n)/elapsed.Seconds(), "1/s")
+	r.res.add("rounds", float64(rounds), "")
+	r.res.add("bytes received", float64(r.bytesIn.Load()-bytes0), "B")
+	return nil
+}
+
+// seed pushes n upserts of fresh rows into the run's scope as client 0:
+// n one-upsert commits, 500 per request, or with batched, commits of 500
+// upserts each. It reports the seeding rate and returns the last
+// commitSeq.
+func (r *runner) seed(ctx context.Context, n int, batched bool) (int64, error) {
+	c, err := r.client(0, sspclient.Options{MaxOperationsPerRequest: seedBatch})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.Sync(ctx); err != nil { // acquires the log epoch
+		return 0, fmt.Errorf("seed: %w", err)
+	}
+	var done atomic.Int64
+	line := &rateLine{what: "seed", unit: "rows"}
+	r.status(func(el time.Duration) string { return line.render(el, int(done.Load()), 0) })
+	defer r.stopStatus()
+	prefix := "s" + r.cfg.Scope
+	var last int64
+	start := time.Now()
+	for k := 0; k < n; k += seedBatch {
+		m := min(seedBatch, n-k)
+		if err := r.upsertN(c, prefix, r.cfg.Scope, k, m, batched); err != nil {
+			return 0, err
+		}
+		res, err := c.Push(ctx)
+		if err != nil {
+			return 0, r.fail(fmt.Errorf("seed: %w", err))
+		}
+		if _, seq := r.checkPushed(res); seq > last {
+			last = seq
+		}
+		if c.Pending() > 0 {
+			return 0, r.fail(fmt.Errorf("seed: %d commits not settled", c.Pending()))
+		}
+		done.Add(int64(m))
+	}
+	r.res.add("seeded rows/s (push)", float64(n)/time.Since(start).Seconds(), "1/s")
+	return last, nil
+}

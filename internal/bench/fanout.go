@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+)
+
+// deliveries collects, per commitSeq, when each socket received its
+// delta, and signals when all sockets have.
+type deliveries struct {
+	mu   sync.Mutex
+	want int
+	seqs map[int64]*delivery
+}
+
+type delivery struct {
+	arrivals []time.Time
+	all      chan struct{}
+}
+
+func (d *deliveries) entry(seq int64) *delivery {
+	e := d.seqs[seq]
+	if e == nil {
+		e = &delivery{all: make(chan struct{})}
+		d.seqs[seq] = e
+	}
+	return e
+}
+
+func (d *deliveries) got(seq int64, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.entry(seq)
+	e.arrivals = append(e.arrivals, at)
+	if len(e.arrivals) == d.want {
+		close(e.all)
+	}
+}
+
+// wait returns the arrivals of seq once every socket has it, or at the
+// deadline.
+func (d *deliveries) wait(seq int64, within time.Duration) []time.Time {
+	d.mu.Lock()
+	e := d.entry(seq)
+	d.mu.Unlock()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-e.all:
+	case <-t.C:
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]time.Time(nil), e.arrivals...)
+}
+
+// runFanout: Sockets subscribed sockets and one writer pushing Commits
+// one-upsert commits one at a time, each after the previous one reached
+// every socket. Figures: the delivery latency from the push response to
+// each socket receiving the delta (a delta that arrives before the
+// response counts as 0, and is counted), from the push request, and from
+// the first socket's delivery of the same commit (the fan-out spread,
+// which leaves out the commit's own latency).
+func runFanout(ctx context.Context, r *runner) error {
+	n, commits := r.cfg.Sockets, r.cfg.Commits
+	r.res.Params["sockets"], r.res.Params["commits"] = n, commits
+	d := &deliveries{want: n, seqs: map[int64]*delivery{}}
+	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at time.Time) { d.got(cursor, at) })
+	defer closeSockets(socks)
+	if err != nil {
+		return err
+	}
+	w, err := r.client(0, sspclient.Options{})
+	if err != nil {
+		return err
+	}
+	if _, err := w.Sync(ctx); err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	within := min(r.cfg.Timeout, 5*time.Second)
+	var (
+		fromResp, fromSend, spread, push []time.Duration
+		early, missed                    int
+		pushed                           atomic.Int64
+		rec                              recorder
+	)
+	line := &rateLine{what: "fanout", unit: "commits"}
+	r.status(func(el time.Duration) string {
+		_, p99 := rec.takeWindow()
+		return line.render(el, int(pushed.Load()), p99)
+	})
+	wakes0 := r.sockets.wakes.Load()
+	for k := range commits {
+		if err := r.upsertN(w, "f"+r.cfg.Scope, r.cfg.Scope, k, 1, false); err != nil {
+			return err
+		}
+		sent := time.Now()
+		res, err := w.Push(ctx)
+		resp := time.Now()
+		if err != nil {
+			return r.fail(fmt.Errorf("writer push: %w", err))
+		}
+		_, seq := r.checkPushed(res)
+		if seq == 0 {
+			continue
+		}
+		pushed.Add(1)
+		push = append(push, resp.Sub(sent))
+		arrivals := d.wait(seq, within)
+		missed += n - len(arrivals)
+		first := resp
+		for _, at := range arrivals {
+			if at.Before(first) {
+				first = at
+			}
+		}
+		for _, at := range arrivals {
+			spread = append(spread, at.Sub(first))
+			lat := at.Sub(resp)
+			if lat < 0 {
+				early++
+				lat = 0
+			}
+			fromResp = append(fromResp, lat)
+			fromSend = append(fromSend, at.Sub(sent))
+			rec.add(lat)
+		}
+	}
+	r.errors.Add(int64(missed))
+	r.res.add("commits", float64(pushed.Load()), "")
+	r.res.add("deliveries", float64(len(fromResp)), "")
+	r.res.addLatency("delivery latency from push response", summarize(fromResp))
+	r.res.addLatency("delivery latency from push request", summarize(fromSend))
+	r.res.addLatency("delivery spread after the first socket", summarize(spread))
+	r.res.add("deliveries before push response", float64(early), "")
+	r.res.add("deliveries missed", float64(missed), "")
+	r.res.add("wake-ups", float64(r.sockets.wakes.Load()-wakes0), "")
+	r.res.addMs("push latency p50", summarize(push).P50)
+	return nil
+}

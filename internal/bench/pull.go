@@ -1,0 +1,217 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// puller is a lean pulling client for the catch-up and bootstrap
+// workloads: it keeps one subscription's cursor, resume token and the log
+// epoch, decodes every frame and validates every rows segment (and checks
+// every downloaded segment's content address), but keeps no rows, so the
+// figures are the server's and the transport's, not a replica's.
+type puller struct {
+	r        *runner
+	header   http.Header
+	clientID string
+	epoch    *string
+	pull     wire.PullHeader
+	sub      wire.Subscription
+}
+
+// pullStats reports one round.
+type pullStats struct {
+	commits, changes, rows, segments int
+	// images counts the sqlite segments among segments.
+	images int
+	// epoch reports a header-only epoch response (acquisition or reset).
+	epoch bool
+	// pending reports an incomplete bootstrap (a resume token).
+	pending bool
+}
+
+func (r *runner) newPuller(i int, pull wire.PullHeader, cursor int64) *puller {
+	t := r.gen.table
+	return &puller{r: r, header: r.cfg.authHeader(i), clientID: fmt.Sprintf("bench-%s-pull", randomHex(4)), pull: pull,
+		sub: wire.Subscription{ID: "bench-" + t.Name(), Table: t.Name(), Cursor: cursor,
+			Scopes: wire.ScopeMap{{Key: r.gen.variable, Values: []string{r.cfg.Scope}}}}}
+}
+
+// round runs one POST /sync with the subscription.
+func (p *puller) round(ctx context.Context) (pullStats, error) {
+	var st pullStats
+	v := p.r.cfg.Wire
+	req := &wire.Request{Version: v, Pull: &p.pull, Subscriptions: []*wire.Subscription{&p.sub},
+		Header: &wire.ReqHeader{ClientID: p.clientID, SchemaVersion: p.r.cfg.Schema.Version()}}
+	if v >= wire.Version2 {
+		req.Header.LogEpoch = p.epoch
+	}
+	body, err := req.MarshalBinary()
+	if err != nil {
+		return st, err
+	}
+	resp, err := p.do(ctx, http.MethodPost, "/sync", bytes.NewReader(body), nil)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	if err != nil {
+		return st, err
+	}
+	defer release()
+	d := wire.NewDecoder(dec, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20})
+	if _, _, err := d.Header(); err != nil {
+		return st, err
+	}
+	for {
+		f, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return st, err
+		}
+		if err := p.apply(ctx, f, &st); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
+	switch f := f.(type) {
+	case *wire.RespHeader:
+		if f.ResetRequired && p.r.cfg.Wire >= wire.Version2 {
+			if p.epoch != nil && *p.epoch != f.LogEpoch {
+				p.sub.Cursor, p.sub.BootstrapState = -1, nil
+			}
+			e := f.LogEpoch
+			p.epoch, st.epoch = &e, true
+		}
+	case *wire.Commit:
+		st.commits++
+		st.changes += len(f.Changes)
+	case *wire.SegmentInline:
+		return p.segment(f.Payload, st)
+	case *wire.SegmentRef:
+		b, err := p.download(ctx, f.SegmentID)
+		if err != nil {
+			return err
+		}
+		if f.MediaType != wire.MediaRows {
+			st.rows += int(f.RowCount)
+			st.segments++
+			st.images++
+			return nil
+		}
+		return p.segment(b, st)
+	case *wire.SubEnd:
+		p.sub.Cursor, p.sub.BootstrapState = f.NextCursor, f.BootstrapState
+		st.pending = f.BootstrapState != nil
+	case *wire.SubStart:
+		if f.Status != wire.SubActive {
+			return fmt.Errorf("subscription %s", f.Status)
+		}
+	case *wire.ErrorFrame:
+		return fmt.Errorf("ERROR frame %s: %s", f.Code, f.Message)
+	}
+	return nil
+}
+
+func (p *puller) segment(b []byte, st *pullStats) error {
+	seg, err := wire.DecodeSegment(b)
+	if err != nil {
+		return err
+	}
+	for _, block := range seg.Blocks {
+		st.rows += len(block)
+	}
+	st.segments++
+	return nil
+}
+
+// download fetches a segment from the direct endpoint (§5.5) and checks
+// its content address.
+func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
+	scopes := string(wire.CanonicalScopeJSON(map[string][]string{p.r.gen.variable: {p.r.cfg.Scope}}))
+	resp, err := p.do(ctx, http.MethodGet, "/segments/"+url.PathEscape(id), nil, http.Header{"X-Syncular-Scopes": {scopes}})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	b, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
+		return nil, fmt.Errorf("segment %s: content address mismatch", id)
+	}
+	return b, nil
+}
+
+func (p *puller) do(ctx context.Context, method, path string, body io.Reader, extra http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, p.r.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range p.header {
+		req.Header[k] = vs
+	}
+	for k, vs := range extra {
+		req.Header[k] = vs
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", sspclient.ContentType)
+	}
+	req.Header.Set("Accept-Encoding", p.r.cfg.AcceptEncoding)
+	resp, err := p.r.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: HTTP %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return resp, nil
+}
+
+// decodeBody undoes a response's Content-Encoding.
+func decodeBody(enc string, r io.Reader) (io.Reader, func(), error) {
+	switch strings.ToLower(strings.TrimSpace(enc)) {
+	case "", "identity":
+		return r, func() {}, nil
+	case "gzip":
+		gz, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		return gz, func() { _ = gz.Close() }, nil
+	case "zstd":
+		zd, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, nil, err
+		}
+		return zd, zd.Close, nil
+	}
+	return nil, nil, fmt.Errorf("unsupported Content-Encoding %q", enc)
+}
