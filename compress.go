@@ -25,8 +25,11 @@ func newCodecPools() *codecPools {
 		return w
 	}
 	p.zstd.New = func() any {
+		// A 256 KiB window keeps a pooled encoder small (responses stream
+		// in chunks of about 32 KiB); the default window made each encoder
+		// several MiB, which a burst of concurrent responses multiplied.
 		w, _ := zstd.NewWriter(io.Discard, zstd.WithEncoderLevel(zstd.SpeedFastest),
-			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(256<<10))
 		return w
 	}
 	return p
