@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,13 +42,12 @@ func checkpointNotDeclared(partition, name string) error {
 // raises the partition's fence to its version, never lowering it: shared by
 // DeclareCheckpoint and the schema bump, so that both commit the row and
 // its fence together.
-func installCheckpoint(c *wconn, d store.CheckpointDeclaration, nowMs int64) error {
-	bg := context.Background()
-	if err := c.exec(bg, `INSERT INTO sync_backfill_checkpoints(partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms)
+func installCheckpoint(c *conn, d store.CheckpointDeclaration, nowMs int64) error {
+	if err := c.exec(`INSERT INTO sync_backfill_checkpoints(partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms)
 VALUES (?, ?, ?, 'declared', 0, 0, 0, ?) ON CONFLICT(partition, name) DO NOTHING`, d.Partition, d.Name, d.SchemaVersion, nowMs); err != nil {
 		return fmt.Errorf("install checkpoint: %w", err)
 	}
-	if err := c.exec(bg, `INSERT INTO sync_writer_fence(partition, required_writer_version) VALUES (?, ?)
+	if err := c.exec(`INSERT INTO sync_writer_fence(partition, required_writer_version) VALUES (?, ?)
 ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writer_version, excluded.required_writer_version)`,
 		d.Partition, d.SchemaVersion); err != nil {
 		return fmt.Errorf("raise writer fence: %w", err)
@@ -59,8 +57,8 @@ ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writ
 
 // raiseAllFences raises the fence of every known partition (with commits or
 // registered) to version, never lowering one.
-func raiseAllFences(c *wconn, version int32) error {
-	err := c.exec(context.Background(), `INSERT INTO sync_writer_fence(partition, required_writer_version)
+func raiseAllFences(c *conn, version int32) error {
+	err := c.exec(`INSERT INTO sync_writer_fence(partition, required_writer_version)
 SELECT partition, ? FROM (SELECT partition FROM sync_partitions UNION SELECT partition FROM sync_partition_registry) WHERE true
 ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writer_version, excluded.required_writer_version)`, version)
 	if err != nil {
@@ -69,9 +67,9 @@ ON CONFLICT(partition) DO UPDATE SET required_writer_version = MAX(required_writ
 	return nil
 }
 
-func readCheckpointOn(c *wconn, partition, name string) (store.Checkpoint, error) {
-	cp, err := scanCheckpoint(c.queryRow(context.Background(), selectCheckpoint+" WHERE partition=? AND name=?", partition, name))
-	if errors.Is(err, sql.ErrNoRows) {
+func readCheckpointOn(c *conn, partition, name string) (store.Checkpoint, error) {
+	cp, err := scanCheckpoint(c.queryRow(selectCheckpoint+" WHERE partition=? AND name=?", partition, name))
+	if errors.Is(err, errNoRows) {
 		return store.Checkpoint{}, checkpointNotDeclared(partition, name)
 	}
 	return cp, err
@@ -81,7 +79,7 @@ func readCheckpointOn(c *wconn, partition, name string) (store.Checkpoint, error
 // exists) and raises the partition's fence to its version.
 func (s *Store) DeclareCheckpoint(ctx context.Context, d store.CheckpointDeclaration, nowMs int64) (store.Checkpoint, error) {
 	var cp store.Checkpoint
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		if err := installCheckpoint(c, d, nowMs); err != nil {
 			return err
 		}
@@ -99,8 +97,8 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, d store.CheckpointDeclara
 // backfilling; an activated checkpoint is returned unchanged.
 func (s *Store) ClaimCheckpoint(ctx context.Context, partition, name string, nowMs int64) (store.Checkpoint, error) {
 	var cp store.Checkpoint
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		err := c.exec(context.Background(), `UPDATE sync_backfill_checkpoints
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		err := c.exec(`UPDATE sync_backfill_checkpoints
 SET owner_epoch = owner_epoch + 1, state = 'backfilling', updated_at_ms = ?
 WHERE partition=? AND name=? AND state <> 'activated'`, nowMs, partition, name)
 		if err != nil {
@@ -118,20 +116,19 @@ WHERE partition=? AND name=? AND state <> 'activated'`, nowMs, partition, name)
 const advanceCheckpoint = `UPDATE sync_backfill_checkpoints SET watermark=?, observed_rows=?, updated_at_ms=?
 WHERE partition=? AND name=? AND owner_epoch=?`
 
-func advanceOn(c *wconn, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
-	res, err := c.execResult(context.Background(), advanceCheckpoint, watermark, observedRows, nowMs, partition, name, ownerEpoch)
+func advanceOn(c *conn, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
+	n, err := c.execChanges(advanceCheckpoint, watermark, observedRows, nowMs, partition, name, ownerEpoch)
 	if err != nil {
 		return false, fmt.Errorf("advance checkpoint: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return n == 1, nil
 }
 
 // AdvanceCheckpoint records progress when ownerEpoch is still the
 // checkpoint's.
 func (s *Store) AdvanceCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
 	var ok bool
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		var err error
 		ok, err = advanceOn(c, partition, name, ownerEpoch, watermark, observedRows, nowMs)
 		return err
@@ -144,15 +141,14 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition, name string, o
 // compare-and-set see the same state, and no append interleaves.
 func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark int64, sources []string, nowMs int64) (store.Activation, error) {
 	var out store.Activation
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		cp, err := readCheckpointOn(c, partition, name)
 		if err != nil {
 			return err
 		}
-		var fence sql.NullInt64
-		err = c.queryRow(bg, "SELECT required_writer_version FROM sync_writer_fence WHERE partition=?", partition).Scan(&fence)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		var fence nullInt64
+		err = c.queryRow("SELECT required_writer_version FROM sync_writer_fence WHERE partition=?", partition).Scan(&fence)
+		if err != nil && !errors.Is(err, errNoRows) {
 			return err
 		}
 		if !fence.Valid || fence.Int64 < int64(cp.SchemaVersion) {
@@ -161,7 +157,7 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 			return &store.Error{Code: store.CodeCheckpointFenceMissing, Message: "the partition has no writer fence at the checkpoint's version",
 				Details: map[string]any{"partition": partition, "name": name}}
 		}
-		cov, err := coverageOn(c.queryRow, partition, sources, watermark)
+		cov, err := coverageOn(c, partition, sources, watermark)
 		if err != nil {
 			return err
 		}
@@ -173,14 +169,12 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 			out = store.Unverifiable
 			return nil
 		}
-		res, err := c.execResult(bg, `UPDATE sync_backfill_checkpoints SET state='activated', watermark=?, updated_at_ms=?
+		n, err := c.execChanges(`UPDATE sync_backfill_checkpoints SET state='activated', watermark=?, updated_at_ms=?
 WHERE partition=? AND name=? AND owner_epoch=? AND state <> 'activated'`, watermark, nowMs, partition, name, ownerEpoch)
 		if err != nil {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 1 {
+		if n == 1 {
 			out = store.Activated
 		} else {
 			out = store.Stale
@@ -198,24 +192,27 @@ func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.
 	if s.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	rows, err := s.rdb.QueryContext(ctx, selectCheckpoint+" WHERE partition=? ORDER BY name", partition)
+	var out []store.Checkpoint
+	err := s.read(ctx, func(c *conn) error {
+		rows, err := c.query(selectCheckpoint+" WHERE partition=? ORDER BY name", partition)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			cp, err := scanCheckpoint(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, cp)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
-	defer rows.Close()
-	var out []store.Checkpoint
-	for rows.Next() {
-		cp, err := scanCheckpoint(rows)
-		if err != nil {
-			return nil, fmt.Errorf("read checkpoints: %w", err)
-		}
-		out = append(out, cp)
-	}
-	return out, rows.Err()
+	return out, nil
 }
-
-// queryRowFunc is rdb.QueryRowContext or wconn.queryRow.
-type queryRowFunc func(ctx context.Context, query string, args ...any) *sql.Row
 
 // The serve gate in one statement, so that its three parts come from one
 // snapshot.
@@ -232,12 +229,12 @@ const (
     (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
 )
 
-func serveGateOn(ctx context.Context, q queryRowFunc, partition string, running int32) (store.ServeGate, error) {
+func serveGateOn(c *conn, partition string, running int32) (store.ServeGate, error) {
 	var g store.ServeGate
 	var pending string
-	err := q(ctx, selectServeGate, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+	err := c.queryRow(selectServeGate, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
 	if err != nil && strings.Contains(err.Error(), "no such table: sync_schema_meta") {
-		err = q(ctx, selectServeGateNoMarker, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+		err = c.queryRow(selectServeGateNoMarker, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
 	}
 	if err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
@@ -258,7 +255,13 @@ func (s *Store) ReadServeGate(ctx context.Context, partition string, running int
 	if s.closed.Load() {
 		return store.ServeGate{}, store.ErrClosed
 	}
-	return serveGateOn(ctx, s.rdb.QueryRowContext, partition, running)
+	var g store.ServeGate
+	err := s.read(ctx, func(c *conn) error {
+		var err error
+		g, err = serveGateOn(c, partition, running)
+		return err
+	})
+	return g, err
 }
 
 // SourceCoverageSeq returns the newest commit sequence that changed a
@@ -270,9 +273,15 @@ func (s *Store) SourceCoverageSeq(ctx context.Context, partition string, sources
 	// Newest first on sync_changes_by_table: the scan stops at the newest
 	// source change.
 	var seq int64
-	err := s.rdb.QueryRowContext(ctx, `SELECT commit_seq FROM sync_changes
+	err := s.read(ctx, func(c *conn) error {
+		err := c.queryRow(`SELECT commit_seq FROM sync_changes
 WHERE partition=? AND tbl IN (SELECT value FROM json_each(?)) ORDER BY commit_seq DESC LIMIT 1`, partition, jsonList(sources)).Scan(&seq)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, errNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("source coverage: %w", err)
 	}
 	return seq, nil
@@ -281,13 +290,13 @@ WHERE partition=? AND tbl IN (SELECT value FROM json_each(?)) ORDER BY commit_se
 // coverageOn reads the horizon and the source changes above seq in one
 // statement: a horizon past seq means the history that would answer is
 // gone, so an empty scan is unverifiable rather than clean.
-func coverageOn(q queryRowFunc, partition string, sources []string, seq int64) (store.Coverage, error) {
+func coverageOn(c *conn, partition string, sources []string, seq int64) (store.Coverage, error) {
 	if len(sources) == 0 {
 		return store.CoverageClean, nil
 	}
 	var horizon int64
 	var changed bool
-	err := q(context.Background(), `SELECT COALESCE((SELECT horizon_seq FROM sync_partitions WHERE partition=?), 0),
+	err := c.queryRow(`SELECT COALESCE((SELECT horizon_seq FROM sync_partitions WHERE partition=?), 0),
   EXISTS (SELECT 1 FROM sync_changes WHERE partition=? AND commit_seq > ? AND tbl IN (SELECT value FROM json_each(?)))`,
 		partition, partition, seq, jsonList(sources)).Scan(&horizon, &changed)
 	switch {
@@ -307,10 +316,16 @@ func (s *Store) HasSourceChangesAbove(ctx context.Context, partition string, sou
 	if s.closed.Load() {
 		return "", store.ErrClosed
 	}
-	q := func(_ context.Context, query string, args ...any) *sql.Row {
-		return s.rdb.QueryRowContext(ctx, query, args...)
+	if len(sources) == 0 {
+		return store.CoverageClean, nil
 	}
-	return coverageOn(q, partition, sources, seq)
+	var cov store.Coverage
+	err := s.read(ctx, func(c *conn) error {
+		var err error
+		cov, err = coverageOn(c, partition, sources, seq)
+		return err
+	})
+	return cov, err
 }
 
 // ServeGate reads the serve gate on the writer's connection, inside the
@@ -319,7 +334,7 @@ func (tx *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGat
 	if err := ctx.Err(); err != nil {
 		return store.ServeGate{}, err
 	}
-	return serveGateOn(context.Background(), tx.c.queryRow, tx.partition, running)
+	return serveGateOn(tx.c, tx.partition, running)
 }
 
 // AdvanceCheckpoint is Barrier.AdvanceCheckpoint inside the transaction:

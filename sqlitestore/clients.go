@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -15,12 +14,14 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 		return store.ClientRecord{}, store.ErrClosed
 	}
 	rec := store.ClientRecord{ClientID: clientID}
-	var cursor sql.NullInt64
+	var cursor nullInt64
 	var subs []byte
-	err := s.rdb.QueryRowContext(ctx, `SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
+	err := s.read(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
 FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
-		Scan(&rec.ActorID, &rec.WireVersion, &cursor, &subs, &rec.UpdatedAtMs)
-	if errors.Is(err, sql.ErrNoRows) {
+			Scan(&rec.ActorID, &rec.WireVersion, &cursor, &subs, &rec.UpdatedAtMs)
+	})
+	if errors.Is(err, errNoRows) {
 		return store.ClientRecord{}, store.ErrNotFound
 	}
 	if err != nil {
@@ -46,8 +47,8 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	if rec.Cursor >= 0 {
 		cursor = rec.Cursor
 	}
-	return s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		return c.exec(context.Background(), `INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		return c.exec(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
 VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET actor_id=excluded.actor_id,
   wire_version=excluded.wire_version, cursor=excluded.cursor, subscriptions=excluded.subscriptions,
   updated_at_ms=excluded.updated_at_ms`,
@@ -58,23 +59,18 @@ VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET actor_id=
 // AdvanceClientCursor applies a realtime ack.
 func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	var updated bool
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		var epoch string
-		err := c.queryRow(bg, "SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && epoch != a.LogEpoch) {
+		err := c.queryRow("SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
+		if errors.Is(err, errNoRows) || (err == nil && epoch != a.LogEpoch) {
 			return store.ErrEpochMismatch
 		}
 		if err != nil {
 			return err
 		}
-		r, err := c.execResult(bg, `UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
+		n, err := c.execChanges(`UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
 WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`,
 			a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
-		if err != nil {
-			return err
-		}
-		n, err := r.RowsAffected()
 		updated = n == 1
 		return err
 	})
@@ -93,9 +89,11 @@ func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs
 	if s.closed.Load() {
 		return 0, false, store.ErrClosed
 	}
-	var floor sql.NullInt64
-	err := s.rdb.QueryRowContext(ctx, `SELECT MIN(cursor) FROM sync_clients
+	var floor nullInt64
+	err := s.read(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT MIN(cursor) FROM sync_clients
 WHERE partition=? AND updated_at_ms >= ? AND cursor IS NOT NULL AND cursor >= 0`, partition, sinceMs).Scan(&floor)
+	})
 	if err != nil {
 		return 0, false, fmt.Errorf("active cursor floor: %w", err)
 	}

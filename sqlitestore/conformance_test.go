@@ -48,11 +48,10 @@ func (s testStore) Reopen(t testing.TB) store.Store { return openPath(t, s.path)
 // ExecRaw runs a script on the writer, in its own savepoint: all of its
 // statements or none.
 func (s testStore) ExecRaw(ctx context.Context, script string) error {
-	return s.w.do(ctx, func(_ context.Context, c *wconn) error {
+	return s.w.do(ctx, func(_ context.Context, c *conn) error {
 		c.forget()
 		defer c.forget()
-		_, err := c.conn.ExecContext(context.Background(), script)
-		return err
+		return c.execScript(script)
 	})
 }
 

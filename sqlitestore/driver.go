@@ -1,58 +1,568 @@
 package sqlitestore
 
 import (
-	"database/sql"
+	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"math"
+	"reflect"
 	"slices"
 	"strings"
+	"time"
 
-	sqlite3 "github.com/mattn/go-sqlite3"
+	"zombiezen.com/go/sqlite"
+
+	"github.com/syncgo/syncgo/store"
 )
 
-// driverName is the database/sql driver this package uses; see
-// docs/sqlite-driver.md for why.
-const driverName = "sqlite3"
+// The SQLite engine is modernc.org/sqlite (pure Go), called through the
+// direct API of zombiezen.com/go/sqlite: statements are prepared once per
+// connection, bound by position and stepped, with no database/sql layer;
+// see docs/sqlite-driver.md for why.
 
-// openDB opens a database/sql handle on path with the connection settings
-// of cfg. Read handles are query-only.
-func openDB(path string, cfg Config, readOnly bool) (*sql.DB, error) {
-	q := url.Values{}
-	q.Set("_busy_timeout", fmt.Sprint(cfg.BusyTimeoutMs))
-	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", cfg.Synchronous)
-	q.Set("_foreign_keys", "0")
-	if readOnly {
-		q.Set("_query_only", "1")
+// synchronousModes are the accepted Config.Synchronous values.
+var synchronousModes = map[string]int64{"0": 0, "OFF": 0, "1": 1, "NORMAL": 1, "2": 2, "FULL": 2, "3": 3, "EXTRA": 3}
+
+// openConn opens one connection on the database file at path with the
+// settings of cfg: busy timeout, synchronous, foreign keys off, and WAL
+// (set by the writer, which opens first). Read connections are
+// query-only.
+func openConn(path string, cfg Config, readOnly bool) (_ *conn, err error) {
+	level, ok := synchronousModes[strings.ToUpper(cfg.Synchronous)]
+	if !ok {
+		return nil, fmt.Errorf("synchronous %q: want one of OFF, NORMAL, FULL, EXTRA", cfg.Synchronous)
 	}
-	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
-	db, err := sql.Open(driverName, dsn)
+	flags := sqlite.OpenReadWrite | sqlite.OpenCreate
+	if readOnly {
+		flags = sqlite.OpenReadWrite
+	}
+	sc, err := sqlite.OpenConn(path, flags)
 	if err != nil {
 		return nil, err
 	}
-	return db, nil
+	c := newConn(sc)
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	// OpenConn installs a busy handler that waits until interrupted; the
+	// store waits BusyTimeoutMs for another process's lock instead.
+	sc.SetBusyTimeout(time.Duration(cfg.BusyTimeoutMs) * time.Millisecond)
+	if !readOnly {
+		var mode string
+		if err := c.queryRowOnce("PRAGMA journal_mode=WAL", &mode); err != nil {
+			return nil, fmt.Errorf("journal_mode: %w", err)
+		}
+		if !strings.EqualFold(mode, "wal") {
+			return nil, fmt.Errorf("journal_mode is %q, want wal", mode)
+		}
+	}
+	pragmas := []string{"PRAGMA synchronous=" + strings.ToUpper(cfg.Synchronous), "PRAGMA foreign_keys=OFF"}
+	if readOnly {
+		pragmas = append(pragmas, "PRAGMA query_only=1")
+	}
+	for _, p := range pragmas {
+		if err := c.execOnce(p); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	var got int64
+	if err := c.queryRowOnce("PRAGMA synchronous", &got); err != nil {
+		return nil, fmt.Errorf("synchronous: %w", err)
+	}
+	if got != level {
+		return nil, fmt.Errorf("synchronous is %d, want %d", got, level)
+	}
+	return c, nil
+}
+
+// conn is one SQLite connection with its prepared statements. It is used
+// by one goroutine at a time: the writer's by the writer goroutine, a read
+// connection by the read that took it from the pool.
+type conn struct {
+	c     *sqlite.Conn
+	stmts map[string]*sqlite.Stmt
+	// interruptible: SetInterrupt is set for the current read.
+	interruptible bool
+}
+
+func newConn(c *sqlite.Conn) *conn {
+	return &conn{c: c, stmts: map[string]*sqlite.Stmt{}}
+}
+
+// errNoRows is what row.Scan returns when the query returned no row.
+var errNoRows = errors.New("sqlitestore: no rows in result set")
+
+// stmt returns the prepared statement of query, preparing it on first use.
+// A statement is reset after each use (release) and every parameter is
+// bound again before the next (bind checks the count).
+func (c *conn) stmt(query string) (*sqlite.Stmt, error) {
+	if st, ok := c.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := c.c.Prepare(query)
+	if err != nil {
+		return nil, err
+	}
+	c.stmts[query] = st
+	return st, nil
+}
+
+// release readies a statement for its next use. It does not clear the
+// bindings: every use binds all parameters anyway, and
+// sqlite3_clear_bindings expires any statement whose plan depends on a
+// bound value (with this SQLite, the window query), which would re-prepare
+// it at every execution. The last values stay bound until the next use.
+func release(st *sqlite.Stmt) {
+	_ = st.Reset()
+}
+
+// bound returns the statement of query with args bound.
+func (c *conn) bound(query string, args []any) (*sqlite.Stmt, error) {
+	st, err := c.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	if err := bind(st, args); err != nil {
+		release(st)
+		return nil, err
+	}
+	return st, nil
+}
+
+// exec runs a statement to completion.
+func (c *conn) exec(query string, args ...any) error {
+	st, err := c.bound(query, args)
+	if err != nil {
+		return err
+	}
+	defer release(st)
+	for {
+		more, err := st.Step()
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// execChanges runs a statement to completion and returns the number of
+// rows it inserted, updated or deleted.
+func (c *conn) execChanges(query string, args ...any) (int64, error) {
+	if err := c.exec(query, args...); err != nil {
+		return 0, err
+	}
+	return int64(c.c.Changes()), nil
+}
+
+// queryRow prepares a single-row query; its Scan runs it.
+func (c *conn) queryRow(query string, args ...any) *row {
+	st, err := c.bound(query, args)
+	return &row{st: st, err: err}
+}
+
+// query runs a query; the caller iterates and closes the rows.
+func (c *conn) query(query string, args ...any) (*rows, error) {
+	st, err := c.bound(query, args)
+	if err != nil {
+		return nil, err
+	}
+	return &rows{st: st}, nil
+}
+
+// execOnce runs a statement without caching it.
+func (c *conn) execOnce(query string) error {
+	st, _, err := c.c.PrepareTransient(query)
+	if err != nil {
+		return err
+	}
+	defer st.Finalize()
+	for {
+		more, err := st.Step()
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// queryRowOnce reads one row without caching the statement.
+func (c *conn) queryRowOnce(query string, dest ...any) error {
+	st, _, err := c.c.PrepareTransient(query)
+	if err != nil {
+		return err
+	}
+	defer st.Finalize()
+	if more, err := st.Step(); err != nil {
+		return err
+	} else if !more {
+		return errNoRows
+	}
+	return scan(st, dest)
+}
+
+// execScript runs a script of statements in order, stopping at the first
+// error; it opens no transaction of its own.
+func (c *conn) execScript(script string) error {
+	for {
+		script = strings.TrimSpace(script)
+		if script == "" {
+			return nil
+		}
+		st, trailing, err := c.c.PrepareTransient(script)
+		if err != nil {
+			return err
+		}
+		script = script[len(script)-trailing:]
+		for {
+			more, err := st.Step()
+			if err != nil {
+				st.Finalize()
+				return err
+			}
+			if !more {
+				break
+			}
+		}
+		if err := st.Finalize(); err != nil {
+			return err
+		}
+	}
+}
+
+// forget finalizes the cached statements, after DDL changed the tables
+// they use.
+func (c *conn) forget() {
+	for q, st := range c.stmts {
+		_ = st.Finalize()
+		delete(c.stmts, q)
+	}
+}
+
+// setInterrupt makes ctx's cancellation interrupt the connection's
+// statements, until clearInterrupt.
+func (c *conn) setInterrupt(ctx context.Context) {
+	if done := ctx.Done(); done != nil {
+		c.c.SetInterrupt(done)
+		c.interruptible = true
+	}
+}
+
+func (c *conn) clearInterrupt() {
+	if c.interruptible {
+		c.c.SetInterrupt(nil)
+		c.interruptible = false
+	}
+}
+
+func (c *conn) close() error {
+	c.stmts = nil
+	return c.c.Close() // finalizes the prepared statements
+}
+
+// row is the result of queryRow.
+type row struct {
+	st  *sqlite.Stmt
+	err error
+}
+
+// Scan steps the query once and reads the row into dest; errNoRows when
+// there is none.
+func (r *row) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer release(r.st)
+	more, err := r.st.Step()
+	if err != nil {
+		return err
+	}
+	if !more {
+		return errNoRows
+	}
+	return scan(r.st, dest)
+}
+
+// rows iterates the result of query, as sql.Rows does.
+type rows struct {
+	st   *sqlite.Stmt
+	err  error
+	done bool
+}
+
+func (r *rows) Next() bool {
+	if r.done {
+		return false
+	}
+	more, err := r.st.Step()
+	if err != nil || !more {
+		r.err = err
+		r.Close()
+		return false
+	}
+	return true
+}
+
+func (r *rows) Scan(dest ...any) error { return scan(r.st, dest) }
+
+func (r *rows) Err() error { return r.err }
+
+func (r *rows) Close() error {
+	if !r.done {
+		r.done = true
+		release(r.st)
+	}
+	return nil
+}
+
+// nullInt64 scans an INTEGER that may be NULL.
+type nullInt64 struct {
+	Int64 int64
+	Valid bool
+}
+
+// nullString scans a TEXT that may be NULL.
+type nullString struct {
+	String string
+	Valid  bool
+}
+
+// bind binds args to the statement's parameters by position.
+func bind(st *sqlite.Stmt, args []any) error {
+	if n := st.BindParamCount(); n != len(args) {
+		return fmt.Errorf("sqlitestore: %d arguments for %d parameters", len(args), n)
+	}
+	for i, a := range args {
+		p := i + 1
+		switch v := a.(type) {
+		case nil:
+			st.BindNull(p)
+		case string:
+			st.BindText(p, v)
+		case []byte:
+			if v == nil {
+				st.BindNull(p)
+			} else {
+				st.BindBytes(p, v)
+			}
+		case int64:
+			st.BindInt64(p, v)
+		case int:
+			st.BindInt64(p, int64(v))
+		case int32:
+			st.BindInt64(p, int64(v))
+		case float64:
+			st.BindFloat(p, v)
+		case bool:
+			st.BindBool(p, v)
+		default:
+			if err := bindReflect(st, p, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// scan reads the current row into dest by position.
+func scan(st *sqlite.Stmt, dest []any) error {
+	if n := st.ColumnCount(); n != len(dest) {
+		return fmt.Errorf("sqlitestore: %d destinations for %d columns", len(dest), n)
+	}
+	for i, d := range dest {
+		switch p := d.(type) {
+		case *string:
+			*p = st.ColumnText(i)
+		case *int64:
+			*p = st.ColumnInt64(i)
+		case *int32:
+			*p = st.ColumnInt32(i)
+		case *int:
+			*p = st.ColumnInt(i)
+		case *bool:
+			*p = st.ColumnInt64(i) != 0
+		case *[]byte:
+			*p = columnBytes(st, i)
+		case *nullInt64:
+			p.Valid = st.ColumnType(i) != sqlite.TypeNull
+			p.Int64 = 0
+			if p.Valid {
+				p.Int64 = st.ColumnInt64(i)
+			}
+		case *nullString:
+			p.Valid = st.ColumnType(i) != sqlite.TypeNull
+			p.String = ""
+			if p.Valid {
+				p.String = st.ColumnText(i)
+			}
+		default:
+			if err := scanReflect(st, i, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bindReflect binds a value of a named or less common basic type.
+func bindReflect(st *sqlite.Stmt, p int, a any) error {
+	v := reflect.ValueOf(a)
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		st.BindInt64(p, v.Int())
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32:
+		st.BindInt64(p, int64(v.Uint()))
+	case reflect.Uint, reflect.Uint64:
+		u := v.Uint()
+		if u > math.MaxInt64 {
+			return fmt.Errorf("sqlitestore: argument %d: %d overflows int64", p, u)
+		}
+		st.BindInt64(p, int64(u))
+	case reflect.Float32, reflect.Float64:
+		st.BindFloat(p, v.Float())
+	case reflect.Bool:
+		st.BindBool(p, v.Bool())
+	case reflect.String:
+		st.BindText(p, v.String())
+	default:
+		return fmt.Errorf("sqlitestore: argument %d: unsupported type %T", p, a)
+	}
+	return nil
+}
+
+// scanReflect scans into a pointer to a named or less common basic type.
+func scanReflect(st *sqlite.Stmt, i int, d any) error {
+	v := reflect.ValueOf(d)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return fmt.Errorf("sqlitestore: column %d: destination %T is not a non-nil pointer", i, d)
+	}
+	e := v.Elem()
+	switch e.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n := st.ColumnInt64(i)
+		if e.OverflowInt(n) {
+			return fmt.Errorf("sqlitestore: column %d: %d overflows %s", i, n, e.Type())
+		}
+		e.SetInt(n)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		n := st.ColumnInt64(i)
+		if n < 0 || e.OverflowUint(uint64(n)) {
+			return fmt.Errorf("sqlitestore: column %d: %d overflows %s", i, n, e.Type())
+		}
+		e.SetUint(uint64(n))
+	case reflect.Float32, reflect.Float64:
+		e.SetFloat(st.ColumnFloat(i))
+	case reflect.Bool:
+		e.SetBool(st.ColumnInt64(i) != 0)
+	case reflect.String:
+		e.SetString(st.ColumnText(i))
+	default:
+		return fmt.Errorf("sqlitestore: column %d: unsupported destination %T", i, d)
+	}
+	return nil
+}
+
+// columnBytes copies a BLOB or TEXT cell: nil for NULL, a non-nil slice
+// (empty for an empty value) otherwise.
+func columnBytes(st *sqlite.Stmt, i int) []byte {
+	if st.ColumnType(i) == sqlite.TypeNull {
+		return nil
+	}
+	b := make([]byte, st.ColumnLen(i))
+	st.ColumnBytes(i, b)
+	return b
+}
+
+// readPool is the pool of read-only connections.
+type readPool struct {
+	free   chan *conn
+	closed chan struct{}
+	n      int
+}
+
+// openReadPool opens n read connections.
+func openReadPool(path string, cfg Config, n int) (*readPool, error) {
+	p := &readPool{free: make(chan *conn, n), closed: make(chan struct{})}
+	for range n {
+		c, err := openConn(path, cfg, true)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.free <- c
+		p.n++
+	}
+	return p, nil
+}
+
+// take waits for a free connection; ctx's cancellation interrupts the
+// statements run on it until put.
+func (p *readPool) take(ctx context.Context) (*conn, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case c := <-p.free:
+		c.setInterrupt(ctx)
+		return c, nil
+	case <-p.closed:
+		return nil, store.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (p *readPool) put(c *conn) {
+	c.clearInterrupt()
+	p.free <- c
+}
+
+// close closes every connection, waiting for the taken ones to come back.
+func (p *readPool) close() {
+	close(p.closed)
+	for range p.n {
+		(<-p.free).close()
+	}
+}
+
+// read runs fn on a read connection.
+func (s *Store) read(ctx context.Context, fn func(c *conn) error) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	c, err := s.readers.take(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.readers.put(c)
+	err = fn(c)
+	if err != nil && sqlite.ErrCode(err) == sqlite.ResultInterrupt {
+		if cerr := ctx.Err(); cerr != nil {
+			return fmt.Errorf("%w: %v", cerr, err)
+		}
+	}
+	return err
 }
 
 // isUniqueViolation reports a UNIQUE or PRIMARY KEY constraint failure.
 func isUniqueViolation(err error) bool {
-	var se sqlite3.Error
-	if errors.As(err, &se) {
-		return se.ExtendedCode == sqlite3.ErrConstraintUnique || se.ExtendedCode == sqlite3.ErrConstraintPrimaryKey
-	}
-	return false
+	code := sqlite.ErrCode(err)
+	return code == sqlite.ResultConstraintUnique || code == sqlite.ResultConstraintPrimaryKey
 }
+
+// fenceMessage is the RAISE message of the sync_commits_writer_fence
+// trigger (migrations/001_core.sql).
+const fenceMessage = "sync.storage.writer_fence_rejected"
 
 // isFenceRejection reports the writer-fence trigger's abort.
 func isFenceRejection(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "sync.storage.writer_fence_rejected")
+	return err != nil && sqlite.ErrCode(err) == sqlite.ResultConstraintTrigger && strings.Contains(err.Error(), fenceMessage)
 }
 
 // violatedIndex names the declared unique index a constraint error is
 // about. SQLite reports the columns ("UNIQUE constraint failed: t.a, t.b"),
 // so the index is found by its column list.
 func violatedIndex(t *tableSQL, err error) string {
-	_, list, ok := strings.Cut(err.Error(), "constraint failed: ")
+	_, list, ok := strings.Cut(err.Error(), "UNIQUE constraint failed: ")
 	if !ok {
 		return "unique"
 	}

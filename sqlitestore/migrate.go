@@ -1,7 +1,6 @@
 package sqlitestore
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
@@ -39,8 +38,8 @@ type physicalColumn struct {
 }
 
 // physicalColumns reads a table's columns; none when the table is missing.
-func physicalColumns(c *wconn, table string) ([]physicalColumn, error) {
-	rows, err := c.query(context.Background(), `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table)
+func physicalColumns(c *conn, table string) ([]physicalColumn, error) {
+	rows, err := c.query(`SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table)
 	if err != nil {
 		return nil, fmt.Errorf("read columns of %s: %w", table, err)
 	}
@@ -127,7 +126,7 @@ func checkPhysical(t *schema.CompiledTable, cols []physicalColumn) error {
 }
 
 // checkPhysicalLayout checks every table of the schema; it writes nothing.
-func checkPhysicalLayout(c *wconn, cs *compiledSchema) error {
+func checkPhysicalLayout(c *conn, cs *compiledSchema) error {
 	for _, t := range cs.schema.Tables() {
 		cols, err := physicalColumns(c, t.Name())
 		if err != nil {
@@ -153,8 +152,7 @@ func checkPhysicalLayout(c *wconn, cs *compiledSchema) error {
 // Tables of old that cs retires are left in place (they are outside the
 // new marker, so nothing reads them); so are the push results, whose
 // conflict rows keep the layout they were recorded with.
-func migrate(c *wconn, cs *compiledSchema, old schema.Layout, decls []store.CheckpointDeclaration, nowMs int64) error {
-	bg := context.Background()
+func migrate(c *conn, cs *compiledSchema, old schema.Layout, decls []store.CheckpointDeclaration, nowMs int64) error {
 	sc := cs.schema
 	if err := schema.CheckAppendOnly(old, sc.Layout()); err != nil {
 		return &store.Error{Code: store.CodeSchemaMigrationPending, Message: "the stored layout cannot be migrated by appending nullable columns",
@@ -196,7 +194,7 @@ func migrate(c *wconn, cs *compiledSchema, old schema.Layout, decls []store.Chec
 		}
 		ddl = append(ddl, ts.createDDL()...)
 		for _, stmt := range ddl {
-			if err := c.exec(bg, stmt); err != nil {
+			if err := c.exec(stmt); err != nil {
 				return fmt.Errorf("migrate table %s: %w", t.Name(), err)
 			}
 		}
@@ -211,7 +209,7 @@ func migrate(c *wconn, cs *compiledSchema, old schema.Layout, decls []store.Chec
 	if err != nil {
 		return err
 	}
-	if err := c.exec(bg, `INSERT INTO sync_schema_meta(id, schema_version, layouts) VALUES (1, ?, ?)
+	if err := c.exec(`INSERT INTO sync_schema_meta(id, schema_version, layouts) VALUES (1, ?, ?)
 ON CONFLICT(id) DO UPDATE SET schema_version=excluded.schema_version, layouts=excluded.layouts`, sc.Version(), string(layout)); err != nil {
 		return fmt.Errorf("write marker: %w", err)
 	}
@@ -226,7 +224,7 @@ ON CONFLICT(id) DO UPDATE SET schema_version=excluded.schema_version, layouts=ex
 // staleIndexes returns the DROP statements of the server-owned indexes
 // (named with schema.IndexPrefix) of the table that are not declared, or
 // are declared differently; createDDL then creates the missing ones.
-func staleIndexes(c *wconn, ts *tableSQL) ([]string, error) {
+func staleIndexes(c *conn, ts *tableSQL) ([]string, error) {
 	type index struct {
 		unique  bool
 		columns string
@@ -237,7 +235,7 @@ func staleIndexes(c *wconn, ts *tableSQL) ([]string, error) {
 			declared[ix.PhysicalName] = index{ix.Unique, strings.Join(append([]string{"_sync_partition"}, ix.Columns...), "\x00")}
 		}
 	}
-	rows, err := c.query(context.Background(), `SELECT l.name, l."unique",
+	rows, err := c.query(`SELECT l.name, l."unique",
   (SELECT group_concat(name, char(0)) FROM (SELECT name FROM pragma_index_info(l.name) ORDER BY seqno))
 FROM pragma_index_list(?) l WHERE substr(l.name, 1, length(?)) = ?`, ts.t.Name(), schema.IndexPrefix, schema.IndexPrefix)
 	if err != nil {
@@ -266,7 +264,7 @@ const rewriteBatch = 500
 // changes, and refreshes the typed columns of a materialized table from
 // the payloads when they grew or were missing. A table needing neither is
 // left alone.
-func rewriteTable(c *wconn, ts *tableSQL, old schema.Layout, backfill bool) error {
+func rewriteTable(c *conn, ts *tableSQL, old schema.Layout, backfill bool) error {
 	t := ts.t
 	stored, ok := old.Table(t.Name())
 	if !ok {
@@ -312,8 +310,7 @@ func rewriteTable(c *wconn, ts *tableSQL, old schema.Layout, backfill bool) erro
 
 type reencodeFunc func(payload []byte) ([]byte, []wire.Value, error)
 
-func rewriteRows(c *wconn, ts *tableSQL, reencode reencodeFunc) error {
-	bg := context.Background()
+func rewriteRows(c *conn, ts *tableSQL, reencode reencodeFunc) error {
 	sets := []string{"_sync_payload=?"}
 	if ts.t.Materialize() {
 		for _, col := range ts.t.Columns() {
@@ -334,7 +331,7 @@ func rewriteRows(c *wconn, ts *tableSQL, reencode reencodeFunc) error {
 		if last != nil {
 			query, args = next, []any{last.partition, last.rowID}
 		}
-		rows, err := c.query(bg, query, args...)
+		rows, err := c.query(query, args...)
 		if err != nil {
 			return err
 		}
@@ -362,7 +359,7 @@ func rewriteRows(c *wconn, ts *tableSQL, reencode reencodeFunc) error {
 					args = append(args, sqlValue(col.Type, vals[i]))
 				}
 			}
-			if err := c.exec(bg, update, append(args, r.partition, r.rowID)...); err != nil {
+			if err := c.exec(update, append(args, r.partition, r.rowID)...); err != nil {
 				return err
 			}
 		}
@@ -376,8 +373,7 @@ func rewriteRows(c *wconn, ts *tableSQL, reencode reencodeFunc) error {
 // rewriteChanges re-encodes the logged upserts of a table: the pull and
 // the realtime fan-out serve them verbatim, so they must be in the layout
 // the running server's clients decode.
-func rewriteChanges(c *wconn, table string, reencode reencodeFunc) error {
-	bg := context.Background()
+func rewriteChanges(c *conn, table string, reencode reencodeFunc) error {
 	type change struct {
 		partition  string
 		seq, index int64
@@ -388,7 +384,7 @@ WHERE (partition, commit_seq, idx) > (?, ?, ?) AND tbl=? AND payload IS NOT NULL
 ORDER BY partition, commit_seq, idx LIMIT %d`, rewriteBatch)
 	last := change{seq: -1, index: -1}
 	for {
-		rows, err := c.query(bg, pageQuery, last.partition, last.seq, last.index, table)
+		rows, err := c.query(pageQuery, last.partition, last.seq, last.index, table)
 		if err != nil {
 			return err
 		}
@@ -410,7 +406,7 @@ ORDER BY partition, commit_seq, idx LIMIT %d`, rewriteBatch)
 			if err != nil {
 				return fmt.Errorf("change %d/%d: %w", ch.seq, ch.index, err)
 			}
-			if err := c.exec(bg, "UPDATE sync_changes SET payload=? WHERE partition=? AND commit_seq=? AND idx=?",
+			if err := c.exec("UPDATE sync_changes SET payload=? WHERE partition=? AND commit_seq=? AND idx=?",
 				payload, ch.partition, ch.seq, ch.index); err != nil {
 				return err
 			}

@@ -35,7 +35,8 @@ func itemsSchema(t *testing.T, version int32, materialize, grown bool) *schema.C
 func queryInt(t *testing.T, s *Store, query string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	if err := s.rdb.QueryRowContext(t.Context(), query, args...).Scan(&n); err != nil {
+	err := s.read(t.Context(), func(c *conn) error { return c.queryRow(query, args...).Scan(&n) })
+	if err != nil {
 		t.Fatalf("%s: %v", query, err)
 	}
 	return n
@@ -150,18 +151,24 @@ func TestMigrateDropsStaleIndex(t *testing.T) {
 	if err := s.EnsureSchema(ctx, v2); err != nil {
 		t.Fatalf("bump: %v", err)
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT name FROM pragma_index_list('items') WHERE origin='c' ORDER BY name`)
+	var names []string
+	err = s.read(ctx, func(c *conn) error {
+		rows, err := c.query(`SELECT name FROM pragma_index_list('items') WHERE origin='c' ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				return err
+			}
+			names = append(names, name)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, name)
 	}
 	want := []string{"operator_ix", schema.PhysicalIndexName("by_rank")}
 	slices.Sort(want)

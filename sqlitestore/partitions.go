@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -14,10 +13,10 @@ const selectPartition = `SELECT r.log_epoch, r.epoch_required, r.last_authentica
 FROM sync_partition_registry r LEFT JOIN sync_partitions p ON p.partition = r.partition
 WHERE r.partition = ?`
 
-func scanPartition(row *sql.Row, id string) (store.Partition, error) {
+func scanPartition(row *row, id string) (store.Partition, error) {
 	p := store.Partition{ID: id}
 	err := row.Scan(&p.LogEpoch, &p.EpochRequired, &p.LastAuthenticatedAtMs, &p.MaxCommitSeq, &p.HorizonSeq)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, errNoRows) {
 		return store.Partition{}, store.ErrNotFound
 	}
 	if err != nil {
@@ -30,15 +29,14 @@ func scanPartition(row *sql.Row, id string) (store.Partition, error) {
 // partition's state, creating its registry entry with newEpoch.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Partition, error) {
 	var p store.Partition
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
-		if err := c.exec(bg, `INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
 VALUES (?, ?, 0, ?) ON CONFLICT(partition) DO UPDATE SET last_authenticated_at_ms = excluded.last_authenticated_at_ms`,
 			partition, newEpoch, nowMs); err != nil {
 			return err
 		}
 		var err error
-		p, err = scanPartition(c.queryRow(bg, selectPartition, partition), partition)
+		p, err = scanPartition(c.queryRow(selectPartition, partition), partition)
 		return err
 	})
 	if err != nil {
@@ -52,20 +50,25 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 	if s.closed.Load() {
 		return store.Partition{}, store.ErrClosed
 	}
-	return scanPartition(s.rdb.QueryRowContext(ctx, selectPartition, partition), partition)
+	var p store.Partition
+	err := s.read(ctx, func(c *conn) error {
+		var err error
+		p, err = scanPartition(c.queryRow(selectPartition, partition), partition)
+		return err
+	})
+	return p, err
 }
 
 // RotateLogEpoch gives the partition a new log epoch, requires epochs from
 // now on and forgets its client records.
 func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
-	return s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
-		if err := c.exec(bg, `INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
 VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.log_epoch, epoch_required = 1`,
 			partition, newEpoch, nowMs); err != nil {
 			return fmt.Errorf("rotate log epoch: %w", err)
 		}
-		if err := c.exec(bg, "DELETE FROM sync_clients WHERE partition=?", partition); err != nil {
+		if err := c.exec("DELETE FROM sync_clients WHERE partition=?", partition); err != nil {
 			return fmt.Errorf("rotate log epoch: %w", err)
 		}
 		return nil
@@ -78,9 +81,11 @@ func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs 
 	if s.closed.Load() {
 		return 0, store.ErrClosed
 	}
-	var seq sql.NullInt64
-	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(commit_seq) FROM sync_commits WHERE partition=? AND created_at_ms < ?`,
-		partition, beforeMs).Scan(&seq)
+	var seq nullInt64
+	err := s.read(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT MAX(commit_seq) FROM sync_commits WHERE partition=? AND created_at_ms < ?`,
+			partition, beforeMs).Scan(&seq)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("commit seq before: %w", err)
 	}
@@ -90,19 +95,18 @@ func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs 
 // PruneThrough deletes the log through throughSeq and raises the horizon.
 func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, throughSeq int64) (store.PruneResult, error) {
 	var res store.PruneResult
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
-		bg := context.Background()
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		var epoch string
-		err := c.queryRow(bg, "SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
-		if errors.Is(err, sql.ErrNoRows) || (err == nil && epoch != logEpoch) {
+		err := c.queryRow("SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
+		if errors.Is(err, errNoRows) || (err == nil && epoch != logEpoch) {
 			return store.ErrEpochMismatch
 		}
 		if err != nil {
 			return err
 		}
 		var maxSeq, horizon int64
-		err = c.queryRow(bg, "SELECT max_commit_seq, horizon_seq FROM sync_partitions WHERE partition=?", partition).Scan(&maxSeq, &horizon)
-		if errors.Is(err, sql.ErrNoRows) {
+		err = c.queryRow("SELECT max_commit_seq, horizon_seq FROM sync_partitions WHERE partition=?", partition).Scan(&maxSeq, &horizon)
+		if errors.Is(err, errNoRows) {
 			return nil
 		}
 		if err != nil {
@@ -113,24 +117,24 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 		if through <= horizon {
 			return nil
 		}
-		r, err := c.execResult(bg, "DELETE FROM sync_commits WHERE partition=? AND commit_seq > ? AND commit_seq <= ?", partition, horizon, through)
+		n, err := c.execChanges("DELETE FROM sync_commits WHERE partition=? AND commit_seq > ? AND commit_seq <= ?", partition, horizon, through)
 		if err != nil {
 			return err
 		}
-		res.CommitsDeleted, _ = r.RowsAffected()
+		res.CommitsDeleted = n
 		for _, q := range []string{
 			"DELETE FROM sync_changes WHERE partition=? AND commit_seq > ? AND commit_seq <= ?",
 			"DELETE FROM sync_change_scopes WHERE partition=? AND commit_seq > ? AND commit_seq <= ?",
 		} {
-			if err := c.exec(bg, q, partition, horizon, through); err != nil {
+			if err := c.exec(q, partition, horizon, through); err != nil {
 				return err
 			}
 		}
-		if err := c.exec(bg, "DELETE FROM sync_tombstones WHERE partition=? AND commit_seq <= ?", partition, through); err != nil {
+		if err := c.exec("DELETE FROM sync_tombstones WHERE partition=? AND commit_seq <= ?", partition, through); err != nil {
 			return err
 		}
 		res.HorizonSeq = through
-		return c.exec(bg, "UPDATE sync_partitions SET horizon_seq=? WHERE partition=?", through, partition)
+		return c.exec("UPDATE sync_partitions SET horizon_seq=? WHERE partition=?", through, partition)
 	})
 	if err != nil {
 		if errors.Is(err, store.ErrEpochMismatch) {

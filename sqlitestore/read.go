@@ -2,11 +2,11 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/syncgo/syncgo/store"
@@ -15,11 +15,11 @@ import (
 
 const selectPushResult = "SELECT result FROM sync_push_results WHERE partition=? AND client_id=? AND client_commit_id=?"
 
-func scanRow(row *sql.Row, table string) (store.Row, error) {
+func scanRow(row *row, table string) (store.Row, error) {
 	r := store.Row{Table: table}
 	var scopes []byte
 	err := row.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, errNoRows) {
 		return store.Row{}, store.ErrNotFound
 	}
 	if err != nil {
@@ -31,10 +31,10 @@ func scanRow(row *sql.Row, table string) (store.Row, error) {
 	return r, nil
 }
 
-func scanPushResult(row *sql.Row) (store.PushRecord, error) {
+func scanPushResult(row *row) (store.PushRecord, error) {
 	var js []byte
 	err := row.Scan(&js)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, errNoRows) {
 		return store.PushRecord{}, store.ErrNotFound
 	}
 	if err != nil {
@@ -52,7 +52,13 @@ func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.
 	if err != nil {
 		return store.Row{}, err
 	}
-	return scanRow(s.rdb.QueryRowContext(ctx, t.selectBy, partition, rowID), table)
+	var r store.Row
+	err = s.read(ctx, func(c *conn) error {
+		var err error
+		r, err = scanRow(c.queryRow(t.selectBy, partition, rowID), table)
+		return err
+	})
+	return r, err
 }
 
 // PushResult reads the push-result journal.
@@ -60,7 +66,13 @@ func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommi
 	if s.closed.Load() {
 		return store.PushRecord{}, store.ErrClosed
 	}
-	return scanPushResult(s.rdb.QueryRowContext(ctx, selectPushResult, partition, clientID, clientCommitID))
+	var rec store.PushRecord
+	err := s.read(ctx, func(c *conn) error {
+		var err error
+		rec, err = scanPushResult(c.queryRow(selectPushResult, partition, clientID, clientCommitID))
+		return err
+	})
+	return rec, err
 }
 
 // jsonList encodes values as a JSON array for json_each.
@@ -89,7 +101,15 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	w := &windowReader{q: q, values: jsonList(q.Scopes[0].Values)}
 	after := q.AfterSeq
 	for {
-		n, last, err := s.windowChunk(ctx, partition, w, after)
+		var (
+			n    int
+			last int64
+		)
+		err := s.read(ctx, func(c *conn) error {
+			var err error
+			n, last, err = readWindowChunk(c, partition, w, after)
+			return err
+		})
 		if err != nil {
 			return store.CommitWindow{}, err
 		}
@@ -128,12 +148,14 @@ func (w *windowReader) add(c store.Commit) bool {
 	return true
 }
 
-const windowSQL = `WITH cand AS (
+// windowSQL has its chunk size inline: a bound LIMIT would make SQLite
+// re-prepare the statement at every execution.
+var windowSQL = `WITH cand AS (
   SELECT DISTINCT commit_seq FROM sync_change_scopes
    WHERE partition=?1 AND tbl=?2 AND var=?3
      AND value IN (SELECT value FROM json_each(?4))
      AND commit_seq > ?5 AND commit_seq <= ?6
-   ORDER BY commit_seq LIMIT ?7)
+   ORDER BY commit_seq LIMIT ` + strconv.Itoa(windowChunk) + `)
 SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
   FROM cand
@@ -141,11 +163,11 @@ SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commi
   JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=cand.commit_seq AND ch.tbl=?2
  ORDER BY cand.commit_seq, ch.idx`
 
-// windowChunk reads up to windowChunk candidate commits after `after`. It
+// readWindowChunk reads up to windowChunk candidate commits after `after`. It
 // returns how many candidates it read and the last one.
-func (s *Store) windowChunk(ctx context.Context, partition string, w *windowReader, after int64) (int, int64, error) {
-	rows, err := s.rdb.QueryContext(ctx, windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values,
-		after, w.q.ThroughSeq, windowChunk)
+func readWindowChunk(c *conn, partition string, w *windowReader, after int64) (int, int64, error) {
+	rows, err := c.query(windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values,
+		after, w.q.ThroughSeq)
 	if err != nil {
 		return 0, 0, fmt.Errorf("read commit window: %w", err)
 	}
@@ -162,7 +184,7 @@ func (s *Store) windowChunk(ctx context.Context, partition string, w *windowRead
 			commitID      string
 			ch            store.Change
 			op            int
-			version       sql.NullInt64
+			version       nullInt64
 			scopes        []byte
 		)
 		if err := rows.Scan(&seq, &created, &actor, &client, &commitID, &ch.RowID, &op, &version, &scopes, &ch.Payload); err != nil {
@@ -223,7 +245,15 @@ ORDER BY s.row_id LIMIT ?`
 	first := q.Scopes[0]
 	out := make([]store.Row, 0, q.Limit)
 	for len(out) < q.Limit {
-		page, more, err := s.scanMerge(ctx, query, partition, q, first, after, q.Limit-len(out))
+		var (
+			page []store.Row
+			more bool
+		)
+		err := s.read(ctx, func(c *conn) error {
+			var err error
+			page, more, err = scanMerge(c, query, partition, q, first, after, q.Limit-len(out))
+			return err
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -243,11 +273,11 @@ ORDER BY s.row_id LIMIT ?`
 // scanMerge reads up to limit rows after `after` for each value of the
 // first key and returns the smallest limit of them in row-id order, and
 // whether more rows may follow.
-func (s *Store) scanMerge(ctx context.Context, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
+func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
 	var all []store.Row
 	more := false
 	for _, v := range dedupe(first.Values) {
-		rows, err := s.rdb.QueryContext(ctx, query, partition, q.Table, first.Key, v, after, limit)
+		rows, err := c.query(query, partition, q.Table, first.Key, v, after, limit)
 		if err != nil {
 			return nil, false, fmt.Errorf("scan rows: %w", err)
 		}
@@ -313,25 +343,31 @@ func (s *Store) ListRows(ctx context.Context, partition, table string, after *st
 	if after != nil {
 		start = *after
 	}
-	rows, err := s.rdb.QueryContext(ctx, "SELECT "+t.scanCols+" FROM "+t.name+
-		" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id LIMIT ?", partition, start, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list rows: %w", err)
-	}
-	defer rows.Close()
 	var out []store.Row
-	for rows.Next() {
-		r := store.Row{Table: table}
-		var scopes []byte
-		if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
-			return nil, fmt.Errorf("list rows: %w", err)
+	err = s.read(ctx, func(c *conn) error {
+		rows, err := c.query("SELECT "+t.scanCols+" FROM "+t.name+
+			" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id LIMIT ?", partition, start, limit)
+		if err != nil {
+			return fmt.Errorf("list rows: %w", err)
 		}
-		if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
-			return nil, err
+		defer rows.Close()
+		for rows.Next() {
+			r := store.Row{Table: table}
+			var scopes []byte
+			if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
+				return fmt.Errorf("list rows: %w", err)
+			}
+			if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+				return err
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // LatestScopedChangeSeq returns the scope pin input of §4.7.
@@ -339,10 +375,12 @@ func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table stri
 	if s.closed.Load() {
 		return 0, store.ErrClosed
 	}
-	var seq sql.NullInt64
-	err := s.rdb.QueryRowContext(ctx, `SELECT MAX(commit_seq) FROM sync_change_scopes
+	var seq nullInt64
+	err := s.read(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT MAX(commit_seq) FROM sync_change_scopes
 WHERE partition=? AND tbl=? AND var=? AND value IN (SELECT value FROM json_each(?))`,
-		partition, table, scope.Key, jsonList(scope.Values)).Scan(&seq)
+			partition, table, scope.Key, jsonList(scope.Values)).Scan(&seq)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("latest scoped change: %w", err)
 	}
@@ -354,7 +392,20 @@ func (s *Store) ReadCommits(ctx context.Context, partition string, afterSeq, thr
 	if s.closed.Load() {
 		return nil, store.ErrClosed
 	}
-	rows, err := s.rdb.QueryContext(ctx, `WITH c AS (
+	var out []store.Commit
+	err := s.read(ctx, func(cn *conn) error {
+		var err error
+		out, err = readCommits(cn, partition, afterSeq, throughSeq, limit)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func readCommits(cn *conn, partition string, afterSeq, throughSeq int64, limit int) ([]store.Commit, error) {
+	rows, err := cn.query(`WITH c AS (
   SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
    WHERE partition=?1 AND commit_seq > ?2 AND commit_seq <= ?3 ORDER BY commit_seq LIMIT ?4)
 SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
@@ -369,10 +420,10 @@ SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_i
 	for rows.Next() {
 		var (
 			c       store.Commit
-			tbl     sql.NullString
-			rowID   sql.NullString
-			op      sql.NullInt64
-			version sql.NullInt64
+			tbl     nullString
+			rowID   nullString
+			op      nullInt64
+			version nullInt64
 			scopes  []byte
 			payload []byte
 		)

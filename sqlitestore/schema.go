@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -126,7 +125,7 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 		cs.tables[t.Name()] = newTableSQL(t)
 	}
 	nowMs := time.Now().UnixMilli()
-	err := s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		if err := checkBarrier(c, sc.Version(), decls); err != nil {
 			return err
 		}
@@ -160,8 +159,8 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 
 // checkBarrier refuses when a checkpoint at version is incomplete and not
 // declared by the caller; an empty declaration set declares nothing.
-func checkBarrier(c *wconn, version int32, decls []store.CheckpointDeclaration) error {
-	rows, err := c.query(context.Background(), `SELECT partition, name FROM sync_backfill_checkpoints
+func checkBarrier(c *conn, version int32, decls []store.CheckpointDeclaration) error {
+	rows, err := c.query(`SELECT partition, name FROM sync_backfill_checkpoints
 WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name`, version)
 	if err != nil {
 		return fmt.Errorf("read checkpoints: %w", err)
@@ -186,16 +185,15 @@ WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name`, versi
 // readMarkerOn reads the marker on the writer's connection, creating the
 // marker table of a new database (the caller's transaction undoes it on
 // failure).
-func readMarkerOn(c *wconn) (store.Marker, bool, error) {
-	bg := context.Background()
+func readMarkerOn(c *conn) (store.Marker, bool, error) {
 	var version int32
 	var stored string
-	err := c.queryRow(bg, "SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
+	err := c.queryRow("SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
+	case errors.Is(err, errNoRows):
 		return store.Marker{}, false, nil
 	case err != nil && strings.Contains(err.Error(), "no such table"):
-		if err := c.exec(bg, `CREATE TABLE IF NOT EXISTS sync_schema_meta(
+		if err := c.exec(`CREATE TABLE IF NOT EXISTS sync_schema_meta(
   id INTEGER PRIMARY KEY CHECK (id = 1),
   schema_version INTEGER NOT NULL,
   layouts TEXT NOT NULL DEFAULT '{}')`); err != nil {
@@ -220,8 +218,10 @@ func (s *Store) Marker(ctx context.Context) (store.Marker, error) {
 	}
 	var version int32
 	var stored string
-	err := s.rdb.QueryRowContext(ctx, "SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
-	if errors.Is(err, sql.ErrNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
+	err := s.read(ctx, func(c *conn) error {
+		return c.queryRow("SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
+	})
+	if errors.Is(err, errNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
 		return store.Marker{}, store.ErrNotFound
 	}
 	if err != nil {

@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	_ "embed"
 	"fmt"
 	"log/slog"
@@ -66,9 +65,8 @@ type Store struct {
 	cfg     Config
 	path    string
 	tempDir string
-	wdb     *sql.DB // the writer's database handle, one connection
-	rdb     *sql.DB // read-only connections
-	w       *writer
+	readers *readPool // query-only connections
+	w       *writer   // owns the write connection
 
 	mu     sync.RWMutex
 	schema *compiledSchema
@@ -97,40 +95,50 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.path = filepath.Join(dir, "sync.db")
 		s.cfg.Synchronous = "OFF"
 	}
-	var err error
-	if s.wdb, err = openDB(s.path, s.cfg, false); err != nil {
+	if err := ctx.Err(); err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	s.wdb.SetMaxOpenConns(1)
-	conn, err := s.wdb.Conn(ctx)
+	wc, err := openConn(s.path, s.cfg, false)
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	if _, err := conn.ExecContext(ctx, coreDDL); err != nil {
-		conn.Close()
+	if err := applyCoreDDL(ctx, wc); err != nil {
+		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: core tables: %w", err)
 	}
-	if s.rdb, err = openDB(s.path, s.cfg, true); err != nil {
-		conn.Close()
+	if s.readers, err = openReadPool(s.path, s.cfg, cfg.ReadConns); err != nil {
+		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	s.rdb.SetMaxOpenConns(cfg.ReadConns)
-	s.rdb.SetMaxIdleConns(cfg.ReadConns)
-	s.w = newWriter(s, conn)
+	s.w = newWriter(s, wc)
 	go s.w.run()
 	return s, nil
 }
 
-func (s *Store) cleanup() {
-	if s.rdb != nil {
-		s.rdb.Close()
+// applyCoreDDL creates the core tables in one transaction; ctx's
+// cancellation interrupts it.
+func applyCoreDDL(ctx context.Context, c *conn) (err error) {
+	c.setInterrupt(ctx)
+	defer c.clearInterrupt()
+	if err := c.execOnce("BEGIN IMMEDIATE"); err != nil {
+		return err
 	}
-	if s.wdb != nil {
-		s.wdb.Close()
+	if err := c.execScript(coreDDL); err != nil {
+		_ = c.execOnce("ROLLBACK")
+		return err
+	}
+	return c.execOnce("COMMIT")
+}
+
+// cleanup closes the read connections and removes a throw-away database;
+// the writer closes its own connection.
+func (s *Store) cleanup() {
+	if s.readers != nil {
+		s.readers.close()
 	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)

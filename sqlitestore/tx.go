@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -16,19 +15,19 @@ func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context
 	if err != nil {
 		return err
 	}
-	return s.w.do(ctx, func(ctx context.Context, c *wconn) error {
+	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		tx := &writeTx{s: s, c: c, cs: cs, partition: partition}
 		return fn(ctx, tx)
 	})
 }
 
 // writeTx implements store.WriteTx on the writer's connection. Its
-// statements run with a background context: a caller that gives up must not
-// interrupt a statement of the shared batch; each call checks the caller's
-// context first instead.
+// statements are never interrupted (the writer's connection has no
+// interrupt set): a caller that gives up must not interrupt a statement of
+// the shared batch; each call checks the caller's context first instead.
 type writeTx struct {
 	s         *Store
-	c         *wconn
+	c         *conn
 	cs        *compiledSchema
 	partition string
 	depth     int
@@ -52,7 +51,7 @@ func (tx *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, err
 	if err != nil {
 		return store.Row{}, err
 	}
-	return scanRow(tx.c.queryRow(context.Background(), t.selectBy, tx.partition, rowID), table)
+	return scanRow(tx.c.queryRow(t.selectBy, tx.partition, rowID), table)
 }
 
 func (tx *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
@@ -60,11 +59,11 @@ func (tx *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, b
 		return 0, false, err
 	}
 	var seq int64
-	err := tx.c.queryRow(context.Background(), `SELECT t.commit_seq FROM sync_tombstones t
+	err := tx.c.queryRow(`SELECT t.commit_seq FROM sync_tombstones t
 LEFT JOIN sync_partitions p ON p.partition = t.partition
 WHERE t.partition=? AND t.tbl=? AND t.row_id=? AND t.commit_seq > COALESCE(p.horizon_seq, 0)`,
 		tx.partition, table, rowID).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, errNoRows) {
 		return 0, false, nil
 	}
 	if err != nil {
@@ -77,7 +76,7 @@ func (tx *writeTx) ClearTombstone(ctx context.Context, table, rowID string) erro
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return tx.c.exec(context.Background(), "DELETE FROM sync_tombstones WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID)
+	return tx.c.exec("DELETE FROM sync_tombstones WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID)
 }
 
 func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
@@ -102,17 +101,17 @@ func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 		}
 	}
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)), w.Payload, nullBytes(w.ColumnVersions))
-	if err := tx.c.exec(context.Background(), t.upsert, args...); err != nil {
+	if err := tx.c.exec(t.upsert, args...); err != nil {
 		if isUniqueViolation(err) {
 			return &store.ConstraintError{Table: w.Table, Constraint: violatedIndex(t, err), Err: err}
 		}
 		return fmt.Errorf("upsert %s: %w", w.Table, err)
 	}
-	if err := tx.c.exec(context.Background(), "DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, w.Table, w.RowID); err != nil {
+	if err := tx.c.exec("DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, w.Table, w.RowID); err != nil {
 		return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
 	}
 	for _, sc := range w.Scopes {
-		if err := tx.c.exec(context.Background(), "INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) VALUES (?,?,?,?,?)",
+		if err := tx.c.exec("INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) VALUES (?,?,?,?,?)",
 			tx.partition, w.Table, sc.Key, sc.Value, w.RowID); err != nil {
 			return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
 		}
@@ -128,10 +127,10 @@ func (tx *writeTx) DeleteRow(ctx context.Context, table, rowID string) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.c.exec(context.Background(), t.deleteBy, tx.partition, rowID); err != nil {
+	if err := tx.c.exec(t.deleteBy, tx.partition, rowID); err != nil {
 		return fmt.Errorf("delete %s: %w", table, err)
 	}
-	if err := tx.c.exec(context.Background(), "DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID); err != nil {
+	if err := tx.c.exec("DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, table, rowID); err != nil {
 		return fmt.Errorf("delete %s: scope index: %w", table, err)
 	}
 	return nil
@@ -141,7 +140,7 @@ func (tx *writeTx) PushResult(ctx context.Context, clientID, clientCommitID stri
 	if err := ctx.Err(); err != nil {
 		return store.PushRecord{}, err
 	}
-	return scanPushResult(tx.c.queryRow(context.Background(), selectPushResult, tx.partition, clientID, clientCommitID))
+	return scanPushResult(tx.c.queryRow(selectPushResult, tx.partition, clientID, clientCommitID))
 }
 
 func (tx *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
@@ -152,13 +151,12 @@ func (tx *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID s
 	if err != nil {
 		return false, fmt.Errorf("put push result: %w", err)
 	}
-	res, err := tx.c.execResult(context.Background(), `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+	n, err := tx.c.execChanges(`INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
 VALUES (?,?,?,?) ON CONFLICT DO NOTHING`, tx.partition, clientID, clientCommitID, string(js))
 	if err != nil {
 		return false, fmt.Errorf("put push result: %w", err)
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return n == 1, nil
 }
 
 func (tx *writeTx) AppendCommit(ctx context.Context, nc store.NewCommit) (int64, error) {
@@ -166,12 +164,12 @@ func (tx *writeTx) AppendCommit(ctx context.Context, nc store.NewCommit) (int64,
 		return 0, err
 	}
 	var seq int64
-	err := tx.c.queryRow(context.Background(), `INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)
+	err := tx.c.queryRow(`INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)
 ON CONFLICT(partition) DO UPDATE SET max_commit_seq = max_commit_seq + 1 RETURNING max_commit_seq`, tx.partition).Scan(&seq)
 	if err != nil {
 		return 0, fmt.Errorf("append commit: sequence: %w", err)
 	}
-	if err := tx.c.exec(context.Background(), `INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+	if err := tx.c.exec(`INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
 VALUES (?,?,?,?,?,?,?)`, tx.partition, seq, nc.ClientID, nc.ClientCommitID, nc.ActorID, nc.CreatedAtMs, tx.cs.schema.Version()); err != nil {
 		if isFenceRejection(err) {
 			return 0, &store.Error{Code: store.CodeWriterFenceRejected, Message: "append rejected by the writer fence", Err: err}
@@ -188,7 +186,7 @@ VALUES (?,?,?,?,?,?,?)`, tx.partition, seq, nc.ClientID, nc.ClientCommitID, nc.A
 		if ch.Op == wire.OpUpsert {
 			version = ch.RowVersion
 		}
-		if err := tx.c.exec(context.Background(), `INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+		if err := tx.c.exec(`INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
 VALUES (?,?,?,?,?,?,?,?,?)`, tx.partition, seq, i, ch.Table, ch.RowID, int(ch.Op), version, string(store.EncodeScopes(ch.Scopes)), nullBytes(ch.Payload)); err != nil {
 			return 0, fmt.Errorf("append commit: change %d: %w", i, err)
 		}
@@ -200,13 +198,13 @@ VALUES (?,?,?,?,?,?,?,?,?)`, tx.partition, seq, i, ch.Table, ch.RowID, int(ch.Op
 				}
 				seen[k] = true
 			}
-			if err := tx.c.exec(context.Background(), `INSERT OR IGNORE INTO sync_change_scopes(partition, tbl, var, value, commit_seq) VALUES (?,?,?,?,?)`,
+			if err := tx.c.exec(`INSERT OR IGNORE INTO sync_change_scopes(partition, tbl, var, value, commit_seq) VALUES (?,?,?,?,?)`,
 				tx.partition, ch.Table, sc.Key, sc.Value, seq); err != nil {
 				return 0, fmt.Errorf("append commit: change scopes: %w", err)
 			}
 		}
 		if ch.Op == wire.OpDelete {
-			if err := tx.c.exec(context.Background(), `INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq) VALUES (?,?,?,?)
+			if err := tx.c.exec(`INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq) VALUES (?,?,?,?)
 ON CONFLICT(partition, tbl, row_id) DO UPDATE SET commit_seq=excluded.commit_seq`, tx.partition, ch.Table, ch.RowID, seq); err != nil {
 				return 0, fmt.Errorf("append commit: tombstone: %w", err)
 			}
@@ -223,16 +221,16 @@ func (tx *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) e
 	tx.depth++
 	name := fmt.Sprintf("c%d", tx.depth)
 	defer func() { tx.depth-- }()
-	if err := tx.c.exec(context.Background(), "SAVEPOINT "+name); err != nil {
+	if err := tx.c.exec("SAVEPOINT " + name); err != nil {
 		return fmt.Errorf("candidate: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			if rbErr := tx.c.exec(context.Background(), "ROLLBACK TO "+name); rbErr != nil {
+			if rbErr := tx.c.exec("ROLLBACK TO " + name); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}
 		}
-		if relErr := tx.c.exec(context.Background(), "RELEASE "+name); relErr != nil && err == nil {
+		if relErr := tx.c.exec("RELEASE " + name); relErr != nil && err == nil {
 			err = relErr
 		}
 	}()
@@ -282,7 +280,7 @@ func (tx *writeTx) RowsByColumn(ctx context.Context, table, column string, value
 	if !ok || !t.t.Materialize() {
 		return nil, fmt.Errorf("rows by column: %s.%s is not a materialized column", table, column)
 	}
-	rows, err := tx.c.query(context.Background(), "SELECT "+t.scanCols+" FROM "+t.name+
+	rows, err := tx.c.query("SELECT "+t.scanCols+" FROM "+t.name+
 		" WHERE _sync_partition=? AND "+quoteIdent(column)+"=? ORDER BY _sync_row_id LIMIT ?",
 		tx.partition, sqlValue(t.t.Columns()[ci].Type, value), limit)
 	if err != nil {

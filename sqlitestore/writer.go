@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -12,7 +11,7 @@ import (
 
 // writeFunc is one unit of work for the writer: it runs inside a savepoint
 // of the current batch transaction.
-type writeFunc func(ctx context.Context, c *wconn) error
+type writeFunc func(ctx context.Context, c *conn) error
 
 type writeReq struct {
 	ctx  context.Context
@@ -20,19 +19,21 @@ type writeReq struct {
 	done chan error
 }
 
-// writer owns the write connection and runs the group-commit loop.
+// writer owns the write connection and runs the group-commit loop. Only
+// the writer goroutine uses the connection; its statements are prepared
+// once and cached on it.
 type writer struct {
 	s     *Store
-	c     *wconn
+	c     *conn
 	reqs  chan *writeReq
 	quit  chan struct{}
 	ended chan struct{}
 }
 
-func newWriter(s *Store, conn *sql.Conn) *writer {
+func newWriter(s *Store, c *conn) *writer {
 	return &writer{
 		s:     s,
-		c:     &wconn{conn: conn, stmts: map[string]*sql.Stmt{}},
+		c:     c,
 		reqs:  make(chan *writeReq, 1024),
 		quit:  make(chan struct{}),
 		ended: make(chan struct{}),
@@ -103,8 +104,7 @@ func (w *writer) drainClosed() {
 // savepoint, and commits once.
 func (w *writer) runBatch(batch []*writeReq) {
 	results := make([]error, len(batch))
-	bg := context.Background()
-	if err := w.c.exec(bg, "BEGIN IMMEDIATE"); err != nil {
+	if err := w.c.exec("BEGIN IMMEDIATE"); err != nil {
 		for _, r := range batch {
 			r.done <- fmt.Errorf("begin: %w", err)
 		}
@@ -123,12 +123,12 @@ func (w *writer) runBatch(batch []*writeReq) {
 	}
 	var commitErr error
 	if applied > 0 {
-		commitErr = w.c.exec(bg, "COMMIT")
+		commitErr = w.c.exec("COMMIT")
 	} else {
-		commitErr = w.c.exec(bg, "ROLLBACK")
+		commitErr = w.c.exec("ROLLBACK")
 	}
 	if commitErr != nil {
-		_ = w.c.exec(bg, "ROLLBACK")
+		_ = w.c.exec("ROLLBACK")
 		if applied > 0 {
 			commitErr = fmt.Errorf("commit: %w", commitErr)
 			for i := range results {
@@ -152,8 +152,7 @@ func (w *writer) runBatch(batch []*writeReq) {
 }
 
 func (w *writer) runOne(r *writeReq) (err error) {
-	bg := context.Background()
-	if err := w.c.exec(bg, "SAVEPOINT w"); err != nil {
+	if err := w.c.exec("SAVEPOINT w"); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
 	defer func() {
@@ -161,79 +160,13 @@ func (w *writer) runOne(r *writeReq) (err error) {
 			err = fmt.Errorf("sqlitestore: write panicked: %v\n%s", p, debug.Stack())
 		}
 		if err != nil {
-			if rbErr := w.c.exec(bg, "ROLLBACK TO w"); rbErr != nil {
+			if rbErr := w.c.exec("ROLLBACK TO w"); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}
 		}
-		if relErr := w.c.exec(bg, "RELEASE w"); relErr != nil && err == nil {
+		if relErr := w.c.exec("RELEASE w"); relErr != nil && err == nil {
 			err = relErr
 		}
 	}()
 	return r.fn(r.ctx, w.c)
-}
-
-// wconn is the writer's connection with its prepared statements. Only the
-// writer goroutine uses it.
-type wconn struct {
-	conn  *sql.Conn
-	stmts map[string]*sql.Stmt
-}
-
-func (c *wconn) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if st, ok := c.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := c.conn.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	c.stmts[query] = st
-	return st, nil
-}
-
-func (c *wconn) exec(ctx context.Context, query string, args ...any) error {
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		return err
-	}
-	_, err = st.ExecContext(ctx, args...)
-	return err
-}
-
-func (c *wconn) execResult(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(ctx, args...)
-}
-
-func (c *wconn) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		// A failed prepare surfaces through the row's Scan.
-		return c.conn.QueryRowContext(ctx, query, args...)
-	}
-	return st.QueryRowContext(ctx, args...)
-}
-
-func (c *wconn) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := c.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(ctx, args...)
-}
-
-// forget drops cached statements after DDL changed the tables they use.
-func (c *wconn) forget() {
-	for q, st := range c.stmts {
-		st.Close()
-		delete(c.stmts, q)
-	}
-}
-
-func (c *wconn) close() {
-	c.forget()
-	c.conn.Close()
 }

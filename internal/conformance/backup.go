@@ -3,20 +3,20 @@ package conformance
 import (
 	"context"
 	"crypto/rand"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
-	// The database/sql driver sqlitestore registers; named here because
-	// captureBackup opens its own handle.
-	_ "github.com/mattn/go-sqlite3"
+	// The SQLite library sqlitestore uses; captureBackup opens its own
+	// connection.
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
 
 	"github.com/syncgo/syncgo/sqlitestore"
 )
@@ -50,12 +50,17 @@ func (in *instance) captureBackup(ctx context.Context) error {
 	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	db, err := sql.Open("sqlite3", "file:"+(&url.URL{Path: in.livePath}).EscapedPath()+"?_busy_timeout=5000")
+	conn, err := sqlite.OpenConn(in.livePath, sqlite.OpenReadWrite)
 	if err != nil {
-		return err
+		return fmt.Errorf("capture backup: %w", err)
 	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", dst); err != nil {
+	defer conn.Close()
+	conn.SetBusyTimeout(5 * time.Second)
+	if ctx.Done() != nil {
+		conn.SetInterrupt(ctx.Done())
+		defer conn.SetInterrupt(nil)
+	}
+	if err := sqlitex.Execute(conn, "VACUUM INTO ?", &sqlitex.ExecOptions{Args: []any{dst}}); err != nil {
 		return fmt.Errorf("capture backup: %w", err)
 	}
 	in.backupPath = dst

@@ -2,22 +2,17 @@ package sqliteimage
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"iter"
 	"math"
-	"net/url"
 	"os"
 	"strings"
 
-	_ "github.com/mattn/go-sqlite3" // the "sqlite3" database/sql driver
+	"zombiezen.com/go/sqlite"
 
 	"github.com/syncgo/syncgo/wire"
 )
-
-// driverName is the database/sql driver of github.com/mattn/go-sqlite3.
-const driverName = "sqlite3"
 
 // Builder builds images. The zero Builder writes its temporary files in
 // os.TempDir() and bounds nothing.
@@ -43,8 +38,8 @@ func Build(ctx context.Context, dir string, meta Meta, cols []wire.Column, pk in
 // rows ends the build with that error.
 //
 // The rows are inserted in one transaction through prepared statements of
-// up to 64 rows each, with journal_mode OFF and synchronous OFF (the file is scratch until its
-// bytes are read). ctx is checked between batches.
+// up to 64 rows each, with journal_mode OFF and synchronous OFF (the file
+// is scratch until its bytes are read). ctx is checked between batches.
 func (b Builder) Build(ctx context.Context, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) ([]byte, error) {
 	if err := checkTable(meta.Table, cols, pk); err != nil {
 		return nil, err
@@ -83,56 +78,47 @@ func (b Builder) Build(ctx context.Context, meta Meta, cols []wire.Column, pk in
 
 // write creates the two tables in the file at path and fills them.
 func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) (err error) {
-	q := url.Values{}
-	q.Set("_journal_mode", "OFF")
-	q.Set("_synchronous", "OFF")
-	q.Set("_locking_mode", "EXCLUSIVE")
-	db, err := sql.Open(driverName, "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	conn, err := sqlite.OpenConn(path, sqlite.OpenReadWrite|sqlite.OpenCreate)
 	if err != nil {
 		return fmt.Errorf("sqlite image: open: %w", err)
 	}
 	defer func() {
-		if cerr := db.Close(); cerr != nil && err == nil {
+		if cerr := conn.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("sqlite image: close: %w", cerr)
 		}
 	}()
-	db.SetMaxOpenConns(1)
-	// The statements run under context.Background(): the driver watches a
-	// cancellable context with a goroutine per statement, which would cost
-	// more than the insert itself. ctx is checked between batches instead.
-	bg := context.Background()
-	conn, err := db.Conn(bg)
-	if err != nil {
-		return fmt.Errorf("sqlite image: open: %w", err)
+	// The statements run without an interrupt: ctx is checked between
+	// batches instead.
+	for _, pragma := range []string{"PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE"} {
+		if err := execOnce(conn, pragma); err != nil {
+			return fmt.Errorf("sqlite image: %s: %w", pragma, err)
+		}
 	}
-	defer conn.Close()
 	for _, ddl := range []string{createDataSQL(meta.Table, cols, pk), createMetadataSQL} {
-		if _, err := conn.ExecContext(bg, ddl); err != nil {
+		if err := execOnce(conn, ddl); err != nil {
 			return fmt.Errorf("sqlite image: create table: %w", err)
 		}
 	}
-	tx, err := conn.BeginTx(bg, nil)
-	if err != nil {
+	if err := execOnce(conn, "BEGIN"); err != nil {
 		return fmt.Errorf("sqlite image: begin: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback()
+			_ = execOnce(conn, "ROLLBACK")
 		}
 	}()
 	width := len(cols) + 1
 	multi := max(1, min(maxRowsPerInsert, maxVariables/width))
-	one, err := tx.PrepareContext(bg, insertDataSQL(meta.Table, cols, 1))
+	one, _, err := conn.PrepareTransient(insertDataSQL(meta.Table, cols, 1))
 	if err != nil {
 		return fmt.Errorf("sqlite image: prepare: %w", err)
 	}
-	defer one.Close()
-	many, err := tx.PrepareContext(bg, insertDataSQL(meta.Table, cols, multi))
+	defer one.Finalize()
+	many, _, err := conn.PrepareTransient(insertDataSQL(meta.Table, cols, multi))
 	if err != nil {
 		return fmt.Errorf("sqlite image: prepare: %w", err)
 	}
-	defer many.Close()
-	args := make([]any, multi*width)
+	defer many.Finalize()
 	var count, approx int64
 	for batch, berr := range rows {
 		if berr != nil {
@@ -147,13 +133,16 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 				k, stmt = 1, one
 			}
 			for j := range k {
-				n, err := bindRow(args[j*width:(j+1)*width], cols, batch[j])
+				n, err := bindRow(stmt, j*width, cols, batch[j])
 				if err != nil {
+					_ = stmt.ClearBindings()
 					return fmt.Errorf("sqlite image: row %d: %w", count+int64(j), err)
 				}
 				approx += n
 			}
-			if _, err := stmt.ExecContext(bg, args[:k*width]...); err != nil {
+			_, err := stmt.Step()
+			_ = stmt.Reset()
+			if err != nil {
 				return fmt.Errorf("sqlite image: insert rows %d to %d: %w", count, count+int64(k)-1, err)
 			}
 			count += int64(k)
@@ -163,19 +152,45 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 			return fmt.Errorf("%w: over %d bytes of values", ErrTooLarge, approx)
 		}
 	}
-	if _, err := tx.ExecContext(bg, insertMetadataSQL,
-		Format, meta.Table, meta.SchemaVersion, meta.AsOfCommitSeq, meta.ScopeDigest, count); err != nil {
+	md, _, err := conn.PrepareTransient(insertMetadataSQL)
+	if err != nil {
 		return fmt.Errorf("sqlite image: metadata: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
+	defer md.Finalize()
+	md.BindInt64(1, Format)
+	md.BindText(2, meta.Table)
+	md.BindInt64(3, int64(meta.SchemaVersion))
+	md.BindInt64(4, meta.AsOfCommitSeq)
+	md.BindText(5, meta.ScopeDigest)
+	md.BindInt64(6, count)
+	if _, err := md.Step(); err != nil {
+		return fmt.Errorf("sqlite image: metadata: %w", err)
+	}
+	if err := execOnce(conn, "COMMIT"); err != nil {
 		return fmt.Errorf("sqlite image: commit: %w", err)
 	}
 	return nil
 }
 
-// bindRow fills args with the cells of r (§5.3 cell encodings) and its
-// version, and returns an estimate of the row's stored size.
-func bindRow(args []any, cols []wire.Column, r Row) (int64, error) {
+// execOnce runs one statement to completion.
+func execOnce(conn *sqlite.Conn, query string) error {
+	st, _, err := conn.PrepareTransient(query)
+	if err != nil {
+		return err
+	}
+	defer st.Finalize()
+	for {
+		more, err := st.Step()
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// bindRow binds the cells of r (§5.3 cell encodings) and its version to
+// the parameters of stmt after the first `at`, and returns an estimate of
+// the row's stored size.
+func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error) {
 	if len(r.Values) != len(cols) {
 		return 0, fmt.Errorf("%d values for %d columns", len(r.Values), len(cols))
 	}
@@ -184,42 +199,37 @@ func bindRow(args []any, cols []wire.Column, r Row) (int64, error) {
 	}
 	size := int64(8)
 	for i := range cols {
+		p := at + i + 1
 		v := &r.Values[i]
 		if v.Null {
-			args[i] = nil
+			stmt.BindNull(p)
 			size++
 			continue
 		}
 		switch cols[i].Type {
 		case wire.TypeString, wire.TypeJSON, wire.TypeBlobRef:
-			args[i] = v.Str
+			stmt.BindText(p, v.Str)
 			size += int64(len(v.Str))
 		case wire.TypeInteger:
-			args[i] = v.Int
+			stmt.BindInt64(p, v.Int)
 			size += 8
 		case wire.TypeBoolean:
-			args[i] = int64(0)
-			if v.Bool {
-				args[i] = int64(1)
-			}
+			stmt.BindBool(p, v.Bool)
 			size++
 		case wire.TypeFloat:
 			if math.IsNaN(v.Float) {
 				return 0, fmt.Errorf("column %s: %w (NaN)", cols[i].Name, ErrUnrepresentable)
 			}
-			args[i] = v.Float
+			stmt.BindFloat(p, v.Float)
 			size += 8
 		case wire.TypeBytes, wire.TypeCRDT:
-			// A nil slice binds NULL; an empty value is an empty blob.
-			bs := v.Bytes
-			if bs == nil {
-				bs = []byte{}
-			}
-			args[i] = bs
-			size += int64(len(bs))
+			// A nil slice is an empty blob, not NULL: BindBytes binds a
+			// zero-length blob for both.
+			stmt.BindBytes(p, v.Bytes)
+			size += int64(len(v.Bytes))
 		}
 	}
-	args[len(cols)] = r.ServerVersion
+	stmt.BindInt64(at+len(cols)+1, r.ServerVersion)
 	return size, nil
 }
 

@@ -20,8 +20,8 @@
 // temporary directory and returns its bytes; [Inspect] and [Verify] read an
 // image back the way a client validates one before applying it.
 //
-// The SQLite engine is github.com/mattn/go-sqlite3 (cgo), the driver of
-// sqlitestore.
+// The SQLite engine is modernc.org/sqlite (pure Go) through the direct API
+// of zombiezen.com/go/sqlite, as in sqlitestore.
 package sqliteimage
 
 import (

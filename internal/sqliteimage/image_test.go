@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver, for reading images independently
+
 	"github.com/syncgo/syncgo/internal/sqliteimage"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -327,7 +329,7 @@ func withDB(t *testing.T, img []byte, fn func(db *sql.DB)) []byte {
 	if err := os.WriteFile(path, img, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=DELETE")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(DELETE)")
 	if err != nil {
 		t.Fatal(err)
 	}

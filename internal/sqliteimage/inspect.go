@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
+
+	"zombiezen.com/go/sqlite"
 
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -40,18 +41,22 @@ func Inspect(ctx context.Context, image []byte) (Meta, []Column, int64, error) {
 		cols  []Column
 		count int64
 	)
-	err := withImage(ctx, image, func(db *sql.DB) error {
+	err := withImage(ctx, image, func(conn *sqlite.Conn) error {
 		var err error
-		meta, cols, count, err = inspect(ctx, db)
+		meta, cols, count, err = inspect(conn)
 		return err
 	})
 	return meta, cols, count, err
 }
 
-// withImage writes image to a temporary file and opens it read-only.
-func withImage(ctx context.Context, image []byte, fn func(db *sql.DB) error) (err error) {
+// withImage writes image to a temporary file and opens it read-only;
+// ctx's cancellation interrupts fn's statements.
+func withImage(ctx context.Context, image []byte, fn func(conn *sqlite.Conn) error) (err error) {
 	if !bytes.HasPrefix(image, sqliteMagic) {
 		return invalidf("not a SQLite database")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	f, err := os.CreateTemp("", "syncular-image-read-*.sqlite")
 	if err != nil {
@@ -69,28 +74,74 @@ func withImage(ctx context.Context, image []byte, fn func(db *sql.DB) error) (er
 	q := url.Values{}
 	q.Set("mode", "ro")
 	q.Set("immutable", "1")
-	db, err := sql.Open(driverName, "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	conn, err := sqlite.OpenConn("file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode(), sqlite.OpenReadOnly|sqlite.OpenURI)
 	if err != nil {
-		return fmt.Errorf("sqlite image: open: %w", err)
-	}
-	defer db.Close()
-	db.SetMaxOpenConns(1)
-	if err := db.PingContext(ctx); err != nil {
 		return invalidf("open: %v", err)
 	}
-	return fn(db)
+	defer conn.Close()
+	if ctx.Done() != nil {
+		conn.SetInterrupt(ctx.Done())
+		defer conn.SetInterrupt(nil)
+	}
+	err = fn(conn)
+	if err != nil && sqlite.ErrCode(err) == sqlite.ResultInterrupt && ctx.Err() != nil {
+		return fmt.Errorf("%w: %v", ctx.Err(), err)
+	}
+	return err
 }
 
-func inspect(ctx context.Context, db *sql.DB) (Meta, []Column, int64, error) {
+// query runs a statement and calls fn for each row.
+func query(conn *sqlite.Conn, sql string, fn func(st *sqlite.Stmt) error, args ...any) error {
+	st, _, err := conn.PrepareTransient(sql)
+	if err != nil {
+		return err
+	}
+	defer st.Finalize()
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			st.BindText(i+1, v)
+		default:
+			return fmt.Errorf("sqlite image: unsupported argument %T", a)
+		}
+	}
+	for {
+		more, err := st.Step()
+		if err != nil || !more {
+			return err
+		}
+		if err := fn(st); err != nil {
+			return err
+		}
+	}
+}
+
+// queryRow runs a statement that returns exactly one row and calls fn on
+// it.
+func queryRow(conn *sqlite.Conn, sql string, fn func(st *sqlite.Stmt)) error {
+	rows := 0
+	err := query(conn, sql, func(st *sqlite.Stmt) error {
+		if rows++; rows == 1 {
+			fn(st)
+		}
+		return nil
+	})
+	if err == nil && rows == 0 {
+		err = errors.New("no rows")
+	}
+	return err
+}
+
+func inspect(conn *sqlite.Conn) (Meta, []Column, int64, error) {
 	var meta Meta
-	tables, err := queryStrings(ctx, db, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	tables, err := queryStrings(conn, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
 	if err != nil {
 		return meta, nil, 0, invalidf("read the schema: %v", err)
 	}
 	if len(tables) != 2 {
 		return meta, nil, 0, invalidf("%d tables, want 2", len(tables))
 	}
-	mcols, err := tableColumns(ctx, db, MetadataTable)
+	mcols, err := tableColumns(conn, MetadataTable)
 	if err != nil {
 		return meta, nil, 0, err
 	}
@@ -98,15 +149,21 @@ func inspect(ctx context.Context, db *sql.DB) (Meta, []Column, int64, error) {
 		return meta, nil, 0, invalidf("%s does not have the format-1 columns", MetadataTable)
 	}
 	var n int64
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM "_syncular_segment"`).Scan(&n); err != nil {
+	if err := queryRow(conn, `SELECT COUNT(*) FROM "_syncular_segment"`, func(st *sqlite.Stmt) { n = st.ColumnInt64(0) }); err != nil {
 		return meta, nil, 0, invalidf("read %s: %v", MetadataTable, err)
 	}
 	if n != 1 {
 		return meta, nil, 0, invalidf("%s has %d rows, want 1", MetadataTable, n)
 	}
 	var format, rowCount int64
-	err = db.QueryRowContext(ctx, `SELECT format, "table", schemaVersion, asOfCommitSeq, scopeDigest, rowCount FROM "_syncular_segment"`).
-		Scan(&format, &meta.Table, &meta.SchemaVersion, &meta.AsOfCommitSeq, &meta.ScopeDigest, &rowCount)
+	err = queryRow(conn, `SELECT format, "table", schemaVersion, asOfCommitSeq, scopeDigest, rowCount FROM "_syncular_segment"`, func(st *sqlite.Stmt) {
+		format = st.ColumnInt64(0)
+		meta.Table = st.ColumnText(1)
+		meta.SchemaVersion = st.ColumnInt32(2)
+		meta.AsOfCommitSeq = st.ColumnInt64(3)
+		meta.ScopeDigest = st.ColumnText(4)
+		rowCount = st.ColumnInt64(5)
+	})
 	if err != nil {
 		return meta, nil, 0, invalidf("read %s: %v", MetadataTable, err)
 	}
@@ -120,7 +177,7 @@ func inspect(ctx context.Context, db *sql.DB) (Meta, []Column, int64, error) {
 	if data != meta.Table {
 		return meta, nil, 0, invalidf("the data table is %q, the metadata names %q", data, meta.Table)
 	}
-	cols, err := tableColumns(ctx, db, data)
+	cols, err := tableColumns(conn, data)
 	if err != nil {
 		return meta, nil, 0, err
 	}
@@ -128,7 +185,7 @@ func inspect(ctx context.Context, db *sql.DB) (Meta, []Column, int64, error) {
 	if last < 1 || !sameColumns(cols[last:], []Column{{Name: VersionColumn, DeclType: "INTEGER", NotNull: true}}) {
 		return meta, nil, 0, invalidf("the data table does not end with %s INTEGER NOT NULL", VersionColumn)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+quoteIdent(data)).Scan(&n); err != nil {
+	if err := queryRow(conn, `SELECT COUNT(*) FROM `+quoteIdent(data), func(st *sqlite.Stmt) { n = st.ColumnInt64(0) }); err != nil {
 		return meta, nil, 0, invalidf("count rows: %v", err)
 	}
 	if n != rowCount {
@@ -137,44 +194,28 @@ func inspect(ctx context.Context, db *sql.DB) (Meta, []Column, int64, error) {
 	return meta, cols[:last], rowCount, nil
 }
 
-func queryStrings(ctx context.Context, db *sql.DB, query string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+func queryStrings(conn *sqlite.Conn, sql string) ([]string, error) {
 	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	err := query(conn, sql, func(st *sqlite.Stmt) error {
+		out = append(out, st.ColumnText(0))
+		return nil
+	})
+	return out, err
 }
 
 // tableColumns reads a table's columns from PRAGMA table_info.
-func tableColumns(ctx context.Context, db *sql.DB, table string) ([]Column, error) {
-	rows, err := db.QueryContext(ctx, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, table)
-	if err != nil {
-		return nil, invalidf("read the columns of %s: %v", table, err)
-	}
-	defer rows.Close()
+func tableColumns(conn *sqlite.Conn, table string) ([]Column, error) {
 	var cols []Column
-	for rows.Next() {
-		var (
-			c       Column
-			notNull int
-			pk      int
-		)
-		if err := rows.Scan(&c.Name, &c.DeclType, &notNull, &pk); err != nil {
-			return nil, invalidf("read the columns of %s: %v", table, err)
-		}
-		c.NotNull, c.PrimaryKey = notNull != 0, pk != 0
-		cols = append(cols, c)
-	}
-	if err := rows.Err(); err != nil {
+	err := query(conn, `SELECT name, type, "notnull", pk FROM pragma_table_info(?)`, func(st *sqlite.Stmt) error {
+		cols = append(cols, Column{
+			Name:       st.ColumnText(0),
+			DeclType:   st.ColumnText(1),
+			NotNull:    st.ColumnInt64(2) != 0,
+			PrimaryKey: st.ColumnInt64(3) != 0,
+		})
+		return nil
+	}, table)
+	if err != nil {
 		return nil, invalidf("read the columns of %s: %v", table, err)
 	}
 	return cols, nil
@@ -244,8 +285,8 @@ func Verify(ctx context.Context, image []byte, want Expect) error {
 // checks each cell's storage class against its column's type.
 func ReadRows(ctx context.Context, image []byte, cols []wire.Column, pk int) ([]Row, error) {
 	var out []Row
-	err := withImage(ctx, image, func(db *sql.DB) error {
-		meta, _, _, err := inspect(ctx, db)
+	err := withImage(ctx, image, func(conn *sqlite.Conn) error {
+		meta, _, _, err := inspect(conn)
 		if err != nil {
 			return err
 		}
@@ -257,37 +298,47 @@ func ReadRows(ctx context.Context, image []byte, cols []wire.Column, pk int) ([]
 			names = append(names, quoteIdent(c.Name))
 		}
 		names = append(names, quoteIdent(VersionColumn))
-		rows, err := db.QueryContext(ctx, "SELECT "+strings.Join(names, ", ")+" FROM "+quoteIdent(meta.Table)+
-			" ORDER BY "+quoteIdent(cols[pk].Name))
-		if err != nil {
-			return invalidf("read rows: %v", err)
-		}
-		defer rows.Close()
-		cells := make([]any, len(names))
-		ptrs := make([]any, len(names))
-		for i := range cells {
-			ptrs[i] = &cells[i]
-		}
-		for rows.Next() {
-			if err := rows.Scan(ptrs...); err != nil {
-				return invalidf("read rows: %v", err)
-			}
+		err = query(conn, "SELECT "+strings.Join(names, ", ")+" FROM "+quoteIdent(meta.Table)+
+			" ORDER BY "+quoteIdent(cols[pk].Name), func(st *sqlite.Stmt) error {
 			r := Row{Values: make([]wire.Value, len(cols))}
 			for i, c := range cols {
-				if err := decodeCell(c, cells[i], &r.Values[i]); err != nil {
+				if err := decodeCell(c, cell(st, i), &r.Values[i]); err != nil {
 					return invalidf("row %d: %v", len(out), err)
 				}
 			}
-			v, ok := cells[len(cols)].(int64)
+			v, ok := cell(st, len(cols)).(int64)
 			if !ok || v < 1 {
-				return invalidf("row %d: %s is %v", len(out), VersionColumn, cells[len(cols)])
+				return invalidf("row %d: %s is %v", len(out), VersionColumn, cell(st, len(cols)))
 			}
 			r.ServerVersion = v
 			out = append(out, r)
+			return nil
+		})
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			return invalidf("read rows: %v", err)
 		}
-		return rows.Err()
+		return err
 	})
 	return out, err
+}
+
+// cell returns column i of the current row as its storage class's Go
+// value: nil, int64, float64, string or []byte (non-nil, empty for an
+// empty blob).
+func cell(st *sqlite.Stmt, i int) any {
+	switch st.ColumnType(i) {
+	case sqlite.TypeInteger:
+		return st.ColumnInt64(i)
+	case sqlite.TypeFloat:
+		return st.ColumnFloat(i)
+	case sqlite.TypeText:
+		return st.ColumnText(i)
+	case sqlite.TypeBlob:
+		b := make([]byte, st.ColumnLen(i))
+		st.ColumnBytes(i, b)
+		return b
+	}
+	return nil
 }
 
 // decodeCell turns a cell back into a value of column c.

@@ -1,0 +1,175 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/store/storetest"
+)
+
+// TestConnectionSettings: the writer is in WAL with the configured
+// synchronous level and foreign keys off; read connections are query-only.
+func TestConnectionSettings(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	var (
+		mode     string
+		sync, fk int64
+	)
+	err := s.w.do(t.Context(), func(_ context.Context, c *conn) error {
+		if err := c.queryRowOnce("PRAGMA journal_mode", &mode); err != nil {
+			return err
+		}
+		if err := c.queryRowOnce("PRAGMA synchronous", &sync); err != nil {
+			return err
+		}
+		return c.queryRowOnce("PRAGMA foreign_keys", &fk)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != "wal" || sync != 2 || fk != 0 {
+		t.Errorf("writer: journal_mode %q, synchronous %d, foreign_keys %d; want wal, 2 (FULL), 0", mode, sync, fk)
+	}
+	err = s.read(t.Context(), func(c *conn) error {
+		return c.execOnce("CREATE TABLE read_conn_write(x)")
+	})
+	if err == nil {
+		t.Error("a read connection created a table")
+	}
+}
+
+// TestMemoryPath: a throw-away database runs with synchronous OFF and is
+// removed on Close.
+func TestMemoryPath(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), Config{Path: MemoryPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sync int64
+	err = s.w.do(t.Context(), func(_ context.Context, c *conn) error {
+		return c.queryRowOnce("PRAGMA synchronous", &sync)
+	})
+	if err != nil || sync != 0 {
+		t.Errorf("synchronous = %d, %v; want 0 (OFF)", sync, err)
+	}
+	dir := s.tempDir
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("temporary directory after Close: %v", err)
+	}
+}
+
+func TestBadSynchronous(t *testing.T) {
+	t.Parallel()
+	if s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "sync.db"), Synchronous: "SOMETIMES"}); err == nil {
+		s.Close()
+		t.Fatal("Open accepted synchronous SOMETIMES")
+	}
+}
+
+// TestClosed: every method reports store.ErrClosed after Close.
+func TestClosed(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := t.Context()
+	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Row(ctx, "p", storetest.TableTasks, "t1"); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Row after Close = %v", err)
+	}
+	if _, err := s.Partition(ctx, "p"); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Partition after Close = %v", err)
+	}
+	if _, err := s.TouchPartition(ctx, "p", 1, "e"); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("TouchPartition after Close = %v", err)
+	}
+	err := s.Write(ctx, "p", func(context.Context, store.WriteTx) error { return nil })
+	if !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Write after Close = %v", err)
+	}
+}
+
+// TestReadCancelled: a read under a cancelled context fails with the
+// context's error and leaves the connection usable.
+func TestReadCancelled(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	if err := s.EnsureSchema(t.Context(), storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Partition(ctx, "p"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Partition under a cancelled context = %v", err)
+	}
+	// A long statement interrupted by the cancellation.
+	ctx, cancel = context.WithCancel(t.Context())
+	err := s.read(ctx, func(c *conn) error {
+		cancel()
+		var n int64
+		return c.queryRow(`WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM r) SELECT count(*) FROM r`).Scan(&n)
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("interrupted read = %v", err)
+	}
+	for range s.cfg.ReadConns + 1 {
+		if _, err := s.Partition(t.Context(), "p"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Partition after an interrupted read = %v", err)
+		}
+	}
+}
+
+// TestBlobNullAndEmpty: NULL and empty BLOB values read back as nil and
+// as an empty non-nil slice.
+func TestBlobNullAndEmpty(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := t.Context()
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	nilCV := storetest.Task{ID: "t1", ProjectID: "p"}.RowWrite(t, 1)
+	emptyCV := storetest.Task{ID: "t2", ProjectID: "p", Blob: []byte{}}.RowWrite(t, 1)
+	emptyCV.ColumnVersions = []byte{}
+	for _, w := range []store.RowWrite{nilCV, emptyCV} {
+		storetest.ApplyUpsert(t, s, "p", w)
+	}
+	got1, err := s.Row(ctx, "p", storetest.TableTasks, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got1.ColumnVersions != nil {
+		t.Errorf("NULL column versions read as %#v", got1.ColumnVersions)
+	}
+	got2, err := s.Row(ctx, "p", storetest.TableTasks, "t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got2.ColumnVersions == nil || len(got2.ColumnVersions) != 0 {
+		t.Errorf("empty column versions read as %#v", got2.ColumnVersions)
+	}
+	if !bytes.Equal(got2.Payload, emptyCV.Payload) {
+		t.Errorf("payload %x, want %x", got2.Payload, emptyCV.Payload)
+	}
+	var typ string
+	err = s.read(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT typeof("blob") FROM tasks WHERE _sync_row_id='t2'`).Scan(&typ)
+	})
+	if err != nil || typ != "blob" {
+		t.Errorf("typed empty bytes column: %q, %v; want blob", typ, err)
+	}
+}
