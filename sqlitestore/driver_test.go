@@ -6,6 +6,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -171,5 +173,13 @@ func TestBlobNullAndEmpty(t *testing.T) {
 	})
 	if err != nil || typ != "blob" {
 		t.Errorf("typed empty bytes column: %q, %v; want blob", typ, err)
+	}
+}
+
+// TestWindowChunkInline keeps the window query's inline LIMIT equal to
+// windowChunk, which the chunk loop relies on.
+func TestWindowChunkInline(t *testing.T) {
+	if !strings.Contains(windowSQL, "LIMIT "+strconv.Itoa(windowChunk)+")") {
+		t.Fatalf("windowSQL's LIMIT differs from windowChunk %d", windowChunk)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/syncgo/syncgo/store"
@@ -148,19 +147,22 @@ func (w *windowReader) add(c store.Commit) bool {
 	return true
 }
 
-// windowSQL has its chunk size inline: a bound LIMIT would make SQLite
-// re-prepare the statement at every execution.
-var windowSQL = `WITH cand AS (
+// windowSQL has its chunk size (windowChunk) inline: a bound LIMIT would
+// make SQLite re-prepare the statement at every execution. The CROSS JOINs
+// pin the join order: the candidates drive, each looked up by primary key;
+// left to itself the planner drove the join from sync_changes by partition
+// alone, a scan of the whole log per chunk (quadratic catch-up).
+const windowSQL = `WITH cand AS (
   SELECT DISTINCT commit_seq FROM sync_change_scopes
    WHERE partition=?1 AND tbl=?2 AND var=?3
      AND value IN (SELECT value FROM json_each(?4))
      AND commit_seq > ?5 AND commit_seq <= ?6
-   ORDER BY commit_seq LIMIT ` + strconv.Itoa(windowChunk) + `)
+   ORDER BY commit_seq LIMIT 512)
 SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
   FROM cand
-  JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=cand.commit_seq
-  JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=cand.commit_seq AND ch.tbl=?2
+  CROSS JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=cand.commit_seq
+  CROSS JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=cand.commit_seq AND ch.tbl=?2
  ORDER BY cand.commit_seq, ch.idx`
 
 // readWindowChunk reads up to windowChunk candidate commits after `after`. It
