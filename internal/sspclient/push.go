@@ -1,11 +1,8 @@
 package sspclient
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 
 	"github.com/syncgo/syncgo/wire"
 )
@@ -31,30 +28,5 @@ func (c *Client) Push(ctx context.Context) (*RoundResult, error) {
 	}
 	req.Pull, req.Subscriptions = nil, nil
 	rs.reqSubs = map[string]sentSub{}
-	body, err := req.MarshalBinary()
-	if err != nil {
-		return nil, fmt.Errorf("sspclient: encode request: %w", err)
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/sync", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	hreq.Header.Set("Content-Type", ContentType)
-	c.setCommonHeaders(hreq)
-	resp, err := c.opts.HTTPClient.Do(hreq)
-	if err != nil {
-		return nil, fmt.Errorf("sspclient: sync request: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, readHTTPError(resp)
-	}
-	rs.res.ContentEncoding = resp.Header.Get("Content-Encoding")
-	dec, closeDec, err := decodedBody(resp)
-	if err != nil {
-		return rs.res, err
-	}
-	defer closeDec()
-	err = rs.read(ctx, wire.NewDecoder(dec, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20}))
-	return rs.res, err
+	return c.exchange(ctx, req, rs)
 }

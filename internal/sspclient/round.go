@@ -109,6 +109,11 @@ func (c *Client) Round(ctx context.Context) (*RoundResult, error) {
 	c.roundMu.Lock()
 	defer c.roundMu.Unlock()
 	req, rs := c.buildRequest()
+	return c.exchange(ctx, req, rs)
+}
+
+// exchange sends a request and applies its response as it streams in.
+func (c *Client) exchange(ctx context.Context, req *wire.Request, rs *roundState) (*RoundResult, error) {
 	body, err := req.MarshalBinary()
 	if err != nil {
 		return nil, fmt.Errorf("sspclient: encode request: %w", err)
