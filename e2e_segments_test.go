@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -130,4 +131,48 @@ func wantHTTPError(t *testing.T, what string, status int, code string, err error
 	if !errors.As(err, &he) || he.StatusCode != status || he.Code() != code {
 		t.Fatalf("%s: got %v; want HTTP %d %s", what, err, status, code)
 	}
+}
+
+// NeverInline: a client that accepts inline and external rows gets every
+// page by reference, even a tiny one; the default inlines it; a client
+// that accepts only inline rows still gets them inline.
+func TestE2ENeverInline(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		for _, tc := range []struct {
+			name   string
+			limit  int
+			accept uint8
+			refs   bool
+		}{
+			{"default inlines", 0, wire.AcceptInlineRows | wire.AcceptExternalRows, false},
+			{"never inline", syncgo.NeverInline, wire.AcceptInlineRows | wire.AcceptExternalRows, true},
+			{"never inline, inline-only client", syncgo.NeverInline, wire.AcceptInlineRows, false},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = tc.limit })
+				w := e.client("writer", sspclient.Options{})
+				mustUpsert(t, w, taskRow("a1", "p1", "one small row"))
+				syncQuiet(t, w)
+				c := e.client("alice", sspclient.Options{Accept: tc.accept})
+				mustSubscribe(t, c, "tasks-p1", "p1")
+				segments, refs := 0, 0
+				for _, res := range syncQuiet(t, c) {
+					for _, s := range res.Sections {
+						segments += s.Segments
+						refs += len(s.Refs)
+					}
+				}
+				if segments == 0 {
+					t.Fatal("bootstrap sent no segment")
+				}
+				if got := refs == segments; got != tc.refs {
+					t.Fatalf("%d of %d segments by reference; want all by reference: %v", refs, segments, tc.refs)
+				}
+				if refs > 0 && refs != segments {
+					t.Fatalf("%d of %d segments by reference; want all or none", refs, segments)
+				}
+				sameRows(t, "client vs server", clientRows(t, c, "tasks"), e.serverRows("tasks"))
+			})
+		}
+	})
 }

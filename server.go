@@ -36,6 +36,10 @@ type CommitNotice = engine.CommitNotice
 // Limits are the protocol limits a host may configure.
 type Limits = engine.Limits
 
+// NeverInline, as Limits.InlineSegmentMaxBytes, sends every rows segment
+// by reference (SEGMENT_REF) to clients that accept external segments.
+const NeverInline = engine.NeverInline
+
 // RealtimeConfig tunes the realtime channel (§8). Zero fields take the
 // defaults noted.
 type RealtimeConfig struct {

@@ -33,15 +33,65 @@ type createRequest struct {
 	Leases     json.RawMessage `json:"leases"`
 }
 
-// createLimits are the instance limits; absent fields take the server
-// defaults.
+// createLimits are the instance limits; absent fields (nil) take the
+// server defaults, and an explicit 0 is a value of its own.
 type createLimits struct {
-	MaxOperationsPerRequest       int   `json:"maxOperationsPerRequest"`
-	InlineSegmentMaxBytes         int   `json:"inlineSegmentMaxBytes"`
-	SegmentTTLMs                  int64 `json:"segmentTtlMs"`
-	MaxCascadeOperationsPerCommit int   `json:"maxCascadeOperationsPerCommit"`
-	MaxDeltaBytes                 int   `json:"maxDeltaBytes"`
-	MaxPresenceBytes              int   `json:"maxPresenceBytes"`
+	MaxOperationsPerRequest       *int   `json:"maxOperationsPerRequest"`
+	InlineSegmentMaxBytes         *int   `json:"inlineSegmentMaxBytes"`
+	SegmentTTLMs                  *int64 `json:"segmentTtlMs"`
+	MaxCascadeOperationsPerCommit *int   `json:"maxCascadeOperationsPerCommit"`
+	MaxDeltaBytes                 *int   `json:"maxDeltaBytes"`
+	MaxPresenceBytes              *int   `json:"maxPresenceBytes"`
+}
+
+// serverLimits maps the instance limits onto the server's: an explicit
+// inlineSegmentMaxBytes of 0 means "never inline"; an explicit 0 for the
+// others (which a server cannot run with) is refused.
+func (l *createLimits) serverLimits() (syncgo.Limits, syncgo.RealtimeConfig, error) {
+	var limits syncgo.Limits
+	var rt syncgo.RealtimeConfig
+	if l == nil {
+		return limits, rt, nil
+	}
+	positive := func(name string, v *int, dst *int) error {
+		if v == nil {
+			return nil
+		}
+		if *v <= 0 {
+			return fmt.Errorf("limits.%s must be positive, got %d", name, *v)
+		}
+		*dst = *v
+		return nil
+	}
+	if err := positive("maxOperationsPerRequest", l.MaxOperationsPerRequest, &limits.MaxOperationsPerRequest); err != nil {
+		return limits, rt, err
+	}
+	if err := positive("maxCascadeOperationsPerCommit", l.MaxCascadeOperationsPerCommit, &limits.MaxCascadeOperations); err != nil {
+		return limits, rt, err
+	}
+	if err := positive("maxDeltaBytes", l.MaxDeltaBytes, &rt.MaxDeltaBytes); err != nil {
+		return limits, rt, err
+	}
+	if err := positive("maxPresenceBytes", l.MaxPresenceBytes, &rt.MaxPresenceBytes); err != nil {
+		return limits, rt, err
+	}
+	if v := l.InlineSegmentMaxBytes; v != nil {
+		switch {
+		case *v < 0:
+			return limits, rt, fmt.Errorf("limits.inlineSegmentMaxBytes must not be negative, got %d", *v)
+		case *v == 0:
+			limits.InlineSegmentMaxBytes = syncgo.NeverInline
+		default:
+			limits.InlineSegmentMaxBytes = *v
+		}
+	}
+	if v := l.SegmentTTLMs; v != nil {
+		if *v <= 0 {
+			return limits, rt, fmt.Errorf("limits.segmentTtlMs must be positive, got %d", *v)
+		}
+		limits.SegmentTTL = time.Duration(*v) * time.Millisecond
+	}
+	return limits, rt, nil
 }
 
 // instance is one throw-away server: its own storage, virtual clock,
@@ -113,14 +163,11 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 		return nil, http.StatusInternalServerError, err
 	}
 	in.store = newInstanceStore(st)
-	var limits syncgo.Limits
-	var rt syncgo.RealtimeConfig
-	if l := req.Limits; l != nil {
-		limits.MaxOperationsPerRequest = l.MaxOperationsPerRequest
-		limits.InlineSegmentMaxBytes = l.InlineSegmentMaxBytes
-		limits.SegmentTTL = time.Duration(l.SegmentTTLMs) * time.Millisecond
-		limits.MaxCascadeOperations = l.MaxCascadeOperationsPerCommit
-		rt.MaxDeltaBytes, rt.MaxPresenceBytes = l.MaxDeltaBytes, l.MaxPresenceBytes
+	limits, rt, err := req.Limits.serverLimits()
+	if err != nil {
+		in.store.Close()
+		os.RemoveAll(in.dir)
+		return nil, http.StatusBadRequest, err
 	}
 	in.srv, err = syncgo.New(syncgo.Config{
 		Store:         in.store,

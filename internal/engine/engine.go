@@ -69,13 +69,19 @@ type Config struct {
 	Declarations []store.CheckpointDeclaration
 }
 
+// NeverInline is the InlineSegmentMaxBytes of a server that sends every
+// rows segment by reference to clients that accept external segments.
+const NeverInline = -1
+
 // Limits are the host-configured limits of the protocol.
 type Limits struct {
 	// MaxOperationsPerRequest caps the operations across all commits of a
 	// request (§6.1). Default 500.
 	MaxOperationsPerRequest int
 	// InlineSegmentMaxBytes is the largest rows segment sent inline
-	// (§5.7). Default 256 KiB.
+	// (§5.7) to a client that also accepts external segments. 0 means the
+	// default, 256 KiB; NeverInline (any negative value) sends every
+	// segment as a SEGMENT_REF to such clients.
 	InlineSegmentMaxBytes int
 	// SegmentTTL is how long a stored segment stays downloadable.
 	// Default 24 h.
@@ -105,7 +111,7 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxOperationsPerRequest <= 0 {
 		c.Limits.MaxOperationsPerRequest = 500
 	}
-	if c.Limits.InlineSegmentMaxBytes <= 0 {
+	if c.Limits.InlineSegmentMaxBytes == 0 {
 		c.Limits.InlineSegmentMaxBytes = 256 << 10
 	}
 	if c.Limits.SegmentTTL <= 0 {
