@@ -43,10 +43,9 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
-	var cursor any
-	if rec.Cursor >= 0 {
-		cursor = rec.Cursor
-	}
+	// No cursor is -1, as the reference stores it: its sync_clients.cursor
+	// is NOT NULL (0.15 to 0.20), so NULL would fail there.
+	cursor := max(rec.Cursor, -1)
 	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		return c.exec(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
 VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET actor_id=excluded.actor_id,

@@ -23,18 +23,36 @@ import (
 // synchronousModes are the accepted Config.Synchronous values.
 var synchronousModes = map[string]int64{"0": 0, "OFF": 0, "1": 1, "NORMAL": 1, "2": 2, "FULL": 2, "3": 3, "EXTRA": 3}
 
+// connRole is what a connection is opened for.
+type connRole int
+
+const (
+	// connWriter: the writer's connection, which creates a missing file.
+	connWriter connRole = iota
+	// connReader: a query-only connection of a read-write store.
+	connReader
+	// connReadOnly: a connection of a read-only store: the file is opened
+	// read-only (SQLite's mode=ro), never created.
+	connReadOnly
+)
+
 // openConn opens one connection on the database file at path with the
-// settings of cfg: busy timeout, synchronous, foreign keys off, and WAL
-// (set by the writer, which opens first). Read connections are
-// query-only.
-func openConn(path string, cfg Config, readOnly bool) (_ *conn, err error) {
+// settings of cfg: busy timeout, synchronous and foreign keys off. Read
+// connections are query-only. The writer switches the database to WAL
+// (useWAL) once the core tables are migrated.
+func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	level, ok := synchronousModes[strings.ToUpper(cfg.Synchronous)]
 	if !ok {
 		return nil, fmt.Errorf("synchronous %q: want one of OFF, NORMAL, FULL, EXTRA", cfg.Synchronous)
 	}
-	flags := sqlite.OpenReadWrite | sqlite.OpenCreate
-	if readOnly {
+	var flags sqlite.OpenFlags
+	switch role {
+	case connWriter:
+		flags = sqlite.OpenReadWrite | sqlite.OpenCreate
+	case connReader:
 		flags = sqlite.OpenReadWrite
+	case connReadOnly:
+		flags = sqlite.OpenReadOnly
 	}
 	sc, err := sqlite.OpenConn(path, flags)
 	if err != nil {
@@ -49,17 +67,8 @@ func openConn(path string, cfg Config, readOnly bool) (_ *conn, err error) {
 	// OpenConn installs a busy handler that waits until interrupted; the
 	// store waits BusyTimeoutMs for another process's lock instead.
 	sc.SetBusyTimeout(time.Duration(cfg.BusyTimeoutMs) * time.Millisecond)
-	if !readOnly {
-		var mode string
-		if err := c.queryRowOnce("PRAGMA journal_mode=WAL", &mode); err != nil {
-			return nil, fmt.Errorf("journal_mode: %w", err)
-		}
-		if !strings.EqualFold(mode, "wal") {
-			return nil, fmt.Errorf("journal_mode is %q, want wal", mode)
-		}
-	}
 	pragmas := []string{"PRAGMA synchronous=" + strings.ToUpper(cfg.Synchronous), "PRAGMA foreign_keys=OFF"}
-	if readOnly {
+	if role != connWriter {
 		pragmas = append(pragmas, "PRAGMA query_only=1")
 	}
 	for _, p := range pragmas {
@@ -75,6 +84,18 @@ func openConn(path string, cfg Config, readOnly bool) (_ *conn, err error) {
 		return nil, fmt.Errorf("synchronous is %d, want %d", got, level)
 	}
 	return c, nil
+}
+
+// useWAL puts the database in WAL mode (a no-op when it is).
+func useWAL(c *conn) error {
+	var mode string
+	if err := c.queryRowOnce("PRAGMA journal_mode=WAL", &mode); err != nil {
+		return fmt.Errorf("journal_mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal_mode is %q, want wal", mode)
+	}
+	return nil
 }
 
 // conn is one SQLite connection with its prepared statements. It is used
@@ -480,10 +501,10 @@ type readPool struct {
 }
 
 // openReadPool opens n read connections.
-func openReadPool(path string, cfg Config, n int) (*readPool, error) {
+func openReadPool(path string, cfg Config, n int, role connRole) (*readPool, error) {
 	p := &readPool{free: make(chan *conn, n), closed: make(chan struct{})}
 	for range n {
-		c, err := openConn(path, cfg, true)
+		c, err := openConn(path, cfg, role)
 		if err != nil {
 			p.close()
 			return nil, err
@@ -541,6 +562,28 @@ func (s *Store) read(ctx context.Context, fn func(c *conn) error) error {
 		}
 	}
 	return err
+}
+
+// readTx runs fn on a read connection inside one read transaction, so
+// that its statements see one snapshot.
+func (s *Store) readTx(ctx context.Context, fn func(c *conn) error) error {
+	return s.read(ctx, func(c *conn) (err error) {
+		if err := c.exec("BEGIN"); err != nil {
+			return err
+		}
+		defer func() {
+			end := "COMMIT"
+			if err != nil {
+				end = "ROLLBACK"
+			}
+			// A read transaction: ending it cannot lose anything, but a
+			// connection left inside one would pin its snapshot.
+			if endErr := c.exec(end); endErr != nil && err == nil {
+				err = endErr
+			}
+		}()
+		return fn(c)
+	})
 }
 
 // isUniqueViolation reports a UNIQUE or PRIMARY KEY constraint failure.

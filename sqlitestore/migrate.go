@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/syncgo/syncgo/schema"
@@ -86,8 +87,9 @@ func nullability(notNull bool) string {
 // case-insensitively) and nullability, and the primary key must be
 // (_sync_partition, _sync_row_id). App-column types and nullability are
 // the stored layout's business: columns a migration added are nullable in
-// the database whatever the schema says.
-func checkPhysical(t *schema.CompiledTable, cols []physicalColumn) error {
+// the database whatever the schema says. With upgradable, a missing
+// _sync_column_versions (which Upgrade adds) is not a mismatch.
+func checkPhysical(t *schema.CompiledTable, cols []physicalColumn, upgradable bool) error {
 	if len(cols) == 0 {
 		return physicalMismatch(map[string]any{"table": t.Name(), "reason": "missing_table"})
 	}
@@ -96,12 +98,15 @@ func checkPhysical(t *schema.CompiledTable, cols []physicalColumn) error {
 		byName[c.name] = c
 	}
 	for _, name := range expectedColumns(t) {
-		if _, ok := byName[name]; !ok {
+		if _, ok := byName[name]; !ok && !(upgradable && name == columnVersionsColumn) {
 			return physicalMismatch(map[string]any{"table": t.Name(), "column": name, "reason": "missing_column"})
 		}
 	}
 	for _, m := range metaColumns {
-		got := byName[m.name]
+		got, ok := byName[m.name]
+		if !ok {
+			continue // an upgradable column (the loop above refused the others)
+		}
 		if !strings.EqualFold(got.typ, m.typ) {
 			return physicalMismatch(map[string]any{"table": t.Name(), "column": m.name, "reason": "type", "expected": m.typ, "actual": got.typ})
 		}
@@ -126,13 +131,13 @@ func checkPhysical(t *schema.CompiledTable, cols []physicalColumn) error {
 }
 
 // checkPhysicalLayout checks every table of the schema; it writes nothing.
-func checkPhysicalLayout(c *conn, cs *compiledSchema) error {
+func checkPhysicalLayout(c *conn, cs *compiledSchema, upgradable bool) error {
 	for _, t := range cs.schema.Tables() {
 		cols, err := physicalColumns(c, t.Name())
 		if err != nil {
 			return err
 		}
-		if err := checkPhysical(t, cols); err != nil {
+		if err := checkPhysical(t, cols, upgradable); err != nil {
 			return err
 		}
 	}
@@ -154,10 +159,16 @@ func checkPhysicalLayout(c *conn, cs *compiledSchema) error {
 // conflict rows keep the layout they were recorded with.
 func migrate(c *conn, cs *compiledSchema, old schema.Layout, decls []store.CheckpointDeclaration, nowMs int64) error {
 	sc := cs.schema
-	if err := schema.CheckAppendOnly(old, sc.Layout()); err != nil {
-		return &store.Error{Code: store.CodeSchemaMigrationPending, Message: "the stored layout cannot be migrated by appending nullable columns",
-			Details: map[string]any{"runningSchemaVersion": sc.Version()}, Err: err}
+	if err := checkAppendOnly(old, sc); err != nil {
+		return err
 	}
+	if err := c.exec(`CREATE TABLE IF NOT EXISTS sync_schema_meta(
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  schema_version INTEGER NOT NULL,
+  layouts TEXT NOT NULL DEFAULT '{}')`); err != nil {
+		return fmt.Errorf("create marker table: %w", err)
+	}
+	c.forget()
 	backfill := map[string]bool{}
 	for _, t := range sc.Tables() {
 		ts := cs.tables[t.Name()]
@@ -171,8 +182,8 @@ func migrate(c *conn, cs *compiledSchema, old schema.Layout, decls []store.Check
 			for _, col := range cols {
 				have[col.name] = true
 			}
-			if !have["_sync_column_versions"] {
-				ddl = append(ddl, "ALTER TABLE "+ts.name+" ADD COLUMN _sync_column_versions BLOB")
+			if !have[columnVersionsColumn] {
+				ddl = append(ddl, addColumnVersions(ts))
 			}
 			if t.Materialize() {
 				stored, _ := old.Table(t.Name())
@@ -186,11 +197,13 @@ func migrate(c *conn, cs *compiledSchema, old schema.Layout, decls []store.Check
 					backfill[t.Name()] = backfill[t.Name()] || i < len(stored)
 				}
 			}
-			drops, err := staleIndexes(c, ts)
+			stale, _, err := ownedIndexes(c, ts)
 			if err != nil {
 				return err
 			}
-			ddl = append(ddl, drops...)
+			for _, name := range stale {
+				ddl = append(ddl, "DROP INDEX IF EXISTS "+quoteIdent(name))
+			}
 		}
 		ddl = append(ddl, ts.createDDL()...)
 		for _, stmt := range ddl {
@@ -221,10 +234,12 @@ ON CONFLICT(id) DO UPDATE SET schema_version=excluded.schema_version, layouts=ex
 	return raiseAllFences(c, sc.Version())
 }
 
-// staleIndexes returns the DROP statements of the server-owned indexes
-// (named with schema.IndexPrefix) of the table that are not declared, or
-// are declared differently; createDDL then creates the missing ones.
-func staleIndexes(c *conn, ts *tableSQL) ([]string, error) {
+// ownedIndexes reads the server-owned indexes (named with
+// schema.IndexPrefix) of the table: stale are those that are not declared,
+// or are declared differently (the reference before 0.21 did not lead
+// them with _sync_partition), present all of them by name; createDDL
+// creates the missing ones.
+func ownedIndexes(c *conn, ts *tableSQL) (stale []string, present map[string]bool, err error) {
 	type index struct {
 		unique  bool
 		columns string
@@ -239,21 +254,73 @@ func staleIndexes(c *conn, ts *tableSQL) ([]string, error) {
   (SELECT group_concat(name, char(0)) FROM (SELECT name FROM pragma_index_info(l.name) ORDER BY seqno))
 FROM pragma_index_list(?) l WHERE substr(l.name, 1, length(?)) = ?`, ts.t.Name(), schema.IndexPrefix, schema.IndexPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("read indexes of %s: %w", ts.t.Name(), err)
+		return nil, nil, fmt.Errorf("read indexes of %s: %w", ts.t.Name(), err)
 	}
 	defer rows.Close()
-	var drops []string
+	present = map[string]bool{}
 	for rows.Next() {
 		var name string
 		var ix index
 		if err := rows.Scan(&name, &ix.unique, &ix.columns); err != nil {
-			return nil, fmt.Errorf("read indexes of %s: %w", ts.t.Name(), err)
+			return nil, nil, fmt.Errorf("read indexes of %s: %w", ts.t.Name(), err)
 		}
+		present[name] = true
 		if want, ok := declared[name]; !ok || want != ix {
-			drops = append(drops, "DROP INDEX IF EXISTS "+quoteIdent(name))
+			stale = append(stale, name)
 		}
 	}
-	return drops, rows.Err()
+	return stale, present, rows.Err()
+}
+
+// columnVersionsColumn is the per-column version record of an app table,
+// which the reference before 0.21 did not have (wire version 3 needs it).
+const columnVersionsColumn = "_sync_column_versions"
+
+func addColumnVersions(ts *tableSQL) string {
+	return "ALTER TABLE " + ts.name + " ADD COLUMN " + columnVersionsColumn + " BLOB"
+}
+
+// planUpgrade returns what Upgrade does to the existing app tables of cs
+// (a database the reference 0.15 to 0.20 line wrote): the missing
+// _sync_column_versions column (NULL: every column at the row's version),
+// and the declared indexes rebuilt in the storage's shape (led by
+// _sync_partition, so unique per partition) or created. Nothing is
+// rewritten: rows, payloads, the log and the cursors stay as they are.
+// Tables that do not exist are not its business (EnsureSchema creates
+// them, or refuses). It only reads.
+func planUpgrade(c *conn, cs *compiledSchema) ([]ddlStep, error) {
+	var steps []ddlStep
+	for _, t := range cs.schema.Tables() {
+		ts := cs.tables[t.Name()]
+		cols, err := physicalColumns(c, t.Name())
+		if err != nil {
+			return nil, err
+		}
+		if len(cols) == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(cols, func(col physicalColumn) bool { return col.name == columnVersionsColumn }) {
+			steps = append(steps, ddlStep{line: "add column " + t.Name() + "." + columnVersionsColumn, sql: addColumnVersions(ts)})
+		}
+		if !t.Materialize() {
+			continue
+		}
+		stale, present, err := ownedIndexes(c, ts)
+		if err != nil {
+			return nil, err
+		}
+		create := ts.createDDL()[1:] // the CREATE INDEX statements, in declaration order
+		for i, ix := range t.Indexes() {
+			switch {
+			case slices.Contains(stale, ix.PhysicalName):
+				steps = append(steps, ddlStep{line: "rebuild index " + ix.PhysicalName + " on " + t.Name(),
+					sql: "DROP INDEX " + quoteIdent(ix.PhysicalName) + ";\n" + create[i]})
+			case !present[ix.PhysicalName]:
+				steps = append(steps, ddlStep{line: "create index " + ix.PhysicalName + " on " + t.Name(), sql: create[i]})
+			}
+		}
+	}
+	return steps, nil
 }
 
 // rewriteBatch is the number of rows a migration reads per page.

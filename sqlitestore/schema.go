@@ -103,8 +103,15 @@ func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Compiled) error {
 	return s.EnsureSchemaWith(ctx, sc, nil)
 }
 
-// EnsureSchemaWith brings the database to sc, or checks it, in one writer
-// function (one transaction that no write interleaves with):
+func newCompiledSchema(sc *schema.Compiled) *compiledSchema {
+	cs := &compiledSchema{schema: sc, tables: map[string]*tableSQL{}}
+	for _, t := range sc.Tables() {
+		cs.tables[t.Name()] = newTableSQL(t)
+	}
+	return cs
+}
+
+// EnsureSchemaWith brings the database to sc, or checks it:
 //
 //   - first the migration barrier: a checkpoint at sc's version that is not
 //     activated and not among decls refuses with
@@ -112,44 +119,53 @@ func (s *Store) EnsureSchema(ctx context.Context, sc *schema.Compiled) error {
 //   - a newer marker is store.ErrSchemaNewer;
 //   - an equal marker must hold sc's layout
 //     (sync.storage.stored_layout_mismatch) and the tables the storage
-//     layout (sync.storage.physical_layout_mismatch); nothing is written;
+//     layout (sync.storage.physical_layout_mismatch); a database that
+//     lacks only what Upgrade adds (written by an older server line) is
+//     refused with sync.storage.schema_migration_pending, telling the
+//     operator to run `syncgo migrate`; nothing is written;
 //   - an older or absent marker is migrated (see migrate), which installs
 //     decls and raises every partition's writer fence to sc's version.
+//
+// The decision is read first on a read connection, so a database that
+// needs nothing (the usual restart) or is refused never takes the write
+// lock; a migration runs as one writer function (one transaction that no
+// write interleaves with), which decides again on what it sees.
 //
 // On success sc becomes the running schema of the store: its tables are
 // the ones Write and the reads accept, and its version stamps appended
 // commits.
 func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls []store.CheckpointDeclaration) error {
-	cs := &compiledSchema{schema: sc, tables: map[string]*tableSQL{}}
-	for _, t := range sc.Tables() {
-		cs.tables[t.Name()] = newTableSQL(t)
-	}
-	nowMs := time.Now().UnixMilli()
-	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
-		if err := checkBarrier(c, sc.Version(), decls); err != nil {
-			return err
-		}
-		m, found, err := readMarkerOn(c)
-		if err != nil {
-			return err
-		}
-		switch {
-		case found && m.SchemaVersion > sc.Version():
-			return fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, m.SchemaVersion, sc.Version())
-		case found && m.SchemaVersion == sc.Version():
-			if err := store.CheckStoredLayout(m.Layout, sc.Layout()); err != nil {
-				return err
-			}
-			return checkPhysicalLayout(c, cs)
-		}
-		var old schema.Layout
-		if found {
-			old = m.Layout
-		}
-		return migrate(c, cs, old, decls, nowMs)
+	cs := newCompiledSchema(sc)
+	var plan schemaPlan
+	err := s.readTx(ctx, func(c *conn) error {
+		var err error
+		plan, err = planSchemaOn(c, cs, decls)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
+	}
+	switch plan.action {
+	case store.SchemaRefuse, store.SchemaUpgradeNeeded:
+		return fmt.Errorf("ensure schema: %w", plan.refusal)
+	case store.SchemaCreate, store.SchemaMigrate:
+		nowMs := time.Now().UnixMilli()
+		err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+			plan, err := planSchemaOn(c, cs, decls)
+			if err != nil {
+				return err
+			}
+			switch plan.action {
+			case store.SchemaRefuse, store.SchemaUpgradeNeeded:
+				return plan.refusal
+			case store.SchemaCreate, store.SchemaMigrate:
+				return migrate(c, cs, plan.old, decls, nowMs)
+			}
+			return nil // migrated by another process meanwhile
+		})
+		if err != nil {
+			return fmt.Errorf("ensure schema: %w", err)
+		}
 	}
 	s.mu.Lock()
 	s.schema = cs
@@ -157,11 +173,97 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 	return nil
 }
 
+// schemaPlan is what EnsureSchemaWith would do.
+type schemaPlan struct {
+	action store.SchemaAction
+	// refusal is the error of SchemaRefuse and SchemaUpgradeNeeded.
+	refusal error
+	// upgrade is what Upgrade would do (SchemaUpgradeNeeded).
+	upgrade []ddlStep
+	// old is the stored layout a migration starts from (nil without a
+	// marker).
+	old schema.Layout
+}
+
+func refuse(err error) schemaPlan { return schemaPlan{action: store.SchemaRefuse, refusal: err} }
+
+// planSchemaOn decides what EnsureSchemaWith does; it only reads. Errors
+// are the database's; refusals are in the plan.
+func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclaration) (schemaPlan, error) {
+	sc := cs.schema
+	if err := checkBarrier(c, sc.Version(), decls); err != nil {
+		if store.ErrorCode(err) != "" {
+			return refuse(err), nil
+		}
+		return schemaPlan{}, err
+	}
+	m, found, err := readMarkerOn(c)
+	if err != nil {
+		if store.ErrorCode(err) != "" {
+			return refuse(err), nil
+		}
+		return schemaPlan{}, err
+	}
+	switch {
+	case found && m.SchemaVersion > sc.Version():
+		return refuse(fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, m.SchemaVersion, sc.Version())), nil
+	case found && m.SchemaVersion == sc.Version():
+		if err := store.CheckStoredLayout(m.Layout, sc.Layout()); err != nil {
+			return refuse(err), nil
+		}
+		if err := checkPhysicalLayout(c, cs, true); err != nil {
+			if store.ErrorCode(err) != "" {
+				return refuse(err), nil
+			}
+			return schemaPlan{}, err
+		}
+		steps, err := planUpgrade(c, cs)
+		if err != nil {
+			return schemaPlan{}, err
+		}
+		if len(steps) > 0 {
+			return schemaPlan{action: store.SchemaUpgradeNeeded, refusal: upgradeNeeded(steps), upgrade: steps}, nil
+		}
+		return schemaPlan{action: store.SchemaNone}, nil
+	case found:
+		if err := checkAppendOnly(m.Layout, sc); err != nil {
+			return refuse(err), nil
+		}
+		return schemaPlan{action: store.SchemaMigrate, old: m.Layout}, nil
+	}
+	return schemaPlan{action: store.SchemaCreate}, nil
+}
+
+// upgradeNeeded is the refusal of a database that needs Upgrade first.
+func upgradeNeeded(steps []ddlStep) error {
+	return &store.Error{Code: store.CodeSchemaMigrationPending,
+		Message: "the database was written by an older server line and needs an explicit upgrade: run `syncgo migrate`",
+		Details: map[string]any{"reason": "upgrade_needed", "upgrade": stepLines(steps)}}
+}
+
+// checkAppendOnly is the layout rule of a migration.
+func checkAppendOnly(old schema.Layout, sc *schema.Compiled) error {
+	if err := schema.CheckAppendOnly(old, sc.Layout()); err != nil {
+		return &store.Error{Code: store.CodeSchemaMigrationPending, Message: "the stored layout cannot be migrated by appending nullable columns",
+			Details: map[string]any{"runningSchemaVersion": sc.Version()}, Err: err}
+	}
+	return nil
+}
+
+// isNoSuchTable reports a query on a table the database does not have
+// (a read-only store on a database no read-write open has migrated).
+func isNoSuchTable(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
 // checkBarrier refuses when a checkpoint at version is incomplete and not
 // declared by the caller; an empty declaration set declares nothing.
 func checkBarrier(c *conn, version int32, decls []store.CheckpointDeclaration) error {
 	rows, err := c.query(`SELECT partition, name FROM sync_backfill_checkpoints
 WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name`, version)
+	if isNoSuchTable(err) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("read checkpoints: %w", err)
 	}
@@ -182,24 +284,14 @@ WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name`, versi
 	return rows.Err()
 }
 
-// readMarkerOn reads the marker on the writer's connection, creating the
-// marker table of a new database (the caller's transaction undoes it on
-// failure).
+// readMarkerOn reads the marker; a database without the marker table has
+// none.
 func readMarkerOn(c *conn) (store.Marker, bool, error) {
 	var version int32
 	var stored string
 	err := c.queryRow("SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
 	switch {
-	case errors.Is(err, errNoRows):
-		return store.Marker{}, false, nil
-	case err != nil && strings.Contains(err.Error(), "no such table"):
-		if err := c.exec(`CREATE TABLE IF NOT EXISTS sync_schema_meta(
-  id INTEGER PRIMARY KEY CHECK (id = 1),
-  schema_version INTEGER NOT NULL,
-  layouts TEXT NOT NULL DEFAULT '{}')`); err != nil {
-			return store.Marker{}, false, err
-		}
-		c.forget()
+	case errors.Is(err, errNoRows) || isNoSuchTable(err):
 		return store.Marker{}, false, nil
 	case err != nil:
 		return store.Marker{}, false, err
@@ -221,7 +313,7 @@ func (s *Store) Marker(ctx context.Context) (store.Marker, error) {
 	err := s.read(ctx, func(c *conn) error {
 		return c.queryRow("SELECT schema_version, layouts FROM sync_schema_meta WHERE id=1").Scan(&version, &stored)
 	})
-	if errors.Is(err, errNoRows) || (err != nil && strings.Contains(err.Error(), "no such table")) {
+	if errors.Is(err, errNoRows) || isNoSuchTable(err) {
 		return store.Marker{}, store.ErrNotFound
 	}
 	if err != nil {

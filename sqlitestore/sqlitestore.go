@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -39,7 +40,17 @@ type Config struct {
 	// BusyTimeoutMs is how long a connection waits for a lock held by
 	// another process. Default 5000.
 	BusyTimeoutMs int
+	// ReadOnly opens the database file read-only: it must exist (it is
+	// never created), no DDL is applied and nothing is written, so a
+	// database a running server is writing can be inspected (PlanSchema,
+	// the reads). Writes fail with ErrReadOnly; EnsureSchema succeeds only
+	// when it would write nothing.
+	ReadOnly bool
 }
+
+// ErrReadOnly is the error of a write on a store opened with
+// Config.ReadOnly.
+var ErrReadOnly = errors.New("sqlitestore: the store is read-only")
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
@@ -81,11 +92,27 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the database at cfg.Path, applies the
-// core tables and starts the writer.
+// Open opens (creating if needed) the database at cfg.Path, brings the
+// core tables to the layout (see planCore; nothing is written when they
+// are at it, nothing when they cannot be brought there) and starts the
+// writer. With cfg.ReadOnly it only opens the read connections.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	return open(ctx, cfg, openHooks{})
+}
+
+// openHooks let tests interfere with an open.
+type openHooks struct {
+	// coreStep, when set, runs after each core DDL step, in the open's
+	// transaction; an error fails the open.
+	coreStep func(line string) error
+}
+
+func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 	cfg = cfg.withDefaults()
 	s := &Store{cfg: cfg, path: cfg.Path}
+	if cfg.ReadOnly {
+		return s.openReadOnly(ctx)
+	}
 	if cfg.Path == MemoryPath || cfg.Path == "" {
 		dir, err := os.MkdirTemp("", "syncgo-sqlite-")
 		if err != nil {
@@ -99,17 +126,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	wc, err := openConn(s.path, s.cfg, false)
+	wc, err := openConn(s.path, s.cfg, connWriter)
 	if err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	if err := applyCoreDDL(ctx, wc); err != nil {
+	// The core tables first, in the database's journal mode: a refused or
+	// failed open leaves the file as it was.
+	if err := migrateCore(ctx, wc, hooks); err != nil {
 		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: core tables: %w", err)
 	}
-	if s.readers, err = openReadPool(s.path, s.cfg, cfg.ReadConns); err != nil {
+	if err := useWAL(wc); err != nil {
+		wc.close()
+		s.cleanup()
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	if s.readers, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader); err != nil {
 		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -119,17 +153,69 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// applyCoreDDL creates the core tables in one transaction; ctx's
-// cancellation interrupts it.
-func applyCoreDDL(ctx context.Context, c *conn) (err error) {
+// openReadOnly opens the read connections of a read-only store on an
+// existing file.
+func (s *Store) openReadOnly(ctx context.Context) (*Store, error) {
+	if s.path == MemoryPath || s.path == "" {
+		return nil, errors.New("open sqlite store: a read-only store needs a database file")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	// SQLite would report a missing file only as "unable to open".
+	if _, err := os.Stat(s.path); err != nil {
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	var err error
+	if s.readers, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly); err != nil {
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	// Fail now on a file that is not a database.
+	if err := s.read(ctx, func(c *conn) error {
+		var n int64
+		return c.queryRow("SELECT count(*) FROM sqlite_master").Scan(&n)
+	}); err != nil {
+		s.cleanup()
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	return s, nil
+}
+
+// migrateCore brings the core tables to the layout (planCore) in one
+// transaction, taken only when there is something to do; ctx's
+// cancellation interrupts it. The plan is read again inside the
+// transaction, since another process may have migrated meanwhile.
+func migrateCore(ctx context.Context, c *conn, hooks openHooks) (err error) {
 	c.setInterrupt(ctx)
 	defer c.clearInterrupt()
+	defer c.forget()
+	steps, err := planCore(c)
+	if err != nil || len(steps) == 0 {
+		return err
+	}
 	if err := c.execOnce("BEGIN IMMEDIATE"); err != nil {
 		return err
 	}
-	if err := c.execScript(coreDDL); err != nil {
-		_ = c.execOnce("ROLLBACK")
+	defer func() {
+		if err != nil {
+			c.clearInterrupt()
+			if rbErr := c.execOnce("ROLLBACK"); rbErr != nil {
+				err = errors.Join(err, fmt.Errorf("rollback: %w", rbErr))
+			}
+		}
+	}()
+	if steps, err = planCore(c); err != nil {
 		return err
+	}
+	for _, st := range steps {
+		if err := c.execOnce(st.sql); err != nil {
+			return fmt.Errorf("%s: %w", st.line, err)
+		}
+		if hooks.coreStep != nil {
+			if err := hooks.coreStep(st.line); err != nil {
+				return err
+			}
+		}
 	}
 	return c.execOnce("COMMIT")
 }
@@ -150,7 +236,9 @@ func (s *Store) cleanup() {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
-		s.w.stop()
+		if s.w != nil {
+			s.w.stop()
+		}
 		s.cleanup()
 	})
 	return nil

@@ -10,11 +10,13 @@ import (
 )
 
 // Write runs fn under the partition's write boundary: the single writer.
+// It needs no ensured schema, as on Postgres: what touches only the core
+// tables (the barrier's AdvanceCheckpoint, the serve gate, the push-result
+// journal) works before EnsureSchema, and what needs the schema (rows,
+// appends) fails with store.ErrNoSchema. A backfill runs so, from an
+// operator command that does not ensure the schema.
 func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) error {
-	cs, err := s.compiled()
-	if err != nil {
-		return err
-	}
+	cs, _ := s.compiled() // nil before EnsureSchema
 	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		tx := &writeTx{s: s, c: c, cs: cs, partition: partition}
 		return fn(ctx, tx)
@@ -28,7 +30,7 @@ func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context
 type writeTx struct {
 	s         *Store
 	c         *conn
-	cs        *compiledSchema
+	cs        *compiledSchema // nil before EnsureSchema
 	partition string
 	depth     int
 }
@@ -36,6 +38,9 @@ type writeTx struct {
 func (tx *writeTx) Partition() string { return tx.partition }
 
 func (tx *writeTx) table(name string) (*tableSQL, error) {
+	if tx.cs == nil {
+		return nil, store.ErrNoSchema
+	}
 	t, ok := tx.cs.tables[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", store.ErrUnknownTable, name)
@@ -162,6 +167,9 @@ VALUES (?,?,?,?) ON CONFLICT DO NOTHING`, tx.partition, clientID, clientCommitID
 func (tx *writeTx) AppendCommit(ctx context.Context, nc store.NewCommit) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if tx.cs == nil {
+		return 0, store.ErrNoSchema // the version to stamp is the schema's
 	}
 	var seq int64
 	err := tx.c.queryRow(`INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)

@@ -40,8 +40,12 @@ func newWriter(s *Store, c *conn) *writer {
 	}
 }
 
-// do queues fn and waits until its batch has committed (or it failed).
+// do queues fn and waits until its batch has committed (or it failed). A
+// read-only store has no writer: ErrReadOnly.
 func (w *writer) do(ctx context.Context, fn writeFunc) error {
+	if w == nil {
+		return ErrReadOnly
+	}
 	if w.s.closed.Load() {
 		return store.ErrClosed
 	}

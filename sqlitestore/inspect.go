@@ -1,0 +1,87 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+)
+
+var (
+	_ store.Inspector = (*Store)(nil)
+	_ store.Upgrader  = (*Store)(nil)
+)
+
+// PlanSchema reports what EnsureSchemaWith(ctx, sc, decls) would do,
+// reading one snapshot on a read connection and writing nothing (it works
+// on a store opened with Config.ReadOnly). The Upgrade lines also name
+// what a read-write open would do to the core tables, which a read-only
+// store leaves as they are; after a read-write open there is none. A core
+// table a read-write open would refuse is a SchemaRefuse plan.
+func (s *Store) PlanSchema(ctx context.Context, sc *schema.Compiled, decls []store.CheckpointDeclaration) (store.SchemaPlan, error) {
+	cs := newCompiledSchema(sc)
+	var out store.SchemaPlan
+	err := s.readTx(ctx, func(c *conn) error {
+		core, err := planCore(c)
+		if err != nil {
+			if store.ErrorCode(err) != "" {
+				out = store.SchemaPlan{Action: store.SchemaRefuse, Refusal: err}
+				return nil
+			}
+			return err
+		}
+		plan, err := planSchemaOn(c, cs, decls)
+		if err != nil {
+			return err
+		}
+		out = store.SchemaPlan{Action: plan.action, Refusal: plan.refusal, Upgrade: stepLines(append(core, plan.upgrade...))}
+		return nil
+	})
+	if err != nil {
+		return store.SchemaPlan{}, fmt.Errorf("plan schema: %w", err)
+	}
+	return out, nil
+}
+
+// Upgrade brings a database an older server line wrote to what this build
+// needs for sc without rewriting data (see planUpgrade; the core tables
+// too, which a read-write open has already done), in one writer function:
+// one transaction that no write interleaves with. It returns the lines of
+// what it did; a second call does nothing and returns none. A database
+// whose marker is newer than sc is store.ErrSchemaNewer, unchanged.
+func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, error) {
+	cs := newCompiledSchema(sc)
+	var done []string
+	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		done = nil
+		defer c.forget()
+		core, err := planCore(c)
+		if err != nil {
+			return err
+		}
+		m, found, err := readMarkerOn(c)
+		if err != nil {
+			return err
+		}
+		if found && m.SchemaVersion > sc.Version() {
+			return fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, m.SchemaVersion, sc.Version())
+		}
+		app, err := planUpgrade(c, cs)
+		if err != nil {
+			return err
+		}
+		steps := append(core, app...)
+		for _, st := range steps {
+			if err := c.execScript(st.sql); err != nil {
+				return fmt.Errorf("%s: %w", st.line, err)
+			}
+		}
+		done = stepLines(steps)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upgrade: %w", err)
+	}
+	return done, nil
+}
