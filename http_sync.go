@@ -139,7 +139,19 @@ type httpResponder struct {
 	closeEnc func() error
 }
 
+// Begin implements engine.Responder.
 func (h *httpResponder) Begin(version uint16) (*wire.Encoder, error) {
+	w, err := h.BeginStream(version)
+	if err != nil {
+		return nil, err
+	}
+	return wire.NewEncoder(w, wire.KindResponse, version)
+}
+
+// BeginStream implements engine.StreamResponder: the engine calls it when
+// the first verified chunk of the response is released, so a serve-gate
+// refusal found before that is still answered as HTTP 503.
+func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
 	hd := h.w.Header()
 	hd.Set("Content-Type", ProtocolContentType)
 	hd.Set("Cache-Control", "no-store")
@@ -151,8 +163,10 @@ func (h *httpResponder) Begin(version uint16) (*wire.Encoder, error) {
 	h.started = true
 	out, closeEnc := h.s.codecs.writer(h.w, h.encoding)
 	h.closeEnc = closeEnc
-	return wire.NewEncoder(&flushWriter{w: out, rw: h.w}, wire.KindResponse, version)
+	return &flushWriter{w: out, rw: h.w}, nil
 }
+
+var _ engine.StreamResponder = (*httpResponder)(nil)
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()

@@ -2,9 +2,15 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"io"
 	"math"
 )
+
+// ErrNotWritten, wrapped in an error a destination returns from Write,
+// tells the Encoder that the destination took none of the bytes (a gate
+// that refused them), so Abort can still end the message.
+var ErrNotWritten = errors.New("wire: the destination took none of the bytes")
 
 // encoderFlushBytes is the buffered size at which an Encoder writes out.
 const encoderFlushBytes = 32 << 10
@@ -119,7 +125,13 @@ func (e *Encoder) Close() error {
 	}
 	e.closed = true
 	e.w.b = append(e.w.b, byte(FrameEnd), 0, 0, 0, 0)
-	return e.Flush()
+	err := e.Flush()
+	if errors.Is(err, ErrNotWritten) {
+		// The destination took nothing: the message may still end with
+		// Abort, which discards the buffered frames and END.
+		e.closed = false
+	}
+	return err
 }
 
 // Abort ends the message with an in-band ERROR frame: the frames buffered
@@ -127,6 +139,10 @@ func (e *Encoder) Close() error {
 // and flushes happen at frame boundaries), then ERROR and END are written.
 // Use it when the response cannot go on (§1.6). A destination write error
 // from before makes Abort fail too.
+//
+// A destination that refused a write without taking any of its bytes
+// (its error wraps ErrNotWritten) does not stop Abort: the message is still
+// whole up to the last successful flush, so ERROR and END can follow.
 func (e *Encoder) Abort(f *ErrorFrame) error {
 	if e.closed {
 		return encodeErrorf("encoder is closed")
@@ -134,9 +150,10 @@ func (e *Encoder) Abort(f *ErrorFrame) error {
 	if !e.g.started {
 		return encodeErrorf("an ERROR frame needs the header frame first")
 	}
-	if e.err != nil {
+	if e.err != nil && !errors.Is(e.err, ErrNotWritten) {
 		return e.err
 	}
+	e.err = nil
 	if e.unflushedHeader {
 		// Nothing reached the destination yet: keep the envelope and the
 		// header frame.

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // StreamResponder is a Responder that lets the engine hold the response
@@ -119,7 +121,7 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 	if !g.bypass {
 		if err := g.verify(); err != nil {
 			g.refusal = err
-			return 0, err
+			return 0, fmt.Errorf("%w: %w", wire.ErrNotWritten, err)
 		}
 	}
 	if g.w == nil {

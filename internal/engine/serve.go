@@ -116,12 +116,16 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 		err = enc.Close()
 	}
 	if err != nil {
+		r.explainByGate(err)
 		if pre := r.preStream(err); pre != err || !r.started() {
 			return out, pre
 		}
 		perr := asProtocolError(err)
 		if r.gw != nil && r.gw.refusal != nil {
 			perr = asProtocolError(r.gw.refusal)
+		}
+		if r.gw != nil && r.gw.refusal != nil {
+			err = perr // the gate explains the failure: not an internal error
 		}
 		if werr := r.abort(perr); werr != nil {
 			return out, errors.Join(err, werr)
@@ -188,6 +192,19 @@ func (r *request) begin(ctx context.Context, resp Responder) (*wire.Encoder, err
 	}
 	r.gw = &gateWriter{r: r, ctx: ctx, begin: func() (io.Writer, error) { return sr.BeginStream(r.req.Version) }}
 	return wire.NewEncoder(r.gw, wire.KindResponse, r.req.Version)
+}
+
+// explainByGate runs the read-verify once more when serving failed with
+// anything but a protocol error: rows read after a concurrent migration
+// may not decode under the running layout, and the client must then get
+// sync.schema_not_ready (retry later), not sync.internal_error.
+func (r *request) explainByGate(err error) {
+	if r.gw == nil || r.gw.refusal != nil || syncerr.As(err) != nil {
+		return
+	}
+	if v := r.gw.verify(); v != nil && syncerr.As(v) != nil {
+		r.gw.refusal = v
+	}
 }
 
 // started reports whether response bytes reached the transport.
