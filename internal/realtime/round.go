@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 
 	"github.com/gobwas/ws"
 
@@ -159,7 +160,15 @@ func (w *roundWriter) Begin(version uint16) (*wire.Encoder, error) {
 	return wire.NewEncoder(w, wire.KindResponse, version)
 }
 
-var _ engine.Responder = (*roundWriter)(nil)
+// BeginStream implements engine.StreamResponder: the engine calls it when
+// the first chunk has passed the serve gate's read-verify, so a refusal
+// found before that fails the round with an ERROR response instead.
+func (w *roundWriter) BeginStream(uint16) (io.Writer, error) {
+	w.started = true
+	return w, nil
+}
+
+var _ engine.StreamResponder = (*roundWriter)(nil)
 
 // runRound serves a complete request with the engine, exactly as POST
 // /sync does, then registers the pull's subscriptions on the connection.
