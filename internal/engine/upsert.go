@@ -138,10 +138,19 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		tombstoned = ok
 	}
 	if base != nil && *base > 0 {
+		// Authorize the payload before saying the row is absent, partial
+		// or not, so that absence is disclosed only to actors with the
+		// scope; an absent scope column is a missing value: denied.
+		vals := in.Values
 		if !full {
-			return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
+			vals = make([]wire.Value, len(in.Values))
+			for c, p := range in.Present {
+				if vals[c] = in.Values[c]; !p {
+					vals[c] = wire.Value{Null: true}
+				}
+			}
 		}
-		if ss, err := t.StoredScopes(in.Values); err != nil || !authorized(ss, a.r.allowed) {
+		if ss, err := t.StoredScopes(vals); err != nil || !authorized(ss, a.r.allowed) {
 			return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
 		}
 		return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
