@@ -57,6 +57,9 @@ type ServeGate struct {
 	StoredSchemaVersion int32
 	LogEpoch            string
 	Pending             []CheckpointRef
+	// WriterFence is the partition's writer fence: the lowest schema
+	// version whose commits it accepts (0 without a fence).
+	WriterFence int32
 }
 
 // Activation is the result of ActivateCheckpoint.

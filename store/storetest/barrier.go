@@ -666,7 +666,8 @@ func testServeGate(t *testing.T, open Opener) {
 			return
 		}
 		got.Pending = sortedRefs(got.Pending)
-		if got.StoredSchemaVersion != want.StoredSchemaVersion || got.LogEpoch != want.LogEpoch || !slices.Equal(got.Pending, want.Pending) {
+		if got.StoredSchemaVersion != want.StoredSchemaVersion || got.LogEpoch != want.LogEpoch || !slices.Equal(got.Pending, want.Pending) ||
+			got.WriterFence != want.WriterFence {
 			t.Errorf("ReadServeGate(%q, %d) = %+v, want %+v", partition, running, got, want)
 		}
 	}
@@ -680,19 +681,20 @@ func testServeGate(t *testing.T, open Opener) {
 	declare(t, b, decl("p2", "b", 1), 1000)
 	declare(t, b, decl("p1", "c", 2), 1000)
 	both := []store.CheckpointRef{{Partition: "p1", Name: "a"}, {Partition: "p2", Name: "b"}}
-	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: both})
+	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: both, WriterFence: 2})
+	gate("p2", 1, store.ServeGate{StoredSchemaVersion: 1, Pending: both, WriterFence: 1})
 	gate("p3", 1, store.ServeGate{StoredSchemaVersion: 1, Pending: both})
-	gate("p1", 2, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: []store.CheckpointRef{{Partition: "p1", Name: "c"}}})
-	gate("p1", 3, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1")})
+	gate("p1", 2, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: []store.CheckpointRef{{Partition: "p1", Name: "c"}}, WriterFence: 2})
+	gate("p1", 3, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), WriterFence: 2})
 
 	c := claim(t, b, "p2", "b", 2000)
 	wantActivation(t, b, "p2", "b", c.OwnerEpoch, 0, tasksOnly, 3000, store.Activated)
 	one := []store.CheckpointRef{{Partition: "p1", Name: "a"}}
-	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: one})
+	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: epochOf("p1"), Pending: one, WriterFence: 2})
 	if err := s.RotateLogEpoch(ctx, "p1", "rotated", 4000); err != nil {
 		t.Fatalf("RotateLogEpoch: %v", err)
 	}
-	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: "rotated", Pending: one})
+	gate("p1", 1, store.ServeGate{StoredSchemaVersion: 1, LogEpoch: "rotated", Pending: one, WriterFence: 2})
 
 	err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
 		btx, ok := tx.(store.BarrierTx)
@@ -703,7 +705,7 @@ func testServeGate(t *testing.T, open Opener) {
 		if err != nil {
 			return err
 		}
-		if g.StoredSchemaVersion != 1 || g.LogEpoch != "rotated" || !slices.Equal(sortedRefs(g.Pending), one) {
+		if g.StoredSchemaVersion != 1 || g.LogEpoch != "rotated" || !slices.Equal(sortedRefs(g.Pending), one) || g.WriterFence != 2 {
 			t.Errorf("BarrierTx.ServeGate(1) = %+v, want stored 1, epoch rotated, pending %v", g, one)
 		}
 		return nil
