@@ -77,6 +77,7 @@ RETURNING ` + checkpointColumns
 	// the partition's epoch ('' without a registry entry), and the
 	// incomplete checkpoints at the running version in every partition.
 	sqlServeGate = `SELECT coalesce((SELECT schema_version FROM sync_schema_meta WHERE id = 1), 0),
+       coalesce((SELECT required_writer_version FROM sync_writer_fence WHERE partition = $1), 0),
        coalesce((SELECT log_epoch FROM sync_partition_registry WHERE partition = $1), ''),
        coalesce(p.partitions, '{}'), coalesce(p.names, '{}')
   FROM (SELECT array_agg(partition ORDER BY partition, name) AS partitions, array_agg(name ORDER BY partition, name) AS names
@@ -116,7 +117,7 @@ func checkpointNotDeclared(partition, name string) error {
 // sees a concurrent declaration of the same checkpoint. It takes no lock:
 // it writes no app rows and no marker.
 func (s *Store) DeclareCheckpoint(ctx context.Context, d store.CheckpointDeclaration, nowMs int64) (store.Checkpoint, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return store.Checkpoint{}, err
 	}
 	b := &pgx.Batch{}
@@ -142,7 +143,7 @@ func (s *Store) DeclareCheckpoint(ctx context.Context, d store.CheckpointDeclara
 // backfilling, in one UPDATE; an activated checkpoint is returned
 // unchanged.
 func (s *Store) ClaimCheckpoint(ctx context.Context, partition, name string, nowMs int64) (store.Checkpoint, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return store.Checkpoint{}, err
 	}
 	cp, err := scanCheckpoint(s.pool.QueryRow(ctx, sqlClaimCheckpoint, partition, name, nowMs))
@@ -162,7 +163,7 @@ func (s *Store) ClaimCheckpoint(ctx context.Context, partition, name string, now
 // AdvanceCheckpoint records progress when ownerEpoch is still the
 // checkpoint's (compare-and-set).
 func (s *Store) AdvanceCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return false, err
 	}
 	tag, err := s.pool.Exec(ctx, sqlAdvanceCheckpoint, partition, name, ownerEpoch, watermark, observedRows, nowMs)
@@ -178,7 +179,7 @@ func (s *Store) AdvanceCheckpoint(ctx context.Context, partition, name string, o
 // round trip with BEGIN, the lock and the checks (sqlActivationState), and
 // one with the CAS and COMMIT.
 func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, ownerEpoch, watermark int64, sources []string, nowMs int64) (store.Activation, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return "", err
 	}
 	conn, err := s.pool.Acquire(ctx)
@@ -269,10 +270,11 @@ func readServeGate(r pgx.Row) (store.ServeGate, error) {
 		version           int64
 		partitions, names []string
 	)
-	if err := r.Scan(&version, &g.LogEpoch, &partitions, &names); err != nil {
+	var fence int64 // INTEGER in the reference's DDL, BIGINT in older ones
+	if err := r.Scan(&version, &fence, &g.LogEpoch, &partitions, &names); err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
 	}
-	g.StoredSchemaVersion = int32(version)
+	g.StoredSchemaVersion, g.WriterFence = int32(version), int32(fence)
 	for i := range partitions {
 		g.Pending = append(g.Pending, store.CheckpointRef{Partition: partitions[i], Name: names[i]})
 	}

@@ -29,7 +29,7 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 		return store.ClientRecord{}, fmt.Errorf("client: %w", err)
 	}
 	rec.WireVersion = uint16(wireVersion)
-	if rec.Subscriptions, err = store.DecodeSubscriptions(subs); err != nil {
+	if rec.Subscriptions, err = decodeSubscriptions(subs); err != nil {
 		return store.ClientRecord{}, fmt.Errorf("client: %w", err)
 	}
 	return rec, nil
@@ -37,7 +37,7 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 
 // PutClient creates or replaces a client record.
 func (s *Store) PutClient(ctx context.Context, partition string, rec store.ClientRecord) error {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	subs, err := store.EncodeSubscriptions(rec.Subscriptions)
@@ -54,7 +54,7 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 
 // AdvanceClientCursor applies a realtime ack in one statement.
 func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return false, err
 	}
 	var (

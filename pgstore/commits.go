@@ -50,7 +50,7 @@ func (s *Store) ReadCommits(ctx context.Context, partition string, afterSeq, thr
 			continue
 		}
 		ch := store.Change{Table: tbl.String, RowID: rowID.String, Op: wire.Op(op.Int16), RowVersion: version.Int64, Payload: payload}
-		if ch.Scopes, err = store.DecodeScopes([]byte(scopes.String)); err != nil {
+		if ch.Scopes, err = decodeScopes([]byte(scopes.String)); err != nil {
 			return nil, err
 		}
 		last := &out[len(out)-1]

@@ -37,6 +37,16 @@ type Config struct {
 	// written by one statement of an append; larger commits are split into
 	// several statements of the same round trip. Default and maximum: 4096.
 	MaxChangesPerStatement int
+	// ReadOnly opens the store without writing anything: Open reads the
+	// catalog but applies no DDL (even when the core tables are missing or
+	// older), and every call that would write (Write, EnsureSchema when it
+	// would create or migrate, Upgrade, the partition, client and
+	// checkpoint updates) fails with ErrReadOnly. Reads, the serve gate,
+	// PlanSchema and an EnsureSchema that only checks work. A pool that
+	// Open creates from URL also sets default_transaction_read_only, so
+	// Postgres refuses writes as well. For operator commands that report
+	// (syncgo schema).
+	ReadOnly bool
 
 	// migrationLocked, when set (by the package's tests), is called by a
 	// schema bump right after its first statement, the migration lock,

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,61 +15,50 @@ import (
 )
 
 // migrateSchema brings a database whose marker is older than c (or
-// absent) to c, in one transaction whose first statement is the migration
-// lock, LOCK TABLE sync_partitions IN EXCLUSIVE MODE: it conflicts with the
-// row lock every Write (and ActivateCheckpoint, PruneThrough) takes on its
-// partition's sync_partitions row, from pgstore or from the reference
-// server, so the bump waits for the writers inside and every new writer
-// blocks at its first statement until the bump commits (plain reads go
-// on). The lock order is acyclic: the bump holds nothing else when it asks.
+// absent) to c, in one transaction under the migration locks (lock.go):
+// the advisory lock, then LOCK TABLE sync_partitions IN EXCLUSIVE MODE,
+// which conflicts with the row lock every Write (and ActivateCheckpoint,
+// PruneThrough) takes on its partition's sync_partitions row, from pgstore
+// or from the reference server, so the bump waits for the writers inside
+// and every new writer blocks at its first statement until the bump
+// commits (plain reads go on). A lock wait that times out or deadlocks
+// retries the whole transaction.
 //
-// Under the lock: the barrier again (checkpoints declared meanwhile), the
-// marker again (another server may have migrated: then it is only
-// checked), the append-only layout check, CREATE TABLE for new tables, ADD
-// COLUMN for appended (always nullable) columns, the declared indexes, the
-// rewrite of the stored rows and logged changes of the tables that grew,
-// the marker, the declared checkpoints (rows and fences) and every
-// partition's writer fence raised to c's version. Any failure rolls all of
-// it back. A writer that was waiting then takes the lock, and its append is
-// refused by the fence trigger when it runs the older version.
+// Under the locks: the core steps still missing, then the plan again (the
+// barrier, for checkpoints declared meanwhile; the marker, which another
+// server may have migrated: then it is only checked), CREATE TABLE for new
+// tables, ADD COLUMN for appended (always nullable) columns, the declared
+// indexes, the rewrite of the stored rows and logged changes of the tables
+// that grew, the marker, the declared checkpoints (rows and fences) and
+// every partition's writer fence raised to c's version. Any failure rolls
+// all of it back. A writer that was waiting then takes the lock, and its
+// append is refused by the fence trigger when it runs the older version.
 func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []store.CheckpointDeclaration) error {
 	layout, err := c.Layout().MarshalJSON()
 	if err != nil {
 		return err
 	}
 	nowMs := time.Now().UnixMilli()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection: %w", err)
-	}
-	defer conn.Release()
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlLockForMigration); err != nil {
-			return fmt.Errorf("migration lock: %w", err)
-		}
+	return s.withMigrationLock(ctx, "schema bump", func(ctx context.Context, tx pgx.Tx) error {
 		if s.cfg.migrationLocked != nil {
 			s.cfg.migrationLocked()
 		}
-		if err := checkBarrier(ctx, tx, c.Version(), decls); err != nil {
+		core, err := planCore(ctx, tx)
+		if err != nil {
 			return err
 		}
-		m, err := readMarker(tx.QueryRow(ctx, sqlMarkerLocked))
-		found := err == nil
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := applySteps(ctx, tx, core); err != nil {
 			return err
 		}
-		if found && m.SchemaVersion >= c.Version() {
-			return checkSchema(ctx, tx, c, m) // migrated by another server meanwhile
+		p, err := planSchema(ctx, tx, c, decls, planOptions{locked: true})
+		if err != nil {
+			return err
 		}
-		if found {
-			if err := schema.CheckAppendOnly(m.Layout, c.Layout()); err != nil {
-				return &store.Error{
-					Code:    store.CodeSchemaMigrationPending,
-					Message: "the stored layout cannot be migrated by appending nullable columns",
-					Details: map[string]any{"storedSchemaVersion": m.SchemaVersion, "runningSchemaVersion": c.Version()},
-					Err:     err,
-				}
-			}
+		switch p.action {
+		case store.SchemaNone:
+			return nil // migrated by another server meanwhile
+		case store.SchemaRefuse, store.SchemaUpgradeNeeded:
+			return p.refusal
 		}
 		cols, err := physicalColumns(ctx, tx, c)
 		if err != nil {
@@ -86,7 +74,7 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 			}
 		}
 		for _, t := range c.Tables() {
-			if err := rewriteTable(ctx, tx, t, m.Layout, cols[t.Name()]); err != nil {
+			if err := rewriteTable(ctx, tx, t, p.marker.Layout, cols[t.Name()]); err != nil {
 				return fmt.Errorf("rewrite table %q: %w", t.Name(), err)
 			}
 		}
@@ -96,7 +84,7 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 		if err := installCheckpoints(ctx, tx, decls, c.Version(), nowMs); err != nil {
 			return err
 		}
-		s.log.InfoContext(ctx, "pgstore: schema migrated", "from", m.SchemaVersion, "to", c.Version(), "checkpoints", len(decls))
+		s.log.InfoContext(ctx, "pgstore: schema migrated", "from", p.marker.SchemaVersion, "to", c.Version(), "checkpoints", len(decls))
 		return nil
 	})
 }

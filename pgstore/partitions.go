@@ -13,7 +13,7 @@ import (
 // TouchPartition upserts the registry entry (its epoch only when new) and
 // returns the partition's state, in one statement.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Partition, error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return store.Partition{}, err
 	}
 	p := store.Partition{ID: partition}
@@ -48,7 +48,7 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 // partition's client records: two statements in one pipelined batch,
 // which Postgres runs as one implicit transaction.
 func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	if newEpoch == "" {
@@ -80,7 +80,7 @@ func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs 
 // the partition's row lock, in two round trips: (BEGIN, lock, epoch) and
 // (deletes, horizon, COMMIT).
 func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, throughSeq int64) (res store.PruneResult, err error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return store.PruneResult{}, err
 	}
 	conn, err := s.pool.Acquire(ctx)

@@ -169,7 +169,7 @@ func scanRow(r pgx.Row, table string) (store.Row, error) {
 		return store.Row{}, err
 	}
 	var err error
-	if row.Scopes, err = store.DecodeScopes(scopes); err != nil {
+	if row.Scopes, err = decodeScopes(scopes); err != nil {
 		return store.Row{}, err
 	}
 	if len(row.ColumnVersions) == 0 {
@@ -188,5 +188,5 @@ func scanPushRecord(r pgx.Row) (store.PushRecord, error) {
 		}
 		return store.PushRecord{}, err
 	}
-	return store.DecodePushRecord(body)
+	return decodePushRecord(body)
 }

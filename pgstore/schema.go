@@ -50,7 +50,9 @@ func (s *Store) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
 	return s.EnsureSchemaWith(ctx, c, nil)
 }
 
-// EnsureSchemaWith brings the database to c, or checks it:
+// EnsureSchemaWith brings the database to c, or checks it, as
+// planSchema (inspect.go) decides from one REPEATABLE READ READ ONLY
+// snapshot:
 //
 //   - first the migration barrier: a checkpoint at c's version that is not
 //     activated and not among decls refuses with
@@ -58,43 +60,28 @@ func (s *Store) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
 //   - a marker newer than c is store.ErrSchemaNewer;
 //   - an equal marker must hold c's layout (else
 //     sync.storage.stored_layout_mismatch) and the tables the storage
-//     layout (else sync.storage.physical_layout_mismatch); nothing is
-//     written;
+//     layout (else sync.storage.physical_layout_mismatch); a database that
+//     only lacks what Upgrade adds (the reference 0.15 to 0.20 line) is
+//     refused with reason upgrade_required; nothing is written (but core
+//     steps still missing since Open, which Open would have applied);
 //   - an older or absent marker is migrated (see migrateSchema) in one
-//     transaction whose first statement locks sync_partitions in EXCLUSIVE
-//     mode, which waits for the writers inside and holds new ones off; the
-//     barrier and the marker are read again under that lock (another
-//     server may have migrated meanwhile), and the bump installs decls and
-//     raises every partition's writer fence to c's version.
-//
-// The checks run in one REPEATABLE READ READ ONLY transaction, so the
-// barrier and the marker come from one snapshot.
+//     transaction under the migration locks (lock.go); the plan is made
+//     again under them (another server may have migrated meanwhile), and
+//     the bump installs decls and raises every partition's writer fence to
+//     c's version.
 //
 // On success c becomes the running schema of the store: its tables are
 // the ones Write, Row and the scans accept, and its version stamps the
-// appended commits.
+// appended commits. A read-only store only checks: what would write fails
+// with ErrReadOnly.
 func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls []store.CheckpointDeclaration) error {
 	if err := s.check(); err != nil {
 		return err
 	}
 	st := newSchemaState(c)
-	bump := false
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := checkBarrier(ctx, tx, c.Version(), decls); err != nil {
-			return err
-		}
-		m, err := readMarker(tx.QueryRow(ctx, sqlMarker))
-		if errors.Is(err, store.ErrNotFound) || (err == nil && m.SchemaVersion < c.Version()) {
-			bump = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return checkSchema(ctx, tx, c, m)
-	})
-	if err == nil && bump {
-		err = s.migrateSchema(ctx, c, decls)
+	p, err := s.readOnlyPlan(ctx, c, decls)
+	if err == nil {
+		err = s.actOn(ctx, p, c, decls)
 	}
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
@@ -103,32 +90,30 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls 
 	return nil
 }
 
+// actOn carries out the plan of EnsureSchemaWith.
+func (s *Store) actOn(ctx context.Context, p schemaPlan, c *schema.Compiled, decls []store.CheckpointDeclaration) error {
+	switch p.action {
+	case store.SchemaRefuse, store.SchemaUpgradeNeeded:
+		return p.refusal
+	case store.SchemaNone:
+		if len(p.core) == 0 {
+			return nil
+		}
+		if s.cfg.ReadOnly {
+			return fmt.Errorf("the core tables need %s: %w", strings.Join(stepLines(p.core), ", "), ErrReadOnly)
+		}
+		_, err := s.migrateCore(ctx)
+		return err
+	}
+	if s.cfg.ReadOnly {
+		return fmt.Errorf("the schema would be %sd (version %d): %w", p.action, c.Version(), ErrReadOnly)
+	}
+	return s.migrateSchema(ctx, c, decls)
+}
+
 // querier is a pool, a connection or a transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
-// checkSchema verifies a database whose marker is at c's version or newer.
-func checkSchema(ctx context.Context, q querier, c *schema.Compiled, m store.Marker) error {
-	if m.SchemaVersion > c.Version() {
-		return fmt.Errorf("stored version %d, running version %d: %w", m.SchemaVersion, c.Version(), store.ErrSchemaNewer)
-	}
-	if mm, bad := schema.StoredLayoutMismatch(m.Layout, c.Layout()); bad {
-		details := map[string]any{"table": mm.Table}
-		if mm.Column != "" {
-			details["column"] = mm.Column
-		}
-		return &store.Error{
-			Code:    store.CodeStoredLayoutMismatch,
-			Message: "the stored layout differs from the running schema at the same version",
-			Details: details,
-		}
-	}
-	cols, err := physicalColumns(ctx, q, c)
-	if err != nil {
-		return err
-	}
-	return checkPhysical(c, cols)
 }
 
 // physicalColumn is a column of an app table, from the catalog.

@@ -6,9 +6,9 @@ package pgstore
 
 // Open.
 const (
-	// sqlMigrationLock serializes concurrent Opens of one schema: CREATE …
-	// IF NOT EXISTS and CREATE OR REPLACE FUNCTION are not safe against
-	// each other.
+	// sqlMigrationLock serializes the driver's migrations of one database
+	// schema (the core tables, schema bumps, Upgrade; see lock.go): CREATE
+	// statements are not safe against each other.
 	sqlMigrationLock = `SELECT pg_advisory_xact_lock(hashtextextended('syncgo.migrate:' || current_schema(), 0))`
 
 	// sqlCurrentSchema names the schema the tables were created in.
@@ -196,5 +196,4 @@ const (
 	sqlMarkerLocked = sqlMarker + ` FOR UPDATE`
 	sqlPutMarker    = `INSERT INTO sync_schema_meta(id, schema_version, layouts) VALUES (1, $1, $2)
 ON CONFLICT (id) DO UPDATE SET schema_version = EXCLUDED.schema_version, layouts = EXCLUDED.layouts`
-	sqlLockForMigration = `LOCK TABLE sync_partitions IN EXCLUSIVE MODE`
 )

@@ -5,13 +5,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"sort"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncgo/syncgo/store"
@@ -48,9 +45,12 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open connects (or adopts cfg.Pool) and applies the embedded migrations
-// of the core sync_* tables, idempotently, in the schema that the
-// connections' search_path selects.
+// Open connects (or adopts cfg.Pool) and brings the core sync_* tables to
+// the layout of the embedded migrations, in the schema that the
+// connections' search_path selects: it reads the catalog first and runs no
+// DDL at all when they are there (core.go); otherwise it runs what is
+// missing under the migration lock (lock.go). With cfg.ReadOnly it only
+// reads (see Config.ReadOnly).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter}
@@ -63,12 +63,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("pgstore: open: parse url: %w", err)
 		}
 		pc.MaxConns = cfg.MaxConns
+		if cfg.ReadOnly {
+			// Postgres itself then refuses any write on these sessions.
+			pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+		}
 		if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			return nil, fmt.Errorf("pgstore: open: %w", err)
 		}
 		s.ownsPool = true
 	}
-	if err := s.migrate(ctx); err != nil {
+	if err := s.open(ctx); err != nil {
 		if s.ownsPool {
 			s.pool.Close()
 		}
@@ -77,36 +81,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// migrate applies every embedded migration file, in name order, in one
-// transaction under an advisory lock of the schema, and records the
-// schema's name.
-func (s *Store) migrate(ctx context.Context) error {
-	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
-	if err != nil {
-		return fmt.Errorf("list migrations: %w", err)
+// open migrates the core tables (unless read-only) and records the
+// database schema's name.
+func (s *Store) open(ctx context.Context) error {
+	if !s.cfg.ReadOnly {
+		if _, err := s.migrateCore(ctx); err != nil {
+			return err
+		}
 	}
-	sort.Strings(names)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlMigrationLock); err != nil {
-			return fmt.Errorf("migration lock: %w", err)
-		}
-		for _, name := range names {
-			body, err := migrationFiles.ReadFile(name)
-			if err != nil {
-				return fmt.Errorf("read %s: %w", name, err)
-			}
-			// No arguments: the simple protocol, which runs a file of
-			// several statements.
-			if _, err := tx.Exec(ctx, string(body)); err != nil {
-				return fmt.Errorf("apply %s: %w", name, err)
-			}
-		}
-		if err := tx.QueryRow(ctx, sqlCurrentSchema).Scan(&s.dbSchema); err != nil {
-			return fmt.Errorf("current schema: %w", err)
-		}
-		s.log.DebugContext(ctx, "pgstore: migrations applied", "files", len(names), "schema", s.dbSchema)
-		return nil
-	})
+	if err := s.pool.QueryRow(ctx, sqlCurrentSchema).Scan(&s.dbSchema); err != nil {
+		return fmt.Errorf("current schema: %w", err)
+	}
+	return nil
 }
 
 // Pool returns the connection pool.
@@ -139,6 +125,21 @@ func (s *Store) Close() error {
 func (s *Store) check() error {
 	if s.closed.Load() {
 		return store.ErrClosed
+	}
+	return nil
+}
+
+// ErrReadOnly is the error of a call that would write, on a store opened
+// with Config.ReadOnly.
+var ErrReadOnly = errors.New("pgstore: the store was opened read-only and does not write")
+
+// checkWrite is check for the calls that write.
+func (s *Store) checkWrite() error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if s.cfg.ReadOnly {
+		return ErrReadOnly
 	}
 	return nil
 }

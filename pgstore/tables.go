@@ -111,10 +111,11 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 
 // scanSQL is the row scan of a table: candidates from sync_row_scopes on
 // the first key, one ordered, limited range per value, each checked
-// against the other keys on the row's _sync_scopes; then the first $6 of
-// them in bytewise row-id order. Parameters: partition, table, values of
-// the first key, the first key, the other keys as a JSONB object of value
-// arrays, limit, and with after the row id to start after.
+// against the other keys on the row's _sync_scopes (in either JSON form,
+// see json.go); then the first $6 of them in bytewise row-id order.
+// Parameters: partition, table, values of the first key, the first key,
+// the other keys as a JSONB object of value arrays, limit, and with after
+// the row id to start after.
 //
 // Row ids compare with COLLATE "C" (bytewise for UTF-8): the order of the
 // contract, whatever the database collation. sync_row_scopes.row_id is
@@ -139,7 +140,7 @@ func scanSQL(table string, after bool) string {
                           AND t.` + quoteIdent(colRowID) + ` = s.row_id COLLATE "default"
      WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $4 AND s.value = v.value` + cond + `
        AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
-                        WHERE NOT coalesce(f.value ? (t.` + quoteIdent(colScopes) + ` ->> f.key), FALSE))
+                        WHERE NOT coalesce(f.value ? (` + sqlJSONDocument("t."+quoteIdent(colScopes)) + ` ->> f.key), FALSE))
      ORDER BY ` + rid + `
      LIMIT $6) r
  ORDER BY r.row_id COLLATE "C"

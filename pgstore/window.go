@@ -118,7 +118,7 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		if rowVersion != nil {
 			ch.RowVersion = *rowVersion
 		}
-		if ch.Scopes, err = store.DecodeScopes(scopes); err != nil {
+		if ch.Scopes, err = decodeScopes(scopes); err != nil {
 			return 0, 0, err
 		}
 		if store.MatchScopes(ch.Scopes, w.scopes) {

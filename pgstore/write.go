@@ -50,7 +50,7 @@ type writeTx struct {
 // package documentation). BEGIN and the lock are deferred: they travel
 // with fn's first statement.
 func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) (err error) {
-	if err := s.check(); err != nil {
+	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	defer func() {

@@ -1,7 +1,13 @@
 -- Core tables of the sync server, as the reference server's POSTGRES_DDL
 -- (0.24) declares them, plus the schema marker table that the reference
--- creates in ensureSchema. Every statement is idempotent; Open applies the
--- file on every start, inside one transaction under an advisory lock.
+-- creates in ensureSchema.
+--
+-- Open does not run this file as a script: it reads the catalog and runs
+-- only the statements of the objects that are missing (core.go), so a
+-- database at the layout gets no DDL at all. Columns that later versions
+-- added to existing tables (sync_clients.wire_version,
+-- sync_schema_meta.layouts, sync_commits.writer_version) are in the CREATE
+-- statements here and added to older tables by core.go (coreColumns).
 --
 -- One deliberate difference: sync_row_scopes.row_id is COLLATE "C", so its
 -- primary key is in bytewise order and a row scan pages through it without
@@ -66,8 +72,6 @@ CREATE TABLE IF NOT EXISTS sync_clients(
   updated_at_ms BIGINT NOT NULL,
   PRIMARY KEY(partition, client_id)
 );
-ALTER TABLE sync_clients
-  ADD COLUMN IF NOT EXISTS wire_version INTEGER NOT NULL DEFAULT 1;
 
 CREATE TABLE IF NOT EXISTS sync_tombstones(
   partition TEXT NOT NULL, tbl TEXT NOT NULL, row_id TEXT NOT NULL,
@@ -80,5 +84,3 @@ CREATE TABLE IF NOT EXISTS sync_schema_meta(
   schema_version BIGINT NOT NULL,
   layouts TEXT NOT NULL DEFAULT '{}'
 );
-ALTER TABLE sync_schema_meta
-  ADD COLUMN IF NOT EXISTS layouts TEXT NOT NULL DEFAULT '{}';

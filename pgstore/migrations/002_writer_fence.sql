@@ -1,7 +1,10 @@
 -- RFC 0007 state (reference 0.23): backfill checkpoints, the per-partition
--- writer fence, the writer_version stamp on every commit, and the trigger
--- that enforces the fence inside the database, so that an old binary's
--- INSERT is refused without any cooperation from its code.
+-- writer fence, and the trigger that enforces the fence inside the
+-- database, so that an old binary's INSERT is refused without any
+-- cooperation from its code. sync_commits.writer_version (in
+-- 001_core_tables.sql) is nullable on purpose: an old writer omits the
+-- column, and the trigger refuses NULL; a default would hand old writers a
+-- passing value.
 
 CREATE TABLE IF NOT EXISTS sync_backfill_checkpoints(
   partition TEXT NOT NULL, name TEXT NOT NULL,
@@ -19,11 +22,9 @@ CREATE TABLE IF NOT EXISTS sync_writer_fence(
   required_writer_version INTEGER NOT NULL
 );
 
--- Nullable on purpose: an old writer omits the column, and the trigger
--- refuses NULL; a default would hand old writers a passing value.
-ALTER TABLE sync_commits ADD COLUMN IF NOT EXISTS writer_version BIGINT;
-
 -- No fence row for the partition: EXISTS is false and the insert passes.
+-- The body is the reference's; Open replaces a function whose body
+-- differs (white space aside).
 CREATE OR REPLACE FUNCTION syncular_writer_fence()
 RETURNS trigger AS $$
 BEGIN
@@ -41,16 +42,6 @@ $$ LANGUAGE plpgsql;
 
 -- Created only when missing (the reference drops and re-creates it; both
 -- leave the same trigger behind).
-DO $$
-BEGIN
-  IF NOT EXISTS (
-    SELECT 1 FROM pg_trigger
-     WHERE tgname = 'sync_commits_writer_fence'
-       AND tgrelid = 'sync_commits'::regclass
-  ) THEN
-    CREATE TRIGGER sync_commits_writer_fence
-    BEFORE INSERT ON sync_commits
-    FOR EACH ROW EXECUTE FUNCTION syncular_writer_fence();
-  END IF;
-END;
-$$;
+CREATE TRIGGER sync_commits_writer_fence
+BEFORE INSERT ON sync_commits
+FOR EACH ROW EXECUTE FUNCTION syncular_writer_fence();

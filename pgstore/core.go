@@ -1,0 +1,380 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// The core tables (migrations/*.sql) are brought to the layout this build
+// needs when a store opens. Open first reads the catalog (planCore, one
+// statement): a database at the layout gets no DDL, no lock and no write.
+// Otherwise it runs, under the migration lock (lock.go), only the steps of
+// what is missing: a table, an index, the writer-fence function (or its
+// body, when it differs), the trigger, and the columns later versions added
+// to tables that older servers created (coreColumns), with the values the
+// reference gives old rows (writer_version NULL, wire_version 1, layouts
+// '{}'). A core table that cannot be brought to the layout (a column
+// without a way to add it, an object of another kind under the name) is
+// refused before anything is written.
+
+// coreObject is one CREATE statement of the core DDL.
+type coreObject struct {
+	kind  string // "table", "index", "function" or "trigger"
+	name  string
+	table string // the table it belongs to ("" for a function)
+	sql   string
+	// body is a function's body with its white space collapsed.
+	body string
+}
+
+// coreColumn is a column a core table must have; add is the column
+// definition that ALTER TABLE ADD COLUMN gives a table without it, or ""
+// when a table without it cannot be used.
+type coreColumn struct {
+	name string
+	add  string
+}
+
+func required(names ...string) []coreColumn {
+	out := make([]coreColumn, len(names))
+	for i, n := range names {
+		out[i] = coreColumn{name: n}
+	}
+	return out
+}
+
+// coreColumns returns the columns of each core table, in the DDL's order
+// (TestCoreColumnsMatchDDL holds them to migrations/*.sql).
+func coreColumns() map[string][]coreColumn {
+	return map[string][]coreColumn{
+		"sync_partitions":         required("partition", "max_commit_seq", "horizon_seq"),
+		"sync_partition_registry": required("partition", "log_epoch", "epoch_required", "last_authenticated_at_ms"),
+		"sync_row_scopes":         required("partition", "tbl", "var", "value", "row_id"),
+		"sync_commits": append(required("partition", "commit_seq", "client_id", "client_commit_id", "actor_id", "created_at_ms"),
+			// Reference before 0.23: its commits keep NULL, the mark of a
+			// writer without a version (below any fence).
+			coreColumn{"writer_version", "BIGINT"}),
+		"sync_changes":       required("partition", "commit_seq", "idx", "tbl", "row_id", "op", "row_version", "scopes", "payload"),
+		"sync_change_scopes": required("partition", "tbl", "var", "value", "commit_seq"),
+		"sync_push_results":  required("partition", "client_id", "client_commit_id", "result"),
+		"sync_clients": {
+			{name: "partition"}, {name: "client_id"}, {name: "actor_id"},
+			// Reference before 0.15: every client record was wire version 1.
+			{"wire_version", "INTEGER NOT NULL DEFAULT 1"},
+			{name: "cursor"}, {name: "subscriptions"}, {name: "updated_at_ms"},
+		},
+		"sync_tombstones": required("partition", "tbl", "row_id", "commit_seq"),
+		"sync_schema_meta": {
+			{name: "id"}, {name: "schema_version"},
+			// Reference servers that kept no layouts: an empty set.
+			{"layouts", "TEXT NOT NULL DEFAULT '{}'"},
+		},
+		"sync_backfill_checkpoints": required("partition", "name", "schema_version", "state", "watermark",
+			"owner_epoch", "observed_rows", "updated_at_ms"),
+		"sync_writer_fence": required("partition", "required_writer_version"),
+	}
+}
+
+var (
+	coreTableRE    = regexp.MustCompile(`(?is)^CREATE\s+TABLE\s+IF\s+NOT\s+EXISTS\s+(\w+)\s*\(`)
+	coreIndexRE    = regexp.MustCompile(`(?is)^CREATE\s+(?:UNIQUE\s+)?INDEX\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+ON\s+(\w+)`)
+	coreFunctionRE = regexp.MustCompile(`(?is)^CREATE\s+OR\s+REPLACE\s+FUNCTION\s+(\w+)\(\).*?\$\$(.*)\$\$`)
+	coreTriggerRE  = regexp.MustCompile(`(?is)^CREATE\s+TRIGGER\s+(\w+)\s.*?\bON\s+(\w+)`)
+)
+
+// coreObjects parses the embedded migrations, in file name order, into
+// their CREATE statements: a statement ends with a line that ends in ';'
+// outside a dollar-quoted body.
+func coreObjects() ([]coreObject, error) {
+	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
+	if err != nil {
+		return nil, fmt.Errorf("list migrations: %w", err)
+	}
+	slices.Sort(names)
+	var out []coreObject
+	for _, name := range names {
+		body, err := migrationFiles.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		objects, err := parseCoreDDL(string(body))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, objects...)
+	}
+	return out, nil
+}
+
+// parseCoreDDL splits a migration file into its CREATE statements.
+func parseCoreDDL(script string) ([]coreObject, error) {
+	var (
+		out []coreObject
+		cur []string
+	)
+	for _, line := range strings.Split(script, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if len(cur) == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
+			continue
+		}
+		cur = append(cur, line)
+		stmt := strings.TrimSpace(strings.Join(cur, "\n"))
+		if !strings.HasSuffix(trimmed, ";") || strings.Count(stmt, "$$")%2 != 0 {
+			continue
+		}
+		cur = nil
+		stmt = strings.TrimSuffix(stmt, ";")
+		o, err := classifyCoreStatement(stmt)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, o)
+	}
+	if len(cur) > 0 {
+		return nil, fmt.Errorf("core DDL: unterminated statement %q", strings.Join(cur, "\n"))
+	}
+	return out, nil
+}
+
+func classifyCoreStatement(stmt string) (coreObject, error) {
+	if m := coreTableRE.FindStringSubmatch(stmt); m != nil {
+		return coreObject{kind: "table", name: m[1], table: m[1], sql: stmt}, nil
+	}
+	if m := coreIndexRE.FindStringSubmatch(stmt); m != nil {
+		return coreObject{kind: "index", name: m[1], table: m[2], sql: stmt}, nil
+	}
+	if m := coreFunctionRE.FindStringSubmatch(stmt); m != nil {
+		return coreObject{kind: "function", name: m[1], sql: stmt, body: collapseSpace(m[2])}, nil
+	}
+	if m := coreTriggerRE.FindStringSubmatch(stmt); m != nil {
+		return coreObject{kind: "trigger", name: m[1], table: m[2], sql: stmt}, nil
+	}
+	return coreObject{}, fmt.Errorf("core DDL: unexpected statement %q", stmt)
+}
+
+// collapseSpace joins the words of s with single spaces.
+func collapseSpace(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// coreStep is one statement of a plan, with its description.
+type coreStep struct {
+	line string
+	sql  string
+	args []any
+}
+
+// stepLines are the descriptions of steps.
+func stepLines(steps []coreStep) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.line
+	}
+	return out
+}
+
+func coreMismatch(details map[string]any) error {
+	return &store.Error{Code: store.CodePhysicalLayoutMismatch,
+		Message: "a core table of the database differs from the storage layout and cannot be migrated", Details: details}
+}
+
+// sqlCoreCatalog reads, in one statement, what the core DDL creates, as
+// the running statements resolve the names (through the search_path):
+// the relations ($1) with their kind and columns, the functions ($2, no
+// arguments) with their body, and the triggers ($3 on the tables $4). It
+// takes no lock on the relations.
+const sqlCoreCatalog = `SELECT 'relation', n.name, c.relkind::text,
+       array(SELECT a.attname::text FROM pg_attribute a
+              WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum)
+  FROM unnest($1::text[]) AS n(name)
+  JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.name))
+UNION ALL
+SELECT 'function', f.name, '', ARRAY[p.prosrc]
+  FROM unnest($2::text[]) AS f(name)
+  JOIN pg_proc p ON p.oid = to_regprocedure(quote_ident(f.name) || '()')
+UNION ALL
+SELECT 'trigger', g.name, '', '{}'::text[]
+  FROM unnest($3::text[], $4::text[]) AS g(name, tbl)
+  JOIN pg_trigger t ON t.tgname = g.name AND t.tgrelid = to_regclass(quote_ident(g.tbl))`
+
+// coreCatalog is what sqlCoreCatalog found.
+type coreCatalog struct {
+	relations map[string]coreRelation
+	functions map[string]string // name → body, white space collapsed
+	triggers  map[string]bool
+}
+
+type coreRelation struct {
+	kind    string // pg_class.relkind
+	columns []string
+}
+
+// readCoreCatalog reads the catalog for objects.
+func readCoreCatalog(ctx context.Context, q querier, objects []coreObject) (coreCatalog, error) {
+	var relations, functions, triggers, triggerTables []string
+	for _, o := range objects {
+		switch o.kind {
+		case "table", "index":
+			relations = append(relations, o.name)
+		case "function":
+			functions = append(functions, o.name)
+		case "trigger":
+			triggers, triggerTables = append(triggers, o.name), append(triggerTables, o.table)
+		}
+	}
+	rows, err := q.Query(ctx, sqlCoreCatalog, relations, nonNilStrings(functions), nonNilStrings(triggers), nonNilStrings(triggerTables))
+	if err != nil {
+		return coreCatalog{}, fmt.Errorf("read catalog: %w", err)
+	}
+	cat := coreCatalog{relations: map[string]coreRelation{}, functions: map[string]string{}, triggers: map[string]bool{}}
+	var (
+		what, name, kind string
+		info             []string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&what, &name, &kind, &info}, func() error {
+		switch what {
+		case "relation":
+			cat.relations[name] = coreRelation{kind: kind, columns: slices.Clone(info)}
+		case "function":
+			cat.functions[name] = collapseSpace(strings.Join(info, ""))
+		case "trigger":
+			cat.triggers[name] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return coreCatalog{}, fmt.Errorf("read catalog: %w", err)
+	}
+	return cat, nil
+}
+
+// planCore reads the catalog and returns the DDL that brings the core
+// tables to the layout, in the migrations' order (a table's missing
+// columns at its place, so before the indexes and the trigger); none when
+// the database is at the layout. A core object it cannot bring there is a
+// *store.Error. It only reads.
+func planCore(ctx context.Context, q querier) ([]coreStep, error) {
+	objects, err := coreObjects()
+	if err != nil {
+		return nil, err
+	}
+	cat, err := readCoreCatalog(ctx, q, objects)
+	if err != nil {
+		return nil, err
+	}
+	columns := coreColumns()
+	var steps []coreStep
+	for _, o := range objects {
+		switch o.kind {
+		case "table", "index":
+			rel, exists := cat.relations[o.name]
+			if !exists {
+				steps = append(steps, coreStep{line: "create " + o.kind + " " + o.name, sql: o.sql})
+				continue
+			}
+			want := "r"
+			if o.kind == "index" {
+				want = "i"
+			}
+			if rel.kind != want && !(o.kind == "table" && rel.kind == "p") {
+				return nil, coreMismatch(map[string]any{"table": o.table, "object": o.name, "reason": "object_type",
+					"expected": o.kind, "actual": "relkind " + rel.kind})
+			}
+			if o.kind != "table" {
+				continue
+			}
+			for _, col := range columns[o.name] {
+				if slices.Contains(rel.columns, col.name) {
+					continue
+				}
+				if col.add == "" {
+					return nil, coreMismatch(map[string]any{"table": o.name, "column": col.name, "reason": "missing_column"})
+				}
+				steps = append(steps, coreStep{
+					line: "add column " + o.name + "." + col.name,
+					sql:  "ALTER TABLE " + quoteIdent(o.name) + " ADD COLUMN IF NOT EXISTS " + quoteIdent(col.name) + " " + col.add,
+				})
+			}
+		case "function":
+			body, exists := cat.functions[o.name]
+			switch {
+			case !exists:
+				steps = append(steps, coreStep{line: "create function " + o.name + "()", sql: o.sql})
+			case body != o.body:
+				steps = append(steps, coreStep{line: "replace function " + o.name + "()", sql: o.sql})
+			}
+		case "trigger":
+			if !cat.triggers[o.name] {
+				steps = append(steps, coreStep{line: "create trigger " + o.name + " on " + o.table, sql: o.sql})
+			}
+		}
+	}
+	return steps, nil
+}
+
+// applySteps runs the statements of steps, in order: consecutive ones
+// without arguments in one round trip (the simple protocol, which takes
+// several statements).
+func applySteps(ctx context.Context, tx pgx.Tx, steps []coreStep) error {
+	var script []string
+	flush := func() error {
+		if len(script) == 0 {
+			return nil
+		}
+		_, err := tx.Exec(ctx, strings.Join(script, ";\n"))
+		script = nil
+		return err
+	}
+	for _, s := range steps {
+		if len(s.args) == 0 {
+			script = append(script, s.sql)
+			continue
+		}
+		if err := flush(); err != nil {
+			return fmt.Errorf("apply %s: %w", strings.Join(stepLines(steps), ", "), err)
+		}
+		if _, err := tx.Exec(ctx, s.sql, s.args...); err != nil {
+			return fmt.Errorf("apply %s: %w", s.line, err)
+		}
+	}
+	if err := flush(); err != nil {
+		return fmt.Errorf("apply %s: %w", strings.Join(stepLines(steps), ", "), err)
+	}
+	return nil
+}
+
+// migrateCore brings the core tables to the layout: nothing at all when
+// the catalog says they are there; otherwise, under the migration lock
+// (lock.go), the steps that the catalog read again under the lock still
+// calls for. It returns what it did.
+func (s *Store) migrateCore(ctx context.Context) ([]string, error) {
+	steps, err := planCore(ctx, s.pool)
+	if err != nil || len(steps) == 0 {
+		return nil, err
+	}
+	var done []string
+	err = s.withMigrationLock(ctx, "core tables", func(ctx context.Context, tx pgx.Tx) error {
+		steps, err := planCore(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := applySteps(ctx, tx, steps); err != nil {
+			return err
+		}
+		done = stepLines(steps)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(done) > 0 {
+		s.log.InfoContext(ctx, "pgstore: core tables migrated", "steps", done)
+	}
+	return done, nil
+}
