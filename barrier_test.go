@@ -287,3 +287,35 @@ func testMigrationBarrierFencesOldWriters(t *testing.T, e *barrierEnv) {
 		t.Fatalf("old writer's append = %v, want %s", err, store.CodeWriterFenceRejected)
 	}
 }
+
+// A push stopped by the writer fence (a checkpoint declared for a newer
+// version, before any process migrated) answers sync.schema_not_ready with
+// the fence, the stored and the running version in its details.
+func TestMigrationBarrierFenceRefusalDetails(t *testing.T) {
+	forEachBarrierDriver(t, func(t *testing.T, e *barrierEnv) {
+		v1, _ := windowSchemas(t)
+		_, url, err := e.server(v1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body := post(t, url, pullReq(nil, 1))
+		m, _ := wire.DecodeMessage(body, wire.DecoderOptions{})
+		epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+		b := e.open().(store.Barrier)
+		if _, err := b.DeclareCheckpoint(context.Background(), store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2}, 1); err != nil {
+			t.Fatal(err)
+		}
+		status, body := post(t, url, &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{{ClientCommitID: "a", Operations: []wire.Operation{{Table: "tasks", RowID: "a", Op: wire.OpUpsert,
+				Payload: sparse(t, v1, wire.Value{Str: "a"}, wire.Value{Str: "p1"}, wire.Value{Str: "x"})}}}}})
+		wantNotReady(t, status, body, "writerFence")
+		pe, _ := syncerr.ParseJSON(body)
+		var d map[string]float64
+		if err := json.Unmarshal(pe.Details, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d["writerFence"] != 2 || d["storedSchemaVersion"] != 1 || d["runningSchemaVersion"] != 1 {
+			t.Fatalf("details %s, want writerFence 2, storedSchemaVersion 1, runningSchemaVersion 1", pe.Details)
+		}
+	})
+}

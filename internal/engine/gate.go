@@ -28,6 +28,7 @@ type gateDetails struct {
 	LogEpochChanged      bool   `json:"logEpochChanged,omitempty"`
 	StoredSchemaVersion  int32  `json:"storedSchemaVersion,omitempty"`
 	RunningSchemaVersion int32  `json:"runningSchemaVersion,omitempty"`
+	WriterFence          int32  `json:"writerFence,omitempty"`
 }
 
 func notReady(d gateDetails) *syncerr.Error {

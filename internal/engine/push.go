@@ -41,8 +41,11 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 		if store.ErrorCode(err) == store.CodeWriterFenceRejected {
 			// A newer schema fenced this process off: nothing was
 			// written, and the client retries against a newer server.
-			running := r.e.cfg.Schema.Version()
-			return notReady(gateDetails{RunningSchemaVersion: running})
+			d := gateDetails{RunningSchemaVersion: r.e.cfg.Schema.Version()}
+			if g, gerr := r.e.readGate(ctx, partition); gerr == nil && g != nil {
+				d.StoredSchemaVersion, d.WriterFence = g.StoredSchemaVersion, g.WriterFence
+			}
+			return notReady(d)
 		}
 		if err != nil {
 			return err
