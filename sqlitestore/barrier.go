@@ -218,12 +218,14 @@ func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.
 // snapshot.
 const (
 	selectServeGate = `SELECT COALESCE((SELECT schema_version FROM sync_schema_meta WHERE id=1), 0),
+  COALESCE((SELECT required_writer_version FROM sync_writer_fence WHERE partition=?), 0),
   COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
   (SELECT json_group_array(json_array(partition, name)) FROM
     (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
 	// selectServeGateNoMarker is the gate of a database that never had
 	// EnsureSchema (no sync_schema_meta table yet).
 	selectServeGateNoMarker = `SELECT 0,
+  COALESCE((SELECT required_writer_version FROM sync_writer_fence WHERE partition=?), 0),
   COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
   (SELECT json_group_array(json_array(partition, name)) FROM
     (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
@@ -232,9 +234,9 @@ const (
 func serveGateOn(c *conn, partition string, running int32) (store.ServeGate, error) {
 	var g store.ServeGate
 	var pending string
-	err := c.queryRow(selectServeGate, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+	err := c.queryRow(selectServeGate, partition, partition, running).Scan(&g.StoredSchemaVersion, &g.WriterFence, &g.LogEpoch, &pending)
 	if err != nil && strings.Contains(err.Error(), "no such table: sync_schema_meta") {
-		err = c.queryRow(selectServeGateNoMarker, partition, running).Scan(&g.StoredSchemaVersion, &g.LogEpoch, &pending)
+		err = c.queryRow(selectServeGateNoMarker, partition, partition, running).Scan(&g.StoredSchemaVersion, &g.WriterFence, &g.LogEpoch, &pending)
 	}
 	if err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
