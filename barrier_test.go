@@ -225,8 +225,15 @@ func testMigrationBarrierServing(t *testing.T, e *barrierEnv) {
 	if !errors.As(err, &re) || re.Phase != syncgo.PhaseBackfillCheckpoint {
 		t.Fatalf("Start = %v, want a readiness error in phase backfill_checkpoint", err)
 	}
+	if msg := err.Error(); !strings.Contains(msg, "partition=p") || !strings.Contains(msg, "name=proj") {
+		t.Fatalf("Start = %q: the refusal must name the checkpoint's partition and name", msg)
+	}
 	status, body = post(t, urlC, pullReq(&epoch, 2))
 	wantNotReady(t, status, body, "phase")
+	if pe, _ := syncerr.ParseJSON(body); !strings.Contains(string(pe.Details), `"projection":"proj"`) ||
+		!strings.Contains(string(pe.Details), `"partition":"p"`) {
+		t.Fatalf("details %s: want the checkpoint's partition and projection", pe.Details)
+	}
 
 	// The declaring process starts and serves.
 	_, urlB, err := e.server(v2, store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2})

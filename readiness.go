@@ -45,6 +45,17 @@ func notReadyError(err error) *syncerr.Error {
 	if errors.As(err, &re) {
 		phase = re.Phase
 	}
+	details := map[string]string{"phase": phase}
+	var se *store.Error
+	if phase == PhaseBackfillCheckpoint && errors.As(err, &se) {
+		// The checkpoint that keeps this process from serving.
+		if p, ok := se.Details["partition"].(string); ok {
+			details["partition"] = p
+		}
+		if n, ok := se.Details["name"].(string); ok {
+			details["projection"] = n
+		}
+	}
 	return syncerr.New(syncerr.CodeSchemaNotReady, "server schema is not ready for this request").
-		WithDetails(map[string]string{"phase": phase})
+		WithDetails(details)
 }

@@ -3,6 +3,9 @@ package store
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/syncgo/syncgo/schema"
 )
@@ -56,11 +59,26 @@ type Error struct {
 	Err     error
 }
 
+// Error renders the code, the message, the details (sorted by key) and
+// the cause, so that a log line or a refused start names what it is about.
 func (e *Error) Error() string {
-	if e.Err != nil {
-		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	var b strings.Builder
+	b.WriteString(e.Code + ": " + e.Message)
+	if len(e.Details) > 0 {
+		keys := slices.Sorted(maps.Keys(e.Details))
+		b.WriteString(" (")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s=%v", k, e.Details[k])
+		}
+		b.WriteString(")")
 	}
-	return e.Code + ": " + e.Message
+	if e.Err != nil {
+		fmt.Fprintf(&b, ": %v", e.Err)
+	}
+	return b.String()
 }
 
 // Unwrap returns the underlying error.

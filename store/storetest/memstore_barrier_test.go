@@ -450,7 +450,7 @@ func (s *memStore) ReadCheckpoints(_ context.Context, partition string) ([]store
 }
 
 // gate reads the serve gate; the partition (nil when unknown) is locked.
-func (s *memStore) gate(p *memPartition, running int32) store.ServeGate {
+func (s *memStore) gate(partition string, p *memPartition, running int32) store.ServeGate {
 	var g store.ServeGate
 	if p != nil && p.registered {
 		g.LogEpoch = p.epoch
@@ -460,6 +460,7 @@ func (s *memStore) gate(p *memPartition, running int32) store.ServeGate {
 	if s.marker != nil {
 		g.StoredSchemaVersion = s.marker.SchemaVersion
 	}
+	g.WriterFence = s.fences[partition]
 	for k, cp := range s.checkpoints {
 		if (cp.SchemaVersion == running || s.is("gate-all-versions")) && cp.State != store.CheckpointActivated {
 			g.Pending = append(g.Pending, store.CheckpointRef{Partition: k.partition, Name: k.name})
@@ -477,7 +478,7 @@ func (s *memStore) ReadServeGate(_ context.Context, partition string, running in
 		p.mu.RLock()
 		defer p.mu.RUnlock()
 	}
-	return s.gate(p, running), nil
+	return s.gate(partition, p, running), nil
 }
 
 func (s *memStore) SourceCoverageSeq(_ context.Context, partition string, sources []string) (int64, error) {
@@ -509,7 +510,7 @@ func (s *memStore) HasSourceChangesAbove(_ context.Context, partition string, so
 }
 
 func (tx *memTx) ServeGate(_ context.Context, running int32) (store.ServeGate, error) {
-	return tx.s.gate(tx.p, running), nil
+	return tx.s.gate(tx.id, tx.p, running), nil
 }
 
 func (tx *memTx) AdvanceCheckpoint(_ context.Context, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
