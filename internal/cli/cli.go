@@ -12,12 +12,17 @@ const usage = `usage: syncgo <command> [flags]
 
 commands:
   serve     start the sync server (SQLite file by default; -db postgres://... for Postgres)
-  schema    show the stored and running schema, readiness and checkpoints
-  checkpoint declare -name N -version V
-            declare a backfill checkpoint (raises the writer fence)
-  backfill -name N -sources t1,t2
-            run a checkpoint's backfill with a progress bar (resumable) and
-            activate it
+  schema    show (reading only) the stored and running schema, what a start,
+            a request and a push would get, and the checkpoints
+  migrate   upgrade a database written by an older server line (the
+            reference 0.15 to 0.20 line) to what this build needs, adding
+            columns without rewriting data (-dry-run lists the changes)
+  checkpoint declare -name N -version V [-yes]
+            declare a backfill checkpoint (raises the writer fence: asks
+            first, since older running writers are then refused)
+  backfill -name N -sources t1,t2 -no-projection
+            walk a checkpoint's source log with a progress bar (resumable)
+            and activate it; projections run in the embedding process
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -41,8 +46,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runRender(args[1:], stdin, stdout, stderr)
 	case "schema":
 		return runSchema(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "checkpoint":
-		return runCheckpoint(ctx, args[1:], stdout, stderr)
+		return runCheckpoint(ctx, args[1:], stdin, stdout, stderr)
 	case "backfill":
 		return runBackfill(ctx, args[1:], stdout, stderr)
 	case "conformance":

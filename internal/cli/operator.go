@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +28,19 @@ func (o *operatorFlags) register(fs *flag.FlagSet) {
 }
 
 func openBarrier(ctx context.Context, db string) (store.Store, store.Barrier, error) {
-	st, err := openStore(ctx, db, slog.New(slog.DiscardHandler))
+	return openBarrierMode(ctx, db, false)
+}
+
+// openBarrierMode opens the store, read-only when asked (no DDL, no
+// writes: a missing SQLite file is an error, never created).
+func openBarrierMode(ctx context.Context, db string, readOnly bool) (store.Store, store.Barrier, error) {
+	var st store.Store
+	var err error
+	if readOnly {
+		st, err = openStoreReadOnly(ctx, db)
+	} else {
+		st, err = openStore(ctx, db, slog.New(slog.DiscardHandler))
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -38,27 +52,36 @@ func openBarrier(ctx context.Context, db string) (store.Store, store.Barrier, er
 	return st, b, nil
 }
 
-// runSchema prints the schema marker, the serve gate and the checkpoints.
+// runSchema reports, reading only, the stored and the running schema, what
+// a process of this build would do at start, what a request and a push
+// to it would get, and the checkpoints.
 func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("schema", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o operatorFlags
 	o.register(fs)
 	schemaFile := fs.String("schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file of the running build; default the demo schema")
+	var checkpoints stringList
+	fs.Var(&checkpoints, "checkpoint", "a checkpoint partition/name the running build declares (as serve -checkpoint; repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	st, b, err := openBarrier(ctx, o.db)
-	if err != nil {
-		fmt.Fprintln(stderr, "syncgo schema:", err)
-		return 1
-	}
-	defer st.Close()
 	running, err := loadSchema(*schemaFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo schema:", err)
 		return 1
 	}
+	decls, err := serveFlags{checkpoints: checkpoints}.declarations(running.Version())
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo schema:", err)
+		return 2
+	}
+	st, b, err := openBarrierMode(ctx, o.db, true)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo schema:", err)
+		return 1
+	}
+	defer st.Close()
 	m, err := st.Marker(ctx)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -80,19 +103,65 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	fmt.Fprintf(stdout, "running schema: version %d\n", running.Version())
+
+	startOK := true
+	if in, ok := st.(store.Inspector); ok {
+		plan, err := in.PlanSchema(ctx, running, decls)
+		if err != nil {
+			fmt.Fprintln(stderr, "syncgo schema:", err)
+			return 1
+		}
+		switch plan.Action {
+		case store.SchemaNone:
+			fmt.Fprintln(stdout, "start: ready (the database holds the running layout; nothing to write)")
+		case store.SchemaCreate:
+			fmt.Fprintln(stdout, "start: creates the app tables and the schema marker")
+		case store.SchemaMigrate:
+			fmt.Fprintf(stdout, "start: migrates to version %d (append-only) and raises every partition's writer fence to %d; older processes stop serving\n",
+				running.Version(), running.Version())
+		case store.SchemaUpgradeNeeded:
+			startOK = false
+			fmt.Fprintf(stdout, "start: refused: the database was written by an older server line; run `syncgo migrate` first (%v)\n", plan.Refusal)
+			for _, l := range plan.Upgrade {
+				fmt.Fprintln(stdout, "  "+l)
+			}
+		default:
+			startOK = false
+			fmt.Fprintf(stdout, "start: refused: %v\n", plan.Refusal)
+		}
+	}
+
 	gate, err := b.ReadServeGate(ctx, o.partition, running.Version())
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo schema:", err)
 		return 1
 	}
-	ready := "ready"
-	switch {
-	case gate.StoredSchemaVersion > running.Version():
-		ready = "not ready: the database is newer than this build"
-	case len(gate.Pending) > 0:
-		ready = fmt.Sprintf("not ready: %d checkpoint(s) at version %d incomplete (only declaring processes serve)", len(gate.Pending), running.Version())
+	var undeclared []string
+	for _, p := range gate.Pending {
+		if !slices.ContainsFunc(decls, func(d store.CheckpointDeclaration) bool { return d.Partition == p.Partition && d.Name == p.Name }) {
+			undeclared = append(undeclared, p.Partition+"/"+p.Name)
+		}
 	}
-	fmt.Fprintf(stdout, "readiness: %s\n", ready)
+	requests := "ready"
+	switch {
+	case !startOK:
+		requests = "sync.schema_not_ready (the process does not start)"
+	case gate.StoredSchemaVersion > running.Version():
+		requests = fmt.Sprintf("sync.schema_not_ready (the database is at version %d, newer than this build)", gate.StoredSchemaVersion)
+	case len(undeclared) > 0:
+		requests = fmt.Sprintf("sync.schema_not_ready (incomplete checkpoint(s) at version %d not declared by this build: %s)",
+			running.Version(), strings.Join(undeclared, ", "))
+	}
+	fmt.Fprintf(stdout, "requests to partition %q: %s\n", o.partition, requests)
+	pushes := "accepted"
+	switch {
+	case requests != "ready":
+		pushes = "refused (as requests)"
+	case gate.WriterFence > running.Version():
+		pushes = fmt.Sprintf("sync.schema_not_ready (the writer fence requires version %d)", gate.WriterFence)
+	}
+	fmt.Fprintf(stdout, "pushes to partition %q: %s (writer fence %d)\n", o.partition, pushes, gate.WriterFence)
+
 	cps, err := b.ReadCheckpoints(ctx, o.partition)
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo schema:", err)
@@ -106,10 +175,12 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return 0
 }
 
-// runCheckpoint declares a checkpoint: its row and the writer fence.
-func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// runCheckpoint declares a checkpoint: its row and the writer fence. A
+// declaration that raises the fence stops the running writers of older
+// versions, so it asks for confirmation unless -yes.
+func runCheckpoint(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "declare" {
-		fmt.Fprintln(stderr, "usage: syncgo checkpoint declare -name NAME -version N [-db ...] [-partition ...]")
+		fmt.Fprintln(stderr, "usage: syncgo checkpoint declare -name NAME -version N [-yes] [-db ...] [-partition ...]")
 		return 2
 	}
 	fs := flag.NewFlagSet("checkpoint declare", flag.ContinueOnError)
@@ -118,6 +189,7 @@ func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 	o.register(fs)
 	name := fs.String("name", "", "checkpoint (projection) name")
 	version := fs.Int("version", 0, "schema version that needs the checkpoint")
+	yes := fs.Bool("yes", false, "do not ask before raising the writer fence")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -131,13 +203,46 @@ func runCheckpoint(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return 1
 	}
 	defer st.Close()
+	before, err := b.ReadServeGate(ctx, o.partition, int32(*version))
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo checkpoint:", err)
+		return 1
+	}
+	if int32(*version) > before.WriterFence {
+		fmt.Fprintf(stderr, "Declaring %s raises the writer fence of partition %q from %d to %d: from then on, processes running a "+
+			"schema version below %d (the database is at version %d) can no longer commit in that partition; their pushes are "+
+			"refused with sync.schema_not_ready until they are upgraded.\n",
+			*name, o.partition, before.WriterFence, *version, *version, before.StoredSchemaVersion)
+		if !*yes && !confirm(stdin, stderr, "Raise the fence?") {
+			fmt.Fprintln(stderr, "syncgo checkpoint: not declared")
+			return 1
+		}
+	}
 	cp, err := b.DeclareCheckpoint(ctx, store.CheckpointDeclaration{Partition: o.partition, Name: *name, SchemaVersion: int32(*version)}, time.Now().UnixMilli())
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo checkpoint:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "checkpoint %s (version %d) is %s; writers below version %d are fenced off\n", cp.Name, cp.SchemaVersion, cp.State, cp.SchemaVersion)
+	after, err := b.ReadServeGate(ctx, o.partition, cp.SchemaVersion)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo checkpoint:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "checkpoint %s (version %d) is %s; writer fence of partition %q: %d (was %d)\n",
+		cp.Name, cp.SchemaVersion, cp.State, o.partition, after.WriterFence, before.WriterFence)
 	return 0
+}
+
+// confirm asks a yes/no question on stderr and reads the answer from
+// stdin; anything but y or yes (or no answer) is no.
+func confirm(stdin io.Reader, stderr io.Writer, question string) bool {
+	fmt.Fprintf(stderr, "%s [y/N] ", question)
+	line, _ := bufio.NewReader(stdin).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
 }
 
 // runBackfill claims a checkpoint, walks its source log from the stored
@@ -150,11 +255,18 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	name := fs.String("name", "", "checkpoint name")
 	sources := fs.String("sources", "", "comma-separated source tables")
 	batch := fs.Int("batch", 500, "source commits per batch")
+	noProjection := fs.Bool("no-projection", false, "the checkpoint needs no projection: walk the source log and activate it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *name == "" || *sources == "" {
 		fmt.Fprintln(stderr, "syncgo backfill: -name and -sources are required")
+		return 2
+	}
+	if !*noProjection {
+		fmt.Fprintln(stderr, "syncgo backfill: the command line runs no projection, so it would activate the checkpoint "+
+			"without writing any projected row. Run the backfill from the process that declares the projection "+
+			"(syncgo.RunBackfill with Project), or pass -no-projection if this checkpoint needs none.")
 		return 2
 	}
 	st, _, err := openBarrier(ctx, o.db)
@@ -203,4 +315,74 @@ func (p *progressBar) done() {
 	if p.used {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// runMigrate brings a database written by an older server line (the
+// reference 0.15 to 0.20 line, or an older syncgo) to what this build
+// needs, without rewriting data: columns are added, nothing is dropped,
+// client cursors and the commit log stay valid. -dry-run lists what it
+// would do, reading only.
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o operatorFlags
+	o.register(fs)
+	schemaFile := fs.String("schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file of the running build; default the demo schema")
+	dryRun := fs.Bool("dry-run", false, "only list what would be done")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	running, err := loadSchema(*schemaFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo migrate:", err)
+		return 1
+	}
+	var st store.Store
+	if *dryRun {
+		st, err = openStoreReadOnly(ctx, o.db)
+	} else {
+		st, err = openStore(ctx, o.db, slog.New(slog.DiscardHandler))
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo migrate:", err)
+		return 1
+	}
+	defer st.Close()
+	var lines []string
+	if *dryRun {
+		in, ok := st.(store.Inspector)
+		if !ok {
+			fmt.Fprintln(stderr, "syncgo migrate: this store cannot plan")
+			return 1
+		}
+		plan, err := in.PlanSchema(ctx, running, nil)
+		if err != nil {
+			fmt.Fprintln(stderr, "syncgo migrate:", err)
+			return 1
+		}
+		lines = plan.Upgrade
+	} else {
+		up, ok := st.(store.Upgrader)
+		if !ok {
+			fmt.Fprintln(stderr, "syncgo migrate: this store cannot upgrade")
+			return 1
+		}
+		if lines, err = up.Upgrade(ctx, running); err != nil {
+			fmt.Fprintln(stderr, "syncgo migrate:", err)
+			return 1
+		}
+	}
+	if len(lines) == 0 {
+		fmt.Fprintln(stdout, "nothing to upgrade: the database has every column this build needs")
+		return 0
+	}
+	verb := "upgraded"
+	if *dryRun {
+		verb = "would upgrade"
+	}
+	fmt.Fprintf(stdout, "%s (%d change(s), no data rewritten):\n", verb, len(lines))
+	for _, l := range lines {
+		fmt.Fprintln(stdout, "  "+l)
+	}
+	return 0
 }

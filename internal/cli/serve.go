@@ -100,6 +100,16 @@ func openStore(ctx context.Context, db string, logger *slog.Logger) (store.Store
 	return openStoreListen(ctx, db, "", logger)
 }
 
+// openStoreReadOnly opens a store that writes nothing: no DDL, no
+// migration, and a missing SQLite file is an error.
+func openStoreReadOnly(ctx context.Context, db string) (store.Store, error) {
+	logger := slog.New(slog.DiscardHandler)
+	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+		return pgstore.Open(ctx, pgstore.Config{URL: db, Logger: logger, ReadOnly: true})
+	}
+	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger, ReadOnly: true})
+}
+
 func openStoreListen(ctx context.Context, db, listen string, logger *slog.Logger) (store.Store, error) {
 	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
 		return pgstore.Open(ctx, pgstore.Config{URL: db, ListenURL: listen, Logger: logger})
