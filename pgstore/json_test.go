@@ -96,6 +96,22 @@ func TestJSONStringForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A json column that the reference wrote: a JSONB string of the
+	// payload's text, matched by RowsByColumn (a declared reference on a
+	// json primary key).
+	if _, err := s.pool.Exec(ctx, `UPDATE tasks SET meta = to_jsonb('{"k": [1,2]}'::text) WHERE _sync_row_id = 't2'`); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
+		rows, err := tx.RowsByColumn(ctx, "tasks", "meta", wire.Value{Str: `{"k": [1,2]}`}, 10)
+		if err != nil || len(rows) != 1 || rows[0].RowID != "t2" {
+			t.Errorf("RowsByColumn(json, string form) = %+v, %v; want t2", rows, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl, err := s.Client(ctx, "p", "c1")
 	if err != nil || !reflect.DeepEqual(cl, client) {
 		t.Errorf("Client = %+v, %v; want %+v", cl, err, client)

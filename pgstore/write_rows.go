@@ -133,9 +133,18 @@ func (t *writeTx) RowsByColumn(ctx context.Context, table, column string, value 
 	if arg == nil || limit <= 0 {
 		return nil, nil
 	}
+	col := quoteIdent(column)
+	match := col + " = $2"
+	args := []any{t.partition, arg, limit}
+	if ts.typed[i].Type == wire.TypeJSON {
+		// The reference server stores a json column as a JSONB string of
+		// the payload's text (json.go): that form matches the same text.
+		match = "(" + col + " = $2::jsonb OR " + col + " = to_jsonb($4::text))"
+		args = append(args, arg)
+	}
 	sql := "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + quoteIdent(colPartition) + " = $1 AND " +
-		quoteIdent(column) + " = $2 ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $3`
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sql, t.partition, arg, limit) })
+		match + " ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $3`
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sql, args...) })
 	if err != nil {
 		return nil, fmt.Errorf("rows by column: %w", err)
 	}
