@@ -129,6 +129,22 @@ type Hub struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// beforeFanout, when set (by tests, before the first notification),
+	// runs on the fan-out goroutine before a commit is delivered: a test
+	// holds it to deliver a commit late, after the round it was made in.
+	beforeFanout func(engine.CommitNotice)
+}
+
+// notified is a commit notification queued for fan-out, with what was
+// decided when the hub learned of it.
+type notified struct {
+	engine.CommitNotice
+	// rounds holds the sessions that had a sync round's response in flight
+	// when the commit was notified (§8.7 interleaving), with whether it
+	// matched their registrations (they were woken then). Decided at
+	// notify time: the fan-out may reach a session after its round ended.
+	rounds map[*session]bool
 }
 
 // partition is the sessions and fan-out state of one partition.
@@ -139,12 +155,12 @@ type partition struct {
 	presence map[string]map[*session]presenceEntry
 	// seq orders notifications: next is the sequence fan-out expects.
 	next    int64
-	pending map[int64]engine.CommitNotice
+	pending map[int64]notified
 	timer   *time.Timer
 	// outbox holds notifications ready for fan-out, in order; one
 	// goroutine at a time drains it, so every session sees commits in
 	// sequence order whoever notified them.
-	outbox     []engine.CommitNotice
+	outbox     []notified
 	delivering bool
 }
 
@@ -172,7 +188,7 @@ func (h *Hub) part(id string, create bool) *partition {
 	p := h.parts[id]
 	if p == nil && create {
 		p = &partition{id: id, sessions: map[*session]struct{}{}, presence: map[string]map[*session]presenceEntry{},
-			pending: map[int64]engine.CommitNotice{}}
+			pending: map[int64]notified{}}
 		h.parts[id] = p
 	}
 	return p
@@ -303,9 +319,17 @@ func (h *Hub) CloseActor(partitionID, actorID string) int {
 // Notify fans out a durable commit. Notifications are delivered in
 // sequence order per partition; a sequence missing for longer than
 // ReorderWait is a gap, answered with catch-up wakes.
-func (h *Hub) Notify(n engine.CommitNotice) {
-	p := h.part(n.Partition, true)
+//
+// Whether the commit lands inside a session's sync round is decided here,
+// synchronously with the notification (a commit pushed in a round is
+// notified before the round's response ends): the sessions with a round
+// in flight are woken now if the commit matches them, and the fan-out,
+// which may reach them after their round ended, sends them no delta of
+// it (§8.7 interleaving). Notify never waits for a socket.
+func (h *Hub) Notify(cn engine.CommitNotice) {
+	p := h.part(cn.Partition, true)
 	p.mu.Lock()
+	n := notified{CommitNotice: cn, rounds: h.roundsLocked(p, cn)}
 	if p.next == 0 {
 		p.next = n.Seq // first notification seen
 	}
@@ -339,6 +363,34 @@ func (h *Hub) Notify(n engine.CommitNotice) {
 		}
 	}
 	h.drainLocked(p)
+}
+
+// roundsLocked finds the sessions of the partition with a sync round in
+// flight when a commit is notified, and takes the in-round path for them
+// at once (§8.7): a matching commit suppresses deltas and queues a wake-up,
+// ahead of the round's END; one that does not match is remembered for the
+// round end check. p.mu is held; each session's mu is taken briefly (no
+// socket is waited for).
+func (h *Hub) roundsLocked(p *partition, n engine.CommitNotice) map[*session]bool {
+	var rounds map[*session]bool
+	var matches map[string]bool // by registration signature
+	for s := range p.sessions {
+		s.mu.Lock()
+		if s.roundActive && !s.starting && n.Seq > s.observed {
+			if rounds == nil {
+				rounds, matches = map[*session]bool{}, map[string]bool{}
+			}
+			m, ok := matches[s.sig]
+			if !ok {
+				m = s.matchesLocked(n)
+				matches[s.sig] = m
+			}
+			rounds[s] = m
+			s.roundCommitLocked(n, m)
+		}
+		s.mu.Unlock()
+	}
+	return rounds
 }
 
 // skipGap runs when a notification has been missing for ReorderWait. The
@@ -415,6 +467,9 @@ func (h *Hub) drain(p *partition) {
 		}
 		p.mu.Unlock()
 		for _, n := range batch {
+			if h.beforeFanout != nil {
+				h.beforeFanout(n.CommitNotice)
+			}
 			h.fanout(sessions, n)
 		}
 		p.mu.Lock()
@@ -426,9 +481,10 @@ func (h *Hub) drain(p *partition) {
 // fanout delivers one commit to the sessions. A delta is encoded once per
 // distinct registration set and the same frame is queued on every session
 // that shares it.
-func (h *Hub) fanout(sessions []*session, n engine.CommitNotice) {
+func (h *Hub) fanout(sessions []*session, n notified) {
 	cache := map[string]*deltaCache{}
 	for _, s := range sessions {
-		s.deliver(n, cache)
+		woke, inRound := n.rounds[s]
+		s.deliverMarked(n.CommitNotice, cache, inRound, woke)
 	}
 }

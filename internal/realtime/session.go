@@ -38,7 +38,8 @@ type registration struct {
 //
 // Locking: part.mu before mu. keys and presence are written with part.mu
 // held (keys with mu too), so presence code holding part.mu reads any
-// session's keys without taking its mu.
+// session's keys without taking its mu. Notify takes the mu of each of
+// the partition's sessions under part.mu: nothing holds mu across a wait.
 type session struct {
 	hub      *Hub
 	part     *partition
@@ -170,8 +171,14 @@ func (s *session) sendData(f frame) {
 // by wakeCoalesce; one due sooner is sent at the end of the window, so
 // the latest commit is never left without a wake. mu is held.
 func (s *session) wakeLocked(reason wire.WakeReason) {
+	s.sendWakeLocked(reason, s.observed, true)
+}
+
+// sendWakeLocked queues a wake-up carrying cursor; spaced says catch-up
+// wakes are spaced by wakeCoalesce. mu is held.
+func (s *session) sendWakeLocked(reason wire.WakeReason, cursor int64, spaced bool) {
 	now := s.hub.cfg.Now()
-	if reason == wire.WakeCatchupRequired && s.lastWakeMs != 0 {
+	if spaced && reason == wire.WakeCatchupRequired && s.lastWakeMs != 0 {
 		if wait := s.lastWakeMs + wakeCoalesce.Milliseconds() - now; wait > 0 {
 			if !s.wakeScheduled {
 				s.wakeScheduled = true
@@ -181,7 +188,7 @@ func (s *session) wakeLocked(reason wire.WakeReason) {
 		}
 	}
 	s.lastWakeMs = now
-	f := textFrame(wire.Wake{Cursor: s.observed, Reason: reason, Timestamp: now}.AppendJSON(nil))
+	f := textFrame(wire.Wake{Cursor: cursor, Reason: reason, Timestamp: now}.AppendJSON(nil))
 	f.prio = prioWake
 	switch err := s.conn.send(f); err {
 	case nil:
@@ -221,9 +228,39 @@ type deltaCache struct {
 	frame   *frame
 }
 
+// roundCommitLocked takes the in-round path (§8.7 interleaving) for a
+// commit notified while this session's round response is in flight: a
+// commit matching the registrations suppresses deltas and is answered
+// with a catch-up wake-up at once — queued before the round's END, so a
+// client that pushed in the round sees it and runs another round — and
+// one that does not match is remembered for the round end check. mu is
+// held; the round is active.
+func (s *session) roundCommitLocked(n engine.CommitNotice, matches bool) {
+	if !matches {
+		if len(s.roundMissed) < maxRoundMissed {
+			s.roundMissed = append(s.roundMissed, n)
+		} else {
+			s.roundMissedOverflow = true
+		}
+		return
+	}
+	s.hub.stats.dropsInRound.Add(1)
+	s.suppressed = true
+	s.sendWakeLocked(wire.WakeCatchupRequired, max(s.observed, n.Seq), false)
+}
+
 // deliver handles one commit notification for this session (§8.2).
 // Notifications reach a session one at a time, in partition order.
 func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
+	s.deliverMarked(n, cache, false, false)
+}
+
+// deliverMarked is deliver with what Notify decided for this session:
+// inRound when the commit was notified during its round (taken through
+// roundCommitLocked then), woke when it matched and the session was woken.
+// Such a commit is never a delta, whenever the fan-out reaches the session:
+// before its round's END or after it.
+func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCache, inRound, woke bool) {
 	h := s.hub
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,6 +274,21 @@ func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
 	}
 	gap := n.Seq != s.observed+1
 	s.observed = n.Seq
+	if inRound {
+		switch {
+		case gap:
+			// The missing notification may have matched (§8.2).
+			s.suppressed = true
+			s.wakeLocked(wire.WakeCatchupRequired)
+		case woke && !s.suppressed:
+			// An ack lifted the suppression without covering this
+			// commit: the client still lacks it.
+			h.stats.dropsInRound.Add(1)
+			s.suppressed = true
+			s.wakeLocked(wire.WakeCatchupRequired)
+		}
+		return
+	}
 	dc := cache[s.sig]
 	if dc == nil {
 		dc = &deltaCache{matches: s.matchesLocked(n)}
