@@ -195,6 +195,9 @@ func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.
 	var out []store.Checkpoint
 	err := s.read(ctx, func(c *conn) error {
 		rows, err := c.query(selectCheckpoint+" WHERE partition=? ORDER BY name", partition)
+		if isNoSuchTable(err) {
+			return nil // a read-only store on a database without the table: none
+		}
 		if err != nil {
 			return err
 		}
@@ -214,29 +217,70 @@ func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.
 	return out, nil
 }
 
-// The serve gate in one statement, so that its three parts come from one
+// The serve gate in one statement, so that its parts come from one
 // snapshot.
-const (
-	selectServeGate = `SELECT COALESCE((SELECT schema_version FROM sync_schema_meta WHERE id=1), 0),
+const selectServeGate = `SELECT COALESCE((SELECT schema_version FROM sync_schema_meta WHERE id=1), 0),
   COALESCE((SELECT required_writer_version FROM sync_writer_fence WHERE partition=?), 0),
   COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
   (SELECT json_group_array(json_array(partition, name)) FROM
     (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
-	// selectServeGateNoMarker is the gate of a database that never had
-	// EnsureSchema (no sync_schema_meta table yet).
-	selectServeGateNoMarker = `SELECT 0,
-  COALESCE((SELECT required_writer_version FROM sync_writer_fence WHERE partition=?), 0),
-  COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), ''),
-  (SELECT json_group_array(json_array(partition, name)) FROM
-    (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`
-)
+
+// serveGateWithout is the serve gate statement of a database that lacks
+// some of its tables: one that never had EnsureSchema has no
+// sync_schema_meta, and one that only read-only stores have opened may
+// lack the core tables a read-write open adds (the reference's before
+// 0.23). A missing table reads as its default.
+func serveGateWithout(c *conn, partition string, running int32) (string, []any, error) {
+	have := map[string]bool{}
+	rows, err := c.query(`SELECT name FROM sqlite_master WHERE type='table'`)
+	if err != nil {
+		return "", nil, err
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return "", nil, err
+		}
+		have[name] = true
+	}
+	if err := rows.Err(); err != nil {
+		return "", nil, err
+	}
+	var (
+		parts []string
+		args  []any
+	)
+	part := func(table, expr, missing string, arg any) {
+		if !have[table] {
+			parts = append(parts, missing)
+			return
+		}
+		parts = append(parts, expr)
+		if arg != nil {
+			args = append(args, arg)
+		}
+	}
+	part("sync_schema_meta", "COALESCE((SELECT schema_version FROM sync_schema_meta WHERE id=1), 0)", "0", nil)
+	part("sync_writer_fence", "COALESCE((SELECT required_writer_version FROM sync_writer_fence WHERE partition=?), 0)", "0", partition)
+	part("sync_partition_registry", "COALESCE((SELECT log_epoch FROM sync_partition_registry WHERE partition=?), '')", "''", partition)
+	part("sync_backfill_checkpoints", `(SELECT json_group_array(json_array(partition, name)) FROM
+    (SELECT partition, name FROM sync_backfill_checkpoints WHERE schema_version=? AND state <> 'activated' ORDER BY partition, name))`, "'[]'", running)
+	return "SELECT " + strings.Join(parts, ",\n  "), args, nil
+}
 
 func serveGateOn(c *conn, partition string, running int32) (store.ServeGate, error) {
 	var g store.ServeGate
 	var pending string
 	err := c.queryRow(selectServeGate, partition, partition, running).Scan(&g.StoredSchemaVersion, &g.WriterFence, &g.LogEpoch, &pending)
-	if err != nil && strings.Contains(err.Error(), "no such table: sync_schema_meta") {
-		err = c.queryRow(selectServeGateNoMarker, partition, partition, running).Scan(&g.StoredSchemaVersion, &g.WriterFence, &g.LogEpoch, &pending)
+	if isNoSuchTable(err) {
+		var (
+			query string
+			args  []any
+		)
+		if query, args, err = serveGateWithout(c, partition, running); err == nil {
+			err = c.queryRow(query, args...).Scan(&g.StoredSchemaVersion, &g.WriterFence, &g.LogEpoch, &pending)
+		}
 	}
 	if err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)

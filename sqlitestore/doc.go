@@ -18,4 +18,16 @@
 // fences it raises; checkpoint activation is one writer function too. The
 // fence itself is a trigger on sync_commits (migrations/001_core.sql), so
 // an older build's appends are rejected by the database.
+//
+// Opening a database plans its core tables first (core.go), reading the
+// catalog: a database at the layout gets no DDL and no write lock; one
+// another server created (the reference's, whose sync_commits may lack
+// writer_version) has its missing tables and columns added, before the
+// indexes and the trigger that read them, in one transaction, or is
+// refused untouched. Older app tables (the reference 0.15 to 0.20 line,
+// without _sync_column_versions) are refused at their schema version
+// until Upgrade (store.Upgrader) adds what is missing; PlanSchema
+// (store.Inspector) tells, reading only, what EnsureSchemaWith would do.
+// Config.ReadOnly opens the file read-only, for inspection beside a
+// running server.
 package sqlitestore

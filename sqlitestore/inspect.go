@@ -31,7 +31,7 @@ func (s *Store) PlanSchema(ctx context.Context, sc *schema.Compiled, decls []sto
 			}
 			return err
 		}
-		plan, err := planSchemaOn(c, cs, decls)
+		plan, err := planSchemaOn(c, cs, decls, true)
 		if err != nil {
 			return err
 		}
@@ -48,8 +48,10 @@ func (s *Store) PlanSchema(ctx context.Context, sc *schema.Compiled, decls []sto
 // needs for sc without rewriting data (see planUpgrade; the core tables
 // too, which a read-write open has already done), in one writer function:
 // one transaction that no write interleaves with. It returns the lines of
-// what it did; a second call does nothing and returns none. A database
-// whose marker is newer than sc is store.ErrSchemaNewer, unchanged.
+// what it did, the ones PlanSchema lists; a second call does nothing and
+// returns none. A database EnsureSchemaWith would refuse for another
+// reason (a newer marker, another stored layout, a missing app column) is
+// refused the same way and left alone; the checkpoints are not consulted.
 func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, error) {
 	cs := newCompiledSchema(sc)
 	var done []string
@@ -60,12 +62,12 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 		if err != nil {
 			return err
 		}
-		m, found, err := readMarkerOn(c)
+		plan, err := planSchemaOn(c, cs, nil, false)
 		if err != nil {
 			return err
 		}
-		if found && m.SchemaVersion > sc.Version() {
-			return fmt.Errorf("%w: stored %d, running %d", store.ErrSchemaNewer, m.SchemaVersion, sc.Version())
+		if plan.action == store.SchemaRefuse {
+			return plan.refusal
 		}
 		app, err := planUpgrade(c, cs)
 		if err != nil {

@@ -82,6 +82,9 @@ func TestPlanSchema(t *testing.T) {
 	if p := plan(v1, nil); p.Action != store.SchemaRefuse || !errors.Is(p.Refusal, store.ErrSchemaNewer) {
 		t.Errorf("newer marker: %+v, want a refusal with ErrSchemaNewer", p)
 	}
+	if lines, err := s.Upgrade(ctx, v1); !errors.Is(err, store.ErrSchemaNewer) {
+		t.Errorf("Upgrade against a newer marker = %v, %v; want ErrSchemaNewer", lines, err)
+	}
 }
 
 // TestBackfillWithoutEnsureSchema: `syncgo backfill` opens the store
@@ -268,6 +271,13 @@ func TestReadOnly(t *testing.T) {
 			if !slices.Contains(p.Upgrade, line) {
 				t.Errorf("plan lacks %q: %v", line, p.Upgrade)
 			}
+		}
+		// What `syncgo schema` reports besides the plan.
+		if g, err := ro.ReadServeGate(ctx, "p1", 1); err != nil || g.StoredSchemaVersion != 1 || g.WriterFence != 0 || len(g.Pending) != 0 {
+			t.Errorf("serve gate = %+v, %v; want version 1, no fence, nothing pending", g, err)
+		}
+		if cps, err := ro.ReadCheckpoints(ctx, "p1"); err != nil || len(cps) != 0 {
+			t.Errorf("checkpoints = %v, %v; want none", cps, err)
 		}
 		if _, err := ro.Upgrade(ctx, legacySchema(t)); !errors.Is(err, ErrReadOnly) {
 			t.Errorf("Upgrade = %v, want ErrReadOnly", err)

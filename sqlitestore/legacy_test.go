@@ -238,7 +238,13 @@ func TestCoreColumnsMatchDDL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(strings.ToUpper(coreDDL), "CREATE "); len(objects) != n {
+	n := 0
+	for _, line := range strings.Split(coreDDL, "\n") {
+		if strings.HasPrefix(strings.ToUpper(strings.TrimSpace(line)), "CREATE ") {
+			n++
+		}
+	}
+	if len(objects) != n {
 		t.Fatalf("parsed %d objects of %d CREATE statements", len(objects), n)
 	}
 	path := filepath.Join(t.TempDir(), "sync.db")
@@ -496,10 +502,11 @@ VALUES ('p1', 'c1', 'a1', 2, 1, '[{"id":"s1","table":"items","scopes":{"p":["p1"
 	before := fileState(t, path)
 	err = s.EnsureSchema(ctx, sc)
 	var se *store.Error
-	if !errors.As(err, &se) || se.Code != store.CodeSchemaMigrationPending || !strings.Contains(se.Message, "syncgo migrate") {
-		t.Fatalf("EnsureSchema before the upgrade = %v, want %s telling to run syncgo migrate", err, store.CodeSchemaMigrationPending)
+	if !errors.As(err, &se) || se.Code != store.CodePhysicalLayoutMismatch || se.Details["reason"] != "upgrade_required" ||
+		!strings.Contains(se.Message, "syncgo migrate") {
+		t.Fatalf("EnsureSchema before the upgrade = %v, want %s (upgrade_required) telling to run syncgo migrate", err, store.CodePhysicalLayoutMismatch)
 	}
-	if store.ErrorCode(plan.Refusal) != store.CodeSchemaMigrationPending {
+	if store.ErrorCode(plan.Refusal) != store.CodePhysicalLayoutMismatch {
 		t.Errorf("PlanSchema's refusal = %v", plan.Refusal)
 	}
 	if !bytes.Equal(fileState(t, path), before) {

@@ -139,7 +139,7 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 	var plan schemaPlan
 	err := s.readTx(ctx, func(c *conn) error {
 		var err error
-		plan, err = planSchemaOn(c, cs, decls)
+		plan, err = planSchemaOn(c, cs, decls, true)
 		return err
 	})
 	if err != nil {
@@ -151,7 +151,7 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 	case store.SchemaCreate, store.SchemaMigrate:
 		nowMs := time.Now().UnixMilli()
 		err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
-			plan, err := planSchemaOn(c, cs, decls)
+			plan, err := planSchemaOn(c, cs, decls, true)
 			if err != nil {
 				return err
 			}
@@ -188,14 +188,17 @@ type schemaPlan struct {
 func refuse(err error) schemaPlan { return schemaPlan{action: store.SchemaRefuse, refusal: err} }
 
 // planSchemaOn decides what EnsureSchemaWith does; it only reads. Errors
-// are the database's; refusals are in the plan.
-func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclaration) (schemaPlan, error) {
+// are the database's; refusals are in the plan. Without barrier, the
+// checkpoints are not consulted (Upgrade, which does not serve).
+func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclaration, barrier bool) (schemaPlan, error) {
 	sc := cs.schema
-	if err := checkBarrier(c, sc.Version(), decls); err != nil {
-		if store.ErrorCode(err) != "" {
-			return refuse(err), nil
+	if barrier {
+		if err := checkBarrier(c, sc.Version(), decls); err != nil {
+			if store.ErrorCode(err) != "" {
+				return refuse(err), nil
+			}
+			return schemaPlan{}, err
 		}
-		return schemaPlan{}, err
 	}
 	m, found, err := readMarkerOn(c)
 	if err != nil {
@@ -234,11 +237,13 @@ func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclarati
 	return schemaPlan{action: store.SchemaCreate}, nil
 }
 
-// upgradeNeeded is the refusal of a database that needs Upgrade first.
+// upgradeNeeded is the refusal of a same-version database that lacks
+// what Upgrade adds (the code and details pgstore gives it too).
 func upgradeNeeded(steps []ddlStep) error {
-	return &store.Error{Code: store.CodeSchemaMigrationPending,
-		Message: "the database was written by an older server line and needs an explicit upgrade: run `syncgo migrate`",
-		Details: map[string]any{"reason": "upgrade_needed", "upgrade": stepLines(steps)}}
+	return &store.Error{Code: store.CodePhysicalLayoutMismatch,
+		Message: "the database was written by an older server line and lacks what this server needs; " +
+			"run `syncgo migrate` to upgrade it (it adds columns and rebuilds indexes, and rewrites no data)",
+		Details: map[string]any{"reason": "upgrade_required", "upgrade": stepLines(steps)}}
 }
 
 // checkAppendOnly is the layout rule of a migration.

@@ -1,5 +1,8 @@
 -- Core tables of the sync server, compatible with the reference server's
--- SQLite storage (0.24). Applied on every open; every statement is idempotent.
+-- SQLite storage (0.24). Every open plans against them (core.go): what is
+-- missing is created, missing columns of existing tables are added first
+-- (coreColumns says which can be), nothing runs when all is there. One
+-- CREATE statement per object; a trigger ends with a line "END;".
 CREATE TABLE IF NOT EXISTS sync_partitions(
   partition TEXT PRIMARY KEY,
   max_commit_seq INTEGER NOT NULL DEFAULT 0,
