@@ -194,16 +194,14 @@ func TestRealtimeSocketRound(t *testing.T) {
 	// A push round applies the commit.
 	m = s.round(a, &wire.Request{Commits: []*wire.PushCommit{e.pushCommit("a-c1", rtTask{id: "ta", project: "p1", title: "from a"})}}, 4)
 	seq := rtPushed(t, m)
-	// A's own commit matches its registrations: fanned out while the
-	// round's response was in flight it is a wake (§8.7 interleaving),
-	// after the round's END a delta. Never a 0x00 inside the round:
+	// A's own commit matches its registrations: decided at notify time,
+	// while the round runs, it is a catch-up wake (§8.2, §8.7), never a
+	// delta, however late the fan-out. Never a 0x00 inside the round:
 	// roundResponse checked that.
-	if m := s.next(rtWait); m.op == ws.OpText {
-		if w, ok := s.eventOf(m).(wire.Wake); !ok || w.Cursor != seq || w.Reason != wire.WakeCatchupRequired {
-			t.Fatalf("after the push round: %s, want a catch-up wake at %d", m.data, seq)
-		}
-	} else if _, next := rtDeltaRows(rtDecodeDelta(t, "a1", m)); next["s1"] != seq {
-		t.Fatalf("after the push round: delta %v, want %d", next, seq)
+	if m := s.next(rtWait); m.op != ws.OpText {
+		t.Fatalf("after the push round: %v, want a catch-up wake, never a delta of the own commit", m)
+	} else if w, ok := s.eventOf(m).(wire.Wake); !ok || w.Cursor != seq || w.Reason != wire.WakeCatchupRequired {
+		t.Fatalf("after the push round: %s, want a catch-up wake at %d", m.data, seq)
 	}
 	if got := b.pull(rtSub("s1", cur, "p1"))["s1"]; got != seq {
 		t.Fatalf("B's pull after A's socket push: cursor %d, want %d", got, seq)
