@@ -121,8 +121,9 @@ func newCompiledSchema(sc *schema.Compiled) *compiledSchema {
 //     (sync.storage.stored_layout_mismatch) and the tables the storage
 //     layout (sync.storage.physical_layout_mismatch); a database that
 //     lacks only what Upgrade adds (written by an older server line) is
-//     refused with sync.storage.schema_migration_pending, telling the
-//     operator to run `syncgo migrate`; nothing is written;
+//     refused with sync.storage.physical_layout_mismatch (reason
+//     upgrade_required), telling the operator to run `syncgo migrate`;
+//     nothing is written;
 //   - an older or absent marker is migrated (see migrate), which installs
 //     decls and raises every partition's writer fence to sc's version.
 //
