@@ -311,7 +311,7 @@ func planCore(ctx context.Context, q querier) ([]coreStep, error) {
 			}
 		case "trigger":
 			if !cat.triggers[o.name] {
-				steps = append(steps, coreStep{line: "create trigger " + o.name + " on " + o.table, sql: o.sql})
+				steps = append(steps, coreStep{line: "create trigger " + o.name, sql: o.sql})
 			}
 		}
 	}

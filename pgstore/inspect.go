@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -25,12 +26,13 @@ var (
 //
 // Two kinds of addition are told apart. The core steps (core.go) are
 // applied by every store that may write, at Open and again before a bump,
-// so they do not decide the action. The upgrade steps of the app tables,
-// the _sync_column_versions column that wire version 3 needs (absent from
-// tables of the reference 0.15 to 0.20 line) and the layouts of a marker
-// that has none, are applied only by Upgrade: a same-version database that
-// lacks them is refused with an error that says to run `syncgo migrate`,
-// and nothing is written. A bump adds the column itself, like any other.
+// so they do not decide the action. The upgrade steps of a same-version
+// database (planAppUpgrade: the _sync_column_versions column that wire
+// version 3 needs, absent from tables of the reference 0.15 to 0.20 line,
+// declared indexes in the storage's shape, and the layouts of a marker
+// that has none) are applied only by Upgrade: a database that lacks them
+// is refused with an error that says to run `syncgo migrate`, and nothing
+// is written. A bump does all of it itself, like any other migration.
 
 // schemaPlan is what EnsureSchemaWith would do.
 type schemaPlan struct {
@@ -97,23 +99,6 @@ func planSchema(ctx context.Context, tx pgx.Tx, c *schema.Compiled, decls []stor
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return schemaPlan{}, err
 	}
-	cols, err := physicalColumns(ctx, tx, c)
-	if err != nil {
-		return schemaPlan{}, err
-	}
-	// The app tables of c that lack the column versions, whatever the
-	// marker: Upgrade adds the column to every one.
-	for _, t := range c.Tables() {
-		if have, ok := cols[t.Name()]; ok {
-			if _, ok := have[colColumnVersions]; !ok {
-				p.app = append(p.app, coreStep{
-					line: "add column " + t.Name() + "." + colColumnVersions,
-					sql:  "ALTER TABLE " + quoteIdent(t.Name()) + " ADD COLUMN IF NOT EXISTS " + quoteIdent(colColumnVersions) + " BYTEA",
-				})
-				have[colColumnVersions] = physicalColumn{typ: "bytea"} // as it will be
-			}
-		}
-	}
 	switch {
 	case !p.found:
 		p.action = store.SchemaCreate
@@ -126,6 +111,13 @@ func planSchema(ctx context.Context, tx pgx.Tx, c *schema.Compiled, decls []stor
 		}
 		p.action = store.SchemaMigrate
 		return p, nil
+	}
+	cols, err := physicalColumns(ctx, tx, c)
+	if err != nil {
+		return schemaPlan{}, err
+	}
+	if p.app, err = planAppUpgrade(ctx, tx, c, cols); err != nil {
+		return schemaPlan{}, err
 	}
 	stored := p.marker.Layout
 	if len(stored) == 0 && len(c.Tables()) > 0 {
@@ -163,6 +155,49 @@ func planSchema(ctx context.Context, tx pgx.Tx, c *schema.Compiled, decls []stor
 	}
 	p.action = store.SchemaNone
 	return p, nil
+}
+
+// planAppUpgrade returns what Upgrade does to the existing app tables of a
+// same-version database that the reference 0.15 to 0.20 line wrote: the
+// missing _sync_column_versions column (NULL: every column at the row's
+// version), and the declared indexes rebuilt in the storage's shape (led
+// by _sync_partition, so unique per partition) or created. Rows, payloads,
+// the log and the cursors stay as they are. cols gets the columns it adds,
+// as they will be. It only reads.
+func planAppUpgrade(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[string]map[string]physicalColumn) ([]coreStep, error) {
+	owned, err := ownedIndexes(ctx, tx, c)
+	if err != nil {
+		return nil, err
+	}
+	var steps []coreStep
+	for _, t := range c.Tables() {
+		have, ok := cols[t.Name()]
+		if !ok {
+			continue // refused as missing_table
+		}
+		q := quoteIdent(t.Name())
+		if _, ok := have[colColumnVersions]; !ok {
+			steps = append(steps, coreStep{
+				line: "add column " + t.Name() + "." + colColumnVersions,
+				sql:  "ALTER TABLE " + q + " ADD COLUMN IF NOT EXISTS " + quoteIdent(colColumnVersions) + " BYTEA",
+			})
+			have[colColumnVersions] = physicalColumn{typ: "bytea"}
+		}
+		if !t.Materialize() {
+			continue
+		}
+		for _, d := range declaredIndexes(t) {
+			i := slices.IndexFunc(owned[t.Name()], func(o ownedIndex) bool { return o.name == d.name })
+			switch {
+			case i < 0:
+				steps = append(steps, coreStep{line: "create index " + d.name + " on " + t.Name(), sql: d.createSQL(q)})
+			case !owned[t.Name()][i].equal(d):
+				steps = append(steps, coreStep{line: "rebuild index " + d.name + " on " + t.Name(),
+					sql: "DROP INDEX " + quoteIdent(d.name) + ";\n" + d.createSQL(q)})
+			}
+		}
+	}
+	return steps, nil
 }
 
 // sqlMarkerWithoutLayouts reads a marker whose table has no layouts

@@ -123,31 +123,16 @@ func schemaDDL(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[stri
 				}
 			}
 		}
-		var declared []ownedIndex
-		if t.Materialize() {
-			for _, ix := range t.Indexes() {
-				declared = append(declared, ownedIndex{name: ix.PhysicalName, unique: ix.Unique,
-					columns: append([]string{colPartition}, ix.Columns...)})
-			}
-		}
+		declared := declaredIndexes(t)
 		for _, o := range owned[t.Name()] {
 			if !slices.ContainsFunc(declared, o.equal) {
 				out = append(out, "DROP INDEX IF EXISTS "+quoteIdent(o.name))
 			}
 		}
 		for _, d := range declared {
-			if slices.ContainsFunc(owned[t.Name()], d.equal) {
-				continue
+			if !slices.ContainsFunc(owned[t.Name()], d.equal) {
+				out = append(out, d.createSQL(q))
 			}
-			quoted := make([]string, len(d.columns))
-			for i, col := range d.columns {
-				quoted[i] = quoteIdent(col)
-			}
-			unique := ""
-			if d.unique {
-				unique = "UNIQUE "
-			}
-			out = append(out, "CREATE "+unique+"INDEX IF NOT EXISTS "+quoteIdent(d.name)+" ON "+q+" ("+strings.Join(quoted, ", ")+")")
 		}
 	}
 	return out, nil
@@ -162,6 +147,33 @@ type ownedIndex struct {
 
 func (o ownedIndex) equal(p ownedIndex) bool {
 	return o.name == p.name && o.unique == p.unique && slices.Equal(o.columns, p.columns)
+}
+
+// declaredIndexes are the indexes a table declares, in the storage's
+// shape: led by _sync_partition; none when the table is not materialized.
+func declaredIndexes(t *schema.CompiledTable) []ownedIndex {
+	if !t.Materialize() {
+		return nil
+	}
+	var out []ownedIndex
+	for _, ix := range t.Indexes() {
+		out = append(out, ownedIndex{name: ix.PhysicalName, unique: ix.Unique,
+			columns: append([]string{colPartition}, ix.Columns...)})
+	}
+	return out
+}
+
+// createSQL creates the index on the quoted table.
+func (o ownedIndex) createSQL(table string) string {
+	quoted := make([]string, len(o.columns))
+	for i, col := range o.columns {
+		quoted[i] = quoteIdent(col)
+	}
+	unique := ""
+	if o.unique {
+		unique = "UNIQUE "
+	}
+	return "CREATE " + unique + "INDEX IF NOT EXISTS " + quoteIdent(o.name) + " ON " + table + " (" + strings.Join(quoted, ", ") + ")"
 }
 
 const sqlOwnedIndexes = `SELECT n.name, c.relname, i.indisunique,
