@@ -185,7 +185,6 @@ func dropColumnVersions(t *testing.T, driver, db string, sc *schema.Compiled) {
 	}
 }
 
-
 // upgradeSchemaJSON is the schema of the upgrade test, as the file an
 // operator passes to syncgo migrate.
 const upgradeSchemaJSON = `{
