@@ -10,6 +10,47 @@
 // deployment (or per test) works by setting search_path on the connections.
 // COMPAT.md lists where the driver differs from the reference server.
 //
+// [Open] reads the catalog first (core.go, one statement that takes no
+// lock) and runs no DDL at all when every core table, column, index, the
+// fence function and its trigger are there, so starting a process next to
+// running writers costs nothing and blocks nobody. Otherwise it runs only
+// the missing objects' statements, under the migration locks below.
+// [Store.EnsureSchemaWith] decides from one read-only snapshot (inspect.go)
+// and writes nothing unless it creates or migrates. [Store.PlanSchema]
+// reports that decision; [Store.Upgrade] brings a database of the
+// reference 0.15 to 0.20 line to what this build needs (columns and
+// indexes, no data rewritten), which EnsureSchemaWith refuses to do on its
+// own. Config.ReadOnly opens a store that writes nothing.
+//
+// # Lock order
+//
+// Every transaction that runs DDL (core tables at Open, a schema bump,
+// Upgrade) takes its locks in this order (lock.go):
+//
+//  1. the migration lock, pg_advisory_xact_lock on 'syncgo.migrate:' ||
+//     current_schema(), waited for without a timeout (nothing is held yet);
+//  2. SET LOCAL lock_timeout (500 ms) for every later lock;
+//  3. sync_partitions, LOCK TABLE … IN EXCLUSIVE MODE: it waits for the
+//     writers inside and holds new ones at their first statement;
+//  4. the core tables in the order of migrations/*.sql (sync_partitions,
+//     sync_partition_registry, sync_row_scopes, sync_commits, sync_changes,
+//     sync_change_scopes, sync_push_results, sync_clients, sync_tombstones,
+//     sync_schema_meta, sync_backfill_checkpoints, sync_writer_fence, then
+//     the function and the trigger on sync_commits);
+//  5. the app tables in the schema's order (DDL, then rows), then
+//     sync_changes (rewritten payloads), sync_schema_meta (the marker),
+//     sync_backfill_checkpoints and sync_writer_fence.
+//
+// A write transaction takes its sync_partitions row first, then, in the
+// engine's order, the serve gate's tables (sync_schema_meta,
+// sync_partition_registry, sync_backfill_checkpoints; read only), the app
+// tables and sync_row_scopes, sync_push_results and the log (sync_commits,
+// whose trigger reads sync_writer_fence, sync_changes, sync_change_scopes,
+// sync_tombstones). Step 3 keeps the two from interleaving. A lock wait of a migration that
+// times out, or a deadlock Postgres breaks (SQLSTATE 55P03, 40P01), rolls
+// the migration back and retries it with jittered backoff: the migration
+// gives way, never a writer or a reader.
+//
 // # Writes
 //
 // [Store.Write] runs one database transaction per call on one pooled
@@ -44,6 +85,13 @@
 // checkpoint declarations and raises every partition's fence to the new
 // version. A writer that waited then fails on the fence when it runs the
 // older schema.
+//
+// # JSON columns
+//
+// The JSONB columns (scopes, subscriptions, push results) are read in
+// both forms the reference server writes: a JSON document, or a JSONB
+// string holding the document's text (its Bun client binds JSON text as
+// a string); the scans' SQL filter on _sync_scopes reads both (json.go).
 //
 // # Commit notifications
 //
