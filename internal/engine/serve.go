@@ -185,12 +185,15 @@ func asProtocolError(err error) *syncerr.Error {
 
 // begin starts the response: through a gate writer when the transport can
 // hold its commit back and the store has the barrier, directly otherwise.
+// A push-only response is held back but not verified: what it carries was
+// read in the push transaction, after that transaction's own gate check.
 func (r *request) begin(ctx context.Context, resp Responder) (*wire.Encoder, error) {
 	sr, ok := resp.(StreamResponder)
 	if !ok || r.gate == nil {
 		return resp.Begin(r.req.Version)
 	}
-	r.gw = &gateWriter{r: r, ctx: ctx, begin: func() (io.Writer, error) { return sr.BeginStream(r.req.Version) }}
+	r.gw = &gateWriter{r: r, ctx: ctx, begin: func() (io.Writer, error) { return sr.BeginStream(r.req.Version) },
+		bypass: r.req.Pull == nil}
 	return wire.NewEncoder(r.gw, wire.KindResponse, r.req.Version)
 }
 
