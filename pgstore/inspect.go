@@ -230,7 +230,7 @@ func upgradeRequired(lines []string) error {
 	return &store.Error{
 		Code: store.CodePhysicalLayoutMismatch,
 		Message: "the database was written by an older server line and lacks what this server needs; " +
-			"run `syncgo migrate` to upgrade it (it adds columns and tables, and rewrites no data)",
+			"run `syncgo migrate` to upgrade it (it adds columns and tables and rebuilds indexes; it rewrites no data)",
 		Details: map[string]any{"reason": "upgrade_required", "upgrade": lines},
 	}
 }

@@ -150,3 +150,36 @@ func TestReadOnly(t *testing.T) {
 		t.Errorf("marker after read-only stores: %+v", m)
 	}
 }
+
+// TestUpgradeMarkerWithoutLayouts: a marker table without the layouts
+// column (an older reference server) is planned from the version alone; a
+// read-write Open adds the column, EnsureSchema refuses until Upgrade
+// records the running layouts, then serves.
+func TestUpgradeMarkerWithoutLayouts(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	ctx := context.Background()
+	c := testSchema(t, 1)
+	s := openIn(t, name, Config{})
+	ensure(t, s, c)
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE sync_schema_meta DROP COLUMN layouts`); err != nil {
+		t.Fatal(err)
+	}
+	record := "record the layouts of schema version 1 in sync_schema_meta"
+	ro := openIn(t, name, Config{ReadOnly: true})
+	p, err := ro.PlanSchema(ctx, c, nil)
+	if err != nil || p.Action != store.SchemaUpgradeNeeded || len(p.Upgrade) != 2 ||
+		p.Upgrade[0] != "add column sync_schema_meta.layouts" || p.Upgrade[1] != record {
+		t.Errorf("PlanSchema(read-only) = %+v, %v", p, err)
+	}
+	s2 := openIn(t, name, Config{})
+	wantUpgradeRefusal(t, "EnsureSchema", s2.EnsureSchema(ctx, c), []string{record})
+	lines, err := s2.Upgrade(ctx, c)
+	if err != nil || len(lines) != 1 || lines[0] != record {
+		t.Fatalf("Upgrade = %v, %v", lines, err)
+	}
+	ensure(t, s2, c)
+	if m, err := s2.Marker(ctx); err != nil || m.SchemaVersion != 1 || len(m.Layout) != 1 {
+		t.Errorf("Marker after Upgrade = %+v, %v", m, err)
+	}
+}

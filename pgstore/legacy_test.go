@@ -182,17 +182,22 @@ func rowVersions(t *testing.T, s *Store) string {
 	return out
 }
 
-var (
-	legacyCoreLines = []string{
+// legacyCoreLines are the core steps of a legacy database.
+func legacyCoreLines() []string {
+	return []string{
 		"add column sync_commits.writer_version", "create table sync_tombstones",
 		"create table sync_backfill_checkpoints", "create table sync_writer_fence",
 		"create function syncular_writer_fence()", "create trigger sync_commits_writer_fence",
 	}
-	legacyAppLines = []string{
+}
+
+// legacyAppLines are the upgrade steps of its app table.
+func legacyAppLines() []string {
+	return []string{
 		"add column tasks._sync_column_versions",
 		"rebuild index sync_ix_tasks_by_title on tasks", "rebuild index sync_ix_tasks_by_rank on tasks",
 	}
-)
+}
 
 // wantUpgradeRefusal checks the refusal of a database that needs Upgrade.
 func wantUpgradeRefusal(t *testing.T, what string, err error, lines []string) {
@@ -229,7 +234,7 @@ func TestUpgradeReferenceLegacyDatabase(t *testing.T) {
 	}
 	defer ro.Close()
 	plan, err := ro.PlanSchema(ctx, c, nil)
-	all := append(slices.Clone(legacyCoreLines), legacyAppLines...)
+	all := append(legacyCoreLines(), legacyAppLines()...)
 	if err != nil || plan.Action != store.SchemaUpgradeNeeded || !slices.Equal(plan.Upgrade, all) {
 		t.Errorf("PlanSchema(read-only) = %+v, %v; want upgrade_needed with %v", plan, err, all)
 	}
@@ -238,7 +243,7 @@ func TestUpgradeReferenceLegacyDatabase(t *testing.T) {
 	if _, err := ro.Upgrade(ctx, c); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Upgrade(read-only) = %v; want ErrReadOnly", err)
 	}
-	if steps, err := planCore(ctx, ro.pool); err != nil || !slices.Equal(stepLines(steps), legacyCoreLines) {
+	if steps, err := planCore(ctx, ro.pool); err != nil || !slices.Equal(stepLines(steps), legacyCoreLines()) {
 		t.Fatalf("core plan after the read-only store = %v, %v: it wrote", stepLines(steps), err)
 	}
 
@@ -249,8 +254,8 @@ func TestUpgradeReferenceLegacyDatabase(t *testing.T) {
 		t.Errorf("legacy commits with a NULL writer_version: %d", v)
 	}
 	plan, err = s.PlanSchema(ctx, c, nil)
-	if err != nil || plan.Action != store.SchemaUpgradeNeeded || !slices.Equal(plan.Upgrade, legacyAppLines) {
-		t.Errorf("PlanSchema = %+v, %v; want upgrade_needed with %v", plan, err, legacyAppLines)
+	if err != nil || plan.Action != store.SchemaUpgradeNeeded || !slices.Equal(plan.Upgrade, legacyAppLines()) {
+		t.Errorf("PlanSchema = %+v, %v; want upgrade_needed with %v", plan, err, legacyAppLines())
 	}
 	before := rowVersions(t, s)
 	indexes := func() string {
@@ -263,7 +268,7 @@ func TestUpgradeReferenceLegacyDatabase(t *testing.T) {
 	}
 	legacyIndexes := indexes()
 	for range 2 {
-		wantUpgradeRefusal(t, "EnsureSchema", s.EnsureSchema(ctx, c), legacyAppLines)
+		wantUpgradeRefusal(t, "EnsureSchema", s.EnsureSchema(ctx, c), legacyAppLines())
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM pg_attribute WHERE attrelid = 'tasks'::regclass AND attname = '_sync_column_versions'`); n != 0 ||
 		indexes() != legacyIndexes || rowVersions(t, s) != before {
@@ -271,8 +276,8 @@ func TestUpgradeReferenceLegacyDatabase(t *testing.T) {
 	}
 
 	lines, err := s.Upgrade(ctx, c)
-	if err != nil || !slices.Equal(lines, legacyAppLines) {
-		t.Fatalf("Upgrade = %v, %v; want %v", lines, err, legacyAppLines)
+	if err != nil || !slices.Equal(lines, legacyAppLines()) {
+		t.Fatalf("Upgrade = %v, %v; want %v", lines, err, legacyAppLines())
 	}
 	if lines, err := s.Upgrade(ctx, c); err != nil || len(lines) != 0 {
 		t.Errorf("second Upgrade = %v, %v; want nothing", lines, err)
