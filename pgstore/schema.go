@@ -62,8 +62,9 @@ func (s *Store) EnsureSchema(ctx context.Context, c *schema.Compiled) error {
 //     sync.storage.stored_layout_mismatch) and the tables the storage
 //     layout (else sync.storage.physical_layout_mismatch); a database that
 //     only lacks what Upgrade adds (the reference 0.15 to 0.20 line) is
-//     refused with reason upgrade_required; nothing is written (but core
-//     steps still missing since Open, which Open would have applied);
+//     refused with reason upgrade_required; nothing is written, except
+//     core objects gone missing since Open, which are applied as Open
+//     does;
 //   - an older or absent marker is migrated (see migrateSchema) in one
 //     transaction under the migration locks (lock.go); the plan is made
 //     again under them (another server may have migrated meanwhile), and
