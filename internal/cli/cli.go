@@ -30,6 +30,7 @@ commands:
             conformance harness (loopback only; prints READY <port>)
   bench     drive virtual clients against a server and report throughput,
             latency and memory figures (syncgo bench -h)
+  version   print the module version, the commit and the Go version
   help      show this text
 `
 
@@ -56,6 +57,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runConformance(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return runVersion(stdout)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

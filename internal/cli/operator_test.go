@@ -191,3 +191,11 @@ func TestOperatorCommands(t *testing.T) {
 		wantOutput(t, "migrate", out, "nothing to upgrade")
 	})
 }
+
+// syncgo version names the binary and the Go version it was built with.
+func TestVersionCommand(t *testing.T) {
+	code, out, _ := run(t, "", "version")
+	if code != 0 || !strings.HasPrefix(out, "syncgo ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version: exit %d, %q", code, out)
+	}
+}
