@@ -22,19 +22,31 @@ const seedBatch = 500
 func runCatchup(ctx context.Context, r *runner) error {
 	r.res.Params["commits"], r.res.Params["seeded"] = r.cfg.Commits, r.cfg.Seeded
 	p := r.newPuller(0, wire.PullHeader{LimitCommits: 1000, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}, -1)
-	for range 10 { // acquires the log epoch and registers the subscription
-		st, err := p.round(ctx)
-		if err != nil {
+	if r.cfg.Seeded {
+		// The data is there: acquire the log epoch with a pull of no
+		// subscription (a bootstrap of the seeded scope would take many
+		// rounds, and an unfinished one would make the catch-up resume
+		// the bootstrap instead of reading commits), then read the log
+		// from its start.
+		if err := p.acquireEpoch(ctx); err != nil {
 			return r.fail(fmt.Errorf("registration: %w", err))
 		}
-		if !st.epoch && !st.pending {
-			break
+		p.sub.Cursor, p.sub.BootstrapState = 0, nil
+	} else {
+		// Register the subscription with a bootstrap of the fresh, empty
+		// scope (it also holds the retention horizon back).
+		for range 10 {
+			st, err := p.round(ctx)
+			if err != nil {
+				return r.fail(fmt.Errorf("registration: %w", err))
+			}
+			if !st.epoch && !st.pending {
+				break
+			}
 		}
 	}
 	var last int64
-	if r.cfg.Seeded {
-		p.sub.Cursor = 0
-	} else {
+	if !r.cfg.Seeded {
 		var err error
 		if last, err = r.seed(ctx, r.cfg.Commits, false); err != nil {
 			return err

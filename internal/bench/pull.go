@@ -52,9 +52,28 @@ func (r *runner) newPuller(i int, pull wire.PullHeader, cursor int64) *puller {
 
 // round runs one POST /sync with the subscription.
 func (p *puller) round(ctx context.Context) (pullStats, error) {
+	return p.exchange(ctx, []*wire.Subscription{&p.sub})
+}
+
+// acquireEpoch runs pulls without a subscription until the log epoch is
+// known (wire version 2 on; nothing to do at version 1).
+func (p *puller) acquireEpoch(ctx context.Context) error {
+	for range 3 {
+		if p.r.cfg.Wire < wire.Version2 || p.epoch != nil {
+			return nil
+		}
+		if _, err := p.exchange(ctx, nil); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("no log epoch after 3 rounds")
+}
+
+// exchange runs one POST /sync with the given subscriptions.
+func (p *puller) exchange(ctx context.Context, subs []*wire.Subscription) (pullStats, error) {
 	var st pullStats
 	v := p.r.cfg.Wire
-	req := &wire.Request{Version: v, Pull: &p.pull, Subscriptions: []*wire.Subscription{&p.sub},
+	req := &wire.Request{Version: v, Pull: &p.pull, Subscriptions: subs,
 		Header: &wire.ReqHeader{ClientID: p.clientID, SchemaVersion: p.r.cfg.Schema.Version()}}
 	if v >= wire.Version2 {
 		req.Header.LogEpoch = p.epoch
