@@ -18,6 +18,12 @@ func BenchmarkAppend(b *testing.B) {
 	storetest.BenchmarkAppend(b, func(tb testing.TB) store.Store { return openStore(tb) })
 }
 
+// BenchmarkCommitWindow is the catch-up read at growing log sizes.
+func BenchmarkCommitWindow(b *testing.B) {
+	testURL(b)
+	storetest.BenchmarkCommitWindow(b, func(tb testing.TB) store.Store { return openStore(tb) })
+}
+
 // BenchmarkRawCommit is the database's own commit rate on this machine,
 // the physical limit of durable appends: one-row INSERT transactions with
 // the server's default synchronous_commit, from 1 and from 16 clients.

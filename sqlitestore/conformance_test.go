@@ -58,3 +58,5 @@ func (s testStore) ExecRaw(ctx context.Context, script string) error {
 func TestConformance(t *testing.T) { storetest.Run(t, openTest) }
 
 func BenchmarkAppend(b *testing.B) { storetest.BenchmarkAppend(b, openTest) }
+
+func BenchmarkCommitWindow(b *testing.B) { storetest.BenchmarkCommitWindow(b, openTest) }

@@ -147,16 +147,28 @@ func (w *windowReader) add(c store.Commit) bool {
 	return true
 }
 
-// windowSQL has its chunk size (windowChunk) inline: a bound LIMIT would
-// make SQLite re-prepare the statement at every execution. The CROSS JOINs
-// pin the join order: the candidates drive, each looked up by primary key;
-// left to itself the planner drove the join from sync_changes by partition
-// alone, a scan of the whole log per chunk (quadratic catch-up).
-const windowSQL = `WITH cand AS (
+// windowSQL has its chunk size (windowChunk, 512) inline: a bound LIMIT
+// would make SQLite re-prepare the statement at every execution. The
+// candidates are bounded first: for each scope value, the 512th candidate
+// after the cursor (one index walk of at most 512 entries); the smallest
+// of those bounds the range, since the 512 first candidates of the window
+// all lie at or below it. Without the bound, SQLite collected and sorted
+// every candidate from the cursor to the head for each chunk (catch-up cost
+// growing with the log). The CROSS JOINs pin the join order: the
+// candidates drive, each looked up by primary key; left to itself the
+// planner drove the join from sync_changes by partition alone, a scan of
+// the whole log per chunk.
+const windowSQL = `WITH bound AS (
+  SELECT min(coalesce((SELECT s.commit_seq FROM sync_change_scopes s
+     WHERE s.partition=?1 AND s.tbl=?2 AND s.var=?3 AND s.value=v.value
+       AND s.commit_seq > ?5 AND s.commit_seq <= ?6
+     ORDER BY s.commit_seq LIMIT 1 OFFSET 511), ?6)) AS hi
+    FROM json_each(?4) v),
+cand AS (
   SELECT DISTINCT commit_seq FROM sync_change_scopes
    WHERE partition=?1 AND tbl=?2 AND var=?3
      AND value IN (SELECT value FROM json_each(?4))
-     AND commit_seq > ?5 AND commit_seq <= ?6
+     AND commit_seq > ?5 AND commit_seq <= (SELECT hi FROM bound)
    ORDER BY commit_seq LIMIT 512)
 SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload

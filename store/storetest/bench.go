@@ -88,3 +88,56 @@ func benchAppend(b *testing.B, open Opener, ops, writers int, distinct bool) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
 }
+
+// BenchmarkCommitWindow measures a catch-up read: a window of 1,000
+// one-change commits of one scope value, read from the start and from the
+// middle of logs of 1k, 10k and 100k commits. The cost per window must not
+// grow with the log (ns/op flat across log sizes).
+func BenchmarkCommitWindow(b *testing.B, open Opener) {
+	for _, size := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("log=%d", size), func(b *testing.B) {
+			s := open(b)
+			ctx := b.Context()
+			if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
+				b.Fatalf("EnsureSchema: %v", err)
+			}
+			const partition = "bench"
+			if _, err := s.TouchPartition(ctx, partition, 1000, epochOf(partition)); err != nil {
+				b.Fatalf("TouchPartition: %v", err)
+			}
+			const perWrite = 500
+			for done := 0; done < size; done += perWrite {
+				err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+					for i := done; i < min(done+perWrite, size); i++ {
+						r := Task{ID: fmt.Sprintf("r%07d", i), ProjectID: "bench", Title: ptr("a benchmark row")}.RowWrite(b, 1)
+						if err := tx.UpsertRow(ctx, r); err != nil {
+							return err
+						}
+						if _, err := tx.AppendCommit(ctx, newCommit(UpsertChange(r))); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					b.Fatalf("seed: %v", err)
+				}
+			}
+			for _, from := range []struct {
+				name  string
+				after int64
+			}{{"start", 0}, {"middle", int64(size / 2)}} {
+				b.Run(from.name, func(b *testing.B) {
+					q := store.CommitWindowQuery{Table: TableTasks, Scopes: projectScope("bench"),
+						AfterSeq: from.after, ThroughSeq: int64(size), LimitChanges: 1000}
+					for b.Loop() {
+						w, err := s.ReadCommitWindow(ctx, partition, q)
+						if err != nil || len(w.Commits) == 0 {
+							b.Fatalf("ReadCommitWindow = %d commits, %v", len(w.Commits), err)
+						}
+					}
+				})
+			}
+		})
+	}
+}
