@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/syncgo/syncgo/wire"
 )
@@ -161,11 +162,71 @@ func appendJSONString(b []byte, s string) []byte {
 
 // DecodeScopes parses stored scopes JSON into canonical key order.
 func DecodeScopes(b []byte) (wire.StoredScopes, error) {
+	if out, ok := decodeFlatScopes(b); ok {
+		return out, nil
+	}
 	var m map[string]string
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%w: scopes: %v", ErrUnreadable, err)
 	}
 	return ScopesFromMap(m), nil
+}
+
+// decodeFlatScopes is the fast path of DecodeScopes for what the servers
+// write: an object of string values, compact, without escapes, in valid
+// UTF-8, with distinct keys. Anything else reports false and takes the
+// general decoder, so both give the same answer (FuzzDecodeScopes).
+func decodeFlatScopes(b []byte) (wire.StoredScopes, bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' || !utf8.Valid(b) {
+		return nil, false
+	}
+	body := b[1 : len(b)-1]
+	if len(body) == 0 {
+		return wire.StoredScopes{}, true
+	}
+	// str reads a quoted string without escapes at the start of p.
+	str := func(p []byte) (string, []byte, bool) {
+		if len(p) == 0 || p[0] != '"' {
+			return "", nil, false
+		}
+		for i := 1; i < len(p); i++ {
+			switch c := p[i]; {
+			case c == '"':
+				return string(p[1:i]), p[i+1:], true
+			case c == '\\' || c < 0x20:
+				return "", nil, false
+			}
+		}
+		return "", nil, false
+	}
+	out := make(wire.StoredScopes, 0, 2)
+	for {
+		k, rest, ok := str(body)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return nil, false
+		}
+		v, rest, ok := str(rest[1:])
+		if !ok {
+			return nil, false
+		}
+		for _, e := range out {
+			if e.Key == k {
+				return nil, false
+			}
+		}
+		out = append(out, wire.StoredScope{Key: k, Value: v})
+		if len(rest) == 0 {
+			break
+		}
+		if rest[0] != ',' {
+			return nil, false
+		}
+		body = rest[1:]
+	}
+	if len(out) > 1 {
+		slices.SortFunc(out, func(a, b wire.StoredScope) int { return wire.CompareKeys(a.Key, b.Key) })
+	}
+	return out, true
 }
 
 // ScopesFromMap returns stored scopes in canonical key order.
