@@ -182,7 +182,7 @@ func (h *Hub) Stats() Stats {
 	return Stats{Sessions: s.sessions.Load(), Deltas: s.deltas.Load(), Wakes: s.wakes.Load(),
 		DropsQueueFull: s.dropsQueueFull.Load(), DropsTooLarge: s.dropsTooLarge.Load(),
 		DropsUnencodable: s.dropsUnencodable.Load(),
-		DropsBehind: s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
+		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
 		NotificationGap: s.gaps.Load()}
 }
