@@ -3,6 +3,7 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -254,6 +256,61 @@ func TestE2EUnstorableInputRefused(t *testing.T) {
 		syncQuiet(t, seed)
 		if _, ok := seed.Rows("tasks")["h1"]; !ok {
 			t.Fatal("a normal client did not receive the valid commit")
+		}
+	})
+}
+
+// A value too long for a declared index (Postgres refuses B-tree entries
+// over about 2.7 KB; SQLite has no such limit) rejects its commit with
+// sync.invalid_request on both drivers, instead of an HTTP 500 on one and
+// a write on the other. A value within the index's share is stored.
+func TestE2EValueOverIndexLimitRefused(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		sch, err := schema.New(1).
+			Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("title"),
+				schema.Boolean("done"), schema.Integer("rank").Null(), schema.JSON("notes").Null()).
+			Scope("project:{project_id}").UniqueIndex("tasks_by_title", "title").
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Schema = sch })
+		e.schema = sch
+		rng := rand.New(rand.NewPCG(1, 2)) // incompressible text: Postgres cannot shrink the entry
+		text := func(n int) string {
+			b := make([]byte, n)
+			for i := range b {
+				b[i] = 'a' + byte(rng.IntN(26))
+			}
+			return string(b)
+		}
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		epoch := e.partitionState().LogEpoch
+		m := decodeResponse(t, e.post(t, body(encodeRequest(t, &wire.Request{Version: 3,
+			Header: &wire.ReqHeader{ClientID: hostileClient, SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{
+				{ClientCommitID: "too-long", Operations: []wire.Operation{e.upsertOp(t, taskRow("i1", "p1", text(3000)))}},
+				{ClientCommitID: "fits", Operations: []wire.Operation{e.upsertOp(t, taskRow("i2", "p1", text(1000)))}},
+			}})), nil))
+		var results []*wire.PushResult
+		for _, f := range m.Frames {
+			switch f := f.(type) {
+			case *wire.PushResult:
+				results = append(results, f)
+			case *wire.ErrorFrame:
+				t.Fatalf("in-band ERROR %s: %s", f.Code, f.Message)
+			}
+		}
+		if len(results) != 2 || results[0].Status != wire.PushRejected || len(results[0].Results) != 1 ||
+			results[0].Results[0].Code != syncerr.CodeInvalidRequest || results[0].Results[0].Retryable {
+			t.Fatalf("results %+v; want the 3000-byte title rejected with non-retryable sync.invalid_request", results)
+		}
+		if results[1].Status != wire.PushApplied {
+			t.Fatalf("the 1000-byte title: %+v, want applied", results[1])
+		}
+		if rows := e.serverRows("tasks"); len(rows) != 1 {
+			t.Fatalf("server rows %v; want only i2", rows)
 		}
 	})
 }

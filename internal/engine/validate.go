@@ -94,8 +94,9 @@ func checkRequestInput(req *wire.Request) error {
 }
 
 // valueProblem checks an operation's decoded row values (§6.1): text and
-// JSON without NUL, and the values stored in indexes (primary key, scope
-// columns) within MaxIdentifierBytes. It returns the problem, or "".
+// JSON without NUL, scope column values within MaxIdentifierBytes. It
+// returns the problem, or "". Values too long for a declared index are
+// indexProblem's.
 func valueProblem(t *schema.CompiledTable, in wire.SparseRow) string {
 	cols := t.Columns()
 	for i, v := range in.Values {
@@ -111,6 +112,11 @@ func valueProblem(t *schema.CompiledTable, in wire.SparseRow) string {
 		}
 		if p != "" {
 			return "column " + cols[i].Name + " " + p
+		}
+	}
+	for _, ix := range t.Indexes() {
+		if p := indexProblem(t, ix, in); p != "" {
+			return p
 		}
 	}
 	for _, variable := range t.Variables() {
@@ -137,4 +143,46 @@ func WireActorID(actorID string) string {
 		return actorID
 	}
 	return strings.ToValidUTF8(actorID, "\uFFFD")
+}
+
+// maxIndexedValuesBytes is the room a declared index entry (partition,
+// columns…) leaves for its variable-length column values: the Postgres
+// B-tree entry limit (about 2.7 KB) minus a partition of
+// MaxIdentifierBytes and the headers, rounded down.
+const maxIndexedValuesBytes = 2048 - MaxIdentifierBytes
+
+// indexProblem returns why a row's values cannot be stored in a declared
+// index by every driver, or "": each variable-length value of the index
+// gets an equal share of maxIndexedValuesBytes, so that an update of one
+// column can never push an entry over the limit.
+func indexProblem(t *schema.CompiledTable, ix schema.CompiledIndex, in wire.SparseRow) string {
+	cols := t.Columns()
+	var idx []int
+	for _, name := range ix.Columns {
+		if i, ok := t.ColumnIndex(name); ok && variableLength(cols[i].Type) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return ""
+	}
+	share := maxIndexedValuesBytes / len(idx)
+	for _, i := range idx {
+		if i >= len(in.Values) || (i < len(in.Present) && !in.Present[i]) || in.Values[i].Null {
+			continue
+		}
+		v := in.Values[i]
+		if n := len(v.Str) + len(v.Bytes); n > share {
+			return fmt.Sprintf("column %s is %d bytes long, over the %d bytes index %s allows it", cols[i].Name, n, share, ix.Name)
+		}
+	}
+	return ""
+}
+
+func variableLength(t wire.ColumnType) bool {
+	switch t {
+	case wire.TypeString, wire.TypeJSON, wire.TypeBlobRef, wire.TypeBytes, wire.TypeCRDT:
+		return true
+	}
+	return false
 }
