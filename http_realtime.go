@@ -25,6 +25,10 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, "clientId is required"))
 		return
 	}
+	if p := engine.IdentifierProblem(clientID); p != "" {
+		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidClientID, "clientId "+p))
+		return
+	}
 	conn, rw, _, err := ws.UpgradeHTTP(r, w)
 	if err != nil {
 		return // the upgrader answered the HTTP error

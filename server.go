@@ -36,6 +36,10 @@ type CommitNotice = engine.CommitNotice
 // Limits are the protocol limits a host may configure.
 type Limits = engine.Limits
 
+// MaxIdentifierBytes bounds actor ids, partitions, client ids, commit ids,
+// row ids and scope values, in UTF-8 bytes.
+const MaxIdentifierBytes = engine.MaxIdentifierBytes
+
 // NeverInline, as Limits.InlineSegmentMaxBytes, sends every rows segment
 // by reference (SEGMENT_REF) to clients that accept external segments.
 const NeverInline = engine.NeverInline
@@ -77,7 +81,11 @@ type Config struct {
 	SchemaWindow []*schema.Compiled
 	// Authenticate maps a request (HTTP or WebSocket upgrade) to its actor
 	// and partition. An error answers 401 sync.auth_required, unless it is
-	// a *syncerr.Error, which is answered as is.
+	// a *syncerr.Error, which is answered as is. An actor id or partition
+	// that is empty, not well-formed UTF-8, holds a NUL character or is
+	// longer than MaxIdentifierBytes is refused the same way (401
+	// sync.auth_required, and a warning to Logger): the wire and the drivers
+	// could not carry it.
 	Authenticate func(r *http.Request) (Auth, error)
 	// ResolveScopes returns the scopes an actor is allowed (§3.2); "*"
 	// allows any value. An error fails closed: subscriptions revoke and
@@ -293,8 +301,17 @@ func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {
 		}
 		return Auth{}, syncerr.Wrap(syncerr.CodeAuthRequired, "authentication required", err)
 	}
-	if a.ActorID == "" || a.Partition == "" {
-		return Auth{}, syncerr.New(syncerr.CodeAuthRequired, "authentication required")
+	// The identity is stored with every commit and sent back in COMMIT
+	// frames: one the wire or a driver cannot carry (not UTF-8, NUL,
+	// overlong) would poison every pull of the commits it writes, so it
+	// is refused here, whatever the host's Authenticate returned.
+	for _, f := range [...]struct{ what, v string }{{"actor id", a.ActorID}, {"partition", a.Partition}} {
+		if p := engine.IdentifierProblem(f.v); p != "" {
+			if f.v != "" {
+				s.cfg.Logger.Warn("authentication refused: Authenticate returned an unusable "+f.what, "problem", p)
+			}
+			return Auth{}, syncerr.New(syncerr.CodeAuthRequired, "authentication required")
+		}
 	}
 	return a, nil
 }

@@ -31,6 +31,9 @@ type serveFlags struct {
 	schema      string
 	mount       string
 	checkpoints stringList
+	// dev acknowledges that the development authentication is served on
+	// an address other hosts can reach.
+	dev bool
 }
 
 // stringList is a repeatable string flag.
@@ -69,6 +72,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.dbListen, "db-listen", envOr("SYNCGO_DB_LISTEN", ""), "Postgres URL for the commit listener's direct connection, when -db goes through a transaction pooler (SYNCGO_DB_LISTEN)")
 	fs.StringVar(&f.schema, "schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file; default: a small demo schema (SYNCGO_SCHEMA)")
 	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
+	fs.BoolVar(&f.dev, "dev", false, "acknowledge that the development authentication (any bearer token is an actor with every scope) "+
+		"is served on a non-loopback -listen address; without it serve listens on loopback addresses only")
 	fs.Var(&f.checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -118,6 +123,22 @@ func openStoreListen(ctx context.Context, db, listen string, logger *slog.Logger
 }
 
 func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer) error {
+	// Listen first: an address the development authentication must not
+	// be served on is refused before the database is opened.
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if addr, ok := ln.Addr().(*net.TCPAddr); !ok || !addr.IP.IsLoopback() {
+		if !f.dev {
+			return fmt.Errorf("refusing to listen on %s: serve uses development authentication (any bearer token is trusted), "+
+				"so it listens on a loopback address only; pass -dev to acknowledge serving it on %s anyway, "+
+				"or embed syncgo with your own Authenticate and ResolveScopes", ln.Addr(), f.listen)
+		}
+		logger.Warn("DEVELOPMENT AUTHENTICATION ON A NON-LOOPBACK ADDRESS (-dev): anyone who can reach " +
+			ln.Addr().String() + " can read and write every scope")
+	}
 	sc, err := loadSchema(f.schema)
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
@@ -155,10 +176,6 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 		mux.Handle("/", srv.Handler())
 	} else {
 		mux.Handle(mount+"/", http.StripPrefix(mount, srv.Handler()))
-	}
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return err
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), f.db)

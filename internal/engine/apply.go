@@ -64,6 +64,9 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 	if !a.r.resolveOK {
 		return opError(i, syncerr.CodeForbidden, "scopes could not be resolved"), nil
 	}
+	if p := textProblem(op.RowID, MaxIdentifierBytes); p != "" {
+		return opError(i, syncerr.CodeInvalidRequest, "rowId "+p), nil
+	}
 	stored, err := a.tx.Row(ctx, op.Table, op.RowID)
 	exists := err == nil
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
@@ -89,6 +92,9 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 		return opError(i, syncerr.CodeInvalidRequest, "the payload does not decode for this table"), nil
 	}
 	in = widen(in, len(t.Columns()))
+	if p := valueProblem(t, in); p != "" {
+		return opError(i, syncerr.CodeInvalidRequest, "the payload cannot be stored: "+p), nil
+	}
 	if id, ok := schema.RenderValue(t.Columns()[t.PrimaryKey()].Type, in.Values[t.PrimaryKey()]); !ok || id != op.RowID {
 		return opError(i, syncerr.CodeInvalidRequest, "the payload's primary key differs from rowId"), nil
 	}

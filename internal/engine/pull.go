@@ -91,7 +91,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	tables := []string{sub.Table}
 	client, current, _ := r.tables(sub.Table)
 	for _, c := range win.Commits {
-		f := &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Tables: tables,
+		f := &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: WireActorID(c.ActorID), Tables: tables,
 			Changes: make([]wire.Change, len(c.Changes))}
 		for j, ch := range c.Changes {
 			row := ch.Payload

@@ -265,6 +265,9 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 	if strings.HasPrefix(h.ClientID, reservedClientPrefix) {
 		return nil, syncerr.New(syncerr.CodeInvalidClientID, "clientId uses the reserved server-command namespace")
 	}
+	if err := checkRequestInput(req); err != nil {
+		return nil, err
+	}
 	p, err := e.touchPartition(ctx, r.auth.Partition)
 	if err != nil {
 		return nil, err

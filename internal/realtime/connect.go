@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gobwas/ws"
 
@@ -170,6 +171,13 @@ func (h *Hub) readLoop(s *session, r *bufio.Reader) {
 			s.conn.closeWith(ws.StatusNormalClosure, "")
 			return
 		case ws.OpText:
+			if !utf8.Valid(m.payload) {
+				// RFC 6455 §8.1: a text message that is not UTF-8 fails
+				// the connection with 1007.
+				h.stats.closedProtocol.Add(1)
+				s.conn.closeWith(ws.StatusInvalidFramePayloadData, "text message is not UTF-8")
+				return
+			}
 			h.onText(s, m.payload)
 		case ws.OpBinary:
 			if len(m.payload) == 0 || m.payload[0] != wire.ChannelTagRound {

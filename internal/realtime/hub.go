@@ -97,6 +97,10 @@ type Stats struct {
 	// DropsTooLarge counts deltas over MaxDeltaBytes, replaced by a
 	// delta-too-large wake.
 	DropsTooLarge int64
+	// DropsUnencodable counts deltas that could not be encoded (a value
+	// the wire cannot carry, a row an older client's layout cannot
+	// hold), replaced by a catch-up wake: the client's pull decides.
+	DropsUnencodable int64
 	// DropsBehind counts matching commits answered with a wake because
 	// the session was behind: at connect, after a drop, or after a gap in
 	// the notification sequence.
@@ -114,7 +118,7 @@ type Stats struct {
 }
 
 type counters struct {
-	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsBehind, dropsInRound,
+	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsUnencodable, dropsBehind, dropsInRound,
 	closedSlow, closedProtocol, gaps atomic.Int64
 }
 
@@ -177,7 +181,8 @@ func (h *Hub) Stats() Stats {
 	s := &h.stats
 	return Stats{Sessions: s.sessions.Load(), Deltas: s.deltas.Load(), Wakes: s.wakes.Load(),
 		DropsQueueFull: s.dropsQueueFull.Load(), DropsTooLarge: s.dropsTooLarge.Load(),
-		DropsBehind: s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
+		DropsUnencodable: s.dropsUnencodable.Load(),
+		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
 		NotificationGap: s.gaps.Load()}
 }

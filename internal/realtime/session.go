@@ -3,6 +3,8 @@ package realtime
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,6 +228,7 @@ func (s *session) matchesLocked(n engine.CommitNotice) bool {
 type deltaCache struct {
 	matches bool
 	frame   *frame
+	err     error // the delta cannot be encoded
 }
 
 // roundCommitLocked takes the in-round path (§8.7 interleaving) for a
@@ -316,9 +319,24 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCa
 	case s.suppressed, gap:
 		h.stats.dropsBehind.Add(1)
 	default:
-		if dc.frame == nil {
-			f := binaryFrame(encodeDelta(h.cfg.Engine, n, s.regs, s.version, s.epoch))
-			dc.frame = &f
+		if dc.frame == nil && dc.err == nil {
+			b, err := encodeDelta(h.cfg.Engine, n, s.regs, s.version, s.epoch)
+			if err != nil {
+				dc.err = err
+				h.cfg.Logger.Error("realtime delta cannot be encoded; sending a wake-up",
+					"partition", n.Partition, "commitSeq", n.Seq, "err", err)
+			} else {
+				f := binaryFrame(b)
+				dc.frame = &f
+			}
+		}
+		if dc.err != nil {
+			// Never a delta with a section left out, never a skipped
+			// commit: the client pulls it (and the pull reports it).
+			h.stats.dropsUnencodable.Add(1)
+			s.suppressed = true
+			s.wakeLocked(wire.WakeCatchupRequired)
+			return
 		}
 		f := *dc.frame
 		if len(f.b) > h.cfg.MaxDeltaBytes {
@@ -384,40 +402,54 @@ func sectionChanges(r registration, changes []store.Change) []wire.Change {
 
 // encodeDelta encodes the 0x00-tagged delta message of a commit for a set
 // of registrations: one SUB_START / COMMIT / SUB_END section per matching
-// registration.
-func encodeDelta(eng *engine.Engine, n engine.CommitNotice, regs []registration, version uint16, epoch string) []byte {
+// registration. Any frame that cannot be encoded, or a section whose rows
+// an older client's layout cannot hold, fails the whole delta: a delta
+// with a section left out would still advance the client past the
+// commit, so the caller sends a wake-up instead.
+func encodeDelta(eng *engine.Engine, n engine.CommitNotice, regs []registration, version uint16, epoch string) ([]byte, error) {
 	schemaVersion := eng.Schema().Version()
 	var buf bytes.Buffer
 	buf.WriteByte(wire.ChannelTagDelta)
-	enc, _ := wire.NewEncoder(&buf, wire.KindResponse, version)
+	enc, err := wire.NewEncoder(&buf, wire.KindResponse, version)
+	if err != nil {
+		return nil, err
+	}
 	hdr := &wire.RespHeader{LatestSchemaVersion: &schemaVersion}
 	if version >= wire.Version2 {
 		hdr.LogEpoch = epoch
 	}
-	_ = enc.Encode(hdr)
+	if err := enc.Encode(hdr); err != nil {
+		return nil, err
+	}
 	for _, r := range regs {
 		changes := sectionChanges(r, n.Changes)
 		if changes == nil {
 			continue
 		}
 		if r.schemaVersion != schemaVersion {
-			if changes = narrowChanges(eng, r, changes); changes == nil {
-				continue
+			if changes, err = narrowChanges(eng, r, changes); err != nil {
+				return nil, err
 			}
 		}
-		_ = enc.Encode(&wire.SubStart{ID: r.id, Status: wire.SubActive, EffectiveScopes: r.effective})
-		_ = enc.Encode(&wire.Commit{CommitSeq: n.Seq, CreatedAtMs: n.CreatedAtMs, ActorID: n.ActorID,
-			Tables: []string{r.table}, Changes: changes})
-		_ = enc.Encode(&wire.SubEnd{NextCursor: n.Seq})
+		err := errors.Join(
+			enc.Encode(&wire.SubStart{ID: r.id, Status: wire.SubActive, EffectiveScopes: r.effective}),
+			enc.Encode(&wire.Commit{CommitSeq: n.Seq, CreatedAtMs: n.CreatedAtMs, ActorID: engine.WireActorID(n.ActorID),
+				Tables: []string{r.table}, Changes: changes}),
+			enc.Encode(&wire.SubEnd{NextCursor: n.Seq}))
+		if err != nil {
+			return nil, fmt.Errorf("subscription %q: %w", r.id, err)
+		}
 	}
-	_ = enc.Close()
-	return buf.Bytes()
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // narrowChanges projects change rows into an older client's layout (§9);
-// nil when the rows cannot be projected (the section is left out, and the
-// client's next pull repairs it).
-func narrowChanges(eng *engine.Engine, r registration, changes []wire.Change) []wire.Change {
+// an error when the rows cannot be projected (the delta becomes a wake,
+// and the client's pull repairs it).
+func narrowChanges(eng *engine.Engine, r registration, changes []wire.Change) ([]wire.Change, error) {
 	out := make([]wire.Change, len(changes))
 	for i, ch := range changes {
 		out[i] = ch
@@ -426,11 +458,11 @@ func narrowChanges(eng *engine.Engine, r registration, changes []wire.Change) []
 		}
 		row, err := eng.NarrowPayload(r.table, r.schemaVersion, ch.Row)
 		if err != nil {
-			return nil
+			return nil, fmt.Errorf("subscription %q: narrowing to schema %d: %w", r.id, r.schemaVersion, err)
 		}
 		out[i].Row = row
 	}
-	return out
+	return out, nil
 }
 
 // loadRegistrations resolves the client's persisted subscriptions at
