@@ -27,6 +27,9 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	rec, err := st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
 	switch {
 	case err == nil:
+		if err := r.ownResult(rec); err != nil {
+			return err
+		}
 		out = pushOutcome{record: rec, replay: true}
 	case errors.Is(err, store.ErrUnreadable):
 		out = pushOutcome{cacheMiss: true}
@@ -50,12 +53,28 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 		if err != nil {
 			return err
 		}
+		if out.replay {
+			if err := r.ownResult(out.record); err != nil {
+				return err
+			}
+		}
 	}
 	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
 		return err
 	}
 	if out.notice != nil && r.e.cfg.OnCommit != nil {
 		r.e.cfg.OnCommit(*out.notice)
+	}
+	return nil
+}
+
+// ownResult refuses a journal record another actor pushed: a replay is
+// answered only to the actor that made the commit (a clientId rebound
+// after its records were forgotten, such as at an epoch rotation, must not
+// read the former actor's results).
+func (r *request) ownResult(rec store.PushRecord) error {
+	if rec.ActorID != "" && rec.ActorID != r.auth.ActorID {
+		return errClientBound()
 	}
 	return nil
 }
@@ -98,7 +117,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 			return err
 		}
 		out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: seq, RecordedAtMs: now,
-			CacheIdentity: randomEpoch(), Results: a.results}
+			CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
 		if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
 			return err
 		}
@@ -116,7 +135,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		return pushOutcome{}, err
 	}
 	out = pushOutcome{record: store.PushRecord{Status: wire.PushRejected, RecordedAtMs: now,
-		CacheIdentity: randomEpoch(), Results: []wire.OpResult{rej.result}}}
+		CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: []wire.OpResult{rej.result}}}
 	if rej.details != nil {
 		out.record.Details = []wire.DetailEntry{*rej.details}
 	}

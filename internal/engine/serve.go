@@ -301,7 +301,10 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 	if err := r.checkPull(); err != nil {
 		return nil, err
 	}
-	return nil, r.resolve(ctx)
+	if err := r.resolve(ctx); err != nil {
+		return nil, err
+	}
+	return nil, r.bindClient(ctx)
 }
 
 func epochOf(version uint16, p store.Partition) string {
@@ -311,6 +314,8 @@ func epochOf(version uint16, p store.Partition) string {
 	return ""
 }
 
+// checkClient refuses a clientId bound to another actor (§1.5). A new
+// clientId is bound by bindClient once the request passed its checks.
 func (r *request) checkClient(ctx context.Context) error {
 	rec, err := r.e.cfg.Store.Client(ctx, r.auth.Partition, r.req.Header.ClientID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -320,10 +325,34 @@ func (r *request) checkClient(ctx context.Context) error {
 		return err
 	}
 	if rec.ActorID != r.auth.ActorID {
-		return syncerr.New(syncerr.CodeInvalidClientID, "clientId is bound to a different actor")
+		return errClientBound()
 	}
 	r.client = &rec
 	return nil
+}
+
+// bindClient binds a new clientId to the actor before anything of the
+// client's is read or written: an insert-if-absent, so of two actors
+// racing on a fresh clientId exactly one gets it and the other is refused
+// before any push result is looked up.
+func (r *request) bindClient(ctx context.Context) error {
+	if r.client != nil {
+		return nil
+	}
+	rec, err := r.e.cfg.Store.BindClient(ctx, r.auth.Partition, store.ClientRecord{ClientID: r.req.Header.ClientID,
+		ActorID: r.auth.ActorID, WireVersion: r.req.Version, Cursor: -1, UpdatedAtMs: r.e.cfg.Now()})
+	if err != nil {
+		return err
+	}
+	if rec.ActorID != r.auth.ActorID {
+		return errClientBound()
+	}
+	r.client = &rec
+	return nil
+}
+
+func errClientBound() error {
+	return syncerr.New(syncerr.CodeInvalidClientID, "clientId is bound to a different actor")
 }
 
 func (r *request) checkOperations() error {
