@@ -128,7 +128,7 @@ type PushRecord struct {
 	// ActorID is the actor that pushed the commit: a replay is answered
 	// only to it. Empty in records written without one (older servers).
 	ActorID string
-	Results       []wire.OpResult
+	Results []wire.OpResult
 	// Details is the PUSH_RESULT_DETAILS companion of a rejection.
 	Details []wire.DetailEntry
 }
