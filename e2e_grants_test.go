@@ -111,3 +111,94 @@ func TestE2EClientIDCaptureRace(t *testing.T) {
 		}
 	})
 }
+
+// pushRaw pushes one commit as an actor and returns its PUSH_RESULT.
+func (e *e2eEnv) pushRaw(t *testing.T, actor, clientID, commitID string, ops ...wire.Operation) *wire.PushResult {
+	t.Helper()
+	epoch := e.partitionState().LogEpoch
+	r, err := e.postAs(actor, encodeRequest(t, &wire.Request{Version: 3,
+		Header:  &wire.ReqHeader{ClientID: clientID, SchemaVersion: 1, LogEpoch: &epoch},
+		Commits: []*wire.PushCommit{{ClientCommitID: commitID, Operations: ops}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range decodeResponse(t, r).Frames {
+		if pr, ok := f.(*wire.PushResult); ok {
+			return pr
+		}
+	}
+	t.Fatalf("push %s: no PUSH_RESULT", commitID)
+	return nil
+}
+
+func deleteOp(rowID string) wire.Operation {
+	return wire.Operation{Table: "tasks", RowID: rowID, Op: wire.OpDelete}
+}
+
+// A refused or no-op operation never appends a commit (finding 9 of issue
+// 15). Deleting an absent row is applied (§6.2, §3.4 step 2: there is no
+// authorization row) but appends nothing, since a commit holds one or more
+// changes (§2.1): its commitSeq is the log position it applied at, and a
+// retry replays it as cached. Deleting a present row outside the actor's
+// scopes is sync.forbidden (the spec's accepted disclosure) and appends
+// nothing either. A commit mixing a no-op with a real change appends one
+// commit carrying only the real change.
+func TestE2ENoEmptyCommits(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		e.allow("alice", map[string][]string{"project_id": {"p1"}})
+		bob := e.client("bob", sspclient.Options{})
+		syncQuiet(t, bob)
+		mustUpsert(t, bob, taskRow("secret", "p2", "bob's"))
+		syncQuiet(t, bob)
+		base := e.partitionState().MaxCommitSeq
+		if base != 1 {
+			t.Fatalf("MaxCommitSeq %d after one commit", base)
+		}
+
+		// A present row outside alice's scopes: forbidden, nothing appended.
+		pr := e.pushRaw(t, "alice", "alice-dev", "del-secret", deleteOp("secret"))
+		if pr.Status != wire.PushRejected || len(pr.Results) != 1 || pr.Results[0].Code != syncerr.CodeForbidden {
+			t.Fatalf("delete of bob's row: %v %+v; want rejected sync.forbidden", pr.Status, pr.Results)
+		}
+		// An absent row: applied at the current log position, nothing
+		// appended; a retry is cached with the same commitSeq.
+		pr = e.pushRaw(t, "alice", "alice-dev", "del-absent", deleteOp("absent"))
+		if pr.Status != wire.PushApplied || pr.CommitSeq != base || len(pr.Results) != 1 || pr.Results[0].Status != wire.OpApplied {
+			t.Fatalf("delete of an absent row: %v seq %d %+v; want applied at seq %d", pr.Status, pr.CommitSeq, pr.Results, base)
+		}
+		if got := e.partitionState().MaxCommitSeq; got != base {
+			t.Fatalf("MaxCommitSeq %d after a refused and a no-op commit; want %d (no commit appended)", got, base)
+		}
+		pr = e.pushRaw(t, "alice", "alice-dev", "del-absent", deleteOp("absent"))
+		if pr.Status != wire.PushCached || pr.CommitSeq != base {
+			t.Fatalf("retry of the no-op commit: %v seq %d; want cached at %d", pr.Status, pr.CommitSeq, base)
+		}
+		// Two no-ops in one commit, then a no-op beside a real change.
+		pr = e.pushRaw(t, "alice", "alice-dev", "del-two", deleteOp("absent"), deleteOp("absent-2"))
+		if pr.Status != wire.PushApplied || pr.CommitSeq != base {
+			t.Fatalf("two absent deletes: %v seq %d; want applied at %d", pr.Status, pr.CommitSeq, base)
+		}
+		pr = e.pushRaw(t, "alice", "alice-dev", "mixed", deleteOp("absent"), e.upsertOp(t, taskRow("a1", "p1", "alice's")))
+		if pr.Status != wire.PushApplied || pr.CommitSeq != base+1 {
+			t.Fatalf("no-op beside an upsert: %v seq %d; want applied at %d", pr.Status, pr.CommitSeq, base+1)
+		}
+		commits, err := e.store.ReadCommits(t.Context(), e2ePartition, 0, base+10, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(commits) != 2 {
+			t.Fatalf("log holds %d commits; want 2 (bob's and the mixed one)", len(commits))
+		}
+		for _, c := range commits {
+			if len(c.Changes) != 1 {
+				t.Errorf("commit %d holds %d changes; want 1 (no empty commit, no change for an absent delete)", c.Seq, len(c.Changes))
+			}
+		}
+		// The no-op commit after the mixed one answers the newer position.
+		pr = e.pushRaw(t, "alice", "alice-dev", "del-after", deleteOp("absent"))
+		if pr.Status != wire.PushApplied || pr.CommitSeq != base+1 {
+			t.Fatalf("absent delete after the mixed commit: %v seq %d; want applied at %d", pr.Status, pr.CommitSeq, base+1)
+		}
+	})
+}

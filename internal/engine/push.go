@@ -62,6 +62,9 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
 		return err
 	}
+	if out.record.Status == wire.PushApplied {
+		r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
+	}
 	if out.notice != nil && r.e.cfg.OnCommit != nil {
 		r.e.cfg.OnCommit(*out.notice)
 	}
@@ -110,6 +113,17 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		if rej != nil {
 			return errRejected
 		}
+		if len(a.changes) == 0 {
+			// Every operation was a no-op (deletes of absent rows): the
+			// commit is applied but appends nothing, since a commit holds
+			// one or more changes (§2.1). Its commitSeq is the log
+			// position it was applied at: the newest commit this request
+			// knows of, which already reflects it.
+			out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: max(r.partition.MaxCommitSeq, r.lastSeq),
+				RecordedAtMs: now, CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
+			_, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record)
+			return err
+		}
 		nc := store.NewCommit{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
 			ActorID: r.auth.ActorID, CreatedAtMs: now, Changes: a.changes}
 		seq, err := tx.AppendCommit(ctx, nc)
@@ -121,9 +135,8 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
 			return err
 		}
-		// Every commit is announced, even one without changes: realtime
-		// fan-out orders notifications by sequence and would otherwise
-		// wait for it.
+		// Every appended commit is announced: realtime fan-out orders
+		// notifications by sequence and would otherwise wait for it.
 		out.notice = &CommitNotice{Partition: r.auth.Partition, Seq: seq, CreatedAtMs: now,
 			ActorID: r.auth.ActorID, Changes: a.changes}
 		return nil

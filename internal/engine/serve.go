@@ -44,6 +44,7 @@ type request struct {
 	gate      *store.ServeGate // the serve gate read at entry
 	gw        *gateWriter
 	cs        *schema.Compiled // the schema version the client speaks
+	lastSeq   int64            // the newest commitSeq a push of this request answered
 }
 
 // tables returns a table of the client's schema and of the current one.
