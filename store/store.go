@@ -150,9 +150,23 @@ type CommitListener interface {
 	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
 }
 
-// CommitNotification announces a durable commit.
+// CommitNotification announces a durable commit, or (Grants set) that an
+// actor's grants changed.
 type CommitNotification struct {
 	Partition   string
 	Seq         int64
 	Reconnected bool
+	// Grants announces a GrantNotifier call: the receiver resolves the
+	// scopes of the actor's sockets in the partition again. An empty
+	// ActorID means every actor of the partition, an empty Partition every
+	// partition.
+	Grants  bool
+	ActorID string
+}
+
+// GrantNotifier is implemented by stores that several server instances
+// share (Postgres): it announces to the CommitListener of every instance
+// that an actor's grants changed, so that each narrows its own sockets.
+type GrantNotifier interface {
+	NotifyGrants(ctx context.Context, partition, actorID string) error
 }

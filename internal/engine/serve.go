@@ -412,15 +412,26 @@ func (r *request) resolve(ctx context.Context) error {
 	allowed, err := r.e.cfg.Resolve(ctx, ScopeRequest{Partition: r.auth.Partition, ActorID: r.auth.ActorID, ClientID: r.req.Header.ClientID})
 	if err != nil {
 		r.e.cfg.Logger.WarnContext(ctx, "scope resolver failed; failing closed", "partition", r.auth.Partition, "err", err)
+		r.reportResolve(ctx, nil, false)
 		return nil
 	}
 	for k := range allowed {
 		if !r.e.cfg.Schema.DeclaresVariable(k) {
+			r.reportResolve(ctx, nil, false)
 			return syncerr.New(syncerr.CodeInvalidSubscription, "the scope resolver returned an undeclared scope key")
 		}
 	}
 	r.allowed, r.resolveOK = allowed, true
+	r.reportResolve(ctx, allowed, true)
 	return nil
+}
+
+// reportResolve tells realtime what the request resolved, so that the
+// client's sockets never deliver what this request no longer grants.
+func (r *request) reportResolve(ctx context.Context, allowed map[string][]string, ok bool) {
+	if r.e.cfg.OnResolve != nil {
+		r.e.cfg.OnResolve(ctx, r.auth, r.req.Header.ClientID, allowed, ok)
+	}
 }
 
 // serve writes the response body after the checks passed.
