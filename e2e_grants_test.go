@@ -2,11 +2,13 @@ package syncgo_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/syncerr"
@@ -199,6 +201,51 @@ func TestE2ENoEmptyCommits(t *testing.T) {
 		pr = e.pushRaw(t, "alice", "alice-dev", "del-after", deleteOp("absent"))
 		if pr.Status != wire.PushApplied || pr.CommitSeq != base+1 {
 			t.Fatalf("absent delete after the mixed commit: %v seq %d; want applied at %d", pr.Status, pr.CommitSeq, base+1)
+		}
+	})
+}
+
+// A journal record answers only the actor that made it: after an epoch
+// rotation forgot the client records, another actor can bind the same
+// clientId, but a commit id the former actor used is refused with
+// sync.invalid_client_id instead of replaying the former actor's result.
+func TestE2EPushResultKeyedByActor(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		seed := e.client("seed", sspclient.Options{})
+		syncQuiet(t, seed)
+		pr := e.pushRaw(t, "alice", "device", "c1", e.upsertOp(t, taskRow("a1", "p1", "alice's")))
+		if pr.Status != wire.PushApplied {
+			t.Fatalf("alice's push: %v", pr.Status)
+		}
+		if err := e.store.RotateLogEpoch(context.Background(), e2ePartition, "epoch-2", time.Now().UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		epoch := "epoch-2"
+		r, err := e.postAs("bob", encodeRequest(t, &wire.Request{Version: 3,
+			Header:  &wire.ReqHeader{ClientID: "device", SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{{ClientCommitID: "c1", Operations: []wire.Operation{e.upsertOp(t, taskRow("b1", "p1", "bob's"))}}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.status != http.StatusOK {
+			wantJSONError(t, r, http.StatusBadRequest, syncerr.CodeInvalidClientID)
+			if rows := e.serverRows("tasks"); rows["b1"] != "" {
+				t.Fatal("bob's refused write was stored")
+			}
+			return
+		}
+		var code string
+		for _, f := range decodeResponse(t, r).Frames {
+			switch f := f.(type) {
+			case *wire.PushResult:
+				t.Fatalf("bob got a PUSH_RESULT %v seq %d for alice's commit id", f.Status, f.CommitSeq)
+			case *wire.ErrorFrame:
+				code = f.Code
+			}
+		}
+		if code != syncerr.CodeInvalidClientID {
+			t.Fatalf("bob's replay of alice's commit id: error %q; want %s", code, syncerr.CodeInvalidClientID)
 		}
 	})
 }
