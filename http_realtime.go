@@ -1,12 +1,15 @@
 package syncgo
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/internal/realtime"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 )
 
@@ -51,6 +54,26 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 // actor's credentials expire or are revoked. It returns how many closed.
 func (s *Server) CloseActor(partition, actorID string) int {
 	return s.hub.CloseActor(partition, actorID)
+}
+
+// RevokeActor makes the realtime channel honour an actor's changed grants
+// now: every open socket of the actor in the partition (an empty actor:
+// every socket of the partition) has its scopes resolved again through
+// ResolveScopes, and registrations of scopes no longer granted are
+// narrowed or dropped, with a catch-up wake-up so that the client pulls
+// and gets the revocation; no delta of a revoked scope follows. Call it
+// after changing what ResolveScopes returns. On a store that several
+// processes share (Postgres) every process of the fleet does the same;
+// this process has done it when RevokeActor returns, the others shortly
+// after. The error reports a failure to notify the other processes.
+func (s *Server) RevokeActor(ctx context.Context, partition, actorID string) error {
+	s.hub.Reresolve(ctx, partition, actorID)
+	if n, ok := s.cfg.Store.(store.GrantNotifier); ok {
+		if err := n.NotifyGrants(ctx, partition, actorID); err != nil {
+			return fmt.Errorf("syncgo: notify other processes: %w", err)
+		}
+	}
+	return nil
 }
 
 // RealtimeStats counts the realtime channel's sessions, deltas, wakes, and

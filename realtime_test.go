@@ -459,9 +459,8 @@ func TestRealtimeGracefulStop(t *testing.T) {
 }
 
 // TestRealtimeCommitWithoutChanges: a commit that changes nothing (a
-// delete of a missing row) takes a sequence but sends no notification;
-// the hub bridges it from the store, so the next commit still arrives as a
-// delta, not a catch-up wake.
+// delete of a missing row) appends nothing and sends no notification, so
+// the next commit still arrives as a delta, not a catch-up wake.
 func TestRealtimeCommitWithoutChanges(t *testing.T) {
 	e := newRTEnv(t)
 	b := e.peer("bob", "b1")
@@ -474,8 +473,8 @@ func TestRealtimeCommitWithoutChanges(t *testing.T) {
 	del := &wire.PushCommit{ClientCommitID: "c2", Operations: []wire.Operation{{Table: "tasks", RowID: "missing", Op: wire.OpDelete}}}
 	empty := rtPushed(t, b.post(&wire.Request{Commits: []*wire.PushCommit{del}}))
 	seq := b.push("c3", rtTask{id: "t3", project: "p1"})
-	if seq != empty+1 {
-		t.Fatalf("commit sequences %d, %d", empty, seq)
+	if seq != empty+1 || empty != 1 {
+		t.Fatalf("commit sequences %d, %d; want the no-op at 1 (nothing appended), the next at 2", empty, seq)
 	}
 	rows, next := rtDeltaRows(s.delta())
 	if !slices.Equal(rows, []string{"t3"}) || next["s"] != seq {

@@ -61,6 +61,12 @@ type RealtimeConfig struct {
 	MaxDeltaBytes int
 	// MaxPresenceBytes caps a presence document. Default 16 KiB.
 	MaxPresenceBytes int
+	// ReresolveInterval is how often the scopes of every open socket are
+	// resolved again (ResolveScopes), so that a socket stops receiving
+	// deltas of a scope its actor lost even when the host does not call
+	// RevokeActor. Default 60 s; negative disables the periodic pass (the
+	// scopes are still re-resolved on each HTTP round of the client).
+	ReresolveInterval time.Duration
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
@@ -181,8 +187,11 @@ func New(cfg Config) (*Server, error) {
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
 		Now:      cfg.Now,
 		OnCommit: s.onCommit,
-		Logger:   cfg.Logger,
-		Limits:   cfg.Limits,
+		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool) {
+			s.hub.OnResolve(ctx, a, clientID, allowed, ok)
+		},
+		Logger: cfg.Logger,
+		Limits: cfg.Limits,
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
@@ -191,7 +200,8 @@ func New(cfg Config) (*Server, error) {
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes,
-		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes})
+		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
+		ReresolveInterval: rc.ReresolveInterval})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

@@ -44,12 +44,40 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
-	_, err = s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
+	tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
 		rec.Cursor, subs, rec.UpdatedAtMs)
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrClientBound
+	}
 	return nil
+}
+
+// BindClient creates a client record unless one exists, and returns the
+// stored record.
+func (s *Store) BindClient(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
+	if err := s.checkWrite(); err != nil {
+		return store.ClientRecord{}, err
+	}
+	subs, err := store.EncodeSubscriptions(rec.Subscriptions)
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, sqlBindClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
+		max(rec.Cursor, -1), subs, rec.UpdatedAtMs)
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return rec, nil
+	}
+	got, err := s.Client(ctx, partition, rec.ClientID)
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+	}
+	return got, nil
 }
 
 // AdvanceClientCursor applies a realtime ack in one statement.

@@ -43,10 +43,62 @@ import (
 // commits, as after a reconnect. Such ids are rare (the primary keys of the
 // sync tables hold them only when they compress well), so the costlier
 // catch-up is preferred to any lossy encoding.
+//
+// The same channel carries grant notifications (GrantNotifier):
+//
+//	grants:<schema>:<n>:<partition><actor>
+//
+// n is the partition id's length in bytes, in decimal, so that both ids
+// round-trip whatever characters they hold; an empty actor means every
+// actor of the partition. One that would reach the payload limit is sent
+// as "grants:<schema>", every partition and actor. Listeners of older
+// builds ignore these payloads (they do not start with a sequence).
 const (
 	notifyChannel      = "syncgo_commits"
 	notifyPayloadLimit = "8000"
+	grantsPrefix       = "grants:"
+	// maxNotifyPayload is the largest payload Postgres accepts.
+	maxNotifyPayload = 7999
 )
+
+var _ store.GrantNotifier = (*Store)(nil)
+
+// NotifyGrants announces to every process listening on the store's schema
+// that an actor's grants in a partition changed.
+func (s *Store) NotifyGrants(ctx context.Context, partition, actorID string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	payload := grantsPrefix + s.dbSchema + ":" + strconv.Itoa(len(partition)) + ":" + partition + actorID
+	if len(payload) > maxNotifyPayload {
+		payload = grantsPrefix + s.dbSchema
+	}
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload); err != nil {
+		return fmt.Errorf("pgstore: notify grants: %w", err)
+	}
+	return nil
+}
+
+// parseGrants decodes a grant notification of the store's schema.
+func parseGrants(payload, schema string) (n store.CommitNotification, ok bool) {
+	rest, found := strings.CutPrefix(payload, grantsPrefix+schema)
+	if !found {
+		return n, false
+	}
+	if rest == "" {
+		return store.CommitNotification{Grants: true}, true
+	}
+	rest, found = strings.CutPrefix(rest, ":")
+	if !found {
+		return n, false
+	}
+	lenText, ids, found := strings.Cut(rest, ":")
+	size, err := strconv.Atoi(lenText)
+	if !found || err != nil || size < 0 || size > len(ids) {
+		return n, false
+	}
+	return store.CommitNotification{Grants: true, Partition: ids[:size], ActorID: ids[size:]}, true
+}
 
 // Listener tuning.
 const (
@@ -196,6 +248,9 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, fn func(sto
 // parseNotification decodes a payload of the store's schema; ok is false
 // for another schema's payload and for one that is not syncgo's.
 func parseNotification(payload, schema string) (n store.CommitNotification, ok bool) {
+	if strings.HasPrefix(payload, grantsPrefix) {
+		return parseGrants(payload, schema)
+	}
 	seqText, rest, found := strings.Cut(payload, ":")
 	if !found {
 		return n, false

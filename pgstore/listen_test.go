@@ -128,6 +128,14 @@ func TestParseNotification(t *testing.T) {
 		{"s:p", store.CommitNotification{}, false},
 		{"12", store.CommitNotification{}, false},
 		{"", store.CommitNotification{}, false},
+		{"grants:s:2:p1alice", store.CommitNotification{Grants: true, Partition: "p1", ActorID: "alice"}, true},
+		{"grants:s:3:a:bc:d", store.CommitNotification{Grants: true, Partition: "a:b", ActorID: "c:d"}, true},
+		{"grants:s:2:p1", store.CommitNotification{Grants: true, Partition: "p1"}, true},
+		{"grants:s", store.CommitNotification{Grants: true}, true},
+		{"grants:s2:2:p1a", store.CommitNotification{}, false},
+		{"grants:t:2:p1a", store.CommitNotification{}, false},
+		{"grants:s:9:p1", store.CommitNotification{}, false},
+		{"grants:s:x:p1", store.CommitNotification{}, false},
 	} {
 		got, ok := parseNotification(tc.payload, "s")
 		if got != tc.want || ok != tc.ok {

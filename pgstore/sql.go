@@ -178,9 +178,19 @@ const (
 
 	sqlPutClient = `INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (partition, client_id) DO UPDATE SET actor_id = EXCLUDED.actor_id,
+ON CONFLICT (partition, client_id) DO UPDATE SET
   wire_version = EXCLUDED.wire_version, cursor = EXCLUDED.cursor,
-  subscriptions = EXCLUDED.subscriptions, updated_at_ms = EXCLUDED.updated_at_ms`
+  subscriptions = EXCLUDED.subscriptions, updated_at_ms = EXCLUDED.updated_at_ms
+  WHERE sync_clients.actor_id = EXCLUDED.actor_id`
+
+	// sqlBindClient creates a client record if there is none; a
+	// concurrent insert of the same key waits for the other transaction
+	// and then does nothing. The stored record is read by a separate
+	// statement (under READ COMMITTED a new snapshot, which sees the
+	// winner's row).
+	sqlBindClient = `INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (partition, client_id) DO NOTHING`
 
 	// sqlAdvanceCursor checks the epoch and moves the cursor in one
 	// statement; an absent registry entry has the epoch "".

@@ -47,12 +47,51 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	// is NOT NULL (0.15 to 0.20), so NULL would fail there.
 	cursor := max(rec.Cursor, -1)
 	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
-		return c.exec(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
-VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET actor_id=excluded.actor_id,
+		n, err := c.execChanges(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET
   wire_version=excluded.wire_version, cursor=excluded.cursor, subscriptions=excluded.subscriptions,
-  updated_at_ms=excluded.updated_at_ms`,
+  updated_at_ms=excluded.updated_at_ms WHERE sync_clients.actor_id = excluded.actor_id`,
 			partition, rec.ClientID, rec.ActorID, int(rec.WireVersion), cursor, string(subs), rec.UpdatedAtMs)
+		if err == nil && n == 0 {
+			return store.ErrClientBound
+		}
+		return err
 	})
+}
+
+// BindClient creates a client record unless one exists, and returns the
+// stored record; both run on the write connection, so no other write
+// comes between them.
+func (s *Store) BindClient(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
+	subs, err := store.EncodeSubscriptions(rec.Subscriptions)
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+	}
+	out := store.ClientRecord{ClientID: rec.ClientID}
+	err = s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		if err := c.exec(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
+VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO NOTHING`,
+			partition, rec.ClientID, rec.ActorID, int(rec.WireVersion), max(rec.Cursor, -1), string(subs), rec.UpdatedAtMs); err != nil {
+			return err
+		}
+		var cursor nullInt64
+		var stored []byte
+		if err := c.queryRow(`SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
+FROM sync_clients WHERE partition=? AND client_id=?`, partition, rec.ClientID).
+			Scan(&out.ActorID, &out.WireVersion, &cursor, &stored, &out.UpdatedAtMs); err != nil {
+			return err
+		}
+		out.Cursor = -1
+		if cursor.Valid {
+			out.Cursor = cursor.Int64
+		}
+		out.Subscriptions, err = store.DecodeSubscriptions(stored)
+		return err
+	})
+	if err != nil {
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+	}
+	return out, nil
 }
 
 // AdvanceClientCursor applies a realtime ack.

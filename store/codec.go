@@ -19,6 +19,7 @@ type pushRecordJSON struct {
 	CommitSeq     *int64         `json:"commitSeq,omitempty"`
 	RecordedAtMs  int64          `json:"recordedAtMs,omitempty"`
 	CacheIdentity string         `json:"cacheIdentity,omitempty"`
+	ActorID       string         `json:"actorId,omitempty"`
 	Results       []opResultJSON `json:"results"`
 }
 
@@ -40,6 +41,7 @@ func EncodePushRecord(rec PushRecord) ([]byte, error) {
 		Status:        rec.Status.String(),
 		RecordedAtMs:  rec.RecordedAtMs,
 		CacheIdentity: rec.CacheIdentity,
+		ActorID:       rec.ActorID,
 		Results:       make([]opResultJSON, len(rec.Results)),
 	}
 	if rec.Status != wire.PushRejected {
@@ -81,7 +83,7 @@ func DecodePushRecord(b []byte) (PushRecord, error) {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return PushRecord{}, fmt.Errorf("%w: %v", ErrUnreadable, err)
 	}
-	rec := PushRecord{RecordedAtMs: in.RecordedAtMs, CacheIdentity: in.CacheIdentity}
+	rec := PushRecord{RecordedAtMs: in.RecordedAtMs, CacheIdentity: in.CacheIdentity, ActorID: in.ActorID}
 	switch in.Status {
 	case "applied", "cached":
 		rec.Status = wire.PushApplied

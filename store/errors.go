@@ -21,6 +21,9 @@ var (
 	// ErrEpochMismatch: the log epoch given with a prune or cursor update
 	// is not the partition's current one.
 	ErrEpochMismatch = errors.New("store: log epoch mismatch")
+	// ErrClientBound: a client record is bound to another actor (PutClient
+	// never rebinds a clientId).
+	ErrClientBound = errors.New("store: clientId is bound to another actor")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
 	// ErrSchemaNewer: the database holds a newer schema version than the

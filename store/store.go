@@ -62,8 +62,17 @@ type Store interface {
 
 	// Client returns a client record; ErrNotFound when absent.
 	Client(ctx context.Context, partition, clientID string) (ClientRecord, error)
-	// PutClient creates or replaces a client record.
+	// PutClient creates a client record or replaces one bound to the same
+	// actor. A record bound to another actor is left as it is and the call
+	// fails with ErrClientBound: a clientId never changes actor (§1.5).
 	PutClient(ctx context.Context, partition string, rec ClientRecord) error
+	// BindClient binds rec.ClientID to rec.ActorID atomically: when the
+	// partition holds no record of the client, rec is created; otherwise
+	// nothing is written. It returns the stored record (the one created or
+	// the one already there), whose ActorID the caller compares with its
+	// own: of two actors binding the same fresh clientId concurrently,
+	// exactly one gets its actor back.
+	BindClient(ctx context.Context, partition string, rec ClientRecord) (ClientRecord, error)
 	// AdvanceClientCursor applies a realtime ack; it reports whether a
 	// record was updated (false: no such record, other actor, or the
 	// cursor was not behind). A stale epoch is ErrEpochMismatch.
@@ -141,9 +150,23 @@ type CommitListener interface {
 	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
 }
 
-// CommitNotification announces a durable commit.
+// CommitNotification announces a durable commit, or (Grants set) that an
+// actor's grants changed.
 type CommitNotification struct {
 	Partition   string
 	Seq         int64
 	Reconnected bool
+	// Grants announces a GrantNotifier call: the receiver resolves the
+	// scopes of the actor's sockets in the partition again. An empty
+	// ActorID means every actor of the partition, an empty Partition every
+	// partition.
+	Grants  bool
+	ActorID string
+}
+
+// GrantNotifier is implemented by stores that several server instances
+// share (Postgres): it announces to the CommitListener of every instance
+// that an actor's grants changed, so that each narrows its own sockets.
+type GrantNotifier interface {
+	NotifyGrants(ctx context.Context, partition, actorID string) error
 }

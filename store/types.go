@@ -125,7 +125,10 @@ type PushRecord struct {
 	RecordedAtMs int64
 	// CacheIdentity distinguishes the first application from replays.
 	CacheIdentity string
-	Results       []wire.OpResult
+	// ActorID is the actor that pushed the commit: a replay is answered
+	// only to it. Empty in records written without one (older servers).
+	ActorID string
+	Results []wire.OpResult
 	// Details is the PUSH_RESULT_DETAILS companion of a rejection.
 	Details []wire.DetailEntry
 }

@@ -123,6 +123,10 @@ func (s *instanceStore) PutClient(ctx context.Context, partition string, rec sto
 	return s.current().PutClient(ctx, partition, rec)
 }
 
+func (s *instanceStore) BindClient(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
+	return s.current().BindClient(ctx, partition, rec)
+}
+
 func (s *instanceStore) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	return s.current().AdvanceClientCursor(ctx, partition, a)
 }

@@ -53,6 +53,10 @@ type Config struct {
 	NewEpoch func() string
 	// OnCommit is called after a commit is durable, for realtime fan-out.
 	OnCommit func(CommitNotice)
+	// OnResolve is called with every resolution of a request's scopes,
+	// before the request answers (ok is false when the resolver failed):
+	// realtime narrows the client's sockets to it.
+	OnResolve func(ctx context.Context, auth Auth, clientID string, allowed map[string][]string, ok bool)
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
@@ -141,7 +142,13 @@ func (r *request) saveClient(ctx context.Context) error {
 			}
 		}
 	}
-	return r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+	if err := r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec); err != nil {
+		if errors.Is(err, store.ErrClientBound) {
+			return errClientBound()
+		}
+		return err
+	}
+	return nil
 }
 
 // bootstrapToken is the resume token of §4.7.

@@ -27,6 +27,9 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	rec, err := st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
 	switch {
 	case err == nil:
+		if err := r.ownResult(rec); err != nil {
+			return err
+		}
 		out = pushOutcome{record: rec, replay: true}
 	case errors.Is(err, store.ErrUnreadable):
 		out = pushOutcome{cacheMiss: true}
@@ -50,12 +53,31 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 		if err != nil {
 			return err
 		}
+		if out.replay {
+			if err := r.ownResult(out.record); err != nil {
+				return err
+			}
+		}
 	}
 	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
 		return err
 	}
+	if out.record.Status == wire.PushApplied {
+		r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
+	}
 	if out.notice != nil && r.e.cfg.OnCommit != nil {
 		r.e.cfg.OnCommit(*out.notice)
+	}
+	return nil
+}
+
+// ownResult refuses a journal record another actor pushed: a replay is
+// answered only to the actor that made the commit (a clientId rebound
+// after its records were forgotten, such as at an epoch rotation, must not
+// read the former actor's results).
+func (r *request) ownResult(rec store.PushRecord) error {
+	if rec.ActorID != "" && rec.ActorID != r.auth.ActorID {
+		return errClientBound()
 	}
 	return nil
 }
@@ -91,6 +113,17 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		if rej != nil {
 			return errRejected
 		}
+		if len(a.changes) == 0 {
+			// Every operation was a no-op (deletes of absent rows): the
+			// commit is applied but appends nothing, since a commit holds
+			// one or more changes (§2.1). Its commitSeq is the log
+			// position it was applied at: the newest commit this request
+			// knows of, which already reflects it.
+			out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: max(r.partition.MaxCommitSeq, r.lastSeq),
+				RecordedAtMs: now, CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
+			_, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record)
+			return err
+		}
 		nc := store.NewCommit{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
 			ActorID: r.auth.ActorID, CreatedAtMs: now, Changes: a.changes}
 		seq, err := tx.AppendCommit(ctx, nc)
@@ -98,13 +131,12 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 			return err
 		}
 		out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: seq, RecordedAtMs: now,
-			CacheIdentity: randomEpoch(), Results: a.results}
+			CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
 		if _, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record); err != nil {
 			return err
 		}
-		// Every commit is announced, even one without changes: realtime
-		// fan-out orders notifications by sequence and would otherwise
-		// wait for it.
+		// Every appended commit is announced: realtime fan-out orders
+		// notifications by sequence and would otherwise wait for it.
 		out.notice = &CommitNotice{Partition: r.auth.Partition, Seq: seq, CreatedAtMs: now,
 			ActorID: r.auth.ActorID, Changes: a.changes}
 		return nil
@@ -116,7 +148,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		return pushOutcome{}, err
 	}
 	out = pushOutcome{record: store.PushRecord{Status: wire.PushRejected, RecordedAtMs: now,
-		CacheIdentity: randomEpoch(), Results: []wire.OpResult{rej.result}}}
+		CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: []wire.OpResult{rej.result}}}
 	if rej.details != nil {
 		out.record.Details = []wire.DetailEntry{*rej.details}
 	}

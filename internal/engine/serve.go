@@ -44,6 +44,7 @@ type request struct {
 	gate      *store.ServeGate // the serve gate read at entry
 	gw        *gateWriter
 	cs        *schema.Compiled // the schema version the client speaks
+	lastSeq   int64            // the newest commitSeq a push of this request answered
 }
 
 // tables returns a table of the client's schema and of the current one.
@@ -301,7 +302,10 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 	if err := r.checkPull(); err != nil {
 		return nil, err
 	}
-	return nil, r.resolve(ctx)
+	if err := r.resolve(ctx); err != nil {
+		return nil, err
+	}
+	return nil, r.bindClient(ctx)
 }
 
 func epochOf(version uint16, p store.Partition) string {
@@ -311,6 +315,8 @@ func epochOf(version uint16, p store.Partition) string {
 	return ""
 }
 
+// checkClient refuses a clientId bound to another actor (§1.5). A new
+// clientId is bound by bindClient once the request passed its checks.
 func (r *request) checkClient(ctx context.Context) error {
 	rec, err := r.e.cfg.Store.Client(ctx, r.auth.Partition, r.req.Header.ClientID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -320,10 +326,34 @@ func (r *request) checkClient(ctx context.Context) error {
 		return err
 	}
 	if rec.ActorID != r.auth.ActorID {
-		return syncerr.New(syncerr.CodeInvalidClientID, "clientId is bound to a different actor")
+		return errClientBound()
 	}
 	r.client = &rec
 	return nil
+}
+
+// bindClient binds a new clientId to the actor before anything of the
+// client's is read or written: an insert-if-absent, so of two actors
+// racing on a fresh clientId exactly one gets it and the other is refused
+// before any push result is looked up.
+func (r *request) bindClient(ctx context.Context) error {
+	if r.client != nil {
+		return nil
+	}
+	rec, err := r.e.cfg.Store.BindClient(ctx, r.auth.Partition, store.ClientRecord{ClientID: r.req.Header.ClientID,
+		ActorID: r.auth.ActorID, WireVersion: r.req.Version, Cursor: -1, UpdatedAtMs: r.e.cfg.Now()})
+	if err != nil {
+		return err
+	}
+	if rec.ActorID != r.auth.ActorID {
+		return errClientBound()
+	}
+	r.client = &rec
+	return nil
+}
+
+func errClientBound() error {
+	return syncerr.New(syncerr.CodeInvalidClientID, "clientId is bound to a different actor")
 }
 
 func (r *request) checkOperations() error {
@@ -382,15 +412,26 @@ func (r *request) resolve(ctx context.Context) error {
 	allowed, err := r.e.cfg.Resolve(ctx, ScopeRequest{Partition: r.auth.Partition, ActorID: r.auth.ActorID, ClientID: r.req.Header.ClientID})
 	if err != nil {
 		r.e.cfg.Logger.WarnContext(ctx, "scope resolver failed; failing closed", "partition", r.auth.Partition, "err", err)
+		r.reportResolve(ctx, nil, false)
 		return nil
 	}
 	for k := range allowed {
 		if !r.e.cfg.Schema.DeclaresVariable(k) {
+			r.reportResolve(ctx, nil, false)
 			return syncerr.New(syncerr.CodeInvalidSubscription, "the scope resolver returned an undeclared scope key")
 		}
 	}
 	r.allowed, r.resolveOK = allowed, true
+	r.reportResolve(ctx, allowed, true)
 	return nil
+}
+
+// reportResolve tells realtime what the request resolved, so that the
+// client's sockets never deliver what this request no longer grants.
+func (r *request) reportResolve(ctx context.Context, allowed map[string][]string, ok bool) {
+	if r.e.cfg.OnResolve != nil {
+		r.e.cfg.OnResolve(ctx, r.auth, r.req.Header.ClientID, allowed, ok)
+	}
 }
 
 // serve writes the response body after the checks passed.

@@ -91,6 +91,9 @@ func (h *Hub) refuse(wc *wsConn) {
 // start reads the client record and the partition, loads the
 // registrations and queues hello.
 func (h *Hub) start(ctx context.Context, s *session) error {
+	s.mu.Lock()
+	gen := s.grantGen
+	s.mu.Unlock()
 	rec, err := h.cfg.Store.Client(ctx, s.auth.Partition, s.clientID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -124,9 +127,12 @@ func (h *Hub) start(ctx context.Context, s *session) error {
 	behind := rec.Cursor < latest
 	s.suppressed = behind
 	s.starting = false
+	// Scopes re-resolved while the registrations were computed narrow
+	// them before they are installed.
+	rs = s.sinceLocked(gen, rs, part.LogEpoch)
 	hello := wire.Hello{ProtocolVersion: wire.RealtimeProtocolVersion, SessionID: s.id, ActorID: s.auth.ActorID,
 		ClientID: s.clientID, Cursor: rec.Cursor, LatestCursor: latest,
-		RequiresSync: behind || len(regs) == 0, Timestamp: h.cfg.Now()}
+		RequiresSync: behind || len(rs.regs) == 0, Timestamp: h.cfg.Now()}
 	s.sendData(textFrame(hello.AppendJSON(nil)))
 	s.installLocked(rs) // the presence snapshot follows hello
 	return nil

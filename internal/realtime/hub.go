@@ -45,6 +45,10 @@ type Config struct {
 	// ReorderWait is how long fan-out waits for a missing commit
 	// notification before treating it as a gap. Default 50 ms.
 	ReorderWait time.Duration
+	// ReresolveInterval is how often every socket's scopes are resolved
+	// again, narrowing its registrations to what is still granted.
+	// Default 60 s; negative disables the periodic pass.
+	ReresolveInterval time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -81,6 +85,9 @@ func (c Config) withDefaults() Config {
 	if c.ReorderWait <= 0 {
 		c.ReorderWait = 50 * time.Millisecond
 	}
+	if c.ReresolveInterval == 0 {
+		c.ReresolveInterval = time.Minute
+	}
 	return c
 }
 
@@ -115,11 +122,14 @@ type Stats struct {
 	ClosedProtocol int64
 	// NotificationGap counts commit notifications given up on.
 	NotificationGap int64
+	// Narrowed counts the times a socket's registrations were narrowed or
+	// dropped because its actor's scopes were resolved to fewer.
+	Narrowed int64
 }
 
 type counters struct {
 	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsUnencodable, dropsBehind, dropsInRound,
-	closedSlow, closedProtocol, gaps atomic.Int64
+	closedSlow, closedProtocol, gaps, narrowed atomic.Int64
 }
 
 // Hub holds the connected sessions and fans commits out to them.
@@ -173,6 +183,10 @@ func NewHub(cfg Config) *Hub {
 	h := &Hub{cfg: cfg.withDefaults(), parts: map[string]*partition{}, stop: make(chan struct{})}
 	h.wg.Add(1)
 	go h.loop()
+	if h.cfg.ReresolveInterval > 0 {
+		h.wg.Add(1)
+		go h.reresolveLoop()
+	}
 	return h
 }
 
@@ -184,7 +198,7 @@ func (h *Hub) Stats() Stats {
 		DropsUnencodable: s.dropsUnencodable.Load(),
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
-		NotificationGap: s.gaps.Load()}
+		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load()}
 }
 
 func (h *Hub) part(id string, create bool) *partition {

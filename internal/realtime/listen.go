@@ -18,8 +18,15 @@ const remoteBatch = 1000
 // partitions with sessions are checked for commits missed meanwhile.
 func (h *Hub) Listen(ctx context.Context, l store.CommitListener) error {
 	return l.ListenCommits(ctx, func(n store.CommitNotification) {
+		if n.Grants {
+			// Resolver calls must not hold up the listener.
+			go h.Reresolve(ctx, n.Partition, n.ActorID)
+			return
+		}
 		if n.Reconnected {
 			h.catchUpAll(ctx)
+			// Grant notifications may have been missed too.
+			go h.Reresolve(ctx, "", "")
 			return
 		}
 		h.remote(ctx, n.Partition, n.Seq)

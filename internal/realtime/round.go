@@ -174,7 +174,10 @@ var _ engine.StreamResponder = (*roundWriter)(nil)
 // /sync does, then registers the pull's subscriptions on the connection.
 func (s *session) runRound(body []byte) {
 	h := s.hub
-	ctx := context.Background()
+	ctx := context.WithValue(context.Background(), roundSessionKey{}, s)
+	s.mu.Lock()
+	gen := s.grantGen
+	s.mu.Unlock()
 	w := &roundWriter{s: s, scan: newStreamScanner()}
 	version := binary.LittleEndian.Uint16(body[4:6])
 	var next *regSet
@@ -211,7 +214,7 @@ func (s *session) runRound(body []byte) {
 			next = &rs
 		}
 	}
-	s.endRound(w, next, epoch, completed)
+	s.endRound(w, next, epoch, completed, gen)
 }
 
 // endRound ends a round (§8.7 "Registration at round end"): the new
@@ -222,7 +225,10 @@ func (s *session) runRound(body []byte) {
 // A completed round without a pull keeps the registrations but replaces the
 // wire version deltas are encoded with (§8.1); any round announcing a new
 // log epoch updates the epoch acks and deltas carry.
-func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed uint16) {
+//
+// Scopes re-resolved during the round (grantGen moved past gen) narrow the
+// round's registrations before they are installed.
+func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed uint16, gen uint64) {
 	h := s.hub
 	if !w.scan.ended || w.scan.past > 0 || w.held == nil {
 		// The response could not be completed (the socket failed, or the
@@ -267,7 +273,7 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		if epoch != "" {
 			s.epoch = epoch
 		}
-		s.installLocked(*next)
+		s.installLocked(s.sinceLocked(gen, *next, s.epoch))
 		s.mu.Unlock()
 		p.mu.Unlock()
 	}

@@ -73,6 +73,12 @@ type session struct {
 	// them after the round's pull read the log.
 	roundMissed         []engine.CommitNotice
 	roundMissedOverflow bool
+	// grantGen counts the re-resolutions of the actor's scopes applied to
+	// this session: registrations resolved before it moved (at connect, in
+	// a round) are resolved once more after they are installed.
+	grantGen uint64
+	// grant is the latest resolution applied (nil before any).
+	grant *grant
 
 	presence map[string]bool // keys this session published on (part.mu)
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -16,7 +17,93 @@ func RunClients(t *testing.T, open Opener) {
 		{"AdvanceCursor", testAdvanceCursor},
 		{"AdvanceAbsent", testAdvanceAbsent},
 		{"ActiveCursorFloor", testActiveCursorFloor},
+		{"NoRebind", testClientNoRebind},
+		{"Bind", testClientBind},
+		{"BindRace", testClientBindRace},
 	})
+}
+
+// testClientNoRebind: PutClient never moves a clientId to another actor.
+func testClientNoRebind(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	rec := store.ClientRecord{ClientID: "c1", ActorID: "a1", WireVersion: 3, Cursor: 4, UpdatedAtMs: 10}
+	e.putClient("p1", rec)
+	other := rec
+	other.ActorID, other.Cursor = "a2", 9
+	if err := e.s.PutClient(e.ctx, "p1", other); !errors.Is(err, store.ErrClientBound) {
+		t.Errorf("PutClient(other actor) = %v; want ErrClientBound", err)
+	}
+	e.wantClient("p1", rec)
+	// The same actor still replaces its record.
+	rec.Cursor = 7
+	e.putClient("p1", rec)
+	e.wantClient("p1", rec)
+}
+
+// testClientBind: BindClient creates a record once and returns the stored
+// one afterwards, never overwriting it.
+func testClientBind(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	first := store.ClientRecord{ClientID: "c1", ActorID: "a1", WireVersion: 3, Cursor: -1, UpdatedAtMs: 10}
+	got, err := e.s.BindClient(e.ctx, "p1", first)
+	if err != nil || !sameClient(got, first) {
+		t.Fatalf("BindClient(new) = %s, %v; want %s", fmtClient(got), err, fmtClient(first))
+	}
+	e.wantClient("p1", first)
+	second := store.ClientRecord{ClientID: "c1", ActorID: "a2", WireVersion: 2, Cursor: -1, UpdatedAtMs: 20}
+	got, err = e.s.BindClient(e.ctx, "p1", second)
+	if err != nil || !sameClient(got, first) {
+		t.Errorf("BindClient(bound) = %s, %v; want the stored %s", fmtClient(got), err, fmtClient(first))
+	}
+	e.wantClient("p1", first)
+	// Records are per partition.
+	got, err = e.s.BindClient(e.ctx, "p2", second)
+	if err != nil || got.ActorID != "a2" {
+		t.Errorf("BindClient(p2) = %s, %v; want actor a2", fmtClient(got), err)
+	}
+}
+
+// testClientBindRace: of actors binding one fresh clientId at once,
+// exactly one gets its own actor back, and every caller sees that one.
+func testClientBindRace(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	const actors = 8
+	for round := range 5 {
+		id := "race-" + string(rune('a'+round))
+		var wg sync.WaitGroup
+		got := make([]store.ClientRecord, actors)
+		errs := make([]error, actors)
+		start := make(chan struct{})
+		for i := range actors {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got[i], errs[i] = e.s.BindClient(e.ctx, "p1", store.ClientRecord{ClientID: id,
+					ActorID: "actor-" + string(rune('0'+i)), WireVersion: 3, Cursor: -1, UpdatedAtMs: 1})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winners := 0
+		for i := range actors {
+			if errs[i] != nil {
+				t.Fatalf("BindClient: %v", errs[i])
+			}
+			if got[i].ActorID != got[0].ActorID {
+				t.Errorf("round %d: callers saw different bindings %q and %q", round, got[0].ActorID, got[i].ActorID)
+			}
+			if got[i].ActorID == "actor-"+string(rune('0'+i)) {
+				winners++
+			}
+		}
+		if winners != 1 {
+			t.Errorf("round %d: %d callers got their own actor back; want exactly 1", round, winners)
+		}
+	}
 }
 
 func (e *env) putClient(partition string, rec store.ClientRecord) {

@@ -39,8 +39,33 @@ func (s *memStore) PutClient(_ context.Context, id string, rec store.ClientRecor
 	rec.Subscriptions = nil
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if c, ok := p.clients[rec.ClientID]; ok && c.rec.ActorID != rec.ActorID && !s.is("rebind-client") {
+		return store.ErrClientBound
+	}
 	p.clients[rec.ClientID] = memClient{rec: rec, subs: subs}
 	return nil
+}
+
+func (s *memStore) BindClient(_ context.Context, id string, rec store.ClientRecord) (store.ClientRecord, error) {
+	p, err := s.part(id, true)
+	if err != nil {
+		return store.ClientRecord{}, err
+	}
+	subs, err := store.EncodeSubscriptions(rec.Subscriptions)
+	if err != nil {
+		return store.ClientRecord{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[rec.ClientID]; ok && !s.is("bind-overwrites") {
+		out := c.rec
+		out.Subscriptions, err = store.DecodeSubscriptions(c.subs)
+		return out, err
+	}
+	stored := rec
+	stored.Subscriptions = nil
+	p.clients[rec.ClientID] = memClient{rec: stored, subs: subs}
+	return rec, nil
 }
 
 func (s *memStore) AdvanceClientCursor(_ context.Context, id string, a store.CursorAdvance) (bool, error) {

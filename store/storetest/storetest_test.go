@@ -51,6 +51,8 @@ var faults = []struct{ name, area string }{
 	{"tx-result-invisible", "PushResults"},
 	{"advance-backwards", "Clients"},
 	{"floor-counts-no-cursor", "Clients"},
+	{"rebind-client", "Clients"},
+	{"bind-overwrites", "Clients"},
 	{"prune-lowers-horizon", "Prune"},
 	{"prune-uncapped", "Prune"},
 	{"prune-any-epoch", "Prune"},
