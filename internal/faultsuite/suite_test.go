@@ -161,6 +161,14 @@ type fclient struct {
 	errs   int
 	// errKinds counts the failed rounds not made by the transport, by kind.
 	errKinds map[string]int
+	// realtime: the client keeps a socket open (severed now and then) and
+	// applies its deltas.
+	realtime bool
+	dials    atomic.Int64
+	deltas   atomic.Int64
+	dropped  atomic.Int64 // deltas not applied (a round in flight)
+
+	vmu sync.Mutex // guards violation (rounds and deltas check it)
 	// violation is the first time the client held a row outside its
 	// grants, or "".
 	violation string
@@ -218,7 +226,7 @@ func newSuite(t *testing.T, driver string, seed uint64, n, steps int) *suite {
 			t.Fatal(err)
 		}
 		fc := &fclient{name: actor, c: c, ft: ft, grants: s.grants[actor], rng: mrand.New(mrand.NewPCG(seed, uint64(i)+1<<32)),
-			errKinds: map[string]int{}}
+			errKinds: map[string]int{}, realtime: i%3 == 0}
 		s.subscribe(fc)
 		s.clients = append(s.clients, fc)
 	}
@@ -361,15 +369,25 @@ func (s *suite) run() {
 		}
 	}()
 
-	var wg sync.WaitGroup
-	for _, fc := range s.clients {
+	rtCtx, stopRealtime := context.WithCancel(ctx)
+	var wg, rtWG sync.WaitGroup
+	for i, fc := range s.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			s.drive(ctx, fc)
 		}()
+		if fc.realtime {
+			rtWG.Add(1)
+			go func() {
+				defer rtWG.Done()
+				s.socket(rtCtx, fc, uint64(i))
+			}()
+		}
 	}
 	wg.Wait()
+	stopRealtime()
+	rtWG.Wait()
 	stopKiller()
 	<-killerDone
 	faultPhase := time.Since(start)
@@ -413,8 +431,13 @@ func (s *suite) run() {
 		}
 		errs += fc.errs
 	}
-	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs",
-		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries)
+	var dials, deltas int64
+	for _, fc := range s.clients {
+		dials += fc.dials.Load()
+		deltas += fc.deltas.Load()
+	}
+	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs; %d socket connections severed, %d deltas applied",
+		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries, dials, deltas)
 	if testing.Verbose() {
 		t.Logf("%s: the server's internal errors:%s", s.driver, s.internalErrors())
 	}
@@ -445,6 +468,84 @@ func (s *suite) drive(ctx context.Context, fc *fclient) {
 		s.checkScopes(fc)
 		quietPeriod(ctx, time.Duration(fc.rng.IntN(8))*time.Millisecond)
 	}
+}
+
+// socket keeps a realtime connection of the client open until ctx ends:
+// each connection is severed (closed without a close frame) after a random
+// time, then dialed again. Deltas are applied as they come and acked;
+// after each one the client's scopes are checked.
+func (s *suite) socket(ctx context.Context, fc *fclient, stream uint64) {
+	rng := mrand.New(mrand.NewPCG(s.seed, stream+1<<40))
+	for ctx.Err() == nil {
+		rt, err := fc.c.DialRealtime(ctx, nil)
+		if err != nil {
+			quietPeriod(ctx, 20*time.Millisecond)
+			continue
+		}
+		fc.dials.Add(1)
+		if floor, ok := fc.c.AckFloor(); ok {
+			_ = rt.Ack(floor) // the ack point after the last pull (§8.2): deltas start from it
+		}
+		sever := time.AfterFunc(time.Duration(30+rng.IntN(400))*time.Millisecond, func() { _ = rt.Drop() })
+		stop := context.AfterFunc(ctx, func() { _ = rt.Drop() })
+		for {
+			m, err := rt.Next()
+			if err != nil {
+				break
+			}
+			if _, ok := m.Event.(wire.Wake); ok {
+				if !s.catchUp(ctx, fc, rt) {
+					break
+				}
+				continue
+			}
+			if m.Delta == nil {
+				continue // a heartbeat or another event
+			}
+			cursor, err := fc.c.ApplyDelta(m.Delta)
+			if errors.Is(err, sspclient.ErrRoundInFlight) {
+				// Not applied: a wake-up, and no later delta may apply
+				// over the gap before a pull (§8.2).
+				fc.dropped.Add(1)
+				if !s.catchUp(ctx, fc, rt) {
+					break
+				}
+				continue
+			}
+			if err != nil {
+				s.t.Errorf("%s: a delta cannot be applied: %v", fc.name, err)
+				break
+			}
+			s.checkScopes(fc)
+			if cursor >= 0 {
+				fc.deltas.Add(1)
+				_ = rt.Ack(cursor)
+			}
+		}
+		sever.Stop()
+		stop()
+		_ = rt.Drop()
+		quietPeriod(ctx, time.Duration(rng.IntN(40))*time.Millisecond)
+	}
+}
+
+// catchUp answers a wake-up or a delta that was not applied (§8.2, §8.3):
+// it pulls, through the faults, until a round succeeds, before the next
+// message is read, and then acks the floor, which lets the server resume
+// deltas. It reports false when ctx ended first.
+func (s *suite) catchUp(ctx context.Context, fc *fclient, rt *sspclient.Realtime) bool {
+	for ctx.Err() == nil {
+		if _, err := fc.c.Round(ctx); err != nil {
+			quietPeriod(ctx, 5*time.Millisecond)
+			continue
+		}
+		s.checkScopes(fc)
+		if floor, ok := fc.c.AckFloor(); ok {
+			_ = rt.Ack(floor)
+		}
+		return true
+	}
+	return false
 }
 
 // mutate queues one commit of random operations on rows the client
@@ -505,6 +606,8 @@ func (s *suite) mutate(fc *fclient) {
 // checkScopes records the first moment a client holds a row outside its
 // grants.
 func (s *suite) checkScopes(fc *fclient) {
+	fc.vmu.Lock()
+	defer fc.vmu.Unlock()
 	if fc.violation != "" {
 		return
 	}
