@@ -106,6 +106,15 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
 	MaxFrameBytes int
+	// StallTimeout bounds how long a request body, or a socket message
+	// once begun, may go without a byte arriving: a slow client may take
+	// as long as it needs while bytes keep coming; a stalled one is cut
+	// off. Default 30 s.
+	StallTimeout time.Duration
+	// WriteTimeout bounds each chunk written to an HTTP response: a client
+	// that stops reading is cut off after it, and holds at most one chunk
+	// of the server's memory meanwhile. Default 30 s.
+	WriteTimeout time.Duration
 	// Limits are the protocol limits (operation cap, inline segment size,
 	// segment TTL).
 	Limits Limits
@@ -141,6 +150,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 16 << 20
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
@@ -199,7 +214,7 @@ func New(cfg Config) (*Server, error) {
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
-		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes,
+		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
 		ReresolveInterval: rc.ReresolveInterval})
 	s.mux = http.NewServeMux()
