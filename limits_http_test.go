@@ -89,3 +89,50 @@ func TestHTTPBodyStallTimeout(t *testing.T) {
 		t.Fatalf("stalled body held for %v: the server never cut it off", time.Since(start))
 	}
 }
+
+// The connection cap: idle connections at the cap hold back new ones
+// (queued, not refused, and no descriptor taken) until one of them goes
+// (issue 15, finding 6).
+func TestLimitListener(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") }),
+		ReadHeaderTimeout: time.Minute}
+	go func() { _ = hs.Serve(syncgo.LimitListener(ln, 3)) }()
+	defer hs.Close()
+	addr := ln.Addr().String()
+	var idle []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	got := make(chan error, 1)
+	go func() {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + addr + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("a fourth connection was served past the cap of 3 (err %v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	_ = idle[0].Close()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(rtWait):
+		t.Fatal("the queued connection was not served after a slot freed")
+	}
+}
