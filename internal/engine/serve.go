@@ -375,6 +375,13 @@ func (r *request) checkPull() error {
 	if pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
 		return syncerr.New(syncerr.CodeInvalidRequest, "PULL_HEADER.accept must allow rows segments")
 	}
+	if n, limit := len(r.req.Subscriptions), r.e.cfg.Limits.MaxSubscriptionsPerRequest; n > limit {
+		return syncerr.New(syncerr.CodeInvalidSubscription, "the request carries more subscriptions than the server accepts").
+			WithDetails(struct {
+				Limit int `json:"limit"`
+				Count int `json:"count"`
+			}{limit, n})
+	}
 	seen := make(map[string]bool, len(r.req.Subscriptions))
 	for _, sub := range r.req.Subscriptions {
 		if seen[sub.ID] {
