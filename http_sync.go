@@ -80,6 +80,15 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, perr)
 		return
 	}
+	release, refusal := s.admit.acquire(r.Context())
+	if refusal != nil {
+		if syncerr.As(refusal) != nil {
+			w.Header().Set("Retry-After", s.admit.retryAfter())
+			s.writeError(w, route, refusal)
+		}
+		return // otherwise the client went away while queued
+	}
+	defer release()
 	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r)}
 	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {

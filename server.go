@@ -115,6 +115,15 @@ type Config struct {
 	// that stops reading is cut off after it, and holds at most one chunk
 	// of the server's memory meanwhile. Default 30 s.
 	WriteTimeout time.Duration
+	// MaxConcurrentRequests caps the /sync requests served at once;
+	// MaxQueuedRequests more wait up to QueueTimeout for a slot, and the
+	// rest are refused at once with sync.rate_limited (HTTP 503,
+	// Retry-After). Defaults 256, 1024 and 10 s; a negative
+	// MaxConcurrentRequests disables the cap, a negative
+	// MaxQueuedRequests the queue.
+	MaxConcurrentRequests int
+	MaxQueuedRequests     int
+	QueueTimeout          time.Duration
 	// Limits are the protocol limits (operation cap, inline segment size,
 	// segment TTL).
 	Limits Limits
@@ -157,6 +166,15 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = 256
+	}
+	if c.MaxQueuedRequests == 0 {
+		c.MaxQueuedRequests = 1024
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 10 * time.Second
+	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
 	}
@@ -170,6 +188,7 @@ type Server struct {
 	hub    *realtime.Hub
 	mux    *http.ServeMux
 	codecs *codecPools
+	admit  *admission
 
 	startOnce sync.Once
 	startErr  error
@@ -195,7 +214,8 @@ func New(cfg Config) (*Server, error) {
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
-	s := &Server{cfg: cfg, codecs: newCodecPools()}
+	s := &Server{cfg: cfg, codecs: newCodecPools(),
+		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
 	s.eng = engine.New(engine.Config{
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
