@@ -193,7 +193,16 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 	}
 	p, err := e.cfg.Store.TouchPartition(ctx, partition, now, e.cfg.NewEpoch())
 	if err != nil {
-		return store.Partition{}, err
+		// The touch is bookkeeping: when it cannot be written (a full
+		// disk) an existing partition is still served, reads keep
+		// working, and writes fail on their own with their own error.
+		// Only a partition that does not exist yet needs the write.
+		rp, rerr := e.cfg.Store.Partition(ctx, partition)
+		if rerr != nil {
+			return store.Partition{}, err
+		}
+		e.cfg.Logger.WarnContext(ctx, "partition touch failed; serving without it", "partition", partition, "err", err)
+		p = rp
 	}
 	e.mu.Lock()
 	e.touched[partition] = touchState{atMs: now, partition: p}

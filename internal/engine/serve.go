@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/syncgo/syncgo/schema"
@@ -177,6 +178,10 @@ func EffectiveScopes(requested wire.ScopeMap, allowed map[string][]string, resol
 func asProtocolError(err error) *syncerr.Error {
 	if pe := syncerr.As(err); pe != nil {
 		return pe
+	}
+	if errors.Is(err, store.ErrStorageFull) {
+		return &syncerr.Error{Code: syncerr.CodeInternalError, Message: "the server's storage is full; retry later",
+			HTTPStatus: http.StatusServiceUnavailable, Err: err}
 	}
 	if code := wire.ErrorCode(err); code != "" {
 		return syncerr.Wrap(code, err.Error(), err)
