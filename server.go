@@ -118,7 +118,7 @@ type Config struct {
 	// MaxConcurrentRequests caps the /sync requests served at once;
 	// MaxQueuedRequests more wait up to QueueTimeout for a slot, and the
 	// rest are refused at once with sync.rate_limited (HTTP 503,
-	// Retry-After). Defaults 256, 1024 and 10 s; a negative
+	// Retry-After). Defaults 256, 1024 and 3 s; a negative
 	// MaxConcurrentRequests disables the cap, a negative
 	// MaxQueuedRequests the queue.
 	MaxConcurrentRequests int
@@ -173,7 +173,7 @@ func (c Config) withDefaults() Config {
 		c.MaxQueuedRequests = 1024
 	}
 	if c.QueueTimeout <= 0 {
-		c.QueueTimeout = 10 * time.Second
+		c.QueueTimeout = 3 * time.Second
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
