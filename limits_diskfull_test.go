@@ -51,6 +51,13 @@ func (f *fullStore) PutClient(ctx context.Context, partition string, rec store.C
 	return f.barrierStore.PutClient(ctx, partition, rec)
 }
 
+func (f *fullStore) BindClient(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
+	if f.full.Load() {
+		return store.ClientRecord{}, errDiskFull
+	}
+	return f.barrierStore.BindClient(ctx, partition, rec)
+}
+
 func (f *fullStore) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	if f.full.Load() {
 		return false, errDiskFull

@@ -347,6 +347,13 @@ func (r *request) bindClient(ctx context.Context) error {
 	}
 	rec, err := r.e.cfg.Store.BindClient(ctx, r.auth.Partition, store.ClientRecord{ClientID: r.req.Header.ClientID,
 		ActorID: r.auth.ActorID, WireVersion: r.req.Version, Cursor: -1, UpdatedAtMs: r.e.cfg.Now()})
+	if errors.Is(err, store.ErrStorageFull) && len(r.req.Commits) == 0 {
+		// A read-only request writes nothing of the client's: with the
+		// storage full it is served unbound (the binding is made by the
+		// client's next request that can write).
+		r.e.cfg.Logger.WarnContext(ctx, "client not bound: storage full", "partition", r.auth.Partition, "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
