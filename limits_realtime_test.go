@@ -65,15 +65,14 @@ func TestRealtimeStalledMessageTimesOut(t *testing.T) {
 	s.hello()
 	s.stallMessage(1<<20, 100)
 	s.closed(rtWait)
-	// The idle socket (silent between messages, for longer than the stall
-	// timeout) is still served: it gets a ping's pong.
-	time.Sleep(600 * time.Millisecond)
+	// The idle socket (silent between messages, after a ping, for twice
+	// the stall timeout) is still served.
 	if err := idle.write(ws.OpPing, []byte("p")); err != nil {
 		t.Fatalf("idle socket: %v", err)
 	}
 	select {
 	case <-idle.done:
 		t.Fatalf("idle socket closed: %v", idle.endErr)
-	case <-time.After(300 * time.Millisecond):
+	case <-time.After(600 * time.Millisecond):
 	}
 }

@@ -341,13 +341,19 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // begun, each read must make progress within stall. Payload buffers grow
 // as bytes arrive, never to a declared length ahead of them.
 func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (message, error) {
-	if _, err := br.Peek(1); err != nil {
-		return message{}, err
-	}
 	defer c.armRead(0)
 	r := &stallReader{c: c, r: br, stall: stall}
 	var out message
 	for {
+		if out.op == 0 {
+			// Between messages (a control frame does not start one) the
+			// connection may be silent: wait for a first byte without a
+			// deadline, then read the frame under the stall deadline.
+			c.armRead(0)
+			if _, err := br.Peek(1); err != nil {
+				return message{}, err
+			}
+		}
 		h, err := ws.ReadHeader(r)
 		if err != nil {
 			if errors.Is(err, ws.ErrHeaderLengthMSB) || errors.Is(err, ws.ErrHeaderLengthUnexpected) {
