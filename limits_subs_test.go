@@ -57,7 +57,9 @@ func TestSubscriptionCap(t *testing.T) {
 				}
 				per := (m1.TotalAlloc - m0.TotalAlloc) / uint64(tc.cap)
 				t.Logf("%d subscriptions: %d KiB allocated per subscription", tc.cap, per>>10)
-				if per > 40<<10 {
+				// Only the default cap amortizes the request's fixed costs
+				// (and other tests' allocations meanwhile) enough to judge.
+				if tc.limit == 0 && per > 40<<10 {
 					t.Fatalf("%d B allocated per subscription", per)
 				}
 			})
