@@ -5,34 +5,65 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 )
 
 // codecPools reuse compressors across responses; a zstd encoder in
-// particular is expensive to create.
+// particular is expensive to create (about 340 KiB). The pools are
+// bounded free lists, not sync.Pools: a sync.Pool keeps every encoder a
+// burst created until two garbage collections have run, and an idle
+// server runs none, so a burst's encoders stayed resident. At most
+// pooledEncoders of each kind are kept; the others become garbage when
+// their response ends. How many exist at once is bounded by the
+// admission cap (Config.MaxConcurrentRequests), and a response takes its
+// compressor only when its first bytes go out.
 type codecPools struct {
-	gzip sync.Pool
-	zstd sync.Pool
+	gzip chan *gzip.Writer
+	zstd chan *zstd.Encoder
 }
 
+// pooledEncoders is how many idle compressors of each kind are kept.
+const pooledEncoders = 16
+
 func newCodecPools() *codecPools {
-	p := &codecPools{}
-	p.gzip.New = func() any {
+	return &codecPools{gzip: make(chan *gzip.Writer, pooledEncoders), zstd: make(chan *zstd.Encoder, pooledEncoders)}
+}
+
+func (p *codecPools) getGzip() *gzip.Writer {
+	select {
+	case w := <-p.gzip:
+		return w
+	default:
 		w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
 		return w
 	}
-	p.zstd.New = func() any {
-		// A 256 KiB window keeps a pooled encoder small (responses stream
-		// in chunks of about 32 KiB); the default window made each encoder
-		// several MiB, which a burst of concurrent responses multiplied.
+}
+
+func (p *codecPools) getZstd() *zstd.Encoder {
+	select {
+	case w := <-p.zstd:
+		return w
+	default:
+		// A 256 KiB window keeps an encoder small (responses stream in
+		// chunks of about 32 KiB); the default window made each encoder
+		// several MiB.
 		w, _ := zstd.NewWriter(io.Discard, zstd.WithEncoderLevel(zstd.SpeedFastest),
 			zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(256<<10))
 		return w
 	}
-	return p
+}
+
+// put returns a compressor to its free list, or drops it when the list
+// is full. It is detached from the response first, so an idle pooled
+// encoder holds no reference to a finished connection.
+func put[T interface{ Reset(io.Writer) }](ch chan T, w T) {
+	w.Reset(io.Discard)
+	select {
+	case ch <- w:
+	default:
+	}
 }
 
 // negotiate picks the response encoding from Accept-Encoding: zstd, then
@@ -78,24 +109,24 @@ func acceptable(params string) bool {
 	return true
 }
 
-// compressedWriter wraps w in the negotiated encoder. close finishes the
-// stream and returns the encoder to its pool.
+// writer wraps w in the negotiated encoder. close finishes the stream and
+// returns the encoder to its pool.
 func (p *codecPools) writer(w io.Writer, encoding string) (io.Writer, func() error) {
 	switch encoding {
 	case "gzip":
-		gz := p.gzip.Get().(*gzip.Writer)
+		gz := p.getGzip()
 		gz.Reset(w)
 		return gz, func() error {
 			err := gz.Close()
-			p.gzip.Put(gz)
+			put(p.gzip, gz)
 			return err
 		}
 	case "zstd":
-		zw := p.zstd.Get().(*zstd.Encoder)
+		zw := p.getZstd()
 		zw.Reset(w)
 		return zw, func() error {
 			err := zw.Close()
-			p.zstd.Put(zw)
+			put(p.zstd, zw)
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package syncgo
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/syncerr"
@@ -43,8 +44,12 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 		h.Set("Content-Encoding", enc)
 	}
 	w.WriteHeader(http.StatusOK)
-	out, closeEnc := s.codecs.writer(w, enc)
-	if _, err := out.Write(body); err == nil {
-		_ = closeEnc()
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	out, closeEnc := s.codecs.writer(&deadlineWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout}, enc)
+	_, err = out.Write(body)
+	if cerr := closeEnc(); err == nil && cerr == nil {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		_ = rc.Flush()
 	}
 }

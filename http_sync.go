@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 
@@ -61,18 +62,34 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, aerr)
 		return
 	}
+	rc := http.NewResponseController(w)
+	// Deadlines set here are per request: cleared before the connection
+	// goes back to keep-alive (and before serving, for the read side: a
+	// read deadline that fires while the handler runs would cancel the
+	// request's context).
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	r.Body = &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}
 	req, perr := s.readRequest(r)
+	_ = rc.SetReadDeadline(time.Time{})
 	if perr != nil {
-		if perr.Status() == http.StatusRequestEntityTooLarge {
-			// The rest of an oversized body is not wanted: close the
-			// connection instead of letting net/http drain up to 256 KiB
-			// more of it before answering.
-			w.Header().Set("Connection", "close")
-		}
+		// The rest of a body that failed (oversized, stalled, malformed)
+		// is not wanted: close the connection instead of letting net/http
+		// drain up to 256 KiB more of it, without a deadline, before
+		// answering.
+		w.Header().Set("Connection", "close")
 		s.writeError(w, route, perr)
 		return
 	}
-	resp := &httpResponder{s: s, w: w, encoding: negotiate(r)}
+	release, refusal := s.admit.acquire(r.Context())
+	if refusal != nil {
+		if syncerr.As(refusal) != nil {
+			w.Header().Set("Retry-After", s.admit.retryAfter())
+			s.writeError(w, route, refusal)
+		}
+		return // otherwise the client went away while queued
+	}
+	defer release()
+	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r)}
 	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {
@@ -134,6 +151,7 @@ func badBody(err error) *syncerr.Error {
 type httpResponder struct {
 	s        *Server
 	w        http.ResponseWriter
+	rc       *http.ResponseController
 	encoding string
 	started  bool
 	closeEnc func() error
@@ -161,7 +179,8 @@ func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
 	}
 	h.w.WriteHeader(http.StatusOK)
 	h.started = true
-	out, closeEnc := h.s.codecs.writer(h.w, h.encoding)
+	dw := &deadlineWriter{w: h.w, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
+	out, closeEnc := h.s.codecs.writer(dw, h.encoding)
 	h.closeEnc = closeEnc
 	return &flushWriter{w: out, rw: h.w}, nil
 }
@@ -170,10 +189,56 @@ var _ engine.StreamResponder = (*httpResponder)(nil)
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()
-	if f, ok := h.w.(http.Flusher); ok {
-		f.Flush()
+	_ = h.rc.SetWriteDeadline(time.Now().Add(h.s.cfg.WriteTimeout))
+	if ferr := h.rc.Flush(); ferr != nil && err == nil && !errors.Is(ferr, http.ErrNotSupported) {
+		err = ferr
 	}
 	return err
+}
+
+// stallBody re-arms the connection's read deadline before each read of a
+// request body: a slow client may take as long as it needs while bytes
+// keep arriving, one that stalls for the stall timeout is cut off.
+type stallBody struct {
+	r     io.ReadCloser
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.stall))
+	return b.r.Read(p)
+}
+
+func (b *stallBody) Close() error { return b.r.Close() }
+
+// writeChunk is the largest write a deadlineWriter passes on under one
+// deadline.
+const writeChunk = 32 << 10
+
+// deadlineWriter writes a response in chunks, each under its own write
+// deadline: a client that stops reading is cut off after the timeout
+// instead of holding the response (and its compressor) forever, while a
+// slow one that keeps reading is served however long it takes.
+type deadlineWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		c := p[:min(len(p), writeChunk)]
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+		m, err := d.w.Write(c)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[m:]
+	}
+	return n, nil
 }
 
 // flushWriter writes through to the compressor; the encoder writes in

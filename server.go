@@ -106,6 +106,24 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
 	MaxFrameBytes int
+	// StallTimeout bounds how long a request body, or a socket message
+	// once begun, may go without a byte arriving: a slow client may take
+	// as long as it needs while bytes keep coming; a stalled one is cut
+	// off. Default 30 s.
+	StallTimeout time.Duration
+	// WriteTimeout bounds each chunk written to an HTTP response: a client
+	// that stops reading is cut off after it, and holds at most one chunk
+	// of the server's memory meanwhile. Default 30 s.
+	WriteTimeout time.Duration
+	// MaxConcurrentRequests caps the /sync requests served at once;
+	// MaxQueuedRequests more wait up to QueueTimeout for a slot, and the
+	// rest are refused at once with sync.rate_limited (HTTP 503,
+	// Retry-After). Defaults 256, 1024 and 3 s; a negative
+	// MaxConcurrentRequests disables the cap, a negative
+	// MaxQueuedRequests the queue.
+	MaxConcurrentRequests int
+	MaxQueuedRequests     int
+	QueueTimeout          time.Duration
 	// Limits are the protocol limits (operation cap, inline segment size,
 	// segment TTL).
 	Limits Limits
@@ -142,6 +160,21 @@ func (c Config) withDefaults() Config {
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 16 << 20
 	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 30 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = 256
+	}
+	if c.MaxQueuedRequests == 0 {
+		c.MaxQueuedRequests = 1024
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 3 * time.Second
+	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
 	}
@@ -155,6 +188,7 @@ type Server struct {
 	hub    *realtime.Hub
 	mux    *http.ServeMux
 	codecs *codecPools
+	admit  *admission
 
 	startOnce sync.Once
 	startErr  error
@@ -180,7 +214,8 @@ func New(cfg Config) (*Server, error) {
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
-	s := &Server{cfg: cfg, codecs: newCodecPools()}
+	s := &Server{cfg: cfg, codecs: newCodecPools(),
+		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
 	s.eng = engine.New(engine.Config{
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
@@ -199,7 +234,7 @@ func New(cfg Config) (*Server, error) {
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
-		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes,
+		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
 		ReresolveInterval: rc.ReresolveInterval})
 	s.mux = http.NewServeMux()

@@ -65,7 +65,7 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
-	out, err := collectRows(rows, q.Table, q.Limit)
+	out, err := collectRows(rows, q.Table)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
@@ -90,7 +90,7 @@ func (s *Store) ListRows(ctx context.Context, partition, table string, after *st
 	if err != nil {
 		return nil, fmt.Errorf("list rows: %w", err)
 	}
-	out, err := collectRows(rows, table, limit)
+	out, err := collectRows(rows, table)
 	if err != nil {
 		return nil, fmt.Errorf("list rows: %w", err)
 	}
@@ -113,9 +113,9 @@ func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table stri
 }
 
 // collectRows reads the rows of a scan or listing.
-func collectRows(rows pgx.Rows, table string, limit int) ([]store.Row, error) {
+func collectRows(rows pgx.Rows, table string) ([]store.Row, error) {
 	defer rows.Close()
-	out := make([]store.Row, 0, min(limit, 256))
+	var out []store.Row // grows with the rows found: an empty scan allocates nothing
 	for rows.Next() {
 		r, err := scanRow(rows, table)
 		if err != nil {

@@ -153,7 +153,7 @@ func (t *writeTx) RowsByColumn(ctx context.Context, table, column string, value 
 		_ = br.Close()
 		return nil, fmt.Errorf("rows by column: %w", err)
 	}
-	out, err := collectRows(rows, table, limit)
+	out, err := collectRows(rows, table)
 	if err = closeBatch(br, err); err != nil {
 		return nil, fmt.Errorf("rows by column: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,6 +71,8 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	pragmas := []string{"PRAGMA synchronous=" + strings.ToUpper(cfg.Synchronous), "PRAGMA foreign_keys=OFF"}
 	if role != connWriter {
 		pragmas = append(pragmas, "PRAGMA query_only=1")
+	} else if cfg.MaxPageCount > 0 {
+		pragmas = append(pragmas, "PRAGMA max_page_count="+strconv.FormatInt(cfg.MaxPageCount, 10))
 	}
 	for _, p := range pragmas {
 		if err := c.execOnce(p); err != nil {

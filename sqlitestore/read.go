@@ -257,7 +257,7 @@ ORDER BY s.row_id LIMIT ?`
 		after = *q.After
 	}
 	first := q.Scopes[0]
-	out := make([]store.Row, 0, q.Limit)
+	var out []store.Row // grows with the rows found: an empty scan allocates nothing
 	for len(out) < q.Limit {
 		var (
 			page []store.Row

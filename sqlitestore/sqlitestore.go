@@ -46,6 +46,11 @@ type Config struct {
 	// the reads). Writes fail with ErrReadOnly; EnsureSchema succeeds only
 	// when it would write nothing.
 	ReadOnly bool
+	// MaxPageCount caps the database's size in pages (PRAGMA
+	// max_page_count on the write connection); 0 leaves SQLite's default.
+	// A write past it fails like one on a full disk, with
+	// store.ErrStorageFull; reads go on.
+	MaxPageCount int64
 }
 
 // ErrReadOnly is the error of a write on a store opened with

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"zombiezen.com/go/sqlite"
+
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -59,7 +61,16 @@ func (w *writer) do(ctx context.Context, fn writeFunc) error {
 	}
 	// Once queued, the request always gets an answer: the caller must not
 	// walk away from a write that may still commit.
-	return <-req.done
+	return full(<-req.done)
+}
+
+// full marks a write that failed for lack of space (SQLITE_FULL: the disk
+// or max_page_count) with store.ErrStorageFull.
+func full(err error) error {
+	if err != nil && sqlite.ErrCode(err).ToPrimary() == sqlite.ResultFull && !errors.Is(err, store.ErrStorageFull) {
+		return fmt.Errorf("%w: %w", store.ErrStorageFull, err)
+	}
+	return err
 }
 
 func (w *writer) stop() {

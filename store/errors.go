@@ -35,6 +35,10 @@ var (
 	ErrUnknownTable = errors.New("store: unknown table")
 	// ErrScanRequiresScope: a row scan or commit window without scopes.
 	ErrScanRequiresScope = errors.New("store: scan requires a scope filter")
+	// ErrStorageFull: a write failed because the storage is full (the
+	// disk, or the database's size cap). Nothing of it was written; it may
+	// succeed once space is freed.
+	ErrStorageFull = errors.New("store: storage full")
 )
 
 // Storage error codes of the server's host storage surface (§10.2, "host

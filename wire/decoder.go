@@ -245,12 +245,47 @@ type readerSource struct {
 	hdr [8]byte
 }
 
+// readChunk is the first allocation of a frame payload read from a
+// stream, and the step by which it grows: a declared length is not
+// allocated before its bytes arrive.
+const readChunk = 64 << 10
+
 func (s *readerSource) read(n int) ([]byte, error) {
-	p := make([]byte, n)
-	if _, err := io.ReadFull(s.r, p); err != nil {
-		return nil, err
+	return ReadGrowing(s.r, n)
+}
+
+// ReadGrowing reads exactly n bytes from r into a buffer that grows as the
+// bytes arrive (at most about twice what was received), so a declared
+// length that never arrives costs no more than the bytes that did. A short
+// read returns io.ErrUnexpectedEOF (or io.EOF when nothing was read).
+func ReadGrowing(r io.Reader, n int) ([]byte, error) {
+	if n <= readChunk {
+		p := make([]byte, n)
+		if _, err := io.ReadFull(r, p); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
-	return p, nil
+	p := make([]byte, 0, readChunk)
+	for len(p) < n {
+		if len(p) == cap(p) {
+			grown := make([]byte, len(p), min(2*cap(p), n))
+			copy(grown, p)
+			p = grown
+		}
+		m, err := r.Read(p[len(p):min(cap(p), n)])
+		p = p[:len(p)+m]
+		if err != nil && len(p) < n {
+			if errors.Is(err, io.EOF) {
+				if len(p) == 0 {
+					return nil, io.EOF
+				}
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return p[:n:n], nil
 }
 
 func (s *readerSource) scratch(n int) ([]byte, error) {

@@ -33,7 +33,9 @@ type serveFlags struct {
 	checkpoints stringList
 	// dev acknowledges that the development authentication is served on
 	// an address other hosts can reach.
-	dev bool
+	dev      bool
+	maxConns int
+	idle     time.Duration
 }
 
 // stringList is a repeatable string flag.
@@ -74,6 +76,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
 	fs.BoolVar(&f.dev, "dev", false, "acknowledge that the development authentication (any bearer token is an actor with every scope) "+
 		"is served on a non-loopback -listen address; without it serve listens on loopback addresses only")
+	fs.IntVar(&f.maxConns, "max-conns", envInt("SYNCGO_MAX_CONNS", 0), "cap on simultaneous connections, sockets included; 0: the file-descriptor limit less a reserve (SYNCGO_MAX_CONNS)")
+	fs.DurationVar(&f.idle, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept")
 	fs.Var(&f.checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -177,7 +181,16 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 	} else {
 		mux.Handle(mount+"/", http.StripPrefix(mount, srv.Handler()))
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	maxConns := f.maxConns
+	if maxConns <= 0 {
+		maxConns = defaultMaxConns()
+	}
+	ln = syncgo.LimitListener(ln, maxConns)
+	// Request bodies and responses are bounded per chunk by the server
+	// (Config.StallTimeout, Config.WriteTimeout): no total ReadTimeout or
+	// WriteTimeout here, which would cut off a slow mobile client that is
+	// making progress, and a socket's life.
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: f.idle}
 	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), f.db)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -100,6 +100,12 @@ type Limits struct {
 	// bigger snapshot is served on the rows lane. Default 64 MiB; negative
 	// disables the sqlite lane.
 	SQLiteImageMaxBytes int64
+	// MaxSubscriptionsPerRequest caps the subscriptions of one pull, and
+	// so the subscriptions a client has registered (the spec sets no
+	// number; each subscription is a section of the response, a stored
+	// registration and a socket registration). A request over it is
+	// refused as a whole with sync.invalid_subscription. Default 1000.
+	MaxSubscriptionsPerRequest int
 }
 
 func (c Config) withDefaults() Config {
@@ -126,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.TouchInterval <= 0 {
 		c.Limits.TouchInterval = time.Second
+	}
+	if c.Limits.MaxSubscriptionsPerRequest <= 0 {
+		c.Limits.MaxSubscriptionsPerRequest = 1000
 	}
 	if c.Limits.SQLiteImageMaxBytes == 0 {
 		c.Limits.SQLiteImageMaxBytes = 64 << 20
@@ -184,7 +193,16 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 	}
 	p, err := e.cfg.Store.TouchPartition(ctx, partition, now, e.cfg.NewEpoch())
 	if err != nil {
-		return store.Partition{}, err
+		// The touch is bookkeeping: when it cannot be written (a full
+		// disk) an existing partition is still served, reads keep
+		// working, and writes fail on their own with their own error.
+		// Only a partition that does not exist yet needs the write.
+		rp, rerr := e.cfg.Store.Partition(ctx, partition)
+		if rerr != nil {
+			return store.Partition{}, err
+		}
+		e.cfg.Logger.WarnContext(ctx, "partition touch failed; serving without it", "partition", partition, "err", err)
+		p = rp
 	}
 	e.mu.Lock()
 	e.touched[partition] = touchState{atMs: now, partition: p}

@@ -142,13 +142,18 @@ func (r *request) saveClient(ctx context.Context) error {
 			}
 		}
 	}
-	if err := r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec); err != nil {
-		if errors.Is(err, store.ErrClientBound) {
-			return errClientBound()
-		}
-		return err
+	err := r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+	switch {
+	case errors.Is(err, store.ErrClientBound):
+		return errClientBound()
+	case errors.Is(err, store.ErrStorageFull):
+		// The pull itself is answered: its data and cursors are in the
+		// response, and the record only follows the client. With the
+		// storage full it is not updated, and reads keep working.
+		r.e.cfg.Logger.WarnContext(ctx, "client record not saved: storage full", "partition", r.auth.Partition, "err", err)
+		return nil
 	}
-	return nil
+	return err
 }
 
 // bootstrapToken is the resume token of §4.7.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/syncgo/syncgo/schema"
@@ -178,6 +179,10 @@ func asProtocolError(err error) *syncerr.Error {
 	if pe := syncerr.As(err); pe != nil {
 		return pe
 	}
+	if errors.Is(err, store.ErrStorageFull) {
+		return &syncerr.Error{Code: syncerr.CodeInternalError, Message: "the server's storage is full; retry later",
+			HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
 	if code := wire.ErrorCode(err); code != "" {
 		return syncerr.Wrap(code, err.Error(), err)
 	}
@@ -342,6 +347,13 @@ func (r *request) bindClient(ctx context.Context) error {
 	}
 	rec, err := r.e.cfg.Store.BindClient(ctx, r.auth.Partition, store.ClientRecord{ClientID: r.req.Header.ClientID,
 		ActorID: r.auth.ActorID, WireVersion: r.req.Version, Cursor: -1, UpdatedAtMs: r.e.cfg.Now()})
+	if errors.Is(err, store.ErrStorageFull) && len(r.req.Commits) == 0 {
+		// A read-only request writes nothing of the client's: with the
+		// storage full it is served unbound (the binding is made by the
+		// client's next request that can write).
+		r.e.cfg.Logger.WarnContext(ctx, "client not bound: storage full", "partition", r.auth.Partition, "err", err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -374,6 +386,13 @@ func (r *request) checkPull() error {
 	}
 	if pull.Accept&(wire.AcceptInlineRows|wire.AcceptExternalRows) == 0 {
 		return syncerr.New(syncerr.CodeInvalidRequest, "PULL_HEADER.accept must allow rows segments")
+	}
+	if n, limit := len(r.req.Subscriptions), r.e.cfg.Limits.MaxSubscriptionsPerRequest; n > limit {
+		return syncerr.New(syncerr.CodeInvalidSubscription, "the request carries more subscriptions than the server accepts").
+			WithDetails(struct {
+				Limit int `json:"limit"`
+				Count int `json:"count"`
+			}{limit, n})
 	}
 	seen := make(map[string]bool, len(r.req.Subscriptions))
 	for _, sub := range r.req.Subscriptions {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/wire"
 )
 
 // prio says how a frame is bounded by a connection's send queue.
@@ -225,7 +227,9 @@ func (c *wsConn) flush() {
 func (c *wsConn) linger() {
 	c.markSent()
 	if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+		c.mu.Lock()
 		_ = c.nc.SetReadDeadline(time.Now().Add(closeLinger))
+		c.mu.Unlock()
 		return
 	}
 	c.close()
@@ -302,11 +306,54 @@ type message struct {
 // errProtocol marks a client frame that breaks RFC 6455.
 var errProtocol = errors.New("websocket protocol violation")
 
+// armRead sets the read deadline to d from now, unless the connection is
+// closing: its close linger owns the deadline then.
+func (c *wsConn) armRead(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.closed {
+		return
+	}
+	if d <= 0 {
+		_ = c.nc.SetReadDeadline(time.Time{})
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+}
+
+// stallReader re-arms the connection's read deadline before each read: a
+// message whose bytes stop arriving for the stall timeout ends the
+// connection, however long the whole message takes.
+type stallReader struct {
+	c     *wsConn
+	r     io.Reader
+	stall time.Duration
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	s.c.armRead(s.stall)
+	return s.r.Read(p)
+}
+
 // readMessage reads one complete client message (reassembling fragments),
-// answering pings. Payloads over max are refused.
-func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
+// answering pings. Payloads over max are refused. Between messages a
+// connection may stay silent as long as it likes; once a message has
+// begun, each read must make progress within stall. Payload buffers grow
+// as bytes arrive, never to a declared length ahead of them.
+func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (message, error) {
+	defer c.armRead(0)
+	r := &stallReader{c: c, r: br, stall: stall}
 	var out message
 	for {
+		if out.op == 0 {
+			// Between messages (a control frame does not start one) the
+			// connection may be silent: wait for a first byte without a
+			// deadline, then read the frame under the stall deadline.
+			c.armRead(0)
+			if _, err := br.Peek(1); err != nil {
+				return message{}, err
+			}
+		}
 		h, err := ws.ReadHeader(r)
 		if err != nil {
 			if errors.Is(err, ws.ErrHeaderLengthMSB) || errors.Is(err, ws.ErrHeaderLengthUnexpected) {
@@ -320,8 +367,11 @@ func (c *wsConn) readMessage(r *bufio.Reader, max int64) (message, error) {
 		if !h.Masked || h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
 			return message{}, errProtocol
 		}
-		payload := make([]byte, h.Length)
-		if _, err := io.ReadFull(r, payload); err != nil {
+		payload, err := wire.ReadGrowing(r, int(h.Length))
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
 			return message{}, err
 		}
 		ws.Cipher(payload, h.Mask, 0)

@@ -156,7 +156,7 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 func (h *Hub) readLoop(s *session, r *bufio.Reader) {
 	defer h.detach(s)
 	for {
-		m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes)
+		m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout)
 		if err != nil {
 			switch {
 			case errors.Is(err, errTooLarge):

@@ -34,6 +34,10 @@ type Config struct {
 	// MaxMessageBytes bounds a client message (a round's request).
 	// Default 32 MiB.
 	MaxMessageBytes int64
+	// StallTimeout: a client message that has begun must make progress
+	// (some bytes arrive) at least this often, or the socket is closed.
+	// Between messages a socket may be silent. Default 30 s.
+	StallTimeout time.Duration
 	// MaxDeltaBytes: a larger delta is replaced by a delta-too-large wake.
 	// Default 1 MiB.
 	MaxDeltaBytes int
@@ -72,6 +76,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 32 << 20
+	}
+	if c.StallTimeout <= 0 {
+		c.StallTimeout = 30 * time.Second
 	}
 	if c.MaxDeltaBytes <= 0 {
 		c.MaxDeltaBytes = 1 << 20

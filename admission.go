@@ -1,0 +1,112 @@
+package syncgo
+
+import (
+	"context"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncgo/syncgo/syncerr"
+)
+
+// admission bounds the requests served at once. A request beyond the cap
+// waits in a bounded queue for a bounded time; beyond that it is refused
+// early, before any storage work, with sync.rate_limited, HTTP 503 and
+// Retry-After: under a burst the server keeps serving at its pace instead
+// of taking every request in at once (and a compressor, buffers and a
+// storage connection for each).
+type admission struct {
+	slots     chan struct{}
+	queued    atomic.Int64
+	maxQueued int64
+	wait      time.Duration
+	retry     time.Duration
+
+	mu       sync.Mutex
+	inFlight int
+	peak     int
+	lastFree time.Time
+}
+
+func newAdmission(max, maxQueued int, wait time.Duration) *admission {
+	if max <= 0 {
+		return nil
+	}
+	return &admission{slots: make(chan struct{}, max), maxQueued: int64(maxQueued), wait: wait, retry: time.Second}
+}
+
+// acquire takes a slot, waiting in the queue if there is room in it. It
+// returns a refusal when the queue is full or the wait ran out, and the
+// context's error when the client went away meanwhile.
+func (a *admission) acquire(ctx context.Context) (release func(), refusal error) {
+	if a == nil {
+		return func() {}, nil
+	}
+	select {
+	case a.slots <- struct{}{}:
+		return a.admitted(), nil
+	default:
+	}
+	if a.queued.Add(1) > a.maxQueued {
+		a.queued.Add(-1)
+		return nil, a.overloaded()
+	}
+	defer a.queued.Add(-1)
+	timer := time.NewTimer(a.wait)
+	defer timer.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return a.admitted(), nil
+	case <-timer.C:
+		return nil, a.overloaded()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (a *admission) admitted() func() {
+	a.mu.Lock()
+	a.inFlight++
+	a.peak = max(a.peak, a.inFlight)
+	a.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(a.release) }
+}
+
+// release frees a slot. When a burst that filled at least half the slots
+// has drained, the memory it used (compressors, request buffers) is
+// returned to the operating system once: the pools are bounded, so what
+// the burst allocated beyond them is garbage, but without allocation no
+// collection would run to free it for minutes.
+func (a *admission) release() {
+	<-a.slots
+	a.mu.Lock()
+	a.inFlight--
+	free := a.inFlight == 0 && a.peak*2 >= cap(a.slots) && time.Since(a.lastFree) > 10*time.Second
+	if a.inFlight == 0 {
+		a.peak = 0
+	}
+	if free {
+		a.lastFree = time.Now()
+	}
+	a.mu.Unlock()
+	if free {
+		go debug.FreeOSMemory()
+	}
+}
+
+func (a *admission) overloaded() *syncerr.Error {
+	ms := a.retry.Milliseconds()
+	return (&syncerr.Error{Code: syncerr.CodeRateLimited, Message: "the server is at capacity; retry later",
+		HTTPStatus: http.StatusServiceUnavailable}).WithDetails(struct {
+		RetryAfterMs int64 `json:"retryAfterMs"`
+	}{ms})
+}
+
+// retryAfter is the Retry-After header value of a refusal.
+func (a *admission) retryAfter() string {
+	return strconv.Itoa(max(1, int(a.retry/time.Second)))
+}
