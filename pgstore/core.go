@@ -43,44 +43,25 @@ type coreColumn struct {
 	add  string
 }
 
-func required(names ...string) []coreColumn {
-	out := make([]coreColumn, len(names))
-	for i, n := range names {
-		out[i] = coreColumn{name: n}
+// coreColumns returns the columns of each core table (store.CoreTables
+// and the schema marker), with the definitions of the columns later lines
+// added (TestCoreColumnsMatchDDL holds them to migrations/*.sql).
+func coreColumns() map[string][]coreColumn {
+	added := map[string]string{
+		"sync_commits.writer_version": "BIGINT",
+		"sync_clients.wire_version":   "INTEGER NOT NULL DEFAULT 1",
+		// Reference servers that kept no layouts: an empty set.
+		"sync_schema_meta.layouts": "TEXT NOT NULL DEFAULT '{}'",
+	}
+	tables := store.CoreTables()
+	tables["sync_schema_meta"] = []store.CoreColumn{{Name: "id"}, {Name: "schema_version"}, {Name: "layouts", Added: true}}
+	out := make(map[string][]coreColumn, len(tables))
+	for t, cols := range tables {
+		for _, c := range cols {
+			out[t] = append(out[t], coreColumn{name: c.Name, add: added[t+"."+c.Name]})
+		}
 	}
 	return out
-}
-
-// coreColumns returns the columns of each core table, in the DDL's order
-// (TestCoreColumnsMatchDDL holds them to migrations/*.sql).
-func coreColumns() map[string][]coreColumn {
-	return map[string][]coreColumn{
-		"sync_partitions":         required("partition", "max_commit_seq", "horizon_seq"),
-		"sync_partition_registry": required("partition", "log_epoch", "epoch_required", "last_authenticated_at_ms"),
-		"sync_row_scopes":         required("partition", "tbl", "var", "value", "row_id"),
-		"sync_commits": append(required("partition", "commit_seq", "client_id", "client_commit_id", "actor_id", "created_at_ms"),
-			// Reference before 0.23: its commits keep NULL, the mark of a
-			// writer without a version (below any fence).
-			coreColumn{"writer_version", "BIGINT"}),
-		"sync_changes":       required("partition", "commit_seq", "idx", "tbl", "row_id", "op", "row_version", "scopes", "payload"),
-		"sync_change_scopes": required("partition", "tbl", "var", "value", "commit_seq"),
-		"sync_push_results":  required("partition", "client_id", "client_commit_id", "result"),
-		"sync_clients": {
-			{name: "partition"}, {name: "client_id"}, {name: "actor_id"},
-			// Reference before 0.15: every client record was wire version 1.
-			{"wire_version", "INTEGER NOT NULL DEFAULT 1"},
-			{name: "cursor"}, {name: "subscriptions"}, {name: "updated_at_ms"},
-		},
-		"sync_tombstones": required("partition", "tbl", "row_id", "commit_seq"),
-		"sync_schema_meta": {
-			{name: "id"}, {name: "schema_version"},
-			// Reference servers that kept no layouts: an empty set.
-			{"layouts", "TEXT NOT NULL DEFAULT '{}'"},
-		},
-		"sync_backfill_checkpoints": required("partition", "name", "schema_version", "state", "watermark",
-			"owner_epoch", "observed_rows", "updated_at_ms"),
-		"sync_writer_fence": required("partition", "required_writer_version"),
-	}
 }
 
 var (

@@ -38,39 +38,22 @@ type coreColumn struct {
 	add  string
 }
 
-func required(names ...string) []coreColumn {
-	out := make([]coreColumn, len(names))
-	for i, n := range names {
-		out[i] = coreColumn{name: n}
-	}
-	return out
-}
-
-// coreColumns returns the columns of each core table, in the DDL's order
+// coreColumns returns the columns of each core table (store.CoreTables),
+// with the definitions of the columns later lines added
 // (TestCoreColumnsMatchDDL holds them to migrations/001_core.sql).
 func coreColumns() map[string][]coreColumn {
-	return map[string][]coreColumn{
-		"sync_partitions":         required("partition", "max_commit_seq", "horizon_seq"),
-		"sync_partition_registry": required("partition", "log_epoch", "epoch_required", "last_authenticated_at_ms"),
-		"sync_row_scopes":         required("partition", "tbl", "var", "value", "row_id"),
-		"sync_commits": append(required("partition", "commit_seq", "client_id", "client_commit_id", "actor_id", "created_at_ms"),
-			// Reference before 0.23: commits written by a writer without a
-			// version keep NULL, which the fence treats as below any fence.
-			coreColumn{"writer_version", "INTEGER"}),
-		"sync_changes":       required("partition", "commit_seq", "idx", "tbl", "row_id", "op", "row_version", "scopes", "payload"),
-		"sync_change_scopes": required("partition", "tbl", "var", "value", "commit_seq"),
-		"sync_push_results":  required("partition", "client_id", "client_commit_id", "result"),
-		"sync_clients": {
-			{name: "partition"}, {name: "client_id"}, {name: "actor_id"},
-			// Reference before 0.15: every client record was wire version 1.
-			{"wire_version", "INTEGER NOT NULL DEFAULT 1"},
-			{name: "cursor"}, {name: "subscriptions"}, {name: "updated_at_ms"},
-		},
-		"sync_tombstones": required("partition", "tbl", "row_id", "commit_seq"),
-		"sync_backfill_checkpoints": required("partition", "name", "schema_version", "state", "watermark",
-			"owner_epoch", "observed_rows", "updated_at_ms"),
-		"sync_writer_fence": required("partition", "required_writer_version"),
+	added := map[string]string{
+		"sync_commits.writer_version": "INTEGER",
+		"sync_clients.wire_version":   "INTEGER NOT NULL DEFAULT 1",
 	}
+	tables := store.CoreTables()
+	out := make(map[string][]coreColumn, len(tables))
+	for t, cols := range tables {
+		for _, c := range cols {
+			out[t] = append(out[t], coreColumn{name: c.Name, add: added[t+"."+c.Name]})
+		}
+	}
+	return out
 }
 
 var createHeader = regexp.MustCompile(`(?is)^CREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX|TRIGGER)\s+IF\s+NOT\s+EXISTS\s+(\w+)\s*(?:\(|.*?\bON\s+(\w+))`)
