@@ -3,23 +3,17 @@ package syncgo_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
@@ -54,45 +48,8 @@ var barrierDrivers = []barrierDriver{
 }
 
 // barrierPostgresSchema creates a Postgres schema, dropped at cleanup, and
-// returns the URL that selects it (search_path). Without
-// SYNCGO_TEST_POSTGRES_URL the test skips, except under CI=true.
-func barrierPostgresSchema(t *testing.T) string {
-	const env = "SYNCGO_TEST_POSTGRES_URL"
-	base := os.Getenv(env)
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI=true requires the Postgres migration-barrier tests", env)
-		}
-		t.Skipf("%s is not set: skipping the Postgres run "+
-			"(e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", env, env)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "syncgo_barrier_" + hex.EncodeToString(b[:])
-	exec := func(sql string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Fatalf("connect to %s: %v", env, err)
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec("CREATE SCHEMA " + name)
-	t.Cleanup(func() { exec("DROP SCHEMA " + name + " CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("%s: %v", env, err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
+// returns the URL that selects it (search_path).
+func barrierPostgresSchema(t *testing.T) string { return pgtest.Schema(t, "syncgo_barrier", false) }
 
 // forEachBarrierDriver runs fn as a parallel subtest per storage driver,
 // each on a fresh shared database.

@@ -2,25 +2,19 @@ package syncgo_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
@@ -68,55 +62,15 @@ func openSQLite(t *testing.T) store.Store {
 	return s
 }
 
-// postgresURLEnv names the URL of the test database. Without it the
-// Postgres runs skip, except under CI=true, where they are required.
-const postgresURLEnv = "SYNCGO_TEST_POSTGRES_URL"
-
 // openPostgres opens a pgstore on a fresh Postgres schema (selected through
 // the connections' search_path), dropped at cleanup.
 func openPostgres(t *testing.T) store.Store {
-	base := os.Getenv(postgresURLEnv)
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI=true requires the Postgres end-to-end tests", postgresURLEnv)
-		}
-		t.Skipf("%s is not set: skipping the Postgres run "+
-			"(e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", postgresURLEnv, postgresURLEnv)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "syncgo_e2e_" + hex.EncodeToString(b[:])
-	pgAdmin(t, base, "CREATE SCHEMA "+name)
-	u, err := url.Parse(base)
+	s, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.Schema(t, "syncgo_e2e", false), MaxConns: 8})
 	if err != nil {
-		t.Fatalf("%s: %v", postgresURLEnv, err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	s, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 8})
-	if err != nil {
-		pgAdmin(t, base, "DROP SCHEMA "+name+" CASCADE")
 		t.Fatalf("pgstore.Open: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = s.Close()
-		pgAdmin(t, base, "DROP SCHEMA "+name+" CASCADE")
-	})
+	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-func pgAdmin(t *testing.T, base, sql string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", postgresURLEnv, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // testSchema is the served schema: tasks scoped by project.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/cli"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/schema"
 )
@@ -170,7 +171,7 @@ func dropColumnVersions(t *testing.T, driver, db string, sc *schema.Compiled) {
 	for _, tbl := range sc.Tables() {
 		stmt := `ALTER TABLE "` + tbl.Name() + `" DROP COLUMN _sync_column_versions`
 		if driver == "postgres" {
-			pgAdmin(t, db, stmt)
+			pgtest.Exec(t, db, stmt)
 			continue
 		}
 		conn, err := sqlite.OpenConn(db)

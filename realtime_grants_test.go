@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
-	"net/url"
-	"os"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -195,24 +194,14 @@ func TestRealtimeGrantReresolvedOnInterval(t *testing.T) {
 // and LISTEN connection: RevokeActor on the first narrows the socket that
 // the second holds (the grant notification crosses the database).
 func TestRealtimeRevokeActorAcrossInstances(t *testing.T) {
-	base := os.Getenv(postgresURLEnv)
-	if base == "" {
-		t.Skipf("%s is not set: skipping the cross-instance revocation test", postgresURLEnv)
-	}
+	base := pgtest.URL(t)
 	t.Parallel()
 	first := openPostgres(t)
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var schemaName string
 	if err := first.(*pgstore.Store).Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schemaName); err != nil {
 		t.Fatal(err)
 	}
-	q := u.Query()
-	q.Set("search_path", schemaName)
-	u.RawQuery = q.Encode()
-	second, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 8})
+	second, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.WithSearchPath(t, base, schemaName), MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -35,20 +34,14 @@ import (
 // was terminated (a delta, or a catch-up wake when the commit fell into the
 // gap).
 func TestRealtimeAcrossProcesses(t *testing.T) {
-	base := os.Getenv("SYNCGO_TEST_POSTGRES_URL")
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("SYNCGO_TEST_POSTGRES_URL is not set; CI=true requires the Postgres tests")
-		}
-		t.Skip("SYNCGO_TEST_POSTGRES_URL is not set: skipping the multi-process realtime test")
-	}
+	base := pgtest.URL(t)
 	if testing.Short() {
 		t.Skip("builds and runs the syncgo binary")
 	}
 	t.Parallel()
 	sc := mpDemoSchema(t)
 	bin := mpBuild(t)
-	db := mpFreshSchema(t, base)
+	db := pgtest.Schema(t, "syncgo_mp", false)
 	first := mpServe(t, bin, db, "first")
 	second := mpServe(t, bin, db, "second")
 
@@ -113,39 +106,6 @@ func mpBuild(t *testing.T) string {
 		t.Fatalf("go build ./cmd/syncgo: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// mpFreshSchema creates a schema, dropped at cleanup, and returns the
-// database URL that selects it (search_path).
-func mpFreshSchema(t *testing.T, base string) string {
-	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "syncgo_mp_" + hex.EncodeToString(b[:])
-	mpExec(t, base, "CREATE SCHEMA "+name)
-	t.Cleanup(func() { mpExec(t, base, "DROP SCHEMA "+name+" CASCADE") })
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func mpExec(t *testing.T, base, sql string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // mpTerminateListener terminates the listen connection of the syncgo

@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/url"
@@ -11,9 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/syncgo/syncgo/internal/pgtest"
 )
 
 // opDB is a database of one storage driver for the operator commands:
@@ -49,39 +47,12 @@ func forEachOperatorDriver(t *testing.T, fn func(t *testing.T, d opDB)) {
 	})
 	t.Run("postgres", func(t *testing.T) {
 		t.Parallel()
-		base := os.Getenv("SYNCGO_TEST_POSTGRES_URL")
-		if base == "" {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("SYNCGO_TEST_POSTGRES_URL is not set; CI=true requires the Postgres operator tests")
-			}
-			t.Skip("SYNCGO_TEST_POSTGRES_URL is not set")
-		}
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		name := "syncgo_cli_" + hex.EncodeToString(b[:])
-		exec := func(sql string) {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			if _, err := conn.Exec(ctx, sql); err != nil {
-				t.Fatalf("%s: %v", sql, err)
-			}
-		}
-		exec("CREATE SCHEMA " + name)
-		t.Cleanup(func() { exec("DROP SCHEMA " + name + " CASCADE") })
-		u, err := url.Parse(base)
+		db := pgtest.Schema(t, "syncgo_cli", false)
+		u, err := url.Parse(db)
 		if err != nil {
 			t.Fatal(err)
 		}
 		q := u.Query()
-		q.Set("search_path", name)
-		u.RawQuery = q.Encode()
-		db := u.String()
 		q.Set("default_transaction_read_only", "on")
 		u.RawQuery = q.Encode()
 		fn(t, opDB{db: db, readOnlyDB: u.String()})

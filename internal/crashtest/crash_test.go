@@ -5,15 +5,12 @@ package crashtest
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
@@ -99,7 +96,7 @@ func TestCrash(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "crash.db")
 				db, verify = path, sqliteVerifier(path)
 			case "postgres":
-				db = postgresSchema(t)
+				db = pgtest.Schema(t, "syncgo_crash", true)
 				verify = postgresVerifier(db)
 			default:
 				t.Fatalf("unknown -driver %q", d)
@@ -128,46 +125,6 @@ func buildServer(t *testing.T, dir string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// postgresSchema creates a fresh schema and returns the URL selecting it.
-func postgresSchema(t *testing.T) string {
-	base := os.Getenv(postgresURLEnv)
-	if base == "" {
-		t.Fatalf("%s is not set; the Postgres crash run needs it", postgresURLEnv)
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := "syncgo_crash_" + hex.EncodeToString(b[:])
-	pgExec(t, base, "CREATE SCHEMA "+name)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("kept Postgres schema %s for inspection", name)
-			return
-		}
-		pgExec(t, base, "DROP SCHEMA "+name+" CASCADE")
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("search_path", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-func pgExec(t *testing.T, base, sql string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // process is one running `syncgo serve`.

@@ -1,0 +1,82 @@
+// Package pgtest gives tests a Postgres of their own: the test database
+// named by SYNCGO_TEST_POSTGRES_URL, and a fresh schema in it per test,
+// selected through the connections' search_path and dropped at cleanup.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Env names the URL of the test database.
+const Env = "SYNCGO_TEST_POSTGRES_URL"
+
+// URL returns the test database's URL. Without it the test skips with one
+// visible line, except under CI=true, where the Postgres tests are
+// required and it fails.
+func URL(tb testing.TB) string {
+	tb.Helper()
+	base := os.Getenv(Env)
+	if base == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("%s is not set; CI=true requires the Postgres tests", Env)
+		}
+		tb.Skipf("%s is not set: skipping the Postgres run (e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", Env, Env)
+	}
+	return base
+}
+
+// Schema creates a schema named prefix_<random> in the test database,
+// dropped at cleanup (kept, and named in the log, when the test failed
+// and keep is set), and returns the URL that selects it.
+func Schema(tb testing.TB, prefix string, keep bool) string {
+	tb.Helper()
+	base := URL(tb)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := prefix + "_" + hex.EncodeToString(b[:])
+	Exec(tb, base, "CREATE SCHEMA "+name)
+	tb.Cleanup(func() {
+		if keep && tb.Failed() {
+			tb.Logf("kept Postgres schema %s for inspection", name)
+			return
+		}
+		Exec(tb, base, "DROP SCHEMA "+name+" CASCADE")
+	})
+	return WithSearchPath(tb, base, name)
+}
+
+// WithSearchPath returns base with its search_path set to schema.
+func WithSearchPath(tb testing.TB, base, schema string) string {
+	tb.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		tb.Fatalf("%s: %v", Env, err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Exec runs one statement on its own connection to dsn.
+func Exec(tb testing.TB, dsn, sql string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", Env, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		tb.Fatalf("%s: %v", sql, err)
+	}
+}
