@@ -47,7 +47,7 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
 		rec.Cursor, subs, rec.UpdatedAtMs)
 	if err != nil {
-		return fmt.Errorf("put client: %w", err)
+		return fmt.Errorf("put client: %w", storageFull(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return store.ErrClientBound
@@ -68,7 +68,7 @@ func (s *Store) BindClient(ctx context.Context, partition string, rec store.Clie
 	tag, err := s.pool.Exec(ctx, sqlBindClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
 		max(rec.Cursor, -1), subs, rec.UpdatedAtMs)
 	if err != nil {
-		return store.ClientRecord{}, fmt.Errorf("bind client: %w", err)
+		return store.ClientRecord{}, fmt.Errorf("bind client: %w", storageFull(err))
 	}
 	if tag.RowsAffected() == 1 {
 		return rec, nil
@@ -92,7 +92,7 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 	err := s.pool.QueryRow(ctx, sqlAdvanceCursor, partition, a.ClientID, a.ActorID, a.Cursor, a.AtMs, a.LogEpoch).
 		Scan(&epochOK, &updated)
 	if err != nil {
-		return false, fmt.Errorf("advance client cursor: %w", err)
+		return false, fmt.Errorf("advance client cursor: %w", storageFull(err))
 	}
 	if !epochOK {
 		return false, store.ErrEpochMismatch

@@ -20,7 +20,7 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 	err := s.pool.QueryRow(ctx, sqlTouchPartition, partition, newEpoch, nowMs).
 		Scan(&p.LogEpoch, &p.EpochRequired, &p.LastAuthenticatedAtMs, &p.MaxCommitSeq, &p.HorizonSeq)
 	if err != nil {
-		return store.Partition{}, fmt.Errorf("touch partition: %w", err)
+		return store.Partition{}, fmt.Errorf("touch partition: %w", storageFull(err))
 	}
 	return p, nil
 }

@@ -56,6 +56,7 @@ func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context
 	defer func() {
 		if err != nil {
 			s.writeErrors.Add(1)
+			err = storageFull(err)
 		}
 	}()
 	conn, err := s.pool.Acquire(ctx)
