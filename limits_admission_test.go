@@ -3,6 +3,7 @@ package syncgo_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -72,4 +73,64 @@ func TestAdmissionSheds(t *testing.T) {
 			t.Fatalf("after the slot freed the push was not applied: %v (%d frames)", got, len(m.Frames))
 		}
 	})
+}
+
+// Socket rounds (§8.7) are admitted under the same cap as POST /sync: with
+// every slot taken and no queue room, a round is answered RESP_HEADER,
+// ERROR sync.rate_limited (retryable), END, writes nothing, and the socket
+// stays usable; once the slot frees, the same round is served.
+func TestAdmissionShedsSocketRounds(t *testing.T) {
+	entered := make(chan struct{})
+	var once sync.Once
+	e := newRTEnv(t, func(c *syncgo.Config) {
+		c.MaxConcurrentRequests, c.MaxQueuedRequests = 1, -1
+		resolve := c.ResolveScopes
+		c.ResolveScopes = func(ctx context.Context, q syncgo.ScopeRequest) (map[string][]string, error) {
+			if q.ClientID == "slow" {
+				once.Do(func() { close(entered) })
+			}
+			return resolve(ctx, q)
+		}
+	})
+	a := e.peer("alice", "a1")
+	a.acquireEpoch()
+	s := e.dial("alice", "a1")
+	s.hello()
+
+	open := e.gate("slow")
+	t.Cleanup(open)
+	slow := e.peer("bob", "slow")
+	slow.acquireEpoch()
+	done := make(chan error, 1)
+	go func() {
+		_, err := slow.tryPost(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
+			Subscriptions: []*wire.Subscription{rtSub("s1", -1, "p1")}})
+		done <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(rtWait):
+		t.Fatal("the slow request never reached the resolver")
+	}
+
+	push := &wire.Request{Commits: []*wire.PushCommit{e.pushCommit("a-c1", rtTask{id: "t1", project: "p1", title: "shed"})}}
+	m := s.round(a, push)
+	if got := rtFrameTypes(m); !slices.Equal(got, []string{"RESP_HEADER", "ERROR", "END"}) {
+		t.Fatalf("a round over the cap: frames %v, want RESP_HEADER ERROR END", got)
+	}
+	if ef := m.Frames[1].(*wire.ErrorFrame); ef.Code != syncerr.CodeRateLimited || !ef.Retryable {
+		t.Fatalf("a round over the cap: ERROR %s retryable=%v, want a retryable %s", ef.Code, ef.Retryable, syncerr.CodeRateLimited)
+	}
+
+	open()
+	if err := <-done; err != nil {
+		t.Fatalf("the admitted request: %v", err)
+	}
+	if got := a.pull(rtSub("s1", -1, "p1"))["s1"]; got != 0 {
+		t.Fatalf("the refused round wrote: the log head is %d", got)
+	}
+	seq := rtPushed(t, s.round(a, push))
+	if seq != 1 {
+		t.Fatalf("after the slot freed the round's push is at %d, want 1", seq)
+	}
 }

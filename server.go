@@ -115,10 +115,11 @@ type Config struct {
 	// that stops reading is cut off after it, and holds at most one chunk
 	// of the server's memory meanwhile. Default 30 s.
 	WriteTimeout time.Duration
-	// MaxConcurrentRequests caps the /sync requests served at once;
-	// MaxQueuedRequests more wait up to QueueTimeout for a slot, and the
-	// rest are refused at once with sync.rate_limited (HTTP 503,
-	// Retry-After). Defaults 256, 1024 and 3 s; a negative
+	// MaxConcurrentRequests caps the requests served at once, POST /sync
+	// and socket rounds (§8.7) together; MaxQueuedRequests more wait up to
+	// QueueTimeout for a slot, and the rest are refused at once with
+	// sync.rate_limited (HTTP 503 and Retry-After; on a socket an ERROR
+	// frame in the round's response). Defaults 256, 1024 and 3 s; a negative
 	// MaxConcurrentRequests disables the cap, a negative
 	// MaxQueuedRequests the queue.
 	MaxConcurrentRequests int
@@ -236,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval})
+		ReresolveInterval: rc.ReresolveInterval, Admit: s.admit.acquire})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

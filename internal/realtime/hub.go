@@ -53,6 +53,10 @@ type Config struct {
 	// again, narrowing its registrations to what is still granted.
 	// Default 60 s; negative disables the periodic pass.
 	ReresolveInterval time.Duration
+	// Admit, when set, admits a socket round under the same cap as POST
+	// /sync requests: it returns the slot's release, or a refusal
+	// (sync.rate_limited) that the round answers with an ERROR frame.
+	Admit func(ctx context.Context) (release func(), refusal error)
 }
 
 func (c Config) withDefaults() Config {

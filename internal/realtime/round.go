@@ -190,6 +190,18 @@ func (s *session) runRound(body []byte) {
 	case req.Header.ClientID != s.clientID:
 		s.failRound(ctx, w, version, syncerr.New(syncerr.CodeInvalidClientID, "the round's clientId differs from the connection's"))
 	default:
+		if h.cfg.Admit != nil {
+			release, refusal := h.cfg.Admit(ctx)
+			if refusal != nil {
+				pe := syncerr.As(refusal)
+				if pe == nil {
+					pe = syncerr.Internal(refusal)
+				}
+				s.failRound(ctx, w, version, pe)
+				break
+			}
+			defer release()
+		}
 		out, err := h.cfg.Engine.ServeRound(ctx, s.auth, req, w)
 		epoch = out.LogEpoch
 		switch {
