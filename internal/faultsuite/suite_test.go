@@ -111,6 +111,17 @@ type suite struct {
 
 	errMu     sync.Mutex
 	internals map[string]int // the server's internal errors, by message
+
+	suspectMu sync.Mutex
+	suspects  map[string][]string // row id → the clients that held it wrongly
+}
+
+// suspect records that a client held a row wrongly, so that the row's
+// history is printed when the suite fails.
+func (s *suite) suspect(rowID, client string) {
+	s.suspectMu.Lock()
+	defer s.suspectMu.Unlock()
+	s.suspects[rowID] = append(s.suspects[rowID], client)
 }
 
 // onError counts the server's internal errors by message.
@@ -176,7 +187,7 @@ type fclient struct {
 
 func newSuite(t *testing.T, driver string, seed uint64, n, steps int) *suite {
 	s := &suite{t: t, driver: driver, seed: seed, steps: steps, schema: faultSchema(t), grants: map[string][]string{},
-		internals: map[string]int{}}
+		internals: map[string]int{}, suspects: map[string][]string{}}
 	s.faults.Store(true)
 	switch driver {
 	case "sqlite":
@@ -615,8 +626,9 @@ func (s *suite) checkScopes(fc *fclient) {
 	for id, r := range fc.c.Rows("tasks") {
 		p, _ := r.Map(tbl)["project_id"].(string)
 		if !slices.Contains(fc.grants, p) {
-			fc.violation = fmt.Sprintf("row %s of project %q (grants %v)", id, p, fc.grants)
+			fc.violation = fmt.Sprintf("row %s v%d of project %q (grants %v)", id, r.Version, p, fc.grants)
 			s.t.Errorf("%s holds %s", fc.name, fc.violation)
+			s.suspect(id, fc.name)
 			return
 		}
 	}
@@ -666,13 +678,16 @@ func (s *suite) verify() {
 		for id, w := range want {
 			if g, ok := got[id]; !ok {
 				t.Errorf("%s (grants %v): missing row %s: server %s", fc.name, fc.grants, id, w)
+				s.suspect(id, fc.name)
 			} else if g != w {
 				t.Errorf("%s (grants %v): row %s differs: client %s, server %s", fc.name, fc.grants, id, g, w)
+				s.suspect(id, fc.name)
 			}
 		}
 		for id, g := range got {
 			if _, ok := want[id]; !ok {
 				t.Errorf("%s (grants %v): holds row %s the server has not (in its grants): %s", fc.name, fc.grants, id, g)
+				s.suspect(id, fc.name)
 			}
 		}
 		if n := fc.c.Pending(); n != 0 {
@@ -680,6 +695,77 @@ func (s *suite) verify() {
 		}
 	}
 	s.verifyLog(ctx)
+	if t.Failed() {
+		s.explainSuspects(ctx)
+	}
+}
+
+// explainSuspects logs, for each row some client held wrongly, every
+// change of it in the log (sequence, commit, op, version, scopes) and the
+// subscriptions of the clients concerned: what a failure needs to be
+// explained.
+func (s *suite) explainSuspects(ctx context.Context) {
+	t := s.t
+	s.suspectMu.Lock()
+	suspects := s.suspects
+	s.suspectMu.Unlock()
+	if len(suspects) == 0 {
+		return
+	}
+	part, err := s.store.Partition(ctx, partition)
+	if err != nil {
+		t.Logf("explain: %v", err)
+		return
+	}
+	history := map[string][]string{}
+	for after := part.HorizonSeq; ; {
+		cs, err := s.store.ReadCommits(ctx, partition, after, 1<<62, 1000)
+		if err != nil {
+			t.Logf("explain: ReadCommits: %v", err)
+			return
+		}
+		if len(cs) == 0 {
+			break
+		}
+		for _, c := range cs {
+			for i, ch := range c.Changes {
+				if _, ok := suspects[ch.RowID]; ok {
+					history[ch.RowID] = append(history[ch.RowID], fmt.Sprintf("seq %d change %d: %s/%s by %s: %v v%d scopes %v",
+						c.Seq, i, c.ClientID, c.ClientCommitID, c.ActorID, ch.Op, ch.RowVersion, ch.Scopes))
+				}
+			}
+		}
+		after = cs[len(cs)-1].Seq
+	}
+	byName := map[string]*fclient{}
+	for _, fc := range s.clients {
+		byName[fc.name] = fc
+	}
+	n := 0
+	for id, clients := range suspects {
+		if n++; n > 10 {
+			t.Logf("explain: … %d more rows", len(suspects)-10)
+			break
+		}
+		t.Logf("explain: row %s (horizon %d, head %d), held wrongly by %v; its changes:\n  %s", id, part.HorizonSeq, part.MaxCommitSeq,
+			clients, strings.Join(history[id], "\n  "))
+		seen := map[string]bool{}
+		for _, c := range clients {
+			if seen[c] {
+				continue
+			}
+			seen[c] = true
+			fc := byName[c]
+			var subs []string
+			for _, p := range []string{"all", "p0", "p1", "p2", "p3", "p4", "p5"} {
+				if st, ok := fc.c.Subscription("sub-" + p); ok {
+					subs = append(subs, fmt.Sprintf("%s cursor %d status %v effective %v", st.ID, st.Cursor, st.Status, st.Effective))
+				}
+			}
+			t.Logf("explain: %s (grants %v, realtime %v: %d deltas, %d dropped): %s", c, fc.grants, fc.realtime,
+				fc.deltas.Load(), fc.dropped.Load(), strings.Join(subs, "; "))
+		}
+	}
 }
 
 // verifyLog checks that every commit acknowledged as applied or cached is

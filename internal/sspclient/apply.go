@@ -153,9 +153,10 @@ func (rs *roundState) commit(f *wire.Commit) error {
 		return fmt.Errorf("sspclient: COMMIT outside a subscription section")
 	}
 	type change struct {
-		table string
-		row   Row
-		del   bool
+		table  string
+		row    Row
+		del    bool
+		scopes wire.StoredScopes
 	}
 	changes := make([]change, len(f.Changes))
 	for i, ch := range f.Changes {
@@ -164,7 +165,7 @@ func (rs *roundState) commit(f *wire.Commit) error {
 		if !ok {
 			return fmt.Errorf("sspclient: COMMIT %d changes unknown table %q", f.CommitSeq, name)
 		}
-		changes[i] = change{table: name, row: Row{ID: ch.RowID, Version: ch.RowVersion}, del: ch.Op == wire.OpDelete}
+		changes[i] = change{table: name, row: Row{ID: ch.RowID, Version: ch.RowVersion}, del: ch.Op == wire.OpDelete, scopes: ch.Scopes}
 		if ch.Op == wire.OpUpsert {
 			vals, err := t.RowCodec().DecodeRow(ch.Row)
 			if err != nil {
@@ -175,11 +176,7 @@ func (rs *roundState) commit(f *wire.Commit) error {
 	}
 	rs.c.mu.Lock()
 	for _, ch := range changes {
-		if ch.del {
-			delete(rs.c.rows[ch.table], ch.row.ID)
-		} else {
-			rs.c.putRow(ch.table, ch.row)
-		}
+		rs.c.applyChange(ch.table, f.CommitSeq, ch.row, ch.del, ch.scopes)
 	}
 	rs.c.mu.Unlock()
 	rs.section.Commits++

@@ -92,6 +92,9 @@ type Client struct {
 	outcomes []Outcome
 	subs     []*subscription
 	rows     map[string]map[string]Row
+	// rowSeq is, by table and row id, the commit sequence of the last
+	// change applied to the row, deletes included (see applyChange).
+	rowSeq map[string]map[string]int64
 }
 
 // New returns a client of the server mounted at baseURL (the prefix of
@@ -107,7 +110,7 @@ func New(baseURL, token string, s *schema.Compiled, opts Options) (*Client, erro
 	}
 	c := &Client{
 		base: strings.TrimRight(baseURL, "/"), token: token, schema: s, opts: opts,
-		idPrefix: randomHex(6), rows: map[string]map[string]Row{},
+		idPrefix: randomHex(6), rows: map[string]map[string]Row{}, rowSeq: map[string]map[string]int64{},
 	}
 	return c, nil
 }
@@ -193,6 +196,46 @@ func (c *Client) putRow(table string, r Row) {
 		c.rows[table] = m
 	}
 	m[r.ID] = r
+}
+
+// applyChange applies a change of the commit at seq. Each subscription is
+// its own unit of progress (§1.4), while a row id is one row whatever its
+// scopes: a row that moves between two subscriptions' scopes (deleted in
+// one, inserted again in the other) reaches the client in two sections
+// that may lag each other, so
+//   - a change of an earlier commit than the last one applied to the row
+//     (deletes included) is stale and skipped, and
+//   - a delete whose stored scopes are not the local row's names another
+//     incarnation of the row (the one the other section replaced in the
+//     same commit) and is skipped.
+//
+// The caller holds c.mu.
+func (c *Client) applyChange(table string, seq int64, r Row, del bool, scopes wire.StoredScopes) {
+	m := c.rowSeq[table]
+	if m == nil {
+		m = map[string]int64{}
+		c.rowSeq[table] = m
+	}
+	if last, ok := m[r.ID]; ok && seq < last {
+		return
+	}
+	if del {
+		if local, ok := c.rows[table][r.ID]; ok && len(scopes) > 0 {
+			t, _ := c.schema.Table(table)
+			sm := make(wire.ScopeMap, len(scopes))
+			for i, sc := range scopes {
+				sm[i] = wire.ScopeValues{Key: sc.Key, Values: []string{sc.Value}}
+			}
+			if t != nil && !matchesScopes(t, local.Values, sm) {
+				return
+			}
+		}
+		m[r.ID] = seq
+		delete(c.rows[table], r.ID)
+		return
+	}
+	m[r.ID] = seq
+	c.putRow(table, r)
 }
 
 // purge deletes the rows of a table inside scopes (§3.3) and returns how

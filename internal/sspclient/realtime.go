@@ -164,9 +164,11 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 		return -1, fmt.Errorf("sspclient: delta: %w", err)
 	}
 	type staged struct {
-		table string
-		row   Row
-		del   bool
+		table  string
+		seq    int64
+		row    Row
+		del    bool
+		scopes wire.StoredScopes
 	}
 	var (
 		open    *subscription
@@ -200,7 +202,7 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 			}
 			for _, ch := range f.Changes {
 				name := f.Tables[ch.TableIndex]
-				st := staged{table: name, row: Row{ID: ch.RowID, Version: ch.RowVersion}, del: ch.Op == wire.OpDelete}
+				st := staged{table: name, seq: f.CommitSeq, row: Row{ID: ch.RowID, Version: ch.RowVersion}, del: ch.Op == wire.OpDelete, scopes: ch.Scopes}
 				if !st.del {
 					t, ok := c.schema.Table(name)
 					if !ok {
@@ -215,11 +217,7 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 		case *wire.SubEnd:
 			if open != nil && f.NextCursor > open.cursor {
 				for _, ch := range changes {
-					if ch.del {
-						delete(c.rows[ch.table], ch.row.ID)
-					} else {
-						c.putRow(ch.table, ch.row)
-					}
+					c.applyChange(ch.table, ch.seq, ch.row, ch.del, ch.scopes)
 				}
 				open.cursor = f.NextCursor
 				applied = max(applied, f.NextCursor)
