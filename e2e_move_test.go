@@ -7,8 +7,8 @@ import (
 )
 
 // A row that moves between two subscriptions of one client (deleted in one
-// scope and inserted again, same id, in another, in one commit; in two
-// commits the insert is refused with sync.row_deleted) reaches the client
+// scope and inserted again, same id, in another: in one commit, or in two
+// with an explicit insert, baseVersion 0, §6.2) reaches the client
 // in two sections, each with the changes of its scope. Applied in section
 // order, the old scope's delete would come after the new scope's insert;
 // the delete's stored scopes name the incarnation it removes, so a client
@@ -24,6 +24,7 @@ func TestRowMovesBetweenSubscriptions(t *testing.T) {
 		mustSubscribe(t, bob, "sub-p0", "p0")
 		mustSubscribe(t, bob, "sub-p1", "p1")
 		mustUpsert(t, alice, taskRow("r", "p1", "in p1"))
+		mustUpsert(t, alice, taskRow("s", "p1", "in p1"))
 		syncQuiet(t, alice)
 		syncQuiet(t, bob)
 
@@ -35,12 +36,16 @@ func TestRowMovesBetweenSubscriptions(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := alice.Delete("tasks", "s"); err != nil {
+			t.Fatal(err)
+		}
+		mustUpsert(t, alice, taskRow("s", "p0", "s in p0"), sspclient.BaseVersion(0))
 		syncQuiet(t, alice)
 		syncQuiet(t, bob)
 
 		want := e.serverRows("tasks")
 		got := clientRows(t, bob, "tasks")
-		if len(want) != 1 || len(got) != 1 || got["r"] != want["r"] {
+		if len(want) != 2 || len(got) != 2 || got["r"] != want["r"] || got["s"] != want["s"] {
 			t.Fatalf("after the moves: bob holds %v; the server %v", got, want)
 		}
 	})
