@@ -15,7 +15,7 @@ import (
 func addVectorSeeds(f *testing.F, dirs ...string) {
 	root := os.Getenv("SYNCGO_VECTORS_DIR")
 	if root == "" {
-		root = filepath.Join("..", "..", "shared", "ssp2-vectors")
+		root = filepath.Join("testdata", "ssp2-vectors")
 	}
 	for _, dir := range dirs {
 		for _, pattern := range []string{"*.bin", "invalid/*.bin"} {

@@ -228,19 +228,16 @@ func runPushVectors(t *testing.T, dir string) {
 }
 
 // rowsVectorsRoot returns the golden-vector directory (SYNCGO_VECTORS_DIR,
-// or ../shared/ssp2-vectors beside the repository), skipping the test when
-// it is missing unless CI=true.
+// or the copy in testdata/ssp2-vectors); a missing directory fails the
+// test.
 func rowsVectorsRoot(t *testing.T) string {
 	t.Helper()
 	root := os.Getenv("SYNCGO_VECTORS_DIR")
 	if root == "" {
-		root = filepath.Join("..", "..", "shared", "ssp2-vectors")
+		root = filepath.Join("testdata", "ssp2-vectors")
 	}
 	if _, err := os.Stat(filepath.Join(root, "v3", "push", "manifest.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("golden vectors missing: %v", err)
-		}
-		t.Skipf("golden vectors not found at %s", root)
+		t.Fatalf("golden vectors missing: %v", err)
 	}
 	return root
 }

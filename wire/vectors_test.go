@@ -27,19 +27,16 @@ type vectorManifest struct {
 }
 
 // vectorsRoot returns the golden-vector directory: SYNCGO_VECTORS_DIR, or
-// ../shared/ssp2-vectors beside the repository. It skips the test when the
-// directory is absent, except under CI=true, where that is a failure.
+// the copy in testdata/ssp2-vectors (see NOTICE). A missing directory
+// fails the test: the vectors are part of the repository.
 func vectorsRoot(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("SYNCGO_VECTORS_DIR")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "ssp2-vectors")
+		dir = filepath.Join("testdata", "ssp2-vectors")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "request", "manifest.json")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("golden vectors not found at %s (set SYNCGO_VECTORS_DIR): %v", dir, err)
-		}
-		t.Skipf("golden vectors not found at %s; set SYNCGO_VECTORS_DIR to run them", dir)
+		t.Fatalf("golden vectors not found at %s: %v", dir, err)
 	}
 	return dir
 }
