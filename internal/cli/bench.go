@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 )
 
 const benchUsage = `usage: syncgo bench -workload NAME [flags]
+       syncgo bench summarize [LABEL=]DIR...   Markdown table of the medians of -json results
 
 Drives virtual SSP2 clients over HTTP and WebSocket against a running
 server and prints the figures (and writes them as JSON with -json).
@@ -35,6 +37,9 @@ flags:
 `
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "summarize" {
+		return runBenchSummarize(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -108,6 +113,32 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fmt.Fprintln(stderr, "syncgo bench:", err)
 			return 1
 		}
+	}
+	return 0
+}
+
+// runBenchSummarize prints the Markdown table of medians of result
+// directories: syncgo bench summarize [LABEL=]DIR...
+func runBenchSummarize(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: syncgo bench summarize [LABEL=]DIR... (each DIR holds the -json results of one server setup)")
+		return 2
+	}
+	sets := make([]bench.Set, 0, len(args))
+	for _, a := range args {
+		label, dir, ok := strings.Cut(a, "=")
+		if !ok {
+			label, dir = filepath.Base(filepath.Clean(a)), a
+		}
+		s, err := bench.LoadSet(label, dir)
+		if err != nil {
+			fmt.Fprintln(stderr, "syncgo bench summarize:", err)
+			return 1
+		}
+		sets = append(sets, s)
+	}
+	if err := bench.WriteSummary(stdout, sets); err != nil {
+		return 1
 	}
 	return 0
 }
