@@ -553,3 +553,40 @@ func TestJWKSUnreachableAtStart(t *testing.T) {
 		t.Fatalf("JWKS up again: %v", err)
 	}
 }
+
+// Whatever the claims, Resolve grants a wildcard only through a constant
+// rule, and only values the wire can carry.
+func FuzzScopesResolve(f *testing.F) {
+	f.Add(`{"lists":["a","*",1,{"x":1}],"role":"admin","app":{"extra":["b"]}}`)
+	f.Add(`{"lists":"*"}`)
+	sc := testSchema(f)
+	withWildcard, err := CompileScopes(ScopeRules{
+		"list_id": {{Claim: "lists"}, {Claim: "app.extra"}, {Value: "*", When: &Condition{Claim: "role", Equals: "admin"}}},
+		"user_id": {{Claim: "sub"}},
+	}, sc)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		var claims map[string]any
+		d := json.NewDecoder(strings.NewReader(raw))
+		d.UseNumber()
+		if d.Decode(&claims) != nil {
+			return
+		}
+		got := withWildcard.Resolve(claims)
+		for v, vals := range got {
+			for _, x := range vals {
+				if x == "*" && (v != "list_id" || !holds(claims, Condition{Claim: "role", Equals: "admin"})) {
+					t.Fatalf("wildcard for %s from claims %s", v, raw)
+				}
+				if x != "*" && valueProblem(x) != "" {
+					t.Fatalf("unusable value %q from claims %s", x, raw)
+				}
+			}
+			if len(vals) == 0 {
+				t.Fatalf("empty value list for %s", v)
+			}
+		}
+	})
+}

@@ -24,7 +24,9 @@ func IsPostgres(db string) bool {
 const redacted = "xxxxx"
 
 // kvPassword matches the password of a key=value DSN, quoted or not.
-var kvPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)`)
+// An unterminated quote runs to the end, and what follows a closing
+// quote up to the next space is taken with the value.
+var kvPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*(?:'\S*|\\?$)|[^\s']\S*)`)
 
 // RedactDSN hides the password of a Postgres DSN (in a URL's user info
 // or query, or a key=value DSN); an SQLite path is returned as is.
