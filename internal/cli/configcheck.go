@@ -147,4 +147,3 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
-

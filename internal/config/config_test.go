@@ -42,12 +42,12 @@ auth:
 `)
 	dir := filepath.Dir(path)
 	c, err := Load(path, env(map[string]string{
-		"SYNCGO_MOUNT":                 "/env",
-		"SYNCGO_AUTH_ISSUER":           "https://env.test",
-		"SYNCGO_AUTH_AUDIENCE":         "x, y",
+		"SYNCGO_MOUNT":                  "/env",
+		"SYNCGO_AUTH_ISSUER":            "https://env.test",
+		"SYNCGO_AUTH_AUDIENCE":          "x, y",
 		"SYNCGO_LIMITS_MAX_FRAME_BYTES": "77",
-		"SYNCGO_REALTIME_HEARTBEAT":    "7s",
-		"SYNCGO_MAX_CONNS":             "12",
+		"SYNCGO_REALTIME_HEARTBEAT":     "7s",
+		"SYNCGO_MAX_CONNS":              "12",
 	}))
 	if err != nil {
 		t.Fatal(err)
