@@ -267,6 +267,18 @@ func (a *Authenticator) Token(r *http.Request) (token, subprotocol string, src T
 	return "", "", TokenSource{}, ErrNoToken
 }
 
+// offeredMarker returns a configured subprotocol marker the request
+// offers, or "".
+func (a *Authenticator) offeredMarker(r *http.Request) string {
+	offered := offeredProtocols(r)
+	for _, s := range a.sources {
+		if s.Subprotocol != "" && slices.Contains(offered, s.Subprotocol) {
+			return s.Subprotocol
+		}
+	}
+	return ""
+}
+
 // offeredProtocols lists the subprotocols of Sec-WebSocket-Protocol.
 func offeredProtocols(r *http.Request) []string {
 	var out []string
@@ -290,6 +302,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (syncgo.Auth, error) {
 		var id Identity
 		if id, err = a.Verify(r.Context(), token); err == nil {
 			a.record(id)
+			if proto == "" {
+				// Another source authenticated a browser that also
+				// offered the marker: it still needs it answered.
+				proto = a.offeredMarker(r)
+			}
 			return syncgo.Auth{ActorID: id.ActorID, Partition: id.Partition, ExpiresAt: id.ExpiresAt, WebSocketProtocol: proto}, nil
 		}
 	}

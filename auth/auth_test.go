@@ -412,6 +412,14 @@ func TestTokenSources(t *testing.T) {
 	if got, err := a.Authenticate(r); err != nil || got.ActorID != "alice" || got.WebSocketProtocol != "syncgo.bearer" {
 		t.Errorf("subprotocol: %+v %v", got, err)
 	}
+	// A cookie authenticates a socket that also offered the marker: the
+	// marker is still answered.
+	rc := httptest.NewRequest(http.MethodGet, "/realtime?clientId=c", nil)
+	rc.AddCookie(&http.Cookie{Name: "sg_token", Value: tok})
+	rc.Header.Set("Sec-WebSocket-Protocol", "syncgo.bearer, "+tok)
+	if got, err := a.Authenticate(rc); err != nil || got.WebSocketProtocol != "syncgo.bearer" {
+		t.Errorf("cookie and subprotocol: %+v %v", got, err)
+	}
 	r.Header.Set("Sec-WebSocket-Protocol", "syncgo.bearer")
 	if _, err := a.Authenticate(r); !errors.Is(err, ErrRefused) || errors.Is(err, ErrNoToken) {
 		t.Errorf("subprotocol marker without a token: %v", err)
