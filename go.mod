@@ -3,9 +3,14 @@ module github.com/syncgo/syncgo
 go 1.26.0
 
 require (
+	github.com/MicahParks/jwkset v0.11.4
 	github.com/gobwas/ws v1.5.0
+	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/klauspost/compress v1.20.4
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/time v0.9.0
 	modernc.org/sqlite v1.62.0
 	zombiezen.com/go/sqlite v1.4.2
 )

@@ -1,7 +1,6 @@
 package syncgo_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,10 +10,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/binarytest"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
@@ -40,15 +38,15 @@ func TestRealtimeAcrossProcesses(t *testing.T) {
 	}
 	t.Parallel()
 	sc := mpDemoSchema(t)
-	bin := mpBuild(t)
+	bin := binarytest.Build(t)
 	db := pgtest.Schema(t, "syncgo_mp", false)
 	first := mpServe(t, bin, db, "first")
 	second := mpServe(t, bin, db, "second")
 
 	// c2 registers a subscription to project p1 on the second process
 	// (epoch acquisition first), then opens its socket there.
-	epoch := mpAcquireEpoch(t, second.url, "c2")
-	resp := mpSync(t, second.url, &wire.Request{Version: wire.Version3,
+	epoch := mpAcquireEpoch(t, second.URL, "c2")
+	resp := mpSync(t, second.URL, &wire.Request{Version: wire.Version3,
 		Header: &wire.ReqHeader{ClientID: "c2", SchemaVersion: 1, LogEpoch: &epoch},
 		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
 		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
@@ -56,22 +54,22 @@ func TestRealtimeAcrossProcesses(t *testing.T) {
 	if st := mpFrame[*wire.SubStart](t, resp); st.Status != wire.SubActive {
 		t.Fatalf("subscription status = %v", st.Status)
 	}
-	sock := mpDial(t, second.url, "c2")
+	sock := mpDial(t, second.URL, "c2")
 	hello := sock.hello(t)
 	if hello.RequiresSync {
 		t.Fatalf("hello = %+v: the registration did not load", hello)
 	}
 
 	// A task pushed to the first process reaches the second's socket.
-	seq := mpPushTask(t, sc, first.url, epoch, "c1", "task-1", "one")
+	seq := mpPushTask(t, sc, first.URL, epoch, "c1", "task-1", "one")
 	sock.wantTask(t, seq, "task-1", "one", false)
 
 	// Terminate the second process's listen connection: it reconnects,
 	// and a commit pushed meanwhile still reaches the socket.
-	if n := mpTerminateListener(t, base, second.cmd.Process.Pid); n < 1 {
-		t.Fatalf("no listen connection of process %d in pg_stat_activity", second.cmd.Process.Pid)
+	if n := mpTerminateListener(t, base, second.Cmd.Process.Pid); n < 1 {
+		t.Fatalf("no listen connection of process %d in pg_stat_activity", second.Cmd.Process.Pid)
 	}
-	seq = mpPushTask(t, sc, first.url, epoch, "c1", "task-2", "two")
+	seq = mpPushTask(t, sc, first.URL, epoch, "c1", "task-2", "two")
 	sock.wantTask(t, seq, "task-2", "two", true)
 }
 
@@ -91,21 +89,6 @@ func mpDemoSchema(t *testing.T) *schema.Compiled {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// mpBuild builds cmd/syncgo into a temporary directory.
-func mpBuild(t *testing.T) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("the go tool is needed to build cmd/syncgo: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "syncgo")
-	out, err := exec.Command(goTool, "build", "-o", bin, "./cmd/syncgo").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/syncgo: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // mpTerminateListener terminates the listen connection of the syncgo
@@ -130,84 +113,12 @@ func mpTerminateListener(t *testing.T, base string, pid int) int64 {
 	return n
 }
 
-// mpProcess is a running `syncgo serve`.
-type mpProcess struct {
-	cmd *exec.Cmd
-	url string
-}
-
-// mpLog collects a process's stderr for the failure report.
-type mpLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *mpLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *mpLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // mpServe starts `syncgo serve` on a free port, stopped at cleanup, and
 // returns once it answers HTTP.
-func mpServe(t *testing.T, bin, db, name string) *mpProcess {
+func mpServe(t *testing.T, bin, db, name string) *binarytest.Process {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "-db", db, "-listen", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &mpLog{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("%s (pid %d) stderr:\n%s", name, cmd.Process.Pid, logs)
-		}
-	})
-	// The first line names the address: "syncgo listening on http://…".
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	var line string
-	select {
-	case line = <-lines:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not start listening; stderr:\n%s", name, logs)
-	}
-	_, rest, ok := strings.Cut(line, "listening on ")
-	addr, _, _ := strings.Cut(rest, " ")
-	if !ok || !strings.HasPrefix(addr, "http://") {
-		t.Fatalf("%s printed %q; stderr:\n%s", name, line, logs)
-	}
-	p := &mpProcess{cmd: cmd, url: addr}
-	resp, err := http.Get(p.url + "/")
+	p := binarytest.Serve(t, bin, binarytest.Options{Name: name}, "-db", db, "-listen", "127.0.0.1:0")
+	resp, err := http.Get(p.URL + "/")
 	if err != nil {
 		t.Fatalf("%s does not answer HTTP: %v", name, err)
 	}

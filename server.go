@@ -25,6 +25,12 @@ type Auth struct {
 	// ExpiresAt, when set, is when the credentials expire: realtime
 	// sockets opened with them are closed then.
 	ExpiresAt time.Time
+	// WebSocketProtocol, when set, is the subprotocol a WebSocket upgrade
+	// is answered with, if the client offered it (Sec-WebSocket-Protocol):
+	// set it when the credentials came in that header, since a browser
+	// fails an upgrade whose offered subprotocols the server answers with
+	// none. Ignored on other requests.
+	WebSocketProtocol string
 }
 
 // ScopeRequest is the input of Config.ResolveScopes.

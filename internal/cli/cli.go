@@ -11,7 +11,10 @@ import (
 const usage = `usage: syncgo <command> [flags]
 
 commands:
-  serve     start the sync server (SQLite file by default; -db postgres://... for Postgres)
+  serve     start the sync server (SQLite file by default; -db postgres://... for Postgres;
+            -config FILE: docs/configuration.md; JWT auth and scope rules: docs/auth.md)
+  config check FILE
+            validate a config file (settings, schema, keys, scope rules) without starting
   schema    show (reading only) the stored and running schema, what a start,
             a request and a push would get, and the checkpoints
   migrate   upgrade a database written by an older server line (the
@@ -43,6 +46,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
 	case "render":
 		return runRender(args[1:], stdin, stdout, stderr)
 	case "schema":

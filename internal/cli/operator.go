@@ -71,7 +71,7 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "syncgo schema:", err)
 		return 1
 	}
-	decls, err := serveFlags{checkpoints: checkpoints}.declarations(running.Version())
+	decls, err := declarations(checkpoints, running.Version())
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo schema:", err)
 		return 2

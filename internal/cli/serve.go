@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/auth"
+	"github.com/syncgo/syncgo/internal/config"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
@@ -24,34 +26,20 @@ import (
 //go:embed demo_schema.json
 var demoSchema []byte
 
-type serveFlags struct {
-	listen      string
-	db          string
-	dbListen    string
-	schema      string
-	mount       string
-	checkpoints stringList
-	// dev acknowledges that the development authentication is served on
-	// an address other hosts can reach.
-	dev      bool
-	maxConns int
-	idle     time.Duration
-}
-
 // stringList is a repeatable string flag.
 type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// declarations parses -checkpoint partition/name flags; the version is
-// the running schema's.
-func (f serveFlags) declarations(version int32) ([]store.CheckpointDeclaration, error) {
+// declarations parses the checkpoints partition/name; the version is the
+// running schema's.
+func declarations(checkpoints []string, version int32) ([]store.CheckpointDeclaration, error) {
 	var out []store.CheckpointDeclaration
-	for _, c := range f.checkpoints {
+	for _, c := range checkpoints {
 		part, name, ok := strings.Cut(c, "/")
 		if !ok || part == "" || name == "" {
-			return nil, fmt.Errorf("-checkpoint %q: want partition/name", c)
+			return nil, fmt.Errorf("checkpoint %q: want partition/name", c)
 		}
 		out = append(out, store.CheckpointDeclaration{Partition: part, Name: name, SchemaVersion: version})
 	}
@@ -65,25 +53,79 @@ func envOr(key, def string) string {
 	return def
 }
 
+// bindServeFlags declares the flags of serve's settings on fs; the
+// returned function applies those given on the command line over c
+// (flags > environment > file > defaults).
+func bindServeFlags(fs *flag.FlagSet) func(c *config.Config) {
+	d := config.Default()
+	var (
+		listen, db, dbListen, schemaPath, mount string
+		dev                                     bool
+		maxConns                                int
+		idle                                    time.Duration
+		checkpoints                             stringList
+	)
+	fs.StringVar(&listen, "listen", d.Listen, "listen address (listen, SYNCGO_LISTEN)")
+	fs.StringVar(&db, "db", d.DB, "SQLite file path, postgres:// URL or key=value Postgres DSN (db, SYNCGO_DB)")
+	fs.StringVar(&dbListen, "db-listen", "", "Postgres DSN of the commit listener's direct connection, when -db goes through a transaction pooler (db_listen, SYNCGO_DB_LISTEN)")
+	fs.StringVar(&schemaPath, "schema", "", "schema IR JSON file; default: a small demo schema (schema, SYNCGO_SCHEMA)")
+	fs.StringVar(&mount, "mount", d.Mount, "path prefix of the protocol routes (mount, SYNCGO_MOUNT)")
+	fs.BoolVar(&dev, "dev", false, "development authentication: any 'Bearer <actorId>' is trusted and may use every scope; "+
+		"needed to serve it on a non-loopback address (auth.mode: dev, SYNCGO_AUTH_MODE=dev)")
+	fs.IntVar(&maxConns, "max-conns", 0, "cap on simultaneous connections, sockets included; 0: the file-descriptor limit less a reserve (max_conns, SYNCGO_MAX_CONNS)")
+	fs.DurationVar(&idle, "idle-timeout", d.IdleTimeout, "how long an idle keep-alive connection is kept (idle_timeout, SYNCGO_IDLE_TIMEOUT)")
+	fs.Var(&checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable; checkpoints, SYNCGO_CHECKPOINTS)")
+	return func(c *config.Config) {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "listen":
+				c.Listen = listen
+			case "db":
+				c.DB = db
+			case "db-listen":
+				c.DBListen = dbListen
+			case "schema":
+				c.Schema = schemaPath
+			case "mount":
+				c.Mount = mount
+			case "dev":
+				if dev {
+					c.Auth.Mode = config.ModeDev
+				}
+			case "max-conns":
+				c.MaxConns = maxConns
+			case "idle-timeout":
+				c.IdleTimeout = idle
+			case "checkpoint":
+				c.Checkpoints = checkpoints
+			}
+		})
+	}
+}
+
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var f serveFlags
-	fs.StringVar(&f.listen, "listen", envOr("SYNCGO_LISTEN", "127.0.0.1:8787"), "listen address (SYNCGO_LISTEN)")
-	fs.StringVar(&f.db, "db", envOr("SYNCGO_DB", "syncgo.db"), "SQLite file path or postgres:// URL (SYNCGO_DB)")
-	fs.StringVar(&f.dbListen, "db-listen", envOr("SYNCGO_DB_LISTEN", ""), "Postgres URL for the commit listener's direct connection, when -db goes through a transaction pooler (SYNCGO_DB_LISTEN)")
-	fs.StringVar(&f.schema, "schema", envOr("SYNCGO_SCHEMA", ""), "schema IR JSON file; default: a small demo schema (SYNCGO_SCHEMA)")
-	fs.StringVar(&f.mount, "mount", envOr("SYNCGO_MOUNT", "/"), "path prefix of the protocol routes (SYNCGO_MOUNT)")
-	fs.BoolVar(&f.dev, "dev", false, "acknowledge that the development authentication (any bearer token is an actor with every scope) "+
-		"is served on a non-loopback -listen address; without it serve listens on loopback addresses only")
-	fs.IntVar(&f.maxConns, "max-conns", envInt("SYNCGO_MAX_CONNS", 0), "cap on simultaneous connections, sockets included; 0: the file-descriptor limit less a reserve (SYNCGO_MAX_CONNS)")
-	fs.DurationVar(&f.idle, "idle-timeout", 2*time.Minute, "how long an idle keep-alive connection is kept")
-	fs.Var(&f.checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable)")
+	configPath := fs.String("config", os.Getenv("SYNCGO_CONFIG"), "YAML config file (docs/configuration.md); flags and SYNCGO_* variables override it (SYNCGO_CONFIG)")
+	apply := bindServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "syncgo serve: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	cfg, err := config.Load(*configPath, nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo serve: config:", config.RedactDSN(err.Error()))
+		return 1
+	}
+	apply(&cfg)
+	secrets := cfg.Secrets()
+	stdout = config.NewRedactingWriter(stdout, secrets)
+	stderr = config.NewRedactingWriter(stderr, secrets)
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	if err := serve(ctx, f, logger, stdout); err != nil {
+	if err := serve(ctx, cfg, logger, stdout); err != nil {
 		fmt.Fprintln(stderr, "syncgo serve:", err)
 		return 1
 	}
@@ -113,59 +155,126 @@ func openStore(ctx context.Context, db string, logger *slog.Logger) (store.Store
 // migration, and a missing SQLite file is an error.
 func openStoreReadOnly(ctx context.Context, db string) (store.Store, error) {
 	logger := slog.New(slog.DiscardHandler)
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+	if config.IsPostgres(db) {
 		return pgstore.Open(ctx, pgstore.Config{URL: db, Logger: logger, ReadOnly: true})
 	}
 	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger, ReadOnly: true})
 }
 
 func openStoreListen(ctx context.Context, db, listen string, logger *slog.Logger) (store.Store, error) {
-	if strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://") {
+	if config.IsPostgres(db) {
 		return pgstore.Open(ctx, pgstore.Config{URL: db, ListenURL: listen, Logger: logger})
 	}
 	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger})
 }
 
-func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Writer) error {
+func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
 	// Listen first: an address the development authentication must not
 	// be served on is refused before the database is opened.
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	if addr, ok := ln.Addr().(*net.TCPAddr); !ok || !addr.IP.IsLoopback() {
-		if !f.dev {
-			return fmt.Errorf("refusing to listen on %s: serve uses development authentication (any bearer token is trusted), "+
-				"so it listens on a loopback address only; pass -dev to acknowledge serving it on %s anyway, "+
-				"or embed syncgo with your own Authenticate and ResolveScopes", ln.Addr(), f.listen)
-		}
-		logger.Warn("DEVELOPMENT AUTHENTICATION ON A NON-LOOPBACK ADDRESS (-dev): anyone who can reach " +
-			ln.Addr().String() + " can read and write every scope")
+	addr, ok := ln.Addr().(*net.TCPAddr)
+	loopback := ok && addr.IP.IsLoopback()
+	mode, err := cfg.AuthMode(loopback)
+	if err != nil {
+		return fmt.Errorf("refusing to listen on %s: %w", ln.Addr(), err)
 	}
-	sc, err := loadSchema(f.schema)
+	sc, err := loadSchema(cfg.Schema)
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
-	decls, err := f.declarations(sc.Version())
+	decls, err := declarations(cfg.Checkpoints, sc.Version())
 	if err != nil {
 		return err
 	}
-	st, err := openStoreListen(ctx, f.db, f.dbListen, logger)
+	var (
+		authenticate  func(*http.Request) (syncgo.Auth, error)
+		resolveScopes func(context.Context, syncgo.ScopeRequest) (map[string][]string, error)
+	)
+	switch mode {
+	case config.ModeJWT:
+		ac := cfg.Auth.Config
+		ac.Logger = logger
+		a, err := auth.New(ac, cfg.Scopes, sc)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		defer a.Close()
+		for _, v := range a.Scopes().Unruled(sc) {
+			logger.Warn("scope variable " + v + " has no rule in scopes: no actor is granted it")
+		}
+		authenticate, resolveScopes = a.Authenticate, a.ResolveScopes
+		logger.Info("JWT authentication", "algorithms", strings.Join(a.Algorithms(), ","), "issuer", cfg.Auth.Issuer,
+			"audience", strings.Join(cfg.Auth.Audience, ","), "token_sources", sourcesString(ac.TokenSources))
+	default:
+		if !loopback {
+			logger.Warn("DEVELOPMENT AUTHENTICATION ON A NON-LOOPBACK ADDRESS (-dev): anyone who can reach " +
+				ln.Addr().String() + " can read and write every scope")
+		}
+		logger.Warn("DEVELOPMENT AUTHENTICATION: 'Authorization: Bearer <actorId>' is trusted as is, " +
+			"every actor is in partition \"default\" and may read and write every scope. " +
+			"Configure JWT authentication (docs/auth.md) for production.")
+		if len(cfg.Scopes) > 0 {
+			logger.Warn("scopes are ignored under development authentication: every actor may use every scope")
+		}
+		authenticate, resolveScopes = devAuthenticate, devResolver(sc)
+	}
+	db, dbListen := cfg.DB, cfg.DBListen
+	if cfg.DBPasswordFile != "" {
+		pw, err := os.ReadFile(cfg.DBPasswordFile)
+		if err != nil {
+			return fmt.Errorf("db_password_file: %w", err)
+		}
+		password := strings.TrimRight(string(pw), "\r\n")
+		if db, err = config.WithPassword(db, password); err != nil {
+			return err
+		}
+		if dbListen != "" {
+			if dbListen, err = config.WithPassword(dbListen, password); err != nil {
+				return err
+			}
+		}
+	}
+	st, err := openStoreListen(ctx, db, dbListen, logger)
 	if err != nil {
-		return err
+		return fmt.Errorf("open %s: %w", config.RedactDSN(cfg.DB), err)
 	}
 	defer st.Close()
-	logger.Warn("DEVELOPMENT AUTHENTICATION: 'Authorization: Bearer <actorId>' is trusted as is, " +
-		"every actor is in partition \"default\" and may read and write every scope. " +
-		"Embed syncgo and supply Authenticate and ResolveScopes for production.")
+	l := cfg.Limits
 	srv, err := syncgo.New(syncgo.Config{
-		Store:         st,
-		Schema:        sc,
-		Authenticate:  devAuthenticate,
-		ResolveScopes: devResolver(sc),
-		Logger:        logger,
-		Declarations:  decls,
+		Store:                 st,
+		Schema:                sc,
+		Authenticate:          authenticate,
+		ResolveScopes:         resolveScopes,
+		Logger:                logger,
+		Declarations:          decls,
+		MaxRequestBytes:       l.MaxRequestBytes,
+		MaxFrameBytes:         l.MaxFrameBytes,
+		StallTimeout:          l.StallTimeout,
+		WriteTimeout:          l.WriteTimeout,
+		MaxConcurrentRequests: l.MaxConcurrentRequests,
+		MaxQueuedRequests:     l.MaxQueuedRequests,
+		QueueTimeout:          l.QueueTimeout,
+		Limits: syncgo.Limits{
+			MaxOperationsPerRequest:    l.MaxOperationsPerRequest,
+			MaxSubscriptionsPerRequest: l.MaxSubscriptionsPerRequest,
+			InlineSegmentMaxBytes:      l.InlineSegmentMaxBytes,
+			SegmentTTL:                 l.SegmentTTL,
+		},
+		Realtime: syncgo.RealtimeConfig{
+			Heartbeat:         cfg.Realtime.Heartbeat,
+			ReresolveInterval: cfg.Realtime.ReresolveInterval,
+			QueueMessages:     cfg.Realtime.QueueMessages,
+			QueueBytes:        cfg.Realtime.QueueBytes,
+			MaxDeltaBytes:     cfg.Realtime.MaxDeltaBytes,
+			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
+		},
 	})
 	if err != nil {
 		return err
@@ -175,13 +284,13 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 	}
 	defer srv.Stop(context.Background())
 	mux := http.NewServeMux()
-	mount := "/" + strings.Trim(f.mount, "/")
+	mount := "/" + strings.Trim(cfg.Mount, "/")
 	if mount == "/" {
 		mux.Handle("/", srv.Handler())
 	} else {
 		mux.Handle(mount+"/", http.StripPrefix(mount, srv.Handler()))
 	}
-	maxConns := f.maxConns
+	maxConns := cfg.MaxConns
 	if maxConns <= 0 {
 		maxConns = defaultMaxConns()
 	}
@@ -190,8 +299,8 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 	// (Config.StallTimeout, Config.WriteTimeout): no total ReadTimeout or
 	// WriteTimeout here, which would cut off a slow mobile client that is
 	// making progress, and a socket's life.
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: f.idle}
-	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), f.db)
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout}
+	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s, auth %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), config.RedactDSN(cfg.DB), mode)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {
@@ -205,6 +314,17 @@ func serve(ctx context.Context, f serveFlags, logger *slog.Logger, stdout io.Wri
 		return err
 	}
 	return nil
+}
+
+func sourcesString(sources []auth.TokenSource) string {
+	if len(sources) == 0 {
+		return "header Authorization"
+	}
+	var out []string
+	for _, s := range sources {
+		out = append(out, s.String())
+	}
+	return strings.Join(out, ", ")
 }
 
 // devAuthenticate trusts "Authorization: Bearer <actorId>": development only.

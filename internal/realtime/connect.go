@@ -74,7 +74,20 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	if len(c.Buffered) > 0 {
 		src = io.MultiReader(&sliceReader{b: c.Buffered}, c.NetConn)
 	}
-	go h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
+	// The socket closes when its credentials expire, at that moment
+	// rather than at the next heartbeat (which also checks).
+	var expiry *time.Timer
+	if !c.ExpiresAt.IsZero() {
+		expiry = time.AfterFunc(time.Until(c.ExpiresAt), func() {
+			wc.closeWith(ws.StatusPolicyViolation, "credentials expired")
+		})
+	}
+	go func() {
+		h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
+		if expiry != nil {
+			expiry.Stop()
+		}
+	}()
 	return nil
 }
 

@@ -1,0 +1,149 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/syncgo/syncgo/auth"
+	"github.com/syncgo/syncgo/internal/config"
+)
+
+// runConfig runs `syncgo config check FILE`.
+func runConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "check" {
+		fmt.Fprintln(stderr, "usage: syncgo config check FILE")
+		return 2
+	}
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: syncgo config check FILE")
+		return 2
+	}
+	path := fs.Arg(0)
+	cfg, err := config.Load(path, nil)
+	if err != nil {
+		// Load failed before the secrets were known: hide what a DSN in
+		// the message may carry.
+		fmt.Fprintln(stderr, "syncgo config check:", config.RedactDSN(err.Error()))
+		return 1
+	}
+	secrets := cfg.Secrets()
+	stdout = config.NewRedactingWriter(stdout, secrets)
+	stderr = config.NewRedactingWriter(stderr, secrets)
+	summary, warnings, err := checkConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "syncgo config check: %s:\n", path)
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintf(stderr, "  %s\n", line)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: OK\n", path)
+	for _, s := range summary {
+		fmt.Fprintf(stdout, "  %s\n", s)
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stdout, "warning: %s\n", w)
+	}
+	return 0
+}
+
+// checkConfig validates what serve would use, without listening or
+// opening the database: the settings, the schema, the secret and key
+// files, the auth settings and the scope rules compiled against the
+// schema. It returns a summary (secrets redacted) and warnings.
+func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	sc, err := loadSchema(cfg.Schema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schema: %w", err)
+	}
+	if _, err := declarations(cfg.Checkpoints, sc.Version()); err != nil {
+		return nil, nil, err
+	}
+	if cfg.DBPasswordFile != "" {
+		if _, err := os.ReadFile(cfg.DBPasswordFile); err != nil {
+			return nil, nil, fmt.Errorf("db_password_file: %w", err)
+		}
+	}
+	schemaName := cfg.Schema
+	if schemaName == "" {
+		schemaName = "the demo schema"
+	}
+	kind := "SQLite"
+	if config.IsPostgres(cfg.DB) {
+		kind = "Postgres"
+	}
+	summary = append(summary,
+		fmt.Sprintf("listen %s, mount %s", cfg.Listen, cfg.Mount),
+		fmt.Sprintf("db %s (%s)", config.RedactDSN(cfg.DB), kind),
+		fmt.Sprintf("schema %s (version %d; scope variables %s)", schemaName, sc.Version(), strings.Join(sc.Variables(), ", ")))
+	mode := cfg.Auth.Mode
+	if mode == "" {
+		if cfg.Auth.Configured() {
+			mode = config.ModeJWT
+		} else {
+			summary = append(summary, "auth: none configured: development authentication, on a loopback listen address only")
+			warnings = append(warnings, "no authentication is configured (docs/auth.md)")
+			return summary, warnings, nil
+		}
+	}
+	if mode == config.ModeDev {
+		summary = append(summary, "auth dev: any 'Bearer <actorId>' is trusted and may use every scope")
+		warnings = append(warnings, "auth.mode is dev: never serve it to untrusted clients")
+		if len(cfg.Scopes) > 0 {
+			warnings = append(warnings, "scopes are ignored under development authentication")
+		}
+		return summary, warnings, nil
+	}
+	scopes, err := auth.Check(cfg.Auth.Config, cfg.Scopes, sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	var keys []string
+	if cfg.Auth.HS256Secret != "" || cfg.Auth.HS256SecretFile != "" {
+		keys = append(keys, "HS256 secret")
+	}
+	if n := len(cfg.Auth.PublicKeys); n > 0 {
+		keys = append(keys, fmt.Sprintf("%d static key(s)", n))
+	}
+	if cfg.Auth.JWKSURL != "" {
+		keys = append(keys, "JWKS "+cfg.Auth.JWKSURL+" (not fetched by check)")
+	}
+	summary = append(summary, "auth jwt: "+strings.Join(keys, ", "),
+		fmt.Sprintf("  issuer %q, audience %q, actor claim %q, token sources: %s",
+			cfg.Auth.Issuer, strings.Join(cfg.Auth.Audience, ","), orDefault(cfg.Auth.ActorClaim, auth.DefaultActorClaim), sourcesString(cfg.Auth.TokenSources)))
+	var rules []string
+	for _, v := range sc.Variables() {
+		if n := len(cfg.Scopes[v]); n > 0 {
+			rules = append(rules, fmt.Sprintf("%s (%d rule(s))", v, n))
+		}
+	}
+	summary = append(summary, "scopes: "+orDefault(strings.Join(rules, ", "), "none"))
+	for _, v := range scopes.Unruled(sc) {
+		warnings = append(warnings, fmt.Sprintf("scope variable %s has no rule: no actor is granted it", v))
+	}
+	if cfg.Auth.Issuer == "" {
+		warnings = append(warnings, "auth.issuer is not set: tokens of any issuer the keys verify are accepted")
+	}
+	if len(cfg.Auth.Audience) == 0 {
+		warnings = append(warnings, "auth.audience is not set: tokens minted for other services are accepted")
+	}
+	return summary, warnings, nil
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

@@ -1,0 +1,426 @@
+// Package config is the configuration of `syncgo serve`: one YAML file
+// (docs/configuration.md), environment variables SYNCGO_* over it, and
+// the command line over both. Every setting has a default, so no file is
+// needed.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/syncgo/syncgo/auth"
+)
+
+// Config holds every setting of `syncgo serve`. The yaml tags are the
+// file's keys; the environment variable of a scalar setting is SYNCGO_
+// and its key path in upper case joined by underscores (auth.jwks_url:
+// SYNCGO_AUTH_JWKS_URL); a list setting takes comma-separated values.
+type Config struct {
+	// Listen is the address of the protocol listener.
+	Listen string `yaml:"listen"`
+	// DB is an SQLite file path, a postgres:// URL or a key=value
+	// Postgres DSN ("host=… dbname=…").
+	DB string `yaml:"db"`
+	// DBPasswordFile names a file holding the Postgres password, set into
+	// DB (and DBListen) when they carry none.
+	DBPasswordFile string `yaml:"db_password_file"`
+	// DBListen is the Postgres DSN of the commit listener's direct
+	// connection, when DB goes through a transaction pooler.
+	DBListen string `yaml:"db_listen"`
+	// Schema is the schema IR JSON file; empty: the demo schema.
+	Schema string `yaml:"schema"`
+	// Mount is the path prefix of the protocol routes.
+	Mount string `yaml:"mount"`
+	// Checkpoints are backfill checkpoints partition/name declared at the
+	// running schema version.
+	Checkpoints []string `yaml:"checkpoints"`
+	// MaxConns caps simultaneous connections; 0: the file-descriptor
+	// limit less a reserve.
+	MaxConns int `yaml:"max_conns"`
+	// IdleTimeout is how long an idle keep-alive connection is kept.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ReadHeaderTimeout bounds the reading of a request's headers.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// Limits are the server's request limits.
+	Limits Limits `yaml:"limits"`
+	// Realtime tunes the realtime channel.
+	Realtime Realtime `yaml:"realtime"`
+	// Auth is the authentication.
+	Auth Auth `yaml:"auth"`
+	// Scopes are the scope rules: scope variable to the rules granting
+	// its values from token claims (docs/auth.md).
+	Scopes auth.ScopeRules `yaml:"scopes"`
+
+	// The sections below belong to the observability and browser-facing
+	// settings (health, metrics, access logs, CORS, admin listener);
+	// their fields are added with those features. An empty section is
+	// accepted; any key in it is an unknown key until then.
+	Log     Log     `yaml:"log"`
+	Metrics Metrics `yaml:"metrics"`
+	Admin   Admin   `yaml:"admin"`
+	CORS    CORS    `yaml:"cors"`
+}
+
+// Log configures logging (format, level): observability settings.
+type Log struct{}
+
+// Metrics configures Prometheus metrics: observability settings.
+type Metrics struct{}
+
+// Admin configures the admin listener: observability settings.
+type Admin struct{}
+
+// CORS configures cross-origin requests: browser-facing settings.
+type CORS struct{}
+
+// Auth selects and configures the authentication.
+type Auth struct {
+	// Mode is "jwt" (verify JWTs: the auth.Config settings below), "dev"
+	// (development: "Bearer <actorId>" is trusted, every scope allowed),
+	// or empty: jwt when a verification key is configured, otherwise dev
+	// on a loopback listen address and a refusal to start elsewhere.
+	Mode        string `yaml:"mode"`
+	auth.Config `yaml:",inline"`
+}
+
+// Auth modes.
+const (
+	ModeJWT = "jwt"
+	ModeDev = "dev"
+)
+
+// Limits are request limits (syncgo.Config); zero keeps the library's
+// default.
+type Limits struct {
+	MaxRequestBytes            int64         `yaml:"max_request_bytes"`
+	MaxFrameBytes              int           `yaml:"max_frame_bytes"`
+	StallTimeout               time.Duration `yaml:"stall_timeout"`
+	WriteTimeout               time.Duration `yaml:"write_timeout"`
+	MaxConcurrentRequests      int           `yaml:"max_concurrent_requests"`
+	MaxQueuedRequests          int           `yaml:"max_queued_requests"`
+	QueueTimeout               time.Duration `yaml:"queue_timeout"`
+	MaxOperationsPerRequest    int           `yaml:"max_operations_per_request"`
+	MaxSubscriptionsPerRequest int           `yaml:"max_subscriptions_per_request"`
+	InlineSegmentMaxBytes      int           `yaml:"inline_segment_max_bytes"`
+	SegmentTTL                 time.Duration `yaml:"segment_ttl"`
+}
+
+// Realtime tunes the realtime channel (syncgo.RealtimeConfig); zero
+// keeps the library's default.
+type Realtime struct {
+	Heartbeat         time.Duration `yaml:"heartbeat"`
+	ReresolveInterval time.Duration `yaml:"reresolve_interval"`
+	QueueMessages     int           `yaml:"queue_messages"`
+	QueueBytes        int           `yaml:"queue_bytes"`
+	MaxDeltaBytes     int           `yaml:"max_delta_bytes"`
+	MaxPresenceBytes  int           `yaml:"max_presence_bytes"`
+}
+
+// Default returns the defaults.
+func Default() Config {
+	return Config{
+		Listen:            "127.0.0.1:8787",
+		DB:                "syncgo.db",
+		Mount:             "/",
+		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+}
+
+// EnvPrefix starts the name of every environment variable of a setting.
+const EnvPrefix = "SYNCGO_"
+
+// Load returns the defaults, overlaid with the file at path (none when
+// path is empty) and then with the environment (getenv, os.Getenv when
+// nil). Unknown keys of the file are errors; ${NAME} in a string of the
+// file is the environment variable NAME (an unset one is an error; $${
+// is a literal ${); relative file paths of the file are relative to its
+// directory.
+func Load(path string, getenv func(string) string) (Config, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	c := Default()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, err
+		}
+		if err := decode(data, &c); err != nil {
+			return Config{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if err := expand(reflect.ValueOf(&c).Elem(), "", getenv); err != nil {
+			return Config{}, fmt.Errorf("%s: %w", path, err)
+		}
+		c.relativeTo(filepath.Dir(path))
+	}
+	if err := applyEnv(reflect.ValueOf(&c).Elem(), strings.TrimSuffix(EnvPrefix, "_"), getenv); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// decode reads one YAML document strictly.
+func decode(data []byte, c *Config) error {
+	d := yaml.NewDecoder(bytes.NewReader(data))
+	d.KnownFields(true)
+	if err := d.Decode(c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file: the defaults
+		}
+		return err
+	}
+	var extra any
+	if err := d.Decode(&extra); !errors.Is(err, io.EOF) {
+		return errors.New("more than one YAML document")
+	}
+	return nil
+}
+
+var envRef = regexp.MustCompile(`\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{`)
+
+// expandString replaces ${NAME} references.
+func expandString(s string, getenv func(string) string) (string, error) {
+	var err error
+	out := envRef.ReplaceAllStringFunc(s, func(m string) string {
+		switch {
+		case m == "$${":
+			return "${"
+		case m == "${":
+			err = errors.New("a ${ without a variable name and }: write $${ for a literal ${")
+			return m
+		}
+		name := m[2 : len(m)-1]
+		v := getenv(name)
+		if v == "" && err == nil {
+			err = fmt.Errorf("${%s}: the environment variable %s is not set", name, name)
+		}
+		return v
+	})
+	return out, err
+}
+
+// expand replaces ${NAME} in every string of v.
+func expand(v reflect.Value, path string, getenv func(string) string) error {
+	switch v.Kind() {
+	case reflect.String:
+		s, err := expandString(v.String(), getenv)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		v.SetString(s)
+	case reflect.Struct:
+		t := v.Type()
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := yamlName(f)
+			if tag == "-" || !f.IsExported() {
+				continue
+			}
+			if err := expand(v.Field(i), joinPath(path, tag), getenv); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		for i := range v.Len() {
+			if err := expand(v.Index(i), fmt.Sprintf("%s[%d]", path, i), getenv); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			e := reflect.New(v.Type().Elem()).Elem()
+			e.Set(v.MapIndex(k))
+			if err := expand(e, joinPath(path, fmt.Sprint(k.Interface())), getenv); err != nil {
+				return err
+			}
+			v.SetMapIndex(k, e)
+		}
+	case reflect.Pointer:
+		if !v.IsNil() {
+			return expand(v.Elem(), path, getenv)
+		}
+	}
+	return nil
+}
+
+func joinPath(path, name string) string {
+	if path == "" || name == "" {
+		return path + name
+	}
+	return path + "." + name
+}
+
+// yamlName is a field's key: "" for an inline field, "-" for none.
+func yamlName(f reflect.StructField) string {
+	tag := f.Tag.Get("yaml")
+	name, opts, _ := strings.Cut(tag, ",")
+	if opts == "inline" {
+		return ""
+	}
+	if name == "" {
+		return strings.ToLower(f.Name)
+	}
+	return name
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// applyEnv sets each scalar or string-list setting whose environment
+// variable is set and not empty.
+func applyEnv(v reflect.Value, name string, getenv func(string) string) error {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		key := yamlName(f)
+		if key == "-" || !f.IsExported() {
+			continue
+		}
+		fv := v.Field(i)
+		env := name
+		if key != "" {
+			env = name + "_" + strings.ToUpper(key)
+		}
+		if fv.Kind() == reflect.Struct {
+			if err := applyEnv(fv, env, getenv); err != nil {
+				return err
+			}
+			continue
+		}
+		raw := getenv(env)
+		if raw == "" {
+			continue
+		}
+		if err := setScalar(fv, raw); err != nil {
+			return fmt.Errorf("%s: %w", env, err)
+		}
+	}
+	return nil
+}
+
+// setScalar parses raw into a scalar or string-list field.
+func setScalar(v reflect.Value, raw string) error {
+	switch {
+	case v.Type() == durationType:
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return err
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(raw)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return err
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
+		n, err := strconv.ParseInt(raw, 10, 64)
+		if err != nil {
+			return err
+		}
+		v.SetInt(n)
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String:
+		var out []string
+		for p := range strings.SplitSeq(raw, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		v.Set(reflect.ValueOf(out))
+	default:
+		return fmt.Errorf("cannot be set from the environment (%s): use the config file", v.Type())
+	}
+	return nil
+}
+
+// relativeTo makes the file's relative paths relative to dir.
+func (c *Config) relativeTo(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	abs(&c.Schema)
+	abs(&c.DBPasswordFile)
+	abs(&c.Auth.HS256SecretFile)
+	for i := range c.Auth.PublicKeys {
+		abs(&c.Auth.PublicKeys[i].PEMFile)
+	}
+	if !IsPostgres(c.DB) && c.DB != "" && c.DB != ":memory:" && !strings.HasPrefix(c.DB, "file:") {
+		abs(&c.DB)
+	}
+}
+
+// AuthMode returns the effective auth mode for a listen address that is
+// (or not) loopback, or an error when none applies.
+func (c Config) AuthMode(loopback bool) (string, error) {
+	switch c.Auth.Mode {
+	case ModeDev:
+		return ModeDev, nil
+	case ModeJWT:
+		return ModeJWT, nil
+	case "":
+		if c.Auth.Configured() {
+			return ModeJWT, nil
+		}
+		if loopback {
+			return ModeDev, nil
+		}
+		return "", errors.New("no authentication is configured: serve uses development authentication " +
+			"(any bearer token is trusted), so it listens on a loopback address only; configure auth " +
+			"(docs/auth.md), or pass -dev to acknowledge serving development authentication on this address")
+	}
+	return "", fmt.Errorf("auth.mode %q: want jwt or dev", c.Auth.Mode)
+}
+
+// Validate checks the settings that need neither the schema nor files.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen is empty"))
+	}
+	if c.DB == "" {
+		errs = append(errs, errors.New("db is empty"))
+	}
+	if c.DBListen != "" && !IsPostgres(c.DBListen) {
+		errs = append(errs, errors.New("db_listen: want a Postgres URL or key=value DSN"))
+	}
+	if c.DBListen != "" && !IsPostgres(c.DB) {
+		errs = append(errs, errors.New("db_listen is set but db is not Postgres"))
+	}
+	if c.DBPasswordFile != "" && !IsPostgres(c.DB) {
+		errs = append(errs, errors.New("db_password_file is set but db is not Postgres"))
+	}
+	if c.MaxConns < 0 {
+		errs = append(errs, errors.New("max_conns is negative"))
+	}
+	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 {
+		errs = append(errs, errors.New("idle_timeout and read_header_timeout must not be negative"))
+	}
+	if !slices.Contains([]string{"", ModeJWT, ModeDev}, c.Auth.Mode) {
+		errs = append(errs, fmt.Errorf("auth.mode %q: want jwt or dev", c.Auth.Mode))
+	}
+	if c.Auth.Mode == ModeJWT && !c.Auth.Configured() {
+		errs = append(errs, errors.New("auth.mode is jwt but no verification key is set (hs256_secret, hs256_secret_file, public_keys or jwks_url)"))
+	}
+	for _, cp := range c.Checkpoints {
+		if part, name, ok := strings.Cut(cp, "/"); !ok || part == "" || name == "" {
+			errs = append(errs, fmt.Errorf("checkpoint %q: want partition/name", cp))
+		}
+	}
+	return errors.Join(errs...)
+}

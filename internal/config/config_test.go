@@ -1,0 +1,254 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "syncgo.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// Environment over file over defaults (flags are applied over Load's
+// result by the command line: internal/cli tests them).
+func TestPrecedence(t *testing.T) {
+	path := writeFile(t, `
+listen: 0.0.0.0:9000
+db: data/sync.db
+mount: /api
+idle_timeout: 5m
+schema: schema.json
+checkpoints: [p/a]
+limits: {max_request_bytes: 1000, queue_timeout: 2s}
+auth:
+  issuer: https://file.test
+  audience: [a, b]
+  hs256_secret_file: secret.txt
+  public_keys:
+    - pem_file: keys/k.pem
+`)
+	dir := filepath.Dir(path)
+	c, err := Load(path, env(map[string]string{
+		"SYNCGO_MOUNT":                  "/env",
+		"SYNCGO_AUTH_ISSUER":            "https://env.test",
+		"SYNCGO_AUTH_AUDIENCE":          "x, y",
+		"SYNCGO_LIMITS_MAX_FRAME_BYTES": "77",
+		"SYNCGO_REALTIME_HEARTBEAT":     "7s",
+		"SYNCGO_MAX_CONNS":              "12",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Listen = "0.0.0.0:9000"
+	want.DB = filepath.Join(dir, "data/sync.db")
+	want.Mount = "/env"
+	want.IdleTimeout = 5 * time.Minute
+	want.Schema = filepath.Join(dir, "schema.json")
+	want.Checkpoints = []string{"p/a"}
+	want.MaxConns = 12
+	want.Limits.MaxRequestBytes = 1000
+	want.Limits.MaxFrameBytes = 77
+	want.Limits.QueueTimeout = 2 * time.Second
+	want.Realtime.Heartbeat = 7 * time.Second
+	want.Auth.Issuer = "https://env.test"
+	want.Auth.Audience = []string{"x", "y"}
+	want.Auth.HS256SecretFile = filepath.Join(dir, "secret.txt")
+	want.Auth.PublicKeys = c.Auth.PublicKeys
+	if got := c.Auth.PublicKeys[0].PEMFile; got != filepath.Join(dir, "keys/k.pem") {
+		t.Errorf("pem_file %q, want it relative to the file", got)
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+	// No file: defaults, then the environment.
+	c, err = Load("", env(map[string]string{"SYNCGO_DB": "postgres://h/db", "SYNCGO_AUTH_MODE": "dev"}))
+	if err != nil || c.DB != "postgres://h/db" || c.Listen != Default().Listen || c.Auth.Mode != ModeDev {
+		t.Errorf("env only: %+v %v", c, err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"listn: x\n", "field listn not found"},
+		{"auth:\n  jwks: x\n", "field jwks not found"},
+		{"limits:\n  stall_timeout: soon\n", "line 2: cannot unmarshal !!str `soon` into time.Duration"},
+		{"scopes:\n  list_id:\n    - claim: a\n      vlaue: b\n", "field vlaue not found"},
+		{"cors:\n  allowed_origins: [x]\n", "field allowed_origins not found"},
+		{"db: ${NOPE_UNSET}\n", "NOPE_UNSET is not set"},
+		{"db: a${b\n", "write $${"},
+		{"listen: a\n---\nlisten: b\n", "more than one YAML document"},
+		{"- a\n", "cannot unmarshal"},
+	} {
+		_, err := Load(writeFile(t, c.body), env(nil))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want an error containing %q", c.body, err, c.want)
+		}
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), env(nil)); err == nil {
+		t.Error("a missing file loaded")
+	}
+	if _, err := Load("", env(map[string]string{"SYNCGO_MAX_CONNS": "many"})); err == nil || !strings.Contains(err.Error(), "SYNCGO_MAX_CONNS") {
+		t.Errorf("bad env int: %v", err)
+	}
+	if _, err := Load("", env(map[string]string{"SYNCGO_SCOPES": "x"})); err == nil || !strings.Contains(err.Error(), "use the config file") {
+		t.Errorf("a map setting from the environment: %v, want a refusal", err)
+	}
+}
+
+// ${NAME} is expanded in every string of the file, nested ones included;
+// $${ is a literal; the environment's own values are not expanded again.
+func TestExpand(t *testing.T) {
+	c, err := Load(writeFile(t, `
+db: postgres://u:${PW}@h/db
+auth:
+  hs256_secret: ${SECRET}
+  token_sources: [{cookie: "${COOKIE}"}]
+scopes:
+  list_id:
+    - value: "$${literal}"
+`), env(map[string]string{"PW": "p@ss", "SECRET": "s3", "COOKIE": "ck", "SYNCGO_LISTEN": "${PW}"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DB != "postgres://u:p@ss@h/db" || c.Auth.HS256Secret != "s3" || c.Auth.TokenSources[0].Cookie != "ck" ||
+		c.Scopes["list_id"][0].Value != "${literal}" || c.Listen != "${PW}" {
+		t.Errorf("expanded: %+v", c)
+	}
+}
+
+func TestAuthMode(t *testing.T) {
+	var c Config
+	if m, err := c.AuthMode(true); m != ModeDev || err != nil {
+		t.Errorf("nothing configured, loopback: %q %v", m, err)
+	}
+	if _, err := c.AuthMode(false); err == nil || !strings.Contains(err.Error(), "-dev") {
+		t.Errorf("nothing configured, public: %v", err)
+	}
+	c.Auth.JWKSURL = "https://x/jwks"
+	if m, _ := c.AuthMode(false); m != ModeJWT {
+		t.Errorf("a key configured: %q", m)
+	}
+	c.Auth.Mode = ModeDev
+	if m, _ := c.AuthMode(false); m != ModeDev {
+		t.Errorf("explicit dev: %q", m)
+	}
+	c = Default()
+	c.Auth.Mode = ModeJWT
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "no verification key") {
+		t.Errorf("jwt without key: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	c := Default()
+	c.DBListen = "postgres://h/db"
+	c.DBPasswordFile = "pw"
+	c.Checkpoints = []string{"nopart"}
+	c.MaxConns = -1
+	err := c.Validate()
+	for _, want := range []string{"db_listen is set but db is not Postgres", "db_password_file", "checkpoint", "max_conns"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("validate: %v, want %q", err, want)
+		}
+	}
+}
+
+func TestDSN(t *testing.T) {
+	for _, c := range []struct {
+		db, redacted, password string
+		pg                     bool
+	}{
+		{"syncgo.db", "syncgo.db", "", false},
+		{"/var/lib/x=y.db", "/var/lib/x=y.db", "", false},
+		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:xxxxx@h:5432/db?sslmode=disable", "secret", true},
+		{"postgresql://u@h/db?password=secret", "postgresql://u@h/db?password=xxxxx", "secret", true},
+		{"postgres://h/db", "postgres://h/db", "", true},
+		{"host=h dbname=d password=secret user=u", "host=h dbname=d password=xxxxx user=u", "secret", true},
+		{"dbname=d password = 'se cr\\'et' host=h", "dbname=d password = xxxxx host=h", "se cr'et", true},
+		{"  host=/tmp dbname=d", "  host=/tmp dbname=d", "", true},
+		{"dbname=d password='unterminated value", "dbname=d password=xxxxx", "unterminated value", true},
+	} {
+		if got := IsPostgres(c.db); got != c.pg {
+			t.Errorf("IsPostgres(%q) = %v", c.db, got)
+		}
+		if got := RedactDSN(c.db); got != c.redacted {
+			t.Errorf("RedactDSN(%q) = %q, want %q", c.db, got, c.redacted)
+		}
+		if got := DSNPassword(c.db); got != c.password {
+			t.Errorf("DSNPassword(%q) = %q, want %q", c.db, got, c.password)
+		}
+	}
+	for _, c := range []struct{ db, pw, want string }{
+		{"postgres://u@h/db", "p'w", "postgres://u:p%27w@h/db"},
+		{"host=h dbname=d", `p'w\`, `host=h dbname=d password='p\'w\\'`},
+		{"postgres://u:old@h/db", "new", "postgres://u:old@h/db"},
+	} {
+		got, err := WithPassword(c.db, c.pw)
+		if err != nil || got != c.want {
+			t.Errorf("WithPassword(%q) = %q %v, want %q", c.db, got, err, c.want)
+		}
+		if DSNPassword(got) == "" {
+			t.Errorf("WithPassword(%q): no password read back", c.db)
+		}
+	}
+}
+
+func TestRedactingWriter(t *testing.T) {
+	var b strings.Builder
+	w := NewRedactingWriter(&b, []string{"hunter22", "s3cr3t"})
+	n, err := w.Write([]byte("login hunter22 and s3cr3t\n"))
+	if err != nil || n != len("login hunter22 and s3cr3t\n") || b.String() != "login xxxxx and xxxxx\n" {
+		t.Errorf("wrote %d %v: %q", n, err, b.String())
+	}
+	c := Default()
+	c.DB = "postgres://u:dbpass@h/db"
+	c.Auth.HS256Secret = "jwt-secret"
+	if s := c.Secrets(); len(s) != 2 || s[0] != "dbpass" || s[1] != "jwt-secret" {
+		t.Errorf("secrets %q", s)
+	}
+}
+
+// The password never survives redaction: whatever the DSN, what
+// RedactDSN returns carries no password but xxxxx.
+func FuzzRedactDSN(f *testing.F) {
+	for _, s := range []string{"postgres://u:p@h/db", "host=h password='a b' dbname=d", "postgresql://h/db?password=x",
+		"password=x", "dbname=d password='unterminated"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, db string) {
+		r := RedactDSN(db)
+		if p := DSNPassword(r); p != "" && p != redacted {
+			t.Fatalf("RedactDSN(%q) = %q still carries password %q", db, r, p)
+		}
+		if RedactDSN(r) != r {
+			t.Fatalf("RedactDSN is not idempotent on %q", db)
+		}
+	})
+}
+
+// Any file either loads or fails with an error: never a panic.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("listen: x\nauth:\n  audience: [a]\nscopes:\n  v:\n    - claim: c\n"))
+	f.Add([]byte("db: ${X}\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := Default()
+		if err := decode(data, &c); err == nil {
+			_ = expand(reflect.ValueOf(&c).Elem(), "", env(map[string]string{"X": "y"}))
+			_ = c.Validate()
+		}
+	})
+}
