@@ -28,7 +28,7 @@ type token struct {
 }
 
 // lexer splits SQL text into the tokens the checks need. It knows the
-// quoting rules of both dialects: '…' strings with '' escapes, "…"
+// quoting rules of both dialects: '…' strings with ” escapes, "…"
 // identifiers, -- and /* */ comments (nested in Postgres), and per
 // dialect E'…' strings and $tag$…$tag$ strings (Postgres) or […] and `…`
 // identifiers (SQLite).

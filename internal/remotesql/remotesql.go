@@ -205,10 +205,10 @@ type Composed struct {
 	Args []any
 }
 
-// Compose builds the statement that runs: rels must hold one relation for
-// each of the statement's Tables, params a value for each of its Params
-// (nil is NULL), and the result is limited to limit rows.
-func (s *Statement) Compose(t Target, rels []Relation, params map[string]any, limit int) (Composed, error) {
+// Compose builds the statement that runs in a partition: rels must hold
+// one relation for each of the statement's Tables, params a value for each
+// of its Params (nil is NULL), and the result is limited to limit rows.
+func (s *Statement) Compose(t Target, partition string, rels []Relation, params map[string]any, limit int) (Composed, error) {
 	if t.Dialect != s.dialect {
 		return Composed{}, fmt.Errorf("remotesql: statement of dialect %s composed for %s", s.dialect, t.Dialect)
 	}
@@ -225,7 +225,7 @@ func (s *Statement) Compose(t Target, rels []Relation, params map[string]any, li
 		return "?" + strconv.Itoa(len(args))
 	}
 	var b strings.Builder
-	partition := ph(nil) // filled by the driver: args[0]
+	bound := ph(partition)
 	for i, table := range s.Tables {
 		r := byTable[table]
 		if r == nil {
@@ -244,10 +244,10 @@ func (s *Statement) Compose(t Target, rels []Relation, params map[string]any, li
 			}
 			b.WriteString("t." + QuoteIdent(c))
 		}
-		b.WriteString(" FROM " + QuoteIdent(t.Schema) + "." + QuoteIdent(table) + " AS t WHERE t.\"_sync_partition\" = " + partition)
+		b.WriteString(" FROM " + QuoteIdent(t.Schema) + "." + QuoteIdent(table) + " AS t WHERE t.\"_sync_partition\" = " + bound)
 		for _, f := range r.Scopes {
 			b.WriteString(" AND EXISTS (SELECT 1 FROM " + QuoteIdent(t.Schema) + ".sync_row_scopes AS s WHERE s.partition = " +
-				partition + " AND s.tbl = " + quoteLiteral(table) + " AND s.var = " + quoteLiteral(f.Variable) +
+				bound + " AND s.tbl = " + quoteLiteral(table) + " AND s.var = " + quoteLiteral(f.Variable) +
 				" AND s.row_id = t.\"_sync_row_id\" AND s.value ")
 			if t.Dialect == Postgres {
 				b.WriteString("= ANY(" + ph(slices.Clone(f.Values)) + "::text[]))")

@@ -79,7 +79,7 @@ func TestCompose(t *testing.T) {
 	}
 	rels := []Relation{{Table: "tasks", Columns: []string{"id", "title"},
 		Scopes: []ScopeFilter{{Variable: "project_id", Values: []string{"p1", `p"2`}}}}}
-	got, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, rels, map[string]any{"t": "x", "r": int64(3)}, 11)
+	got, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, "part", rels, map[string]any{"t": "x", "r": int64(3)}, 11)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestCompose(t *testing.T) {
 	if got.SQL != want {
 		t.Fatalf("composed\n%s\nwant\n%s", got.SQL, want)
 	}
-	wantArgs := []any{nil, `["p1","p\"2"]`, "x", int64(3), int64(11)}
+	wantArgs := []any{"part", `["p1","p\"2"]`, "x", int64(3), int64(11)}
 	if !reflect.DeepEqual(got.Args, wantArgs) {
 		t.Fatalf("args %#v, want %#v", got.Args, wantArgs)
 	}
@@ -98,7 +98,7 @@ func TestCompose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err = pg.Compose(Target{Dialect: Postgres, Schema: "s1"}, rels, map[string]any{"t": "x"}, 2)
+	got, err = pg.Compose(Target{Dialect: Postgres, Schema: "s1"}, "part", rels, map[string]any{"t": "x"}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +106,10 @@ func TestCompose(t *testing.T) {
 		!strings.HasSuffix(got.SQL, `LIMIT $4`) || !strings.Contains(got.SQL, `FROM "s1"."tasks" AS t`) {
 		t.Fatalf("postgres composition:\n%s", got.SQL)
 	}
-	if _, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, nil, map[string]any{"t": "x", "r": 1}, 1); err == nil {
+	if _, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, "part", nil, map[string]any{"t": "x", "r": 1}, 1); err == nil {
 		t.Fatal("composed without a relation for tasks")
 	}
-	if _, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, rels, map[string]any{"t": "x"}, 1); err == nil {
+	if _, err := st.Compose(Target{Dialect: SQLite, Schema: "main"}, "part", rels, map[string]any{"t": "x"}, 1); err == nil {
 		t.Fatal("composed without a value for :r")
 	}
 }
