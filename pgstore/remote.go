@@ -2,10 +2,13 @@ package pgstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -50,10 +53,54 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 		if err != nil {
 			return store.RemoteResult{}, err
 		}
+		for i, v := range vals {
+			if vals[i], err = plainValue(v); err != nil {
+				return store.RemoteResult{}, fmt.Errorf("remote query: column %s: %w", res.Columns[i], err)
+			}
+		}
 		res.Rows = append(res.Rows, vals)
 	}
 	if err := rows.Err(); err != nil {
 		return store.RemoteResult{}, err
 	}
 	return res, nil
+}
+
+// plainValue converts what pgx decodes to the values of
+// store.RemoteResult: integers to int64, floats and numerics to float64,
+// times to RFC 3339 text, UUIDs to their text, JSON documents to their
+// text.
+func plainValue(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, int64, float64, string, []byte, bool:
+		return v, nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int:
+		return int64(x), nil
+	case float32:
+		return float64(x), nil
+	case pgtype.Numeric:
+		if !x.Valid {
+			return nil, nil
+		}
+		f, err := x.Float64Value()
+		if err != nil || !f.Valid {
+			return nil, fmt.Errorf("numeric %v: %w", x, err)
+		}
+		return f.Float64, nil
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano), nil
+	case [16]byte:
+		return fmt.Sprintf("%x-%x-%x-%x-%x", x[0:4], x[4:6], x[6:8], x[8:10], x[10:16]), nil
+	case map[string]any, []any:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return nil, err
+		}
+		return string(b), nil
+	}
+	return nil, fmt.Errorf("a %T has no remote query value", v)
 }
