@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,9 +18,12 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -58,6 +60,12 @@ func projectCoverage(p syncgo.Params) ([]syncgo.Coverage, error) {
 }
 
 func newOpsFixture(t *testing.T, d e2eDriver) *opsFixture {
+	t.Helper()
+	return newOpsFixtureOn(t, d.open(t))
+}
+
+// newOpsFixtureOn is newOpsFixture on a given store.
+func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
 	t.Helper()
 	f := &opsFixture{}
 	taskCols := []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}, {Name: "title", Type: wire.TypeString},
@@ -121,17 +129,17 @@ func newOpsFixture(t *testing.T, d e2eDriver) *opsFixture {
 				}},
 			{ID: "nothing",
 				Authorize: func(context.Context, syncgo.Caller, any) (bool, error) { return true, nil },
-				Run: func(context.Context, *syncgo.CommandContext, any) ([]syncgo.Mutation, error) { return nil, nil }},
+				Run:       func(context.Context, *syncgo.CommandContext, any) ([]syncgo.Mutation, error) { return nil, nil }},
 		},
 	}
-	f.e2eEnv = newOpsEnv(t, d, ops)
+	f.e2eEnv = newOpsEnv(t, st, ops)
 	return f
 }
 
 // newOpsEnv is newE2EEnv with the operations schema and registry.
-func newOpsEnv(t *testing.T, d e2eDriver, ops syncgo.Operations) *e2eEnv {
+func newOpsEnv(t *testing.T, st store.Store, ops syncgo.Operations) *e2eEnv {
 	t.Helper()
-	e := &e2eEnv{t: t, store: d.open(t), schema: opsSchema(t), allowed: map[string]map[string][]string{}}
+	e := &e2eEnv{t: t, store: st, schema: opsSchema(t), allowed: map[string]map[string][]string{}}
 	srv, err := syncgo.New(syncgo.Config{Store: e.store, Schema: e.schema, Authenticate: bearerAuth,
 		ResolveScopes: e.resolve, RetentionInterval: -1, Operations: ops})
 	if err != nil {
@@ -665,8 +673,8 @@ func TestOperationsWatch(t *testing.T) {
 		if m := w.next(); m["kind"] != "watch_error" || m["code"] != "operation.invalid_request" {
 			t.Fatalf("bad params: %v", m)
 		}
-		w.watch("w4", "tasksByProject", project("p9"))
 		f.allow("alice", map[string][]string{"project_id": {"p1"}})
+		w.watch("w4", "tasksByProject", project("p9"))
 		if m := w.next(); m["kind"] != "watch_error" || m["watchId"] != "w4" || m["code"] != "operation.forbidden" {
 			t.Fatalf("forbidden watch: %v", m)
 		}
@@ -720,5 +728,39 @@ func TestOperationsRegistry(t *testing.T) {
 		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }, Operations: dup}); err == nil {
 		t.Error("a query and a command with one id registered")
 	}
-	_ = fmt.Sprint
+}
+
+// TestOperationsWatchAcrossServers: on Postgres, a commit made through
+// another server process (here a second Server on its own pool and commit
+// listener) reruns a watch of this one, and an unrelated one does not.
+func TestOperationsWatchAcrossServers(t *testing.T) {
+	url := pgtest.Schema(t, "syncgo_opsmp", false)
+	open := func() store.Store {
+		s, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a := newOpsFixtureOn(t, open())
+	b := newOpsFixtureOn(t, open())
+	w := dialWatch(t, a.e2eEnv, "alice")
+	w.watch("tasks", "tasksByProject", project("p1"))
+	if got := snapshotIDs(t, w.next()); len(got) != 0 {
+		t.Fatalf("first snapshot %v", got)
+	}
+	seed(t, b.e2eEnv, "alice", "labels", label("l1", "p1", "red"))
+	seed(t, b.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
+	seq := b.partitionState().MaxCommitSeq
+	m := w.next()
+	if !slices.Equal(snapshotIDs(t, m), []string{"t1"}) || m["maxCommitSeq"] != float64(seq) {
+		t.Fatalf("after a tasks commit on the other server: %v (seq %d)", m, seq)
+	}
+	r := postOp(t, b.e2eEnv, "alice", command("job", "createTask", "r1",
+		remotewire.Object{{Key: "id", Value: "t2"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "cmd"}}))
+	m = w.next()
+	if !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2"}) || m["maxCommitSeq"] != r.msg["commitSeq"] {
+		t.Fatalf("after a command on the other server: %v (%v)", m, r.msg)
+	}
 }
