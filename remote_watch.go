@@ -315,10 +315,14 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 			s.closeWith(ws.StatusProtocolError, "client frames must be masked")
 			return
 		}
+		// A frame once begun must arrive within the stall timeout: a
+		// client that stops mid-frame holds no buffer for long.
+		_ = s.conn.SetReadDeadline(time.Now().Add(s.hub.s.cfg.StallTimeout))
 		payload := make([]byte, h.Length)
 		if _, err := io.ReadFull(br, payload); err != nil {
 			return
 		}
+		_ = s.conn.SetReadDeadline(time.Time{})
 		ws.Cipher(payload, h.Mask, 0)
 		switch h.OpCode {
 		case ws.OpPing:

@@ -28,8 +28,8 @@ type token struct {
 }
 
 // lexer splits SQL text into the tokens the checks need. It knows the
-// quoting rules of both dialects: '…' strings with ” escapes, "…"
-// identifiers, -- and /* */ comments (nested in Postgres), and per
+// quoting rules of both dialects: '…' strings (a doubled quote escapes
+// itself), "…" identifiers, -- and /* */ comments (nested in Postgres), and per
 // dialect E'…' strings and $tag$…$tag$ strings (Postgres) or […] and `…`
 // identifiers (SQLite).
 type lexer struct {
