@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -23,6 +25,7 @@ import (
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -762,5 +765,76 @@ func TestOperationsWatchAcrossServers(t *testing.T) {
 	m = w.next()
 	if !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2"}) || m["maxCommitSeq"] != r.msg["commitSeq"] {
 		t.Fatalf("after a command on the other server: %v (%v)", m, r.msg)
+	}
+}
+
+// BenchmarkOperationQuery: one scoped query of 50 rows over real HTTP
+// (sqlite), request encoding and response decoding included.
+func BenchmarkOperationQuery(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(b.TempDir(), "ops.db")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	sc, _ := schema.New(1).
+		Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("title")).
+		Scope("project:{project_id}").Compile()
+	srv, err := syncgo.New(syncgo.Config{Store: st, Schema: sc, Authenticate: bearerAuth, RetentionInterval: -1,
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+			return map[string][]string{"project_id": {"*"}}, nil
+		},
+		Operations: syncgo.Operations{Queries: []syncgo.Query{{ID: "q",
+			SQL:     "SELECT id, title FROM tasks WHERE project_id = :project ORDER BY id",
+			Params:  []syncgo.Param{{Name: "project", Type: wire.TypeString}},
+			Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}, {Name: "title", Type: wire.TypeString}},
+			MaxRows: 100,
+			Coverage: func(p syncgo.Params) ([]syncgo.Coverage, error) {
+				return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {p["project"].(string)}}}}, nil
+			}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	c, err := sspclient.New(hs.URL, "alice", sc, sspclient.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 100 {
+		p := "p1"
+		if i%2 == 1 {
+			p = "p2"
+		}
+		if _, err := c.Upsert("tasks", map[string]any{"id": fmt.Sprintf("t%03d", i), "project_id": p, "title": "task"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := c.SyncUntilQuiet(ctx, 10); err != nil {
+		b.Fatal(err)
+	}
+	body, _ := remotewire.Encode(nil, query("bench", "q", project("p1")))
+	b.ResetTimer()
+	for b.Loop() {
+		hr, _ := http.NewRequest(http.MethodPost, hs.URL+"/operations", bytes.NewReader(body))
+		hr.Header.Set("Content-Type", remotewire.ContentType)
+		hr.Header.Set("Authorization", "Bearer alice")
+		resp, err := http.DefaultClient.Do(hr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		v, err := remotewire.Decode(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rows, _ := v.(remotewire.Object).Get("rows"); len(rows.([]any)) != 50 {
+			b.Fatalf("rows %v", rows)
+		}
 	}
 }
