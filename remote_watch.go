@@ -271,7 +271,11 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, aerr)
 		return
 	}
-	conn, rw, _, err := ws.UpgradeHTTP(r, w)
+	upgrader := ws.HTTPUpgrader{}
+	if p := auth.WebSocketProtocol; p != "" {
+		upgrader.Protocol = func(offered string) bool { return offered == p }
+	}
+	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
 		return // the upgrader answered
 	}
