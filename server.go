@@ -152,6 +152,9 @@ type Config struct {
 	// partition this process serves. Default 1 minute; negative disables
 	// it.
 	RetentionInterval time.Duration
+	// Operations are the remote operations served at POST /operations
+	// and GET /operations/realtime (REMOTE.md; docs/remote-operations.md).
+	Operations Operations
 }
 
 func (c Config) withDefaults() Config {
@@ -196,6 +199,8 @@ type Server struct {
 	mux    *http.ServeMux
 	codecs *codecPools
 	admit  *admission
+	ops    *registry // remote operations (remote.go)
+	watch  *watchHub // their live query watches (remote_watch.go)
 
 	startOnce sync.Once
 	startErr  error
@@ -223,6 +228,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
 		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
+	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("syncgo: operations: %w", err)
+	}
+	s.ops, s.watch = ops, newWatchHub(s)
 	s.eng = engine.New(engine.Config{
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
@@ -248,6 +258,8 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))
 	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
+	s.mux.HandleFunc("POST /operations", s.readyOnly("operations", s.handleOperation))
+	s.mux.HandleFunc("GET /operations/realtime", s.readyOnly("operations", s.handleWatchSocket))
 	return s, nil
 }
 
@@ -275,6 +287,7 @@ func (s *Server) Start(ctx context.Context) error {
 				s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention)
 			}
 		}()
+		s.watch.start(bg)
 		if l, ok := s.cfg.Store.(store.CommitListener); ok {
 			s.listening = make(chan struct{})
 			go func() {
@@ -292,6 +305,7 @@ func (s *Server) Start(ctx context.Context) error {
 // host's hook.
 func (s *Server) onCommit(n CommitNotice) {
 	s.hub.Notify(n)
+	s.watch.notify(n)
 	if s.cfg.OnCommit != nil {
 		s.cfg.OnCommit(n)
 	}
@@ -302,6 +316,7 @@ func (s *Server) onCommit(n CommitNotice) {
 // open; its owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
 	s.hub.Close()
+	s.watch.close()
 	if s.stop == nil {
 		return nil
 	}

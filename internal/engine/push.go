@@ -99,6 +99,11 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 	case !errors.Is(err, store.ErrNotFound):
 		return pushOutcome{}, err
 	}
+	if r.build != nil { // a server command (command.go)
+		if pc, err = r.commandCommit(ctx, tx, pc); err != nil {
+			return pushOutcome{}, err
+		}
+	}
 	now := r.e.cfg.Now()
 	a := &applier{r: r, tx: tx}
 	var (

@@ -46,6 +46,8 @@ type request struct {
 	gw        *gateWriter
 	cs        *schema.Compiled // the schema version the client speaks
 	lastSeq   int64            // the newest commitSeq a push of this request answered
+	// build makes the operations of a server command (command.go).
+	build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
 
 // tables returns a table of the client's schema and of the current one.

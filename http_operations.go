@@ -1,0 +1,114 @@
+package syncgo
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/syncgo/syncgo/internal/remotewire"
+	"github.com/syncgo/syncgo/syncerr"
+)
+
+// OperationsContentType is the content type of remote operation requests
+// and responses (REMOTE.md §5).
+const OperationsContentType = remotewire.ContentType
+
+// handleOperation serves POST /operations (REMOTE.md §5): one encoded
+// request, one encoded response. Authentication failures and a wrong
+// content type are HTTP errors in the §10.1 JSON shape; everything after
+// the body is read is an encoded response: a success, or kind "error"
+// with a §7 code (HTTP 200, except 413 for an oversized body).
+func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
+	const route = "operations"
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != OperationsContentType {
+		s.writeError(w, route, &syncerr.Error{Code: codeOpInvalidRequest,
+			Message: "content type must be " + OperationsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
+		return
+	}
+	auth, aerr := s.authenticate(r)
+	if aerr != nil {
+		s.writeError(w, route, aerr)
+		return
+	}
+	body, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, r.Body, s.ops.maxBytes+1), n: s.ops.maxBytes})
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.Is(err, errBodyTooLarge) || errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		s.writeOperation(w, route, status, errorResponse(opError(codeOpInvalidRequest, "the request body is too large or unreadable")))
+		return
+	}
+	req, err := remotewire.DecodeRequest(body)
+	if err != nil {
+		s.writeOperation(w, route, http.StatusOK, errorResponse(opError(codeOpInvalidRequest, err.Error())))
+		return
+	}
+	release, refusal := s.admit.acquire(r.Context())
+	if refusal != nil {
+		if pe := syncerr.As(refusal); pe != nil {
+			w.Header().Set("Retry-After", s.admit.retryAfter())
+			s.writeOperation(w, route, http.StatusOK, errorResponse(pe))
+		}
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	c := Caller{ActorID: auth.ActorID, Partition: auth.Partition, ClientID: req.ClientID}
+	var resp remotewire.Message
+	err = s.checkCaller(ctx, c)
+	if err == nil {
+		switch req.Kind {
+		case remotewire.KindQuery:
+			cq := s.ops.queries[req.OperationID]
+			if cq == nil {
+				err = opError(codeOpUnknown, "no query is registered as "+req.OperationID)
+				break
+			}
+			resp, err = s.runQuery(ctx, cq, c, req.Params)
+		case remotewire.KindCommand:
+			cmd := s.ops.commands[req.OperationID]
+			if cmd == nil {
+				err = opError(codeOpUnknown, "no command is registered as "+req.OperationID)
+				break
+			}
+			resp, err = s.runCommand(ctx, cmd, c, req.RequestID, req.Params)
+		}
+	}
+	if err != nil {
+		pe := operationError(err, codeOpExecutionFailed)
+		s.reportOperationFailure(route, pe)
+		resp = errorResponse(pe)
+	}
+	s.writeOperation(w, route, http.StatusOK, resp)
+}
+
+// reportOperationFailure logs an operation that failed in the server
+// (not the caller's fault) and reports it to OnError.
+func (s *Server) reportOperationFailure(route string, pe *syncerr.Error) {
+	switch pe.Code {
+	case codeOpExecutionFailed, codeOpQueryFailed, syncerr.CodeInternalError:
+		s.cfg.Logger.Error("operation failed", "route", route, "code", pe.Code, "err", pe)
+		if s.cfg.OnError != nil {
+			s.cfg.OnError(pe, route)
+		}
+	}
+}
+
+// writeOperation writes an encoded response.
+func (s *Server) writeOperation(w http.ResponseWriter, route string, status int, m remotewire.Message) {
+	b, err := remotewire.Marshal(m)
+	if err != nil {
+		s.writeError(w, route, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", OperationsContentType)
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

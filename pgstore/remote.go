@@ -1,0 +1,106 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+var _ store.RemoteQuerier = (*Store)(nil)
+
+// RemoteTarget implements store.RemoteQuerier: Postgres, tables in the
+// schema the connections' search_path selected at Open.
+func (s *Store) RemoteTarget() store.RemoteTarget {
+	return store.RemoteTarget{Dialect: store.DialectPostgres, Schema: s.dbSchema}
+}
+
+// RemoteQuery implements store.RemoteQuerier. The statement runs on a
+// pooled connection in a read-only REPEATABLE READ transaction (Postgres
+// refuses any write in it), which first reads the partition's
+// maxCommitSeq: the snapshot is taken by that first statement, so both
+// reads see the same commits.
+func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.RemoteStatement) (store.RemoteResult, error) {
+	if err := s.check(); err != nil {
+		return store.RemoteResult{}, err
+	}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return store.RemoteResult{}, fmt.Errorf("remote query: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	var res store.RemoteResult
+	err = tx.QueryRow(ctx, "SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition).Scan(&res.MaxCommitSeq)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return store.RemoteResult{}, fmt.Errorf("remote query: read max commit seq: %w", err)
+	}
+	rows, err := tx.Query(ctx, rs.SQL, rs.Args...)
+	if err != nil {
+		return store.RemoteResult{}, err
+	}
+	defer rows.Close()
+	for _, fd := range rows.FieldDescriptions() {
+		res.Columns = append(res.Columns, fd.Name)
+	}
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			return store.RemoteResult{}, err
+		}
+		for i, v := range vals {
+			if vals[i], err = plainValue(v); err != nil {
+				return store.RemoteResult{}, fmt.Errorf("remote query: column %s: %w", res.Columns[i], err)
+			}
+		}
+		res.Rows = append(res.Rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return store.RemoteResult{}, err
+	}
+	return res, nil
+}
+
+// plainValue converts what pgx decodes to the values of
+// store.RemoteResult: integers to int64, floats and numerics to float64,
+// times to RFC 3339 text, UUIDs to their text, JSON documents to their
+// text.
+func plainValue(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, int64, float64, string, []byte, bool:
+		return v, nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int:
+		return int64(x), nil
+	case float32:
+		return float64(x), nil
+	case pgtype.Numeric:
+		if !x.Valid {
+			return nil, nil
+		}
+		f, err := x.Float64Value()
+		if err != nil || !f.Valid {
+			return nil, fmt.Errorf("numeric %v: %w", x, err)
+		}
+		return f.Float64, nil
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano), nil
+	case [16]byte:
+		return fmt.Sprintf("%x-%x-%x-%x-%x", x[0:4], x[4:6], x[6:8], x[8:10], x[10:16]), nil
+	case map[string]any, []any:
+		b, err := json.Marshal(x)
+		if err != nil {
+			return nil, err
+		}
+		return string(b), nil
+	}
+	return nil, fmt.Errorf("a %T has no remote query value", v)
+}

@@ -1,0 +1,37 @@
+package pgstore
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// TestRemoteQueryValues: what Postgres returns is converted to the plain
+// values of store.RemoteResult, a write is refused (read-only
+// transaction), and an unknown partition reads maxCommitSeq 0.
+func TestRemoteQueryValues(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	if got := s.RemoteTarget(); got.Dialect != store.DialectPostgres || got.Schema != s.dbSchema {
+		t.Fatalf("target %+v", got)
+	}
+	res, err := s.RemoteQuery(ctx, "nobody", store.RemoteStatement{SQL: `SELECT $1::text AS p, 2::int2 AS a, 3::int4 AS b,
+		1.25::numeric(6,2) AS n, 0.5::float4 AS f, '{"k":[1]}'::jsonb AS j, TIMESTAMPTZ '2024-01-02 03:04:05Z' AS ts,
+		'6ba7b810-9dad-11d1-80b4-00c04fd430c8'::uuid AS u, NULL::text AS z, true AS t, '\x0102'::bytea AS y`, Args: []any{"nobody"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []any{"nobody", int64(2), int64(3), 1.25, 0.5, `{"k":[1]}`, "2024-01-02T03:04:05Z",
+		"6ba7b810-9dad-11d1-80b4-00c04fd430c8", nil, true, []byte{1, 2}}
+	if len(res.Rows) != 1 || !reflect.DeepEqual(res.Rows[0], want) || res.MaxCommitSeq != 0 {
+		t.Fatalf("rows %#v (max %d), want %#v", res.Rows, res.MaxCommitSeq, want)
+	}
+	if !reflect.DeepEqual(res.Columns, []string{"p", "a", "b", "n", "f", "j", "ts", "u", "z", "t", "y"}) {
+		t.Fatalf("columns %v", res.Columns)
+	}
+	if _, err := s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "CREATE TABLE remote_write_probe(x int)"}); err == nil {
+		t.Fatal("a remote query wrote")
+	}
+}

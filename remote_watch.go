@@ -1,0 +1,502 @@
+package syncgo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/internal/remotewire"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+)
+
+// watchWriteTimeout bounds one write to a watch socket; a client that
+// does not read is cut off after it.
+const watchWriteTimeout = 10 * time.Second
+
+// watchHub runs the live query watches of REMOTE.md §6: every commit
+// (this process's, and on a shared store every other process's, through
+// the commit listener) reruns the watches of its partition whose query
+// names a table the commit touched; a watch whose run is in flight is
+// marked dirty and reruns once when it ends.
+type watchHub struct {
+	s *Server
+
+	mu     sync.Mutex
+	parts  map[string]*watchPartition
+	closed bool
+	// listens: the store announces commits to every process, so commits
+	// notified locally are remembered until the listener passes them.
+	listens bool
+}
+
+type watchPartition struct {
+	sessions map[*watchSession]struct{}
+	listened int64              // newest seq the listener handled
+	local    map[int64][]string // seq → tables of a local commit not yet listened
+}
+
+func newWatchHub(s *Server) *watchHub {
+	return &watchHub{s: s, parts: map[string]*watchPartition{}}
+}
+
+// start runs the commit listener of a shared store while the server runs.
+func (h *watchHub) start(ctx context.Context) {
+	l, ok := h.s.cfg.Store.(store.CommitListener)
+	if !ok || len(h.s.ops.queries) == 0 {
+		return
+	}
+	h.mu.Lock()
+	h.listens = true
+	h.mu.Unlock()
+	go func() {
+		if err := l.ListenCommits(ctx, func(n store.CommitNotification) { h.listened(ctx, n) }); err != nil && ctx.Err() == nil {
+			h.s.cfg.Logger.Error("operation watches: commit listener stopped", "err", err)
+		}
+	}()
+}
+
+// close ends every watch socket.
+func (h *watchHub) close() {
+	h.mu.Lock()
+	h.closed = true
+	var all []*watchSession
+	for _, p := range h.parts {
+		for ws := range p.sessions {
+			all = append(all, ws)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.closeWith(ws.StatusGoingAway, "server shutting down")
+	}
+}
+
+func (h *watchHub) add(s *watchSession) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	p := h.parts[s.partition]
+	if p == nil {
+		p = &watchPartition{sessions: map[*watchSession]struct{}{}, local: map[int64][]string{}}
+		h.parts[s.partition] = p
+	}
+	p.sessions[s] = struct{}{}
+	return true
+}
+
+func (h *watchHub) remove(s *watchSession) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.parts[s.partition]; p != nil {
+		delete(p.sessions, s)
+		if len(p.sessions) == 0 {
+			delete(h.parts, s.partition)
+		}
+	}
+}
+
+// notify reruns the watches a local commit concerns.
+func (h *watchHub) notify(n CommitNotice) {
+	tables := make([]string, 0, 1)
+	for _, c := range n.Changes {
+		if !containsStr(tables, c.Table) {
+			tables = append(tables, c.Table)
+		}
+	}
+	h.mu.Lock()
+	p := h.parts[n.Partition]
+	if p != nil && h.listens {
+		if len(p.local) > 10000 {
+			clear(p.local) // the listener is far behind: read what it brings
+		}
+		if n.Seq > p.listened {
+			p.local[n.Seq] = tables
+		}
+	}
+	h.mu.Unlock()
+	if p != nil {
+		h.dispatch(n.Partition, tables)
+	}
+}
+
+// listened handles a notification of the commit listener.
+func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
+	if n.Grants || n.Reconnected {
+		// Grants change what AllAllowed covers; after a reconnect commits
+		// may have been missed: rerun the watches concerned.
+		h.mu.Lock()
+		var parts []string
+		for id := range h.parts {
+			if n.Reconnected || n.Partition == "" || id == n.Partition {
+				parts = append(parts, id)
+			}
+		}
+		h.mu.Unlock()
+		for _, id := range parts {
+			h.dispatch(id, nil)
+		}
+		return
+	}
+	h.mu.Lock()
+	p := h.parts[n.Partition]
+	if p == nil || n.Seq <= p.listened {
+		h.mu.Unlock()
+		return
+	}
+	after := p.listened
+	if after == 0 || n.Seq-after > remoteWatchBatch {
+		after = max(n.Seq-1, 0)
+	}
+	foreign := false
+	for seq := after + 1; seq <= n.Seq; seq++ {
+		if _, ok := p.local[seq]; !ok {
+			foreign = true
+		}
+	}
+	for seq := range p.local {
+		if seq <= n.Seq {
+			delete(p.local, seq)
+		}
+	}
+	p.listened = n.Seq
+	h.mu.Unlock()
+	if !foreign {
+		return // this process's commits: notified already
+	}
+	commits, err := h.s.cfg.Store.ReadCommits(ctx, n.Partition, after, n.Seq, remoteWatchBatch)
+	if err != nil {
+		h.s.cfg.Logger.Warn("operation watches: reading a commit failed; rerunning every watch", "partition", n.Partition, "err", err)
+		h.dispatch(n.Partition, nil)
+		return
+	}
+	var tables []string
+	for _, c := range commits {
+		for _, ch := range c.Changes {
+			if !containsStr(tables, ch.Table) {
+				tables = append(tables, ch.Table)
+			}
+		}
+	}
+	if len(tables) > 0 {
+		h.dispatch(n.Partition, tables)
+	}
+}
+
+// remoteWatchBatch bounds the commits read for one notification.
+const remoteWatchBatch = 1000
+
+// dispatch reruns the watches of a partition whose query names one of
+// tables (nil: every watch).
+func (h *watchHub) dispatch(partition string, tables []string) {
+	h.mu.Lock()
+	var sessions []*watchSession
+	if p := h.parts[partition]; p != nil {
+		for s := range p.sessions {
+			sessions = append(sessions, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range sessions {
+		s.mu.Lock()
+		for _, w := range s.watches {
+			if tables == nil || dependsOn(w.cq.tables, tables) {
+				s.triggerLocked(w)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func dependsOn(deps, touched []string) bool {
+	for _, t := range touched {
+		if containsStr(deps, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// watchSession is one watch socket.
+type watchSession struct {
+	hub       *watchHub
+	conn      net.Conn
+	actor     string
+	partition string
+	ctx       context.Context
+	cancel    context.CancelFunc
+
+	wmu sync.Mutex // serializes frame writes
+
+	mu      sync.Mutex
+	watches map[string]*watchState
+	closed  bool
+}
+
+// watchState is one registered watch.
+type watchState struct {
+	id      string
+	caller  Caller
+	cq      *compiledQuery
+	params  any
+	running bool
+	dirty   bool
+	last    []byte // the last snapshot sent, to skip an identical one
+}
+
+// handleWatchSocket upgrades GET /operations/realtime to a watch socket
+// (REMOTE.md §6). Authentication runs before the upgrade.
+func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
+	const route = "operations"
+	auth, aerr := s.authenticate(r)
+	if aerr != nil {
+		s.writeError(w, route, aerr)
+		return
+	}
+	upgrader := ws.HTTPUpgrader{}
+	if p := auth.WebSocketProtocol; p != "" {
+		upgrader.Protocol = func(offered string) bool { return offered == p }
+	}
+	conn, rw, _, err := upgrader.Upgrade(r, w)
+	if err != nil {
+		return // the upgrader answered
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	sess := &watchSession{hub: s.watch, conn: conn, actor: auth.ActorID, partition: auth.Partition,
+		ctx: ctx, cancel: cancel, watches: map[string]*watchState{}}
+	if !s.watch.add(sess) {
+		sess.closeWith(ws.StatusGoingAway, "server shutting down")
+		return
+	}
+	defer s.watch.remove(sess)
+	if !auth.ExpiresAt.IsZero() {
+		t := time.AfterFunc(time.Until(auth.ExpiresAt), func() { sess.closeWith(ws.StatusPolicyViolation, "credentials expired") })
+		defer t.Stop()
+	}
+	var br *bufio.Reader
+	if rw != nil {
+		br = rw.Reader
+	} else {
+		br = bufio.NewReader(conn)
+	}
+	sess.readLoop(br)
+}
+
+// readLoop reads client messages until the socket ends.
+func (s *watchSession) readLoop(br *bufio.Reader) {
+	defer s.closeWith(ws.StatusNormalClosure, "")
+	max := s.hub.s.ops.maxBytes
+	var msg []byte
+	inMessage := false
+	for {
+		h, err := ws.ReadHeader(br)
+		if err != nil {
+			return
+		}
+		if h.Length > max || (inMessage && int64(len(msg))+h.Length > max) {
+			s.closeWith(ws.StatusMessageTooBig, "message too large")
+			return
+		}
+		if !h.Masked {
+			s.closeWith(ws.StatusProtocolError, "client frames must be masked")
+			return
+		}
+		// A frame once begun must arrive within the stall timeout: a
+		// client that stops mid-frame holds no buffer for long.
+		_ = s.conn.SetReadDeadline(time.Now().Add(s.hub.s.cfg.StallTimeout))
+		payload := make([]byte, h.Length)
+		if _, err := io.ReadFull(br, payload); err != nil {
+			return
+		}
+		_ = s.conn.SetReadDeadline(time.Time{})
+		ws.Cipher(payload, h.Mask, 0)
+		switch h.OpCode {
+		case ws.OpPing:
+			s.write(ws.OpPong, payload)
+			continue
+		case ws.OpPong:
+			continue
+		case ws.OpClose:
+			return
+		case ws.OpText, ws.OpBinary:
+			if inMessage {
+				s.closeWith(ws.StatusProtocolError, "a new message began inside a fragmented one")
+				return
+			}
+			msg, inMessage = payload, true
+		case ws.OpContinuation:
+			if !inMessage {
+				s.closeWith(ws.StatusProtocolError, "continuation without a message")
+				return
+			}
+			msg = append(msg, payload...)
+		default:
+			s.closeWith(ws.StatusProtocolError, "unknown opcode")
+			return
+		}
+		if !h.Fin {
+			continue
+		}
+		inMessage = false
+		s.receive(msg)
+		msg = nil
+	}
+}
+
+// receive handles one client message.
+func (s *watchSession) receive(data []byte) {
+	m, err := remotewire.DecodeWatchMessage(data)
+	if err != nil {
+		s.sendError(remotewire.WatchIDOf(data), opError(codeOpInvalidRequest, err.Error()))
+		return
+	}
+	if m.Kind == remotewire.KindUnwatch {
+		s.mu.Lock()
+		delete(s.watches, m.WatchID)
+		s.mu.Unlock()
+		return
+	}
+	srv := s.hub.s
+	s.mu.Lock()
+	_, dup := s.watches[m.WatchID]
+	n := len(s.watches)
+	s.mu.Unlock()
+	switch {
+	case dup:
+		s.sendError(m.WatchID, opError(codeOpInvalidRequest, "watchId is already active"))
+		return
+	case n >= srv.ops.maxWatch:
+		s.sendError(m.WatchID, opError(codeOpInvalidRequest, "the socket has as many watches as the server allows"))
+		return
+	}
+	c := Caller{ActorID: s.actor, Partition: s.partition, ClientID: m.ClientID}
+	if err := srv.checkCaller(s.ctx, c); err != nil {
+		s.sendError(m.WatchID, operationError(err, codeOpExecutionFailed))
+		return
+	}
+	cq := srv.ops.queries[m.OperationID]
+	if cq == nil {
+		s.sendError(m.WatchID, opError(codeOpUnknown, "no query is registered as "+m.OperationID))
+		return
+	}
+	if _, err := cq.decodeParams(m.Params); err != nil {
+		s.sendError(m.WatchID, operationError(err, codeOpInvalidRequest))
+		return
+	}
+	w := &watchState{id: m.WatchID, caller: c, cq: cq, params: m.Params}
+	s.mu.Lock()
+	if _, dup := s.watches[m.WatchID]; !dup && !s.closed {
+		s.watches[m.WatchID] = w
+		s.triggerLocked(w)
+	}
+	s.mu.Unlock()
+}
+
+// triggerLocked reruns a watch, or marks it dirty while a run is in
+// flight (at most one pending rerun).
+func (s *watchSession) triggerLocked(w *watchState) {
+	if s.closed {
+		return
+	}
+	if w.running {
+		w.dirty = true
+		return
+	}
+	w.running = true
+	go s.run(w)
+}
+
+// run evaluates a watch until no rerun is pending, sending each result
+// unless the watch was removed meanwhile.
+func (s *watchSession) run(w *watchState) {
+	srv := s.hub.s
+	for {
+		s.mu.Lock()
+		w.dirty = false
+		s.mu.Unlock()
+		var msg remotewire.Message
+		resp, err := srv.runQuery(s.ctx, w.cq, w.caller, w.params)
+		if err != nil {
+			pe := operationError(err, codeOpQueryFailed)
+			srv.reportOperationFailure("operations", pe)
+			msg = &remotewire.WatchError{WatchID: w.id, Code: pe.Code, Message: pe.Message, Retryable: pe.Entry().Retryable}
+		} else {
+			msg = &remotewire.Snapshot{WatchID: w.id, OperationID: resp.OperationID, Rows: resp.Rows, MaxCommitSeq: resp.MaxCommitSeq}
+		}
+		b, merr := remotewire.Marshal(msg)
+		s.mu.Lock()
+		if s.closed || s.watches[w.id] != w {
+			w.running = false
+			s.mu.Unlock()
+			return
+		}
+		send := merr == nil && !bytes.Equal(b, w.last)
+		if send {
+			w.last = b
+		}
+		s.mu.Unlock()
+		if send {
+			// Written outside the session lock, so that a slow client
+			// never holds up the commit path that dispatches reruns.
+			s.write(ws.OpText, b)
+		}
+		s.mu.Lock()
+		if !w.dirty || s.closed || s.watches[w.id] != w {
+			w.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *watchSession) sendError(watchID string, pe *syncerr.Error) {
+	b, err := remotewire.Marshal(&remotewire.WatchError{WatchID: watchID, Code: pe.Code, Message: pe.Message,
+		Retryable: pe.Entry().Retryable})
+	if err == nil {
+		s.write(ws.OpText, b)
+	}
+}
+
+// write sends one frame; a failed write ends the socket.
+func (s *watchSession) write(op ws.OpCode, payload []byte) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
+	if err := ws.WriteFrame(s.conn, ws.NewFrame(op, true, payload)); err != nil {
+		_ = s.conn.Close()
+	}
+}
+
+// closeWith ends the socket with a close frame (once).
+func (s *watchSession) closeWith(code ws.StatusCode, reason string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	clear(s.watches)
+	s.mu.Unlock()
+	s.cancel()
+	s.write(ws.OpClose, ws.NewCloseFrameBody(code, reason))
+	_ = s.conn.Close()
+}
