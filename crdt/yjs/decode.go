@@ -235,11 +235,11 @@ func (r *reader) readContent(s *strct, validate bool) error {
 
 // block is a run of one client's structs in one update.
 type block struct {
-	update  int    // index of the update
-	off     int    // offset of the first struct
-	n       uint64 // number of structs
-	clock   uint64 // clock of the first struct
-	client  uint64
+	update int    // index of the update
+	off    int    // offset of the first struct
+	n      uint64 // number of structs
+	clock  uint64 // clock of the first struct
+	client uint64
 }
 
 // rng is a range of clocks [start, end).
