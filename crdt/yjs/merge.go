@@ -3,6 +3,7 @@ package yjs
 import (
 	"bytes"
 	"cmp"
+	"container/heap"
 	"fmt"
 	"slices"
 )
@@ -150,6 +151,21 @@ func (br *blockReader) next() error {
 	return nil
 }
 
+// readerHeap orders the block readers of a client by their current
+// struct (before).
+type readerHeap []*blockReader
+
+func (h readerHeap) Len() int           { return len(h) }
+func (h readerHeap) Less(i, j int) bool { return before(&h[i].cur, &h[j].cur) }
+func (h readerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *readerHeap) Push(x any)        { *h = append(*h, x.(*blockReader)) }
+func (h *readerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
 // before orders the structs that compete for the next clocks: the lower
 // clock first; at the same clock a GC (its clocks stay collected anyway),
 // then the longer. Equal ones carry the same content unless Yjs split a
@@ -176,26 +192,22 @@ func (w *writer) mergeClient(client uint64, cs *clientState, updates [][]byte) e
 	if len(cs.blocks) == 0 {
 		return nil
 	}
-	readers := make([]blockReader, len(cs.blocks))
-	for i, b := range cs.blocks {
-		readers[i] = blockReader{r: reader{b: updates[b.update], pos: b.off}, left: b.n, clock: b.clock}
-		if err := readers[i].next(); err != nil {
+	readers := make(readerHeap, 0, len(cs.blocks))
+	for _, b := range cs.blocks {
+		br := &blockReader{r: reader{b: updates[b.update], pos: b.off}, left: b.n, clock: b.clock}
+		if err := br.next(); err != nil {
 			return err
 		}
+		if br.ok {
+			readers = append(readers, br)
+		}
 	}
+	heap.Init(&readers)
 	w.startClient(client)
 	pos, started := uint64(0), false
 	gi, di := 0, 0
-	for {
-		var best *blockReader
-		for i := range readers {
-			if br := &readers[i]; br.ok && (best == nil || before(&br.cur, &best.cur)) {
-				best = br
-			}
-		}
-		if best == nil {
-			break
-		}
+	for len(readers) > 0 {
+		best := readers[0]
 		s := &best.cur
 		if !started || s.end() > pos {
 			start := s.clock
@@ -216,6 +228,11 @@ func (w *writer) mergeClient(client uint64, cs *clientState, updates [][]byte) e
 		}
 		if err := best.next(); err != nil {
 			return err
+		}
+		if best.ok {
+			heap.Fix(&readers, 0)
+		} else {
+			heap.Pop(&readers)
 		}
 	}
 	return w.endClient()

@@ -356,14 +356,43 @@ export function docJSON(update) {
   }
 }
 
-/** The state vector and delete set of the document an update gives. */
-export function docShape(update) {
-  const doc = new Y.Doc();
+/**
+ * Compares the structure of the documents two updates give: 'same' when
+ * the state vectors and delete sets are equal; 'format-cleanup' when they
+ * differ only by formatting marks the first document deleted on its own
+ * (a Y.Doc that integrates remote formatting deletes the marks it finds
+ * redundant, cleanupYTextFormatting, so the reference merger's fold adds
+ * such deletions, depending on the order it saw the pushes); 'different'
+ * otherwise.
+ */
+export function compareShape(refUpdate, update) {
+  const a = new Y.Doc();
+  const b = new Y.Doc();
   try {
-    if (update.length > 0) Y.applyUpdate(doc, update);
-    return Y.snapshot(doc);
+    Y.applyUpdate(a, refUpdate);
+    Y.applyUpdate(b, update);
+    const sa = Y.snapshot(a);
+    const sb = Y.snapshot(b);
+    if (Y.equalSnapshots(sa, sb)) return 'same';
+    if (JSON.stringify([...sa.sv].sort()) !== JSON.stringify([...sb.sv].sort())) return 'different';
+    const deleted = (s) => {
+      const out = new Set();
+      for (const [client, items] of s.ds.clients) for (const d of items) for (let c = d.clock; c < d.clock + d.len; c++) out.add(`${client}:${c}`);
+      return out;
+    };
+    const da = deleted(sa);
+    const db = deleted(sb);
+    for (const x of db) if (!da.has(x)) return 'different';
+    for (const x of da) {
+      if (db.has(x)) continue;
+      const [client, clock] = x.split(':').map(Number);
+      const item = (b.store.clients.get(client) ?? []).find((s) => s.id.clock <= clock && clock < s.id.clock + s.length);
+      if (!item || !(item.content instanceof Y.ContentFormat)) return 'different';
+    }
+    return 'format-cleanup';
   } finally {
-    doc.destroy();
+    a.destroy();
+    b.destroy();
   }
 }
 
