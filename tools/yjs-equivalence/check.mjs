@@ -1,6 +1,6 @@
 // The Yjs equivalence check of syncgo's Go yjs-doc merger.
 //
-//   node check.mjs [--cases N] [--seed S] [--fixtures FILE --fixture-count K] [--bench]
+//   node check.mjs [--cases N] [--seed S] [--fixtures FILE --fixture-count K] [--bench] [--bench-corpus FILE]
 //
 // For each case it generates a random concurrent edit history with Yjs
 // (gen.mjs), takes the values clients would push, has the Go merger
@@ -17,7 +17,8 @@
 // --fixtures writes the first K cases (inputs and expected document) as
 // JSON lines for the Go tests. --bench times Yjs's own merges (the
 // reference merger's fold and Y.mergeUpdates) beside Go's on the same
-// inputs.
+// inputs. --bench-corpus writes the long-document inputs for the Go
+// benchmark (crdt/yjs BenchmarkMerge).
 import { spawn, execFileSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { writeFileSync, mkdtempSync } from 'node:fs';
@@ -36,6 +37,7 @@ const seed0 = Number(opt('--seed', '1'));
 const fixtures = opt('--fixtures', null);
 const fixtureCount = Number(opt('--fixture-count', '300'));
 const bench = args.includes('--bench');
+const benchCorpus = opt('--bench-corpus', null);
 const verbose = args.includes('--verbose');
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -139,18 +141,27 @@ if (fixtures) {
 }
 
 if (bench) await runBench();
+if (benchCorpus) {
+  const lines = benchCorpora().slice(1).map(([name, sets]) => JSON.stringify({ name, sets: sets.map((s) => s.map(b64)) }));
+  writeFileSync(benchCorpus, `${lines.join('\n')}\n`);
+  console.log(`wrote the benchmark corpus to ${benchCorpus}`);
+}
 go.stdin.end();
 const failed = stats.docDiff + stats.shapeDiff + stats.multiDiff + stats.errors > 0;
 process.exit(failed ? 1 : 0);
 
+/** The benchmark inputs: sets of values folded by a merger in order. */
+function benchCorpora() {
+  return [
+    ['small edits (2-6 pushes)', Array.from({ length: 200 }, (_, i) => caseInputs(900000 + i).inputs)],
+    ['long text (3 clients, 3000 edits): two full states', [longDoc(7, 3000)]],
+    ['long text: stored state + a small edit', [longDocWithEdit(8, 3000)]],
+  ];
+}
+
 /** Yjs's merge speeds beside Go's on the same inputs. */
 async function runBench() {
-  const corpora = [
-    ['small edits (2-6 pushes)', Array.from({ length: 200 }, (_, i) => caseInputs(900000 + i).inputs)],
-    ['one long text document', [longDoc(7, 4000)]],
-    ['long document + a small edit', [longDocWithEdit(8, 4000)]],
-  ];
-  for (const [name, sets] of corpora) {
+  for (const [name, sets] of benchCorpora()) {
     const bytes = sets.reduce((n, s) => n + s.reduce((m, u) => m + u.length, 0), 0);
     const time = (f, runs) => {
       const ts = [];
