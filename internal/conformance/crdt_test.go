@@ -66,7 +66,11 @@ func TestCRDTColumnsMerge(t *testing.T) {
 	}
 	var rows []struct {
 		Version int64
-		Values  struct{ Doc struct{ Bytes string `json:"$bytes"` } }
+		Values  struct {
+			Doc struct {
+				Bytes string `json:"$bytes"`
+			}
+		}
 	}
 	h.call(out.ID, &rows, "readRows", "notes")
 	want, err := yjs.Merger{}.MergeUpdates(ups[0], ups[1])
