@@ -247,6 +247,7 @@ type rng struct{ start, end uint64 }
 
 // clientState gathers what the updates say about one client.
 type clientState struct {
+	items   int // structs other than Skips
 	blocks  []block
 	gc      []rng // clocks some update garbage-collected
 	deleted []rng // delete sets, GC and ContentDeleted ranges
@@ -287,6 +288,9 @@ func scan(ui int, b []byte, clients map[uint64]*clientState) error {
 			s, err := r.readStruct(clock, true)
 			if err != nil {
 				return err
+			}
+			if s.kind != kindSkip {
+				cs.items++
 			}
 			switch {
 			case s.kind == kindGC:

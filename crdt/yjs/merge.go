@@ -41,10 +41,12 @@ func (m Merger) Merge(stored, incoming []byte) ([]byte, error) {
 // refused with an error wrapping ErrMalformed.
 func (m Merger) MergeUpdates(updates ...[]byte) ([]byte, error) {
 	clients := map[uint64]*clientState{}
+	total := 0
 	for i, u := range updates {
 		if len(u) == 0 {
 			continue
 		}
+		total += len(u)
 		if m.MaxBytes > 0 && len(u) > m.MaxBytes {
 			return nil, fmt.Errorf("%w: an input of %d bytes, the bound is %d", ErrTooLarge, len(u), m.MaxBytes)
 		}
@@ -53,21 +55,29 @@ func (m Merger) MergeUpdates(updates ...[]byte) ([]byte, error) {
 		}
 	}
 	ids := make([]uint64, 0, len(clients))
+	withItems := uint64(0)
 	for c, cs := range clients {
 		ids = append(ids, c)
 		cs.gc = normalize(cs.gc)
 		cs.deleted = normalize(cs.deleted)
+		if cs.items > 0 {
+			withItems++ // every client with a struct gets a section
+		}
 	}
 	slices.SortFunc(ids, func(a, b uint64) int { return cmp.Compare(b, a) }) // higher clients first, as Yjs writes
-	w := &writer{max: m.MaxBytes}
+	if m.MaxBytes > 0 {
+		total = min(total, m.MaxBytes)
+	}
+	w := &writer{max: m.MaxBytes, body: appendUvarint(make([]byte, 0, total+16), withItems)}
 	for _, c := range ids {
 		if err := w.mergeClient(c, clients[c], updates); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]byte, 0, len(w.body)+16)
-	out = appendUvarint(out, w.nClients)
-	out = append(out, w.body...)
+	if w.nClients != withItems {
+		return nil, fmt.Errorf("yjs: internal error: %d of %d clients with structs written", w.nClients, withItems)
+	}
+	out := w.body
 	nDeleted := uint64(0)
 	for _, c := range ids {
 		if len(clients[c].deleted) > 0 {
