@@ -44,15 +44,16 @@ func BenchmarkMerge(b *testing.B) {
 			sets [][][]byte
 		}{c.Name, c.Sets})
 	}
-	// Adversarial: 20,000 one-struct blocks of one client in one update.
+	// Hostile: 20,000 clients of one struct each, twice over.
 	many := enc(20000)
 	for i := range 20000 {
-		many = append(many, enc(1, 1, i%100, byte(0), 1)...)
+		many = append(many, enc(1, 1+i, i%7, byte(0), 1)...)
 	}
+	many = append(many, 0)
 	corpora = append(corpora, struct {
 		name string
 		sets [][][]byte
-	}{"20000 blocks of one client", [][][]byte{{append(many, 0)}}})
+	}{"20000 clients of one GC", [][][]byte{{many, many}}})
 
 	var m Merger
 	for _, c := range corpora {

@@ -3,6 +3,7 @@ package yjs
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // id names one unit of a client's clock space.
@@ -235,77 +236,95 @@ func (r *reader) readContent(s *strct, validate bool) error {
 
 // block is a run of one client's structs in one update.
 type block struct {
-	update int    // index of the update
-	off    int    // offset of the first struct
-	n      uint64 // number of structs
-	clock  uint64 // clock of the first struct
 	client uint64
+	clock  uint64 // clock of the first struct
+	off    int    // offset of the first struct
+	n      uint32 // number of structs
+	update uint32 // index of the update
 }
 
 // rng is a range of clocks [start, end).
 type rng struct{ start, end uint64 }
 
-// clientState gathers what the updates say about one client.
-type clientState struct {
-	items   int // structs other than Skips
-	blocks  []block
-	gc      []rng // clocks some update garbage-collected
-	deleted []rng // delete sets, GC and ContentDeleted ranges
+// crange is a range of clocks of a client.
+type crange struct {
+	client uint64
+	rng
 }
 
-// scan is the first pass over an update: it checks every byte, and
-// records the blocks, the GC and ContentDeleted ranges and the delete set
-// by client.
-func scan(ui int, b []byte, clients map[uint64]*clientState) error {
+// index is what the first pass learns of the updates: the blocks that
+// carry structs other than Skips, and the ranges of the delete sets. It is
+// flat (no state per client) and sized by the counts the updates declare
+// (never beyond what their bytes can hold), so that it stays a small
+// multiple of the input. What a client's structs say about deletion (GC
+// and ContentDeleted) is read again when the client is merged.
+type index struct {
+	blocks []block
+	del    []crange
+}
+
+// scan is the first pass over an update: it checks every byte and adds
+// what it finds to the index.
+func (x *index) scan(ui int, b []byte) error {
 	r := &reader{b: b}
-	get := func(c uint64) *clientState {
-		cs := clients[c]
-		if cs == nil {
-			cs = &clientState{}
-			clients[c] = cs
-		}
-		return cs
-	}
 	nClients, err := r.uvarint()
 	if err != nil {
 		return err
 	}
+	// A client's block takes five bytes or more.
+	x.blocks = slices.Grow(x.blocks, int(min(nClients, uint64(r.remaining()/5))))
 	for ; nClients > 0; nClients-- {
-		var blk block
-		if blk.n, err = r.uvarint(); err != nil {
+		blk := block{update: uint32(ui)}
+		n, err := r.uvarint()
+		if err != nil {
 			return err
 		}
+		if n > uint64(r.remaining())/2 {
+			return r.fail("more structs than bytes left") // a struct takes two bytes or more
+		}
+		blk.n = uint32(n)
 		if blk.client, err = r.uvarint(); err != nil {
 			return err
 		}
 		if blk.clock, err = r.uvarint(); err != nil {
 			return err
 		}
-		blk.update, blk.off = ui, r.pos
-		cs := get(blk.client)
-		clock := blk.clock
+		blk.off = r.pos
+		clock, items := blk.clock, false
 		for i := blk.n; i > 0; i-- {
 			s, err := r.readStruct(clock, true)
 			if err != nil {
 				return err
 			}
-			if s.kind != kindSkip {
-				cs.items++
-			}
-			switch {
-			case s.kind == kindGC:
-				cs.gc = appendRange(cs.gc, rng{s.clock, s.end()})
-				cs.deleted = appendRange(cs.deleted, rng{s.clock, s.end()})
-			case s.kind == kindItem && s.ref == refDeleted:
-				cs.deleted = appendRange(cs.deleted, rng{s.clock, s.end()})
-			}
+			items = items || s.kind != kindSkip
 			clock = s.end()
 		}
-		if blk.n > 0 {
-			cs.blocks = append(cs.blocks, blk)
+		if items {
+			x.blocks = append(x.blocks, blk)
 		}
 	}
-	nClients, err = r.uvarint()
+	// The delete set: counted first, so that the index grows once.
+	dsStart := r.pos
+	count := 0
+	for pass := 0; pass < 2; pass++ {
+		r.pos = dsStart
+		if err := x.readDeleteSet(r, pass == 1, &count); err != nil {
+			return err
+		}
+		if pass == 0 {
+			x.del = slices.Grow(x.del, count)
+		}
+	}
+	if r.pos != len(b) {
+		return r.fail("bytes after the delete set")
+	}
+	return nil
+}
+
+// readDeleteSet reads a delete set; it counts its ranges, and with store
+// adds them to the index.
+func (x *index) readDeleteSet(r *reader, store bool, count *int) error {
+	nClients, err := r.uvarint()
 	if err != nil {
 		return err
 	}
@@ -318,7 +337,6 @@ func scan(ui int, b []byte, clients map[uint64]*clientState) error {
 		if err != nil {
 			return err
 		}
-		var cs *clientState
 		for ; n > 0; n-- {
 			clock, err := r.uvarint()
 			if err != nil {
@@ -331,28 +349,23 @@ func scan(ui int, b []byte, clients map[uint64]*clientState) error {
 			if l > maxSafe-clock {
 				return r.fail("a deleted range beyond 2^53-1")
 			}
-			if l == 0 {
-				continue
+			switch {
+			case l == 0:
+			case store:
+				x.del = appendRange(x.del, crange{client, rng{clock, clock + l}})
+			default:
+				*count++
 			}
-			if cs == nil {
-				cs = get(client)
-			}
-			cs.deleted = appendRange(cs.deleted, rng{clock, clock + l})
 		}
-	}
-	if r.pos != len(b) {
-		return r.fail("bytes after the delete set")
 	}
 	return nil
 }
 
-// appendRange appends x, joining it to the last range when they touch (the
-// common case of ranges read in order).
-func appendRange(rs []rng, x rng) []rng {
-	if n := len(rs); n > 0 && rs[n-1].end >= x.start && rs[n-1].start <= x.start {
-		if x.end > rs[n-1].end {
-			rs[n-1].end = x.end
-		}
+// appendRange appends x, joining it to the last range when they touch
+// (the common case of ranges read in order).
+func appendRange(rs []crange, x crange) []crange {
+	if n := len(rs); n > 0 && rs[n-1].client == x.client && rs[n-1].end >= x.start && rs[n-1].start <= x.start {
+		rs[n-1].end = max(rs[n-1].end, x.end)
 		return rs
 	}
 	return append(rs, x)

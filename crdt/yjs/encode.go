@@ -15,6 +15,10 @@ type writer struct {
 
 	run run
 	buf []byte // run content when runs join (reused)
+
+	readers []blockReader // the block readers of the current client (reused)
+	heap    readerHeap
+	gc      []rng // the current client's garbage-collected ranges (reused)
 }
 
 // run is the struct being built: pieces join it while they continue it.

@@ -40,70 +40,101 @@ func (m Merger) Merge(stored, incoming []byte) ([]byte, error) {
 // MergeUpdates merges any number of updates into one. Malformed input is
 // refused with an error wrapping ErrMalformed.
 func (m Merger) MergeUpdates(updates ...[]byte) ([]byte, error) {
-	clients := map[uint64]*clientState{}
+	var x index
 	total := 0
 	for i, u := range updates {
 		if len(u) == 0 {
 			continue
 		}
-		total += len(u)
 		if m.MaxBytes > 0 && len(u) > m.MaxBytes {
 			return nil, fmt.Errorf("%w: an input of %d bytes, the bound is %d", ErrTooLarge, len(u), m.MaxBytes)
 		}
-		if err := scan(i, u, clients); err != nil {
+		total += len(u)
+		if err := x.scan(i, u); err != nil {
 			return nil, err
 		}
 	}
-	ids := make([]uint64, 0, len(clients))
-	withItems := uint64(0)
-	for c, cs := range clients {
-		ids = append(ids, c)
-		cs.gc = normalize(cs.gc)
-		cs.deleted = normalize(cs.deleted)
-		if cs.items > 0 {
-			withItems++ // every client with a struct gets a section
+	// Higher clients first, as Yjs writes them; a client's blocks in input
+	// order.
+	slices.SortStableFunc(x.blocks, func(a, b block) int { return cmp.Compare(b.client, a.client) })
+	if err := x.repeatedClient(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(x.del, func(a, b crange) int {
+		return cmp.Or(cmp.Compare(b.client, a.client), cmp.Compare(a.start, b.start))
+	})
+	sections := uint64(0)
+	for i, b := range x.blocks {
+		if i == 0 || b.client != x.blocks[i-1].client {
+			sections++
 		}
 	}
-	slices.SortFunc(ids, func(a, b uint64) int { return cmp.Compare(b, a) }) // higher clients first, as Yjs writes
 	if m.MaxBytes > 0 {
 		total = min(total, m.MaxBytes)
 	}
-	w := &writer{max: m.MaxBytes, body: appendUvarint(make([]byte, 0, total+16), withItems)}
-	for _, c := range ids {
-		if err := w.mergeClient(c, clients[c], updates); err != nil {
-			return nil, err
-		}
-	}
-	if w.nClients != withItems {
-		return nil, fmt.Errorf("yjs: internal error: %d of %d clients with structs written", w.nClients, withItems)
-	}
-	out := w.body
+	w := &writer{max: m.MaxBytes, body: appendUvarint(make([]byte, 0, total+16), sections)}
+	var ds []byte // the delete set, after its count
+	var del []rng
 	nDeleted := uint64(0)
-	for _, c := range ids {
-		if len(clients[c].deleted) > 0 {
+	for bs, dels := x.blocks, x.del; len(bs)+len(dels) > 0; {
+		c := uint64(0)
+		if len(bs) > 0 {
+			c = bs[0].client
+		}
+		if len(dels) > 0 {
+			c = max(c, dels[0].client)
+		}
+		var cb []block
+		cb, bs = split(bs, func(b block) bool { return b.client == c })
+		del, dels = ranges(del[:0], dels, c)
+		if len(cb) > 0 {
+			var err error
+			if del, err = w.mergeClient(c, cb, del, updates); err != nil {
+				return nil, err
+			}
+		} else {
+			del = normalize(del)
+		}
+		if len(del) > 0 {
 			nDeleted++
+			ds = appendUvarint(ds, c)
+			ds = appendUvarint(ds, uint64(len(del)))
+			for _, d := range del {
+				ds = appendUvarint(appendUvarint(ds, d.start), d.end-d.start)
+			}
+			if w.max > 0 && len(w.body)+len(ds) > w.max {
+				return nil, w.tooLarge()
+			}
 		}
 	}
-	out = appendUvarint(out, nDeleted)
-	for _, c := range ids {
-		ds := clients[c].deleted
-		if len(ds) == 0 {
-			continue
-		}
-		out = appendUvarint(out, c)
-		out = appendUvarint(out, uint64(len(ds)))
-		for _, d := range ds {
-			out = appendUvarint(out, d.start)
-			out = appendUvarint(out, d.end-d.start)
-		}
-		if w.max > 0 && len(out) > w.max {
-			return nil, w.tooLarge()
-		}
+	if w.nClients != sections {
+		return nil, fmt.Errorf("yjs: internal error: %d of %d client sections written", w.nClients, sections)
 	}
+	out := appendUvarint(w.body, nDeleted)
+	out = append(out, ds...)
 	if w.max > 0 && len(out) > w.max {
 		return nil, w.tooLarge()
 	}
 	return out, nil
+}
+
+// split cuts the leading elements that match off s.
+func split[T any](s []T, match func(T) bool) (head, rest []T) {
+	i := 0
+	for i < len(s) && match(s[i]) {
+		i++
+	}
+	return s[:i], s[i:]
+}
+
+// ranges appends the leading ranges of client c in rs to dst, and
+// returns the rest of rs.
+func ranges(dst []rng, rs []crange, c uint64) ([]rng, []crange) {
+	head, rest := split(rs, func(r crange) bool { return r.client == c })
+	for _, r := range head {
+		dst = append(dst, r.rng)
+	}
+	return dst, rest
 }
 
 // Validate reports whether update is a well-formed update (nil if so, an
@@ -113,7 +144,25 @@ func Validate(update []byte) error {
 	if len(update) == 0 {
 		return nil
 	}
-	return scan(0, update, map[uint64]*clientState{})
+	var x index
+	if err := x.scan(0, update); err != nil {
+		return err
+	}
+	slices.SortStableFunc(x.blocks, func(a, b block) int { return cmp.Compare(b.client, a.client) })
+	return x.repeatedClient()
+}
+
+// repeatedClient refuses an update that carries a client twice (blocks
+// sorted by client). Yjs never writes one, and Y.applyUpdate would keep
+// only the client's last block; refusing it also keeps the merge of a
+// client to one block reader per input.
+func (x *index) repeatedClient() error {
+	for i := 1; i < len(x.blocks); i++ {
+		if b, a := x.blocks[i], x.blocks[i-1]; b.client == a.client && b.update == a.update {
+			return &malformedError{off: b.off, reason: fmt.Sprintf("client %d appears twice in an update", b.client)}
+		}
+	}
+	return nil
 }
 
 // normalize sorts ranges and joins those that overlap or touch.
@@ -197,27 +246,50 @@ func before(a, b *strct) bool {
 }
 
 // mergeClient writes the structs of one client: every clock any update
-// carries, once, in order.
-func (w *writer) mergeClient(client uint64, cs *clientState, updates [][]byte) error {
-	if len(cs.blocks) == 0 {
-		return nil
+// carries, once, in order. del holds the client's ranges of the delete
+// sets; it returns them joined with the client's garbage-collected and
+// ContentDeleted ranges: the client's part of the merged delete set.
+func (w *writer) mergeClient(client uint64, blocks []block, del []rng, updates [][]byte) ([]rng, error) {
+	w.readers = slices.Grow(w.readers[:0], len(blocks))
+	for _, b := range blocks {
+		w.readers = append(w.readers, blockReader{r: reader{b: updates[b.update], pos: b.off}, left: uint64(b.n), clock: b.clock})
 	}
-	readers := make(readerHeap, 0, len(cs.blocks))
-	for _, b := range cs.blocks {
-		br := &blockReader{r: reader{b: updates[b.update], pos: b.off}, left: b.n, clock: b.clock}
+	// The ranges the structs themselves say are collected or deleted.
+	gc := w.gc[:0]
+	for _, br := range w.readers {
+		for br.left > 0 {
+			if err := br.next(); err != nil {
+				return nil, err
+			}
+			switch s := &br.cur; {
+			case !br.ok:
+			case s.kind == kindGC:
+				gc = append(gc, rng{s.clock, s.end()})
+				del = append(del, rng{s.clock, s.end()})
+			case s.ref == refDeleted:
+				del = append(del, rng{s.clock, s.end()})
+			}
+		}
+	}
+	gc, del = normalize(gc), normalize(del)
+	w.gc = gc
+	h := &w.heap
+	*h = slices.Grow((*h)[:0], len(blocks))
+	for i := range w.readers {
+		br := &w.readers[i]
 		if err := br.next(); err != nil {
-			return err
+			return nil, err
 		}
 		if br.ok {
-			readers = append(readers, br)
+			*h = append(*h, br)
 		}
 	}
-	heap.Init(&readers)
+	heap.Init(h)
 	w.startClient(client)
 	pos, started := uint64(0), false
 	gi, di := 0, 0
-	for len(readers) > 0 {
-		best := readers[0]
+	for h.Len() > 0 {
+		best := (*h)[0]
 		s := &best.cur
 		if !started || s.end() > pos {
 			start := s.clock
@@ -226,32 +298,31 @@ func (w *writer) mergeClient(client uint64, cs *clientState, updates [][]byte) e
 				w.firstClock, started = start, true
 			case start > pos:
 				if err := w.skip(start - pos); err != nil {
-					return err
+					return nil, err
 				}
 			default:
 				start = pos
 			}
-			if err := w.emit(client, s, start, cs, &gi, &di); err != nil {
-				return err
+			if err := w.emit(client, s, start, gc, del, &gi, &di); err != nil {
+				return nil, err
 			}
 			pos = s.end()
 		}
 		if err := best.next(); err != nil {
-			return err
+			return nil, err
 		}
 		if best.ok {
-			heap.Fix(&readers, 0)
+			heap.Fix(h, 0)
 		} else {
-			heap.Pop(&readers)
+			heap.Pop(h)
 		}
 	}
-	return w.endClient()
+	return del, w.endClient()
 }
 
 // emit writes clocks [start, s.end()) of s, split where they enter or
 // leave a garbage-collected or deleted range.
-func (w *writer) emit(client uint64, s *strct, start uint64, cs *clientState, gi, di *int) error {
-	gc, del := cs.gc, cs.deleted
+func (w *writer) emit(client uint64, s *strct, start uint64, gc, del []rng, gi, di *int) error {
 	cur := cursor{ref: s.ref, b: s.content}
 	if s.kind == kindItem && start > s.clock {
 		cur.take(start-s.clock, false)

@@ -224,6 +224,7 @@ func TestMalformed(t *testing.T) {
 		"any nested too deep":  append(enc(1, 1, 1, 0, byte(refAny), 1, "t", 1), bytes.Repeat([]byte{anyArray, 1}, maxAnyDepth+2)...),
 		"string past the end":  enc(1, 1, 1, 0, strRoot, 1, "t", 200, "ab"),
 		"parent name past end": enc(1, 1, 1, 0, strRoot, 1, 9),
+		"a client twice":       enc(2, 1, 1, 0, byte(0), 1, 1, 1, 5, byte(0), 1, 0),
 	}
 	for name, b := range bad {
 		if _, err := m.MergeUpdates(b); !errors.Is(err, ErrMalformed) {
