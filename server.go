@@ -155,6 +155,13 @@ type Config struct {
 	// Operations are the remote operations served at POST /operations
 	// and GET /operations/realtime (REMOTE.md; docs/remote-operations.md).
 	Operations Operations
+	// CRDTMergers maps a crdtType (spec §5.10.1) to the merger of the
+	// crdt columns that name it. The built-in "yjs-doc" merger (package
+	// crdt/yjs, bounded by Limits.MaxCRDTBytes) is registered unless this
+	// map has an entry of that name; a nil entry unregisters a type. New
+	// refuses a schema (or a schema of SchemaWindow) whose crdt column
+	// names a type without a merger.
+	CRDTMergers map[string]CRDTMerger
 }
 
 func (c Config) withDefaults() Config {
@@ -226,6 +233,10 @@ func New(cfg Config) (*Server, error) {
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
+	mergers := crdtMergers(cfg)
+	if err := checkCRDTTypes(mergers, append([]*schema.Compiled{cfg.Schema}, cfg.SchemaWindow...)...); err != nil {
+		return nil, fmt.Errorf("syncgo: %w", err)
+	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
 		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
@@ -247,6 +258,7 @@ func New(cfg Config) (*Server, error) {
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
+		CRDTMergers:  mergers,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,

@@ -13,6 +13,10 @@
 // GET /segments/{id}, GET /realtime) under whatever prefix the host mounts
 // it; Stop ends it. See Example for a complete embedding.
 //
+// Collaborative crdt columns (§5.10) are merged on push by the merger of
+// their crdtType (Config.CRDTMergers; the yjs-doc merger of package
+// crdt/yjs is built in).
+//
 // The server speaks wire version 3 and wire versions 1 and 2 (clients of
 // the 0.15 to 0.20 line). Its byte layer is package wire, its error
 // catalog package syncerr, the storage contract package store.

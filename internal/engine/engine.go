@@ -71,7 +71,20 @@ type Config struct {
 	// Declarations are the backfill checkpoints this process declares:
 	// it may serve while they are incomplete (§2.4).
 	Declarations []store.CheckpointDeclaration
+	// CRDTMergers maps a crdtType to the merger of its columns (§5.10.2).
+	// A push that writes a crdt column whose type has none fails with
+	// sync.crdt_merge_failed.
+	CRDTMergers map[string]CRDTMerger
 }
+
+// CRDTMerger merges the stored value of a crdt column (nil for NULL or a
+// new row) with a pushed one (§5.10.2).
+type CRDTMerger interface {
+	Merge(stored, incoming []byte) ([]byte, error)
+}
+
+// DefaultMaxCRDTBytes is the default of Limits.MaxCRDTBytes.
+const DefaultMaxCRDTBytes = 8 << 20
 
 // NeverInline is the InlineSegmentMaxBytes of a server that sends every
 // rows segment by reference to clients that accept external segments.
@@ -106,6 +119,10 @@ type Limits struct {
 	// registration and a socket registration). A request over it is
 	// refused as a whole with sync.invalid_subscription. Default 1000.
 	MaxSubscriptionsPerRequest int
+	// MaxCRDTBytes bounds a crdt column value (§5.10): a pushed value or
+	// a merge result larger than it fails the operation with
+	// sync.crdt_merge_failed. Default 8 MiB.
+	MaxCRDTBytes int
 }
 
 func (c Config) withDefaults() Config {
@@ -135,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.MaxSubscriptionsPerRequest <= 0 {
 		c.Limits.MaxSubscriptionsPerRequest = 1000
+	}
+	if c.Limits.MaxCRDTBytes <= 0 {
+		c.Limits.MaxCRDTBytes = DefaultMaxCRDTBytes
 	}
 	if c.Limits.SQLiteImageMaxBytes == 0 {
 		c.Limits.SQLiteImageMaxBytes = 64 << 20

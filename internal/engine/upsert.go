@@ -46,11 +46,6 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 			}
 		}
 	}
-	for _, c := range t.CRDTColumns() {
-		if in.Present[c] {
-			return opError(i, syncerr.CodeCRDTMergeFailed, "no merger is registered for this crdt column"), nil
-		}
-	}
 	next := stored.ServerVersion + 1
 	vals := make([]wire.Value, len(cols))
 	copy(vals, storedVals)
@@ -61,6 +56,9 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 				versions[c] = next
 			}
 		}
+	}
+	if rej := a.mergeCRDT(i, t, vals, in.Present, storedVals); rej != nil {
+		return rej, nil
 	}
 	payload, err := t.RowCodec().AppendRow(nil, vals)
 	if err != nil {
@@ -165,10 +163,8 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 	if err != nil || !authorized(ss, a.r.allowed) {
 		return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
 	}
-	for _, c := range t.CRDTColumns() {
-		if !in.Values[c].Null {
-			return opError(i, syncerr.CodeCRDTMergeFailed, "no merger is registered for this crdt column"), nil
-		}
+	if rej := a.mergeCRDT(i, t, in.Values, in.Present, nil); rej != nil {
+		return rej, nil
 	}
 	payload, err := t.RowCodec().AppendRow(nil, in.Values)
 	if err != nil {
