@@ -395,7 +395,9 @@ func TestRealtimeCloseActor(t *testing.T) {
 // expire is closed at the first heartbeat after the expiry.
 func TestRealtimeCredentialsExpire(t *testing.T) {
 	e := newRTEnv(t, func(c *syncgo.Config) { c.Realtime.Heartbeat = 50 * time.Millisecond })
-	exp := time.Now().Add(300 * time.Millisecond)
+	// Milliseconds, as the token carries them: the server cannot close
+	// before this instant.
+	exp := time.UnixMilli(time.Now().Add(300 * time.Millisecond).UnixMilli())
 	s := e.dial("alice;exp="+strconv.FormatInt(exp.UnixMilli(), 10), "a1")
 	other := e.dial("bob", "b1")
 	s.hello()
