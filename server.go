@@ -167,8 +167,8 @@ type Config struct {
 	CRDTMergers map[string]CRDTMerger
 	// Metrics, when set, receives the server's Prometheus metrics (see
 	// docs/observability.md); nil: no metrics. Nothing is registered
-	// anywhere else. Two servers on one registry need distinct labels
-	// (prometheus.WrapRegistererWith).
+	// anywhere else. Servers sharing a registry each need a constant
+	// label of their own (prometheus.WrapRegistererWith).
 	Metrics prometheus.Registerer
 	// AccessLog, when set, gets one line per request answered by Handler:
 	// method, route, path, status, duration, actor, bytes in and out, the
