@@ -94,8 +94,8 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 		Help: "Response body bytes written, as sent (after compression), by route.",
 	}, []string{"route"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "syncgo_request_duration_seconds",
-		Help: "Time to answer a request, by operation: push, pull, push_pull, bootstrap (a /sync request), segment (a download), none (refused before it was decoded).",
+		Name:    "syncgo_request_duration_seconds",
+		Help:    "Time to answer a request, by operation: push, pull, push_pull, bootstrap (a /sync request), segment (a download), none (refused before it was decoded).",
 		Buckets: durationBuckets(),
 	}, []string{"op"})
 	pushes := prometheus.NewCounterVec(prometheus.CounterOpts{

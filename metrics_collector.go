@@ -19,12 +19,12 @@ type serverCollector struct {
 	s *Server
 
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
-	storeWrites, storeWriteErrors, storeBatches, storeCommits   *prometheus.Desc
-	poolConns, poolMax, poolAcquires, poolAcquireSeconds        *prometheus.Desc
-	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns      *prometheus.Desc
-	pageCache, images                                           *prometheus.Desc
-	admCapacity, admInFlight, admQueued, admRefused             *prometheus.Desc
-	ready, readyPhase, pending, schemaVersion                   *prometheus.Desc
+	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
+	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
+	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
+	pageCache, images                                         *prometheus.Desc
+	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
+	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
 }
 
 func newServerCollector(s *Server) *serverCollector {
