@@ -76,10 +76,9 @@ func durationBuckets() []float64 {
 	return []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 }
 
-// newMetrics registers the server's metrics on reg: the request-path
-// counters above and a collector that reads the server's other counters
-// (realtime, store, pool, caches, admission, readiness) at scrape time.
-func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
+// newMetrics registers the request-path metrics on reg. (The server's
+// other counters are read at scrape time by serverCollector.)
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{}
 	m.requestVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "syncgo_http_requests_total",
@@ -120,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, s *Server) (*metrics, error) {
 	for _, st := range []wire.PushStatus{wire.PushApplied, wire.PushCached, wire.PushRejected} {
 		m.pushes[st] = pushes.WithLabelValues(st.String())
 	}
-	for _, c := range []prometheus.Collector{m.requestVec, bytesIn, bytesOut, duration, pushes, m.conflicts, newServerCollector(s)} {
+	for _, c := range []prometheus.Collector{m.requestVec, bytesIn, bytesOut, duration, pushes, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

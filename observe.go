@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/syncgo/syncgo/wire"
@@ -112,12 +113,23 @@ type observer struct {
 	next    http.Handler
 	metrics *metrics
 	log     *slog.Logger
+	// writers recycles the observedWriters: nothing holds one after its
+	// request (a hijacked connection does not refer to it).
+	writers sync.Pool
 }
 
 func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rt := classify(r)
-	ow := &observedWriter{ResponseWriter: w}
+	ow, _ := o.writers.Get().(*observedWriter)
+	if ow == nil {
+		ow = &observedWriter{}
+	}
+	defer func() {
+		*ow = observedWriter{}
+		o.writers.Put(ow)
+	}()
+	ow.ResponseWriter = w
 	body := r.Body
 	if body != nil && body != http.NoBody {
 		ow.body.r = body

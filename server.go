@@ -275,7 +275,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	var onPush func(wire.PushStatus, bool)
 	if cfg.Metrics != nil {
-		if s.metrics, err = newMetrics(cfg.Metrics, s); err != nil {
+		if s.metrics, err = newMetrics(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("syncgo: register metrics: %w", err)
+		}
+		if err := cfg.Metrics.Register(newServerCollector(s)); err != nil {
 			return nil, fmt.Errorf("syncgo: register metrics: %w", err)
 		}
 		onPush = s.metrics.pushResult
