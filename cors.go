@@ -123,8 +123,9 @@ func (p *originPolicy) wrap(next http.Handler, s *Server) http.Handler {
 // allowUpgrade reports whether a WebSocket upgrade may proceed: a request
 // without Origin is not from a browser and passes; a browser's must come
 // from an allowed origin, or, without a CORS configuration, from the
-// origin the request was sent to (the Host header), so that a page on
-// another site cannot open a socket with the user's cookies.
+// origin the request was sent to (the Host header, or the
+// X-Forwarded-Host a proxy set), so that a page on another site cannot
+// open a socket with the user's cookies.
 func (p *originPolicy) allowUpgrade(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -134,5 +135,15 @@ func (p *originPolicy) allowUpgrade(r *http.Request) bool {
 		return p.c.OriginAllowed(r)
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	// Behind a proxy that rewrites Host, the public host it forwards. A
+	// browser cannot set this header on a WebSocket, so a page on another
+	// site cannot use it to pass.
+	fwd, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ",")
+	return fwd != "" && strings.EqualFold(u.Host, strings.TrimSpace(fwd))
 }

@@ -129,8 +129,9 @@ func TestCORSConfigRefused(t *testing.T) {
 }
 
 // upgrade sends a WebSocket upgrade of /realtime with an Origin (none
-// when empty) and returns the status and the error code of a refusal.
-func upgrade(t *testing.T, base, origin string) (int, string) {
+// when empty) and header pairs, and returns the status and the error code
+// of a refusal.
+func upgrade(t *testing.T, base, origin string, header ...string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, base+"/realtime?clientId=c-origin", nil)
 	req.Header.Set("Authorization", "Bearer alice")
@@ -140,6 +141,9 @@ func upgrade(t *testing.T, base, origin string) (int, string) {
 	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 	if origin != "" {
 		req.Header.Set("Origin", origin)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -185,5 +189,12 @@ func TestRealtimeOriginCheck(t *testing.T) {
 		if status != want || (want == http.StatusForbidden && code != syncerr.CodeForbidden) {
 			t.Errorf("without CORS, Origin %q: %d %s, want %d", origin, status, code, want)
 		}
+	}
+	// Behind a proxy that rewrote Host: the forwarded host is the origin.
+	if status, _ := upgrade(t, plain.url, "https://sync.example.com", "X-Forwarded-Host", "sync.example.com"); status != http.StatusSwitchingProtocols {
+		t.Errorf("without CORS, Origin matching X-Forwarded-Host: %d, want 101", status)
+	}
+	if status, _ := upgrade(t, plain.url, "https://evil.example", "X-Forwarded-Host", "sync.example.com"); status != http.StatusForbidden {
+		t.Errorf("without CORS, Origin not matching X-Forwarded-Host: %d, want 403", status)
 	}
 }
