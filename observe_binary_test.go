@@ -1,18 +1,15 @@
 package syncgo_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/syncgo/syncgo/internal/binarytest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -27,56 +24,17 @@ func TestBinaryAdminListener(t *testing.T) {
 		t.Skip("builds and runs the syncgo binary")
 	}
 	t.Parallel()
-	bin := mpBuild(t)
-	cmd := exec.Command(bin, "serve", "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0",
+	bin := binarytest.Build(t)
+	p := binarytest.Serve(t, bin, binarytest.Options{}, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0",
 		"-db", filepath.Join(t.TempDir(), "syncgo.db"), "-log-format", "json", "-log-level", "info",
 		"-cors-origins", "https://app.example.com", "-cors-max-age", "5m")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &mpLog{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("stderr:\n%s", logs)
-		}
+	main := p.URL
+	var admin string
+	eventually(t, "the admin listener's address", func() bool {
+		_, rest, ok := strings.Cut(p.Stdout.String(), "syncgo admin listening on ")
+		admin, _, _ = strings.Cut(rest, " ")
+		return ok && strings.HasPrefix(admin, "http://")
 	})
-	addrs := make(chan [2]string, 1)
-	go func() {
-		var main, admin string
-		sc := bufio.NewScanner(stdout)
-		for admin == "" && sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), "syncgo listening on "); ok {
-				main = strings.Fields(rest)[0]
-			}
-			if rest, ok := strings.CutPrefix(sc.Text(), "syncgo admin listening on "); ok {
-				admin = strings.Fields(rest)[0]
-			}
-		}
-		addrs <- [2]string{main, admin}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	var main, admin string
-	select {
-	case a := <-addrs:
-		main, admin = a[0], a[1]
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not print its addresses")
-	}
-	if main == "" || admin == "" {
-		t.Fatalf("serve printed main %q, admin %q", main, admin)
-	}
 
 	status := func(url string) int {
 		t.Helper()
@@ -160,16 +118,11 @@ func TestBinaryAdminListener(t *testing.T) {
 	}
 
 	// Stop, then read the logs whole.
-	_ = cmd.Process.Signal(os.Interrupt)
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Errorf("serve exited with %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop on interrupt")
+	p.Stop()
+	if !p.Cmd.ProcessState.Success() {
+		t.Errorf("serve exited with %v", p.Cmd.ProcessState)
 	}
+	logs := p.Stderr
 	var access int
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var l map[string]any

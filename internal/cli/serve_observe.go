@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"strings"
 	"time"
 
@@ -19,27 +18,64 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/config"
 )
 
-// observeSettings are serve's settings for logs, probes, metrics, the
-// admin listener and CORS (docs/observability.md), and the admin
-// listener's state once serve runs.
-type observeSettings struct {
-	logFormat   string
-	logLevel    string
-	accessLog   bool
-	adminListen string
-
-	corsOrigins     commaList
-	corsMethods     commaList
-	corsHeaders     commaList
-	corsExpose      commaList
-	corsMaxAge      time.Duration
-	corsCredentials bool
-
-	adminLn net.Listener
-	admin   *http.Server
-	reg     *prometheus.Registry
+// bindObserveFlags declares the flags of the observability and
+// browser-facing settings (docs/observability.md) on fs; the returned
+// function applies those given on the command line over c.
+func bindObserveFlags(fs *flag.FlagSet) func(c *config.Config) {
+	d := config.Default()
+	var (
+		logFormat, logLevel, adminListen                   string
+		accessLog, metrics, corsCredentials                bool
+		corsOrigins, corsMethods, corsHeaders, corsExposed commaList
+		corsMaxAge                                         time.Duration
+	)
+	fs.StringVar(&logFormat, "log-format", d.Log.Format, "log format: text or json (log.format, SYNCGO_LOG_FORMAT)")
+	fs.StringVar(&logLevel, "log-level", d.Log.Level, "log level: debug, info, warn or error (log.level, SYNCGO_LOG_LEVEL)")
+	fs.BoolVar(&accessLog, "access-log", d.Log.Access, "log one line per request (log.access, SYNCGO_LOG_ACCESS)")
+	fs.StringVar(&adminListen, "admin-listen", "", "address of the admin listener: /healthz, /readyz, /metrics and /debug/pprof/; "+
+		"off when empty (admin.listen, SYNCGO_ADMIN_LISTEN)")
+	fs.BoolVar(&metrics, "metrics", d.Metrics.Enabled, "collect Prometheus metrics, served on the admin listener (metrics.enabled, SYNCGO_METRICS_ENABLED)")
+	fs.Var(&corsOrigins, "cors-origins", "comma-separated origins allowed to call the routes from a browser (https://app.example.com, "+
+		"https://*.example.com, or *); CORS is off when empty (cors.allowed_origins, SYNCGO_CORS_ALLOWED_ORIGINS)")
+	fs.Var(&corsMethods, "cors-methods", "comma-separated methods allowed cross-origin; default GET,POST,HEAD (cors.allowed_methods, SYNCGO_CORS_ALLOWED_METHODS)")
+	fs.Var(&corsHeaders, "cors-headers", "comma-separated request headers allowed cross-origin; default "+
+		"Authorization,Content-Type,Content-Encoding,X-Syncular-Scopes,If-None-Match (cors.allowed_headers, SYNCGO_CORS_ALLOWED_HEADERS)")
+	fs.Var(&corsExposed, "cors-expose", "comma-separated response headers a browser may read; default ETag,Retry-After,Content-Encoding "+
+		"(cors.exposed_headers, SYNCGO_CORS_EXPOSED_HEADERS)")
+	fs.DurationVar(&corsMaxAge, "cors-max-age", d.CORS.MaxAge, "how long a browser may cache a preflight answer (cors.max_age, SYNCGO_CORS_MAX_AGE)")
+	fs.BoolVar(&corsCredentials, "cors-credentials", false, "let browsers send cookies cross-origin; not with the * origin "+
+		"(cors.allow_credentials, SYNCGO_CORS_ALLOW_CREDENTIALS)")
+	return func(c *config.Config) {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "log-format":
+				c.Log.Format = logFormat
+			case "log-level":
+				c.Log.Level = logLevel
+			case "access-log":
+				c.Log.Access = accessLog
+			case "admin-listen":
+				c.Admin.Listen = adminListen
+			case "metrics":
+				c.Metrics.Enabled = metrics
+			case "cors-origins":
+				c.CORS.AllowedOrigins = corsOrigins
+			case "cors-methods":
+				c.CORS.AllowedMethods = corsMethods
+			case "cors-headers":
+				c.CORS.AllowedHeaders = corsHeaders
+			case "cors-expose":
+				c.CORS.ExposedHeaders = corsExposed
+			case "cors-max-age":
+				c.CORS.MaxAge = corsMaxAge
+			case "cors-credentials":
+				c.CORS.AllowCredentials = corsCredentials
+			}
+		})
+	}
 }
 
 // commaList is a flag of comma-separated values.
@@ -49,7 +85,7 @@ func (l *commaList) String() string { return strings.Join(*l, ",") }
 
 func (l *commaList) Set(v string) error {
 	*l = nil
-	for _, s := range strings.Split(v, ",") {
+	for s := range strings.SplitSeq(v, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			*l = append(*l, s)
 		}
@@ -57,79 +93,40 @@ func (l *commaList) Set(v string) error {
 	return nil
 }
 
-func envBool(key string, def bool) bool {
-	switch strings.ToLower(os.Getenv(key)) {
-	case "1", "true", "yes", "on":
-		return true
-	case "0", "false", "no", "off":
-		return false
-	}
-	return def
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	if d, err := time.ParseDuration(os.Getenv(key)); err == nil {
-		return d
-	}
-	return def
-}
-
-// register adds the settings' flags to serve's flag set; each defaults to
-// its environment variable.
-func (o *observeSettings) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.logFormat, "log-format", envOr("SYNCGO_LOG_FORMAT", "text"), "log format: text or json (SYNCGO_LOG_FORMAT)")
-	fs.StringVar(&o.logLevel, "log-level", envOr("SYNCGO_LOG_LEVEL", "info"), "log level: debug, info, warn or error (SYNCGO_LOG_LEVEL)")
-	fs.BoolVar(&o.accessLog, "access-log", envBool("SYNCGO_ACCESS_LOG", true), "log one line per request at level info (SYNCGO_ACCESS_LOG)")
-	fs.StringVar(&o.adminListen, "admin-listen", envOr("SYNCGO_ADMIN_LISTEN", ""),
-		"address of the admin listener: /healthz, /readyz, /metrics (Prometheus) and /debug/pprof/; off when empty (SYNCGO_ADMIN_LISTEN)")
-	for _, l := range []struct {
-		v         *commaList
-		name, env string
-		usage     string
-	}{
-		{&o.corsOrigins, "cors-origins", "SYNCGO_CORS_ORIGINS", "comma-separated origins allowed to call the routes from a browser " +
-			"(https://app.example.com, https://*.example.com, or *); CORS is off when empty, and /realtime then accepts only its own origin"},
-		{&o.corsMethods, "cors-methods", "SYNCGO_CORS_METHODS", "comma-separated methods allowed cross-origin; default GET,POST,HEAD"},
-		{&o.corsHeaders, "cors-headers", "SYNCGO_CORS_HEADERS", "comma-separated request headers allowed cross-origin; default " +
-			"Authorization,Content-Type,Content-Encoding,X-Syncular-Scopes,If-None-Match"},
-		{&o.corsExpose, "cors-expose", "SYNCGO_CORS_EXPOSE", "comma-separated response headers a browser may read; default ETag,Retry-After,Content-Encoding"},
-	} {
-		if v := os.Getenv(l.env); v != "" {
-			_ = l.v.Set(v)
-		}
-		fs.Var(l.v, l.name, l.usage+" ("+l.env+")")
-	}
-	fs.DurationVar(&o.corsMaxAge, "cors-max-age", envDuration("SYNCGO_CORS_MAX_AGE", 10*time.Minute),
-		"how long a browser may cache a preflight answer (SYNCGO_CORS_MAX_AGE)")
-	fs.BoolVar(&o.corsCredentials, "cors-credentials", envBool("SYNCGO_CORS_CREDENTIALS", false),
-		"let browsers send cookies cross-origin; not with the * origin (SYNCGO_CORS_CREDENTIALS)")
-}
-
-// logger returns the process logger the settings ask for.
-func (o *observeSettings) logger(w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", o.logLevel)
+// newLogger returns the process logger the log settings ask for.
+func newLogger(l config.Log, w io.Writer) (*slog.Logger, error) {
+	level, err := l.SlogLevel()
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	switch strings.ToLower(o.logFormat) {
-	case "text":
+	switch strings.ToLower(l.Format) {
+	case config.LogText:
 		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
+	case config.LogJSON:
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("-log-format %q: want text or json", o.logFormat)
+	return nil, fmt.Errorf("log.format %q: want text or json", l.Format)
 }
 
-// listen binds the admin listener, when one is asked for, so that a bad
+// observability is serve's admin listener and metrics registry.
+type observability struct {
+	cfg     config.Config
+	adminLn net.Listener
+	admin   *http.Server
+	reg     *prometheus.Registry
+}
+
+// listen binds the admin listener, when one is configured, so that a bad
 // address fails serve before the database is opened.
-func (o *observeSettings) listen(logger *slog.Logger) error {
-	if o.adminListen == "" {
+func (o *observability) listen(cfg config.Config, logger *slog.Logger) error {
+	o.cfg = cfg
+	if cfg.Admin.Listen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", o.adminListen)
+	ln, err := net.Listen("tcp", cfg.Admin.Listen)
 	if err != nil {
-		return fmt.Errorf("-admin-listen: %w", err)
+		return fmt.Errorf("admin.listen: %w", err)
 	}
 	if addr, ok := ln.Addr().(*net.TCPAddr); !ok || !addr.IP.IsLoopback() {
 		logger.Warn("the admin listener (metrics, pprof) is on a non-loopback address: keep it off public networks", "addr", ln.Addr().String())
@@ -140,35 +137,37 @@ func (o *observeSettings) listen(logger *slog.Logger) error {
 
 // apply sets the server configuration's metrics registry (with the
 // admin listener only), access log and CORS.
-func (o *observeSettings) apply(cfg *syncgo.Config, logger *slog.Logger) {
-	if o.adminLn != nil {
+func (o *observability) apply(sc *syncgo.Config, logger *slog.Logger) {
+	if o.adminLn != nil && o.cfg.Metrics.Enabled {
 		o.reg = prometheus.NewRegistry()
 		o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		cfg.Metrics = o.reg
+		sc.Metrics = o.reg
 	}
-	if o.accessLog {
-		cfg.AccessLog = logger
+	if o.cfg.Log.Access {
+		sc.AccessLog = logger
 	}
-	if len(o.corsOrigins) > 0 {
-		cfg.CORS = &syncgo.CORSConfig{AllowedOrigins: o.corsOrigins, AllowedMethods: o.corsMethods,
-			AllowedHeaders: o.corsHeaders, ExposedHeaders: o.corsExpose, MaxAge: o.corsMaxAge,
-			AllowCredentials: o.corsCredentials}
+	if c := o.cfg.CORS; len(c.AllowedOrigins) > 0 {
+		sc.CORS = &syncgo.CORSConfig{AllowedOrigins: c.AllowedOrigins, AllowedMethods: c.AllowedMethods,
+			AllowedHeaders: c.AllowedHeaders, ExposedHeaders: c.ExposedHeaders, MaxAge: c.MaxAge,
+			AllowCredentials: c.AllowCredentials}
 	}
 }
 
 // mount adds the probes to the main listener's mux.
-func (o *observeSettings) mount(mux *http.ServeMux, srv *syncgo.Server) {
+func (o *observability) mount(mux *http.ServeMux, srv *syncgo.Server) {
 	mux.Handle("GET /healthz", srv.HealthzHandler())
 	mux.Handle("GET /readyz", srv.ReadyzHandler())
 }
 
 // adminHandler is the admin listener's mux: the probes, the metrics and
 // net/http/pprof, which is served nowhere else.
-func (o *observeSettings) adminHandler(srv *syncgo.Server, logger *slog.Logger) http.Handler {
+func (o *observability) adminHandler(srv *syncgo.Server, logger *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	o.mount(mux, srv)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), Timeout: 10 * time.Second}))
+	if o.reg != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), Timeout: 10 * time.Second}))
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -178,7 +177,7 @@ func (o *observeSettings) adminHandler(srv *syncgo.Server, logger *slog.Logger) 
 }
 
 // serve starts the admin listener, if any, and prints its address.
-func (o *observeSettings) serve(srv *syncgo.Server, logger *slog.Logger, stdout io.Writer) {
+func (o *observability) serve(srv *syncgo.Server, logger *slog.Logger, stdout io.Writer) {
 	if o.adminLn == nil {
 		return
 	}
@@ -194,7 +193,7 @@ func (o *observeSettings) serve(srv *syncgo.Server, logger *slog.Logger, stdout 
 }
 
 // close stops the admin listener.
-func (o *observeSettings) close() {
+func (o *observability) close() {
 	if o.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -202,4 +201,28 @@ func (o *observeSettings) close() {
 	} else if o.adminLn != nil {
 		_ = o.adminLn.Close()
 	}
+}
+
+// observeSummary describes the observability settings for config check.
+func observeSummary(cfg config.Config) []string {
+	access := "off"
+	if cfg.Log.Access {
+		access = "on"
+	}
+	out := []string{fmt.Sprintf("log %s at %s, access log %s", cfg.Log.Format, cfg.Log.Level, access)}
+	switch {
+	case cfg.Admin.Listen == "":
+		out = append(out, "admin listener off (no metrics, no pprof)")
+	case cfg.Metrics.Enabled:
+		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /metrics /debug/pprof/")
+	default:
+		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /debug/pprof/ (metrics off)")
+	}
+	if len(cfg.CORS.AllowedOrigins) == 0 {
+		out = append(out, "CORS off (/realtime accepts browsers of its own origin only)")
+	} else {
+		out = append(out, fmt.Sprintf("CORS origins %s, max age %s, credentials %v",
+			strings.Join(cfg.CORS.AllowedOrigins, ","), cfg.CORS.MaxAge, cfg.CORS.AllowCredentials))
+	}
+	return out
 }

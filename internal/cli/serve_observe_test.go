@@ -83,15 +83,26 @@ func TestServeAdminListener(t *testing.T) {
 	}
 }
 
-// Bad logging flags are refused before anything starts.
-func TestServeLogFlagsRefused(t *testing.T) {
-	t.Parallel()
-	for _, args := range [][]string{{"-log-format", "xml"}, {"-log-level", "loud"}} {
+// Bad logging settings are refused before anything starts, from a flag
+// or from the environment.
+func TestServeLogSettingsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		env     [2]string
+		setting string
+	}{
+		{args: []string{"-log-format", "xml"}, setting: "log.format"},
+		{args: []string{"-log-level", "loud"}, setting: "log.level"},
+		{env: [2]string{"SYNCGO_LOG_FORMAT", "yaml"}, setting: "log.format"},
+	} {
+		if tc.env[0] != "" {
+			t.Setenv(tc.env[0], tc.env[1])
+		}
 		var stdout, stderr syncBuffer
-		code := Run(context.Background(), append([]string{"serve", "-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "x.db")}, args...),
+		code := Run(context.Background(), append([]string{"serve", "-listen", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "x.db")}, tc.args...),
 			nil, &stdout, &stderr)
-		if code != 2 || !strings.Contains(stderr.String(), args[0]) || stdout.String() != "" {
-			t.Errorf("serve %v: exit %d, stderr %q; want exit 2 naming the flag", args, code, stderr.String())
+		if code != 1 || !strings.Contains(stderr.String(), tc.setting) || stdout.String() != "" {
+			t.Errorf("serve %v %v: exit %d, stderr %q; want exit 1 naming %s", tc.args, tc.env, code, stderr.String(), tc.setting)
 		}
 	}
 }
