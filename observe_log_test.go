@@ -90,6 +90,9 @@ func TestAccessLogCarriesNoSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	// The upgrade's line is written when its handler returns, which may
+	// be after the client read the hello.
+	eventually(t, "the upgrade's access log line", func() bool { return strings.Contains(access.String(), `"status":101`) })
 
 	var lines []accessLine
 	sc := bufio.NewScanner(strings.NewReader(access.String()))

@@ -128,9 +128,12 @@ func TestMetricsCountersMove(t *testing.T) {
 		if v := mid.must(t, "syncgo_realtime_sockets_open"); v != 1 {
 			t.Fatalf("sockets open = %v, want 1", v)
 		}
-		if v := mid.must(t, "syncgo_http_requests_total", "route", "realtime", "code", "101"); v != 1 {
-			t.Fatalf("realtime upgrades counted = %v, want 1", v)
-		}
+		// The upgrade is counted when its handler returns, which may be
+		// after the client read the hello.
+		eventually(t, "the upgrade to be counted", func() bool {
+			v, _ := e.scrape().value("syncgo_http_requests_total", "route", "realtime", "code", "101")
+			return v == 1
+		})
 		// B's stale edit of the title A changed is a conflict; its new
 		// task applies.
 		stale := mustUpsert(t, b, map[string]any{"id": "t1", "title": "B's title"}, sspclient.Versioned())
