@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{}
 	m.requestVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "syncgo_http_requests_total",
-		Help: "HTTP requests answered, by route (sync, segments, realtime, preflight, other) and status code.",
+		Help: "HTTP requests answered, by route (sync, segments, realtime, operations, preflight, other) and status code.",
 	}, []string{"route", "code"})
 	bytesIn := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "syncgo_http_request_bytes_total",
@@ -94,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"route"})
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "syncgo_request_duration_seconds",
-		Help:    "Time to answer a request, by operation: push, pull, push_pull, bootstrap (a /sync request), segment (a download), none (refused before it was decoded).",
+		Help:    "Time to answer a request, by operation: push, pull, push_pull, bootstrap (a /sync request), segment (a download), operation (POST /operations), none (refused before it was decoded).",
 		Buckets: durationBuckets(),
 	}, []string{"op"})
 	pushes := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -140,7 +140,7 @@ func (m *metrics) request(rt route, op syncOp, status int, d time.Duration, in, 
 	if out > 0 {
 		m.bytesOut[rt].Add(float64(out))
 	}
-	if rt == routeSync || rt == routeSegments {
+	if rt == routeSync || rt == routeSegments || op == opOperation {
 		m.duration[op].Observe(d.Seconds())
 	}
 }

@@ -21,6 +21,7 @@ const (
 	routeSync route = iota
 	routeSegments
 	routeRealtime
+	routeOperations
 	routePreflight
 	routeOther
 	numRoutes
@@ -34,6 +35,8 @@ func (r route) String() string {
 		return "segments"
 	case routeRealtime:
 		return "realtime"
+	case routeOperations:
+		return "operations"
 	case routePreflight:
 		return "preflight"
 	}
@@ -53,6 +56,8 @@ func classify(r *http.Request) route {
 		return routeRealtime
 	case strings.HasPrefix(p, "/segments/"):
 		return routeSegments
+	case p == "/operations" || p == "/operations/realtime":
+		return routeOperations
 	}
 	return routeOther
 }
@@ -68,6 +73,7 @@ const (
 	opPushPull
 	opBootstrap
 	opSegment
+	opOperation
 	numOps
 )
 
@@ -83,6 +89,8 @@ func (o syncOp) String() string {
 		return "bootstrap"
 	case opSegment:
 		return "segment"
+	case opOperation:
+		return "operation"
 	}
 	return "none"
 }
@@ -138,8 +146,12 @@ func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	o.next.ServeHTTP(ow, r)
 	r.Body = body
 	d := time.Since(start)
-	if rt == routeSegments && ow.op == opNone {
+	switch {
+	case ow.op != opNone:
+	case rt == routeSegments:
 		ow.op = opSegment
+	case rt == routeOperations && r.Method == http.MethodPost:
+		ow.op = opOperation
 	}
 	status := ow.status
 	if status == 0 {

@@ -51,6 +51,7 @@ func TestCORSPreflight(t *testing.T) {
 		{"/sync", "POST", "authorization,content-encoding,content-type"},
 		{"/segments/abc", "GET", "authorization,if-none-match,x-syncular-scopes"},
 		{"/realtime?clientId=c1", "GET", "authorization"},
+		{"/operations", "POST", "authorization,content-type"},
 	} {
 		for _, origin := range []string{"https://app.example.com", "https://pr-7.preview.example.com"} {
 			resp := preflight(t, e.url+tc.path, origin, tc.method, tc.headers)
@@ -133,7 +134,13 @@ func TestCORSConfigRefused(t *testing.T) {
 // of a refusal.
 func upgrade(t *testing.T, base, origin string, header ...string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, base+"/realtime?clientId=c-origin", nil)
+	return upgradeAt(t, base+"/realtime?clientId=c-origin", origin, header...)
+}
+
+// upgradeAt is upgrade on any socket route.
+func upgradeAt(t *testing.T, url, origin string, header ...string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
 	req.Header.Set("Authorization", "Bearer alice")
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "websocket")
@@ -160,7 +167,7 @@ func upgrade(t *testing.T, base, origin string, header ...string) (int, string) 
 	return resp.StatusCode, code
 }
 
-// The /realtime upgrade checks Origin: with CORS configured, a listed (or
+// The /realtime (and /operations/realtime) upgrade checks Origin: with CORS configured, a listed (or
 // wildcard-matched) origin and a request without Origin are upgraded, a
 // foreign one is refused with 403 sync.forbidden; without CORS, only the
 // server's own origin (and no Origin) is upgraded.
@@ -176,6 +183,17 @@ func TestRealtimeOriginCheck(t *testing.T) {
 		status, code := upgrade(t, withCORS.url, origin)
 		if status != want || (want == http.StatusForbidden && code != syncerr.CodeForbidden) {
 			t.Errorf("with CORS, Origin %q: %d %s, want %d", origin, status, code, want)
+		}
+	}
+	// The watch sockets of remote operations are guarded the same way.
+	for origin, want := range map[string]int{
+		"":                        http.StatusSwitchingProtocols,
+		"https://app.example.com": http.StatusSwitchingProtocols,
+		"https://evil.example":    http.StatusForbidden,
+	} {
+		status, code := upgradeAt(t, withCORS.url+"/operations/realtime", origin)
+		if status != want || (want == http.StatusForbidden && code != syncerr.CodeForbidden) {
+			t.Errorf("with CORS, /operations/realtime, Origin %q: %d %s, want %d", origin, status, code, want)
 		}
 	}
 	plain := newE2EEnv(t, e2eDrivers[0])

@@ -395,7 +395,9 @@ func TestRealtimeCloseActor(t *testing.T) {
 // expire is closed at the first heartbeat after the expiry.
 func TestRealtimeCredentialsExpire(t *testing.T) {
 	e := newRTEnv(t, func(c *syncgo.Config) { c.Realtime.Heartbeat = 50 * time.Millisecond })
-	exp := time.Now().Add(300 * time.Millisecond)
+	// Whole milliseconds: the token carries exp in milliseconds, so the
+	// server's expiry is exactly exp, not up to 1 ms before it.
+	exp := time.Now().Add(300 * time.Millisecond).Truncate(time.Millisecond)
 	s := e.dial("alice;exp="+strconv.FormatInt(exp.UnixMilli(), 10), "a1")
 	other := e.dial("bob", "b1")
 	s.hello()
