@@ -25,6 +25,10 @@ type admission struct {
 	wait      time.Duration
 	retry     time.Duration
 
+	// refusedFull and refusedWait count the requests refused because the
+	// queue was full, or because their wait in it ran out.
+	refusedFull, refusedWait atomic.Int64
+
 	mu       sync.Mutex
 	inFlight int
 	peak     int
@@ -52,6 +56,7 @@ func (a *admission) acquire(ctx context.Context) (release func(), refusal error)
 	}
 	if a.queued.Add(1) > a.maxQueued {
 		a.queued.Add(-1)
+		a.refusedFull.Add(1)
 		return nil, a.overloaded()
 	}
 	defer a.queued.Add(-1)
@@ -61,6 +66,7 @@ func (a *admission) acquire(ctx context.Context) (release func(), refusal error)
 	case a.slots <- struct{}{}:
 		return a.admitted(), nil
 	case <-timer.C:
+		a.refusedWait.Add(1)
 		return nil, a.overloaded()
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -109,4 +115,21 @@ func (a *admission) overloaded() *syncerr.Error {
 // retryAfter is the Retry-After header value of a refusal.
 func (a *admission) retryAfter() string {
 	return strconv.Itoa(max(1, int(a.retry/time.Second)))
+}
+
+// admissionStats is a snapshot of the admission control, for metrics.
+type admissionStats struct {
+	capacity, inFlight, queued int64
+	refusedFull, refusedWait   int64
+}
+
+func (a *admission) stats() admissionStats {
+	if a == nil {
+		return admissionStats{}
+	}
+	a.mu.Lock()
+	inFlight := a.inFlight
+	a.mu.Unlock()
+	return admissionStats{capacity: int64(cap(a.slots)), inFlight: int64(inFlight), queued: max(0, a.queued.Load()),
+		refusedFull: a.refusedFull.Load(), refusedWait: a.refusedWait.Load()}
 }

@@ -25,6 +25,7 @@ func (s *Server) writeError(w http.ResponseWriter, route string, err error) {
 	if merr != nil {
 		body = []byte(`{"code":"sync.internal_error","message":"internal server error","category":"internal","retryable":true,"recommendedAction":"retryLater"}`)
 	}
+	noteCode(w, pe.Code)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

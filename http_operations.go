@@ -32,6 +32,7 @@ func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, aerr)
 		return
 	}
+	noteActor(w, auth.ActorID)
 	body, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, r.Body, s.ops.maxBytes+1), n: s.ops.maxBytes})
 	if err != nil {
 		w.Header().Set("Connection", "close")

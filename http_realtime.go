@@ -18,11 +18,16 @@ import (
 // error, never a socket.
 func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	const route = "realtime"
+	if !s.origins.allowUpgrade(r) {
+		s.writeError(w, route, syncerr.New(syncerr.CodeForbidden, "origin not allowed"))
+		return
+	}
 	auth, aerr := s.authenticate(r)
 	if aerr != nil {
 		s.writeError(w, route, aerr)
 		return
 	}
+	noteActor(w, auth.ActorID)
 	clientID := r.URL.Query().Get("clientId")
 	if clientID == "" {
 		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, "clientId is required"))
@@ -38,6 +43,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
+		noteUpgradeFailed(w)
 		return // the upgrader answered the HTTP error
 	}
 	var buffered []byte

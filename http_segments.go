@@ -18,6 +18,7 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, aerr)
 		return
 	}
+	noteActor(w, auth.ActorID)
 	id := r.PathValue("segmentId")
 	requested, err := wire.ParseScopesHeader(r.Header.Get("X-Syncular-Scopes"))
 	if err != nil {

@@ -62,6 +62,7 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, aerr)
 		return
 	}
+	noteActor(w, auth.ActorID)
 	rc := http.NewResponseController(w)
 	// Deadlines set here are per request: cleared before the connection
 	// goes back to keep-alive (and before serving, for the read side: a
@@ -71,6 +72,9 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	r.Body = &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}
 	req, perr := s.readRequest(r)
 	_ = rc.SetReadDeadline(time.Time{})
+	if perr == nil {
+		noteOp(w, requestOp(req))
+	}
 	if perr != nil {
 		// The rest of a body that failed (oversized, stalled, malformed)
 		// is not wanted: close the connection instead of letting net/http

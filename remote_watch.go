@@ -266,17 +266,23 @@ type watchState struct {
 // (REMOTE.md §6). Authentication runs before the upgrade.
 func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 	const route = "operations"
+	if !s.origins.allowUpgrade(r) {
+		s.writeError(w, route, syncerr.New(syncerr.CodeForbidden, "origin not allowed"))
+		return
+	}
 	auth, aerr := s.authenticate(r)
 	if aerr != nil {
 		s.writeError(w, route, aerr)
 		return
 	}
+	noteActor(w, auth.ActorID)
 	upgrader := ws.HTTPUpgrader{}
 	if p := auth.WebSocketProtocol; p != "" {
 		upgrader.Protocol = func(offered string) bool { return offered == p }
 	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
+		noteUpgradeFailed(w)
 		return // the upgrader answered
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))

@@ -10,11 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/internal/realtime"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // Auth is what host authentication established for a request: the actor
@@ -162,6 +165,22 @@ type Config struct {
 	// refuses a schema (or a schema of SchemaWindow) whose crdt column
 	// names a type without a merger.
 	CRDTMergers map[string]CRDTMerger
+	// Metrics, when set, receives the server's Prometheus metrics (see
+	// docs/observability.md); nil: no metrics. Nothing is registered
+	// anywhere else. Servers sharing a registry each need a constant
+	// label of their own (prometheus.WrapRegistererWith).
+	Metrics prometheus.Registerer
+	// AccessLog, when set, gets one line per request answered by Handler:
+	// method, route, path, status, duration, actor, bytes in and out, the
+	// operation and the error code. Never a header value, a query string
+	// or a body byte. Nil: no access log.
+	AccessLog *slog.Logger
+	// CORS, when set, answers browser preflights on every route of
+	// Handler and adds the CORS headers for the allowed origins; its
+	// origin list also guards the /realtime upgrade. Nil: no CORS headers,
+	// and a browser may open /realtime only from the handler's own origin
+	// (a request without Origin, from a non-browser client, always may).
+	CORS *CORSConfig
 }
 
 func (c Config) withDefaults() Config {
@@ -208,6 +227,10 @@ type Server struct {
 	admit  *admission
 	ops    *registry // remote operations (remote.go)
 	watch  *watchHub // their live query watches (remote_watch.go)
+	// handler is mux behind the CORS and observer middlewares.
+	handler http.Handler
+	metrics *metrics
+	origins *originPolicy
 
 	startOnce sync.Once
 	startErr  error
@@ -215,6 +238,9 @@ type Server struct {
 	done      chan struct{}
 	listening chan struct{}
 	ready     atomic.Bool
+	// failed is Start's readiness error, if it failed.
+	failed   atomic.Pointer[ReadinessError]
+	stopping atomic.Bool
 }
 
 // New returns a Server for cfg. Call Start before serving.
@@ -244,12 +270,27 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncgo: operations: %w", err)
 	}
 	s.ops, s.watch = ops, newWatchHub(s)
+	if s.origins, err = newOriginPolicy(cfg.CORS); err != nil {
+		return nil, fmt.Errorf("syncgo: %w", err)
+	}
+	var onPush func(wire.PushStatus, bool)
+	if cfg.Metrics != nil {
+		if s.metrics, err = newMetrics(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("syncgo: register metrics: %w", err)
+		}
+		if err := cfg.Metrics.Register(newServerCollector(s)); err != nil {
+			return nil, fmt.Errorf("syncgo: register metrics: %w", err)
+		}
+		onPush = s.metrics.pushResult
+	}
 	s.eng = engine.New(engine.Config{
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
 		Now:      cfg.Now,
 		OnCommit: s.onCommit,
+
+		OnPushResult: onPush,
 		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool) {
 			s.hub.OnResolve(ctx, a, clientID, allowed, ok)
 		},
@@ -272,6 +313,13 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
 	s.mux.HandleFunc("POST /operations", s.readyOnly("operations", s.handleOperation))
 	s.mux.HandleFunc("GET /operations/realtime", s.readyOnly("operations", s.handleWatchSocket))
+	s.handler = s.mux
+	if s.origins != nil {
+		s.handler = s.origins.wrap(s.handler, s)
+	}
+	if s.metrics != nil || cfg.AccessLog != nil {
+		s.handler = &observer{next: s.handler, metrics: s.metrics, log: cfg.AccessLog}
+	}
 	return s, nil
 }
 
@@ -287,7 +335,9 @@ func (s *Server) Start(ctx context.Context) error {
 			err = s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema)
 		}
 		if err != nil {
-			s.startErr = &ReadinessError{Phase: readinessPhase(err), Err: err}
+			re := &ReadinessError{Phase: readinessPhase(err), Err: err}
+			s.startErr = re
+			s.failed.Store(re)
 			return
 		}
 		s.ready.Store(true)
@@ -327,6 +377,7 @@ func (s *Server) onCommit(n CommitNotice) {
 // the background services and waits for them, or for ctx. The store stays
 // open; its owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
+	s.stopping.Store(true)
 	s.hub.Close()
 	s.watch.close()
 	if s.stop == nil {
@@ -356,7 +407,11 @@ func (s *Server) Prune(ctx context.Context, partition string, policy RetentionPo
 func (s *Server) readyOnly(route string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.ready.Load() {
-			s.writeError(w, route, notReadyError(s.startErr))
+			var err error
+			if re := s.failed.Load(); re != nil {
+				err = re
+			}
+			s.writeError(w, route, notReadyError(err))
 			return
 		}
 		h(w, r)
@@ -367,9 +422,12 @@ func (s *Server) readyOnly(route string, h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) Ready() bool { return s.ready.Load() }
 
 // Handler returns the protocol routes relative to the mount point: POST
-// /sync and GET /segments/{segmentId}. Mount it with http.StripPrefix, for
-// example mux.Handle("/api/sync/", http.StripPrefix("/api/sync", srv.Handler())).
-func (s *Server) Handler() http.Handler { return s.mux }
+// /sync, GET /segments/{segmentId} and GET /realtime, with the CORS
+// answers, access log and request metrics that Config asks for. Mount it
+// with http.StripPrefix, for example
+// mux.Handle("/api/sync/", http.StripPrefix("/api/sync", srv.Handler())).
+// The probes are separate handlers (HealthzHandler, ReadyzHandler).
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // authenticate runs the host hook and maps its failure to the catalog.
 func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {

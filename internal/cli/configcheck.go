@@ -87,6 +87,7 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		fmt.Sprintf("listen %s, mount %s", cfg.Listen, cfg.Mount),
 		fmt.Sprintf("db %s (%s)", config.RedactDSN(cfg.DB), kind),
 		fmt.Sprintf("schema %s (version %d; scope variables %s)", schemaName, sc.Version(), strings.Join(sc.Variables(), ", ")))
+	summary = append(summary, observeSummary(cfg)...)
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

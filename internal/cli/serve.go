@@ -108,6 +108,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("SYNCGO_CONFIG"), "YAML config file (docs/configuration.md); flags and SYNCGO_* variables override it (SYNCGO_CONFIG)")
 	apply := bindServeFlags(fs)
+	applyObserve := bindObserveFlags(fs) // serve_observe.go
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -121,10 +122,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	apply(&cfg)
+	applyObserve(&cfg)
 	secrets := cfg.Secrets()
 	stdout = config.NewRedactingWriter(stdout, secrets)
 	stderr = config.NewRedactingWriter(stderr, secrets)
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	logger, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo serve: config:", err)
+		return 1
+	}
 	if err := serve(ctx, cfg, logger, stdout); err != nil {
 		fmt.Fprintln(stderr, "syncgo serve:", err)
 		return 1
@@ -179,6 +185,11 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		return err
 	}
 	defer ln.Close()
+	var obs observability // serve_observe.go: admin listener, metrics, access log, CORS
+	if err := obs.listen(cfg, logger); err != nil {
+		return err
+	}
+	defer obs.close()
 	addr, ok := ln.Addr().(*net.TCPAddr)
 	loopback := ok && addr.IP.IsLoopback()
 	mode, err := cfg.AuthMode(loopback)
@@ -247,7 +258,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	}
 	defer st.Close()
 	l := cfg.Limits
-	srv, err := syncgo.New(syncgo.Config{
+	scfg := syncgo.Config{
 		Store:                 st,
 		Schema:                sc,
 		Authenticate:          authenticate,
@@ -275,7 +286,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 			MaxDeltaBytes:     cfg.Realtime.MaxDeltaBytes,
 			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
 		},
-	})
+	}
+	obs.apply(&scfg, logger)
+	srv, err := syncgo.New(scfg)
 	if err != nil {
 		return err
 	}
@@ -284,6 +297,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	}
 	defer srv.Stop(context.Background())
 	mux := http.NewServeMux()
+	obs.mount(mux, srv)
 	mount := "/" + strings.Trim(cfg.Mount, "/")
 	if mount == "/" {
 		mux.Handle("/", srv.Handler())
@@ -301,6 +315,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	// making progress, and a socket's life.
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout}
 	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s, auth %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), config.RedactDSN(cfg.DB), mode)
+	obs.serve(srv, logger, stdout)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	select {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -63,27 +64,57 @@ type Config struct {
 	// its values from token claims (docs/auth.md).
 	Scopes auth.ScopeRules `yaml:"scopes"`
 
-	// The sections below belong to the observability and browser-facing
-	// settings (health, metrics, access logs, CORS, admin listener);
-	// their fields are added with those features. An empty section is
-	// accepted; any key in it is an unknown key until then.
+	// Log, Metrics, Admin and CORS are the observability and
+	// browser-facing settings (docs/observability.md).
 	Log     Log     `yaml:"log"`
 	Metrics Metrics `yaml:"metrics"`
 	Admin   Admin   `yaml:"admin"`
 	CORS    CORS    `yaml:"cors"`
 }
 
-// Log configures logging (format, level): observability settings.
-type Log struct{}
+// Log configures the process log (standard error).
+type Log struct {
+	// Format is text or json.
+	Format string `yaml:"format"`
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Access logs one line per request at level info (route, status,
+	// duration, actor, bytes; never a token or a row value).
+	Access bool `yaml:"access"`
+}
 
-// Metrics configures Prometheus metrics: observability settings.
-type Metrics struct{}
+// Log formats.
+const (
+	LogText = "text"
+	LogJSON = "json"
+)
 
-// Admin configures the admin listener: observability settings.
-type Admin struct{}
+// Metrics configures the Prometheus metrics, served at /metrics on the
+// admin listener.
+type Metrics struct {
+	// Enabled collects the metrics; they are served only when the admin
+	// listener is on.
+	Enabled bool `yaml:"enabled"`
+}
 
-// CORS configures cross-origin requests: browser-facing settings.
-type CORS struct{}
+// Admin configures the admin listener: the probes, /metrics and
+// /debug/pprof/, which the protocol listener never serves.
+type Admin struct {
+	// Listen is its address; empty: no admin listener.
+	Listen string `yaml:"listen"`
+}
+
+// CORS configures cross-origin requests from browsers (syncgo.CORSConfig);
+// off without AllowedOrigins, and /realtime then accepts browsers of its
+// own origin only.
+type CORS struct {
+	AllowedOrigins   []string      `yaml:"allowed_origins"`
+	AllowedMethods   []string      `yaml:"allowed_methods"`
+	AllowedHeaders   []string      `yaml:"allowed_headers"`
+	ExposedHeaders   []string      `yaml:"exposed_headers"`
+	MaxAge           time.Duration `yaml:"max_age"`
+	AllowCredentials bool          `yaml:"allow_credentials"`
+}
 
 // Auth selects and configures the authentication.
 type Auth struct {
@@ -136,6 +167,9 @@ func Default() Config {
 		Mount:             "/",
 		IdleTimeout:       2 * time.Minute,
 		ReadHeaderTimeout: 10 * time.Second,
+		Log:               Log{Format: LogText, Level: "info", Access: true},
+		Metrics:           Metrics{Enabled: true},
+		CORS:              CORS{MaxAge: 10 * time.Minute},
 	}
 }
 
@@ -422,5 +456,30 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("checkpoint %q: want partition/name", cp))
 		}
 	}
+	if _, err := c.Log.SlogLevel(); err != nil {
+		errs = append(errs, err)
+	}
+	if f := strings.ToLower(c.Log.Format); f != LogText && f != LogJSON {
+		errs = append(errs, fmt.Errorf("log.format %q: want text or json", c.Log.Format))
+	}
+	for _, o := range c.CORS.AllowedOrigins {
+		switch {
+		case o == "*":
+			if c.CORS.AllowCredentials {
+				errs = append(errs, errors.New(`cors: allow_credentials cannot be combined with the "*" origin; list the origins`))
+			}
+		case strings.Count(o, "*") > 1 || !strings.Contains(o, "://"):
+			errs = append(errs, fmt.Errorf("cors.allowed_origins %q: want scheme://host[:port] with at most one *", o))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// SlogLevel returns the log level.
+func (l Log) SlogLevel() (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		return 0, fmt.Errorf("log.level %q: want debug, info, warn or error", l.Level)
+	}
+	return level, nil
 }

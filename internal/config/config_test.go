@@ -87,7 +87,7 @@ func TestLoadErrors(t *testing.T) {
 		{"auth:\n  jwks: x\n", "field jwks not found"},
 		{"limits:\n  stall_timeout: soon\n", "line 2: cannot unmarshal !!str `soon` into time.Duration"},
 		{"scopes:\n  list_id:\n    - claim: a\n      vlaue: b\n", "field vlaue not found"},
-		{"cors:\n  allowed_origins: [x]\n", "field allowed_origins not found"},
+		{"cors:\n  allowed_origin: [x]\n", "field allowed_origin not found"},
 		{"db: ${NOPE_UNSET}\n", "NOPE_UNSET is not set"},
 		{"db: a${b\n", "write $${"},
 		{"listen: a\n---\nlisten: b\n", "more than one YAML document"},

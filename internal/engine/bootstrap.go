@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -38,6 +39,8 @@ type pageCache struct {
 	pages map[pageKey]*pageEntry
 	order []pageKey
 	max   int
+
+	hits, misses atomic.Int64 // look-ups that found an entry, or built one
 }
 
 type pageEntry struct {
@@ -53,6 +56,7 @@ func (c *pageCache) get(key pageKey, build func() (page, error)) (page, error) {
 	}
 	if e, ok := c.pages[key]; ok {
 		c.mu.Unlock()
+		c.hits.Add(1)
 		<-e.done
 		return e.p, e.err
 	}
@@ -64,6 +68,7 @@ func (c *pageCache) get(key pageKey, build func() (page, error)) (page, error) {
 		c.order = c.order[1:]
 	}
 	c.mu.Unlock()
+	c.misses.Add(1)
 	e.p, e.err = build()
 	close(e.done)
 	if e.err != nil {

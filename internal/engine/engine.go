@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // Auth is what host authentication established for a request.
@@ -53,6 +54,10 @@ type Config struct {
 	NewEpoch func() string
 	// OnCommit is called after a commit is durable, for realtime fan-out.
 	OnCommit func(CommitNotice)
+	// OnPushResult, when set, is called with the status of every
+	// PUSH_RESULT answered (conflict: a rejection with a conflict result),
+	// for metrics.
+	OnPushResult func(status wire.PushStatus, conflict bool)
 	// OnResolve is called with every resolution of a request's scopes,
 	// before the request answers (ok is false when the resolver failed):
 	// realtime narrows the client's sockets to it.

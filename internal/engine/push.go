@@ -62,6 +62,7 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
 		return err
 	}
+	r.e.notePush(out)
 	if out.record.Status == wire.PushApplied {
 		r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
 	}

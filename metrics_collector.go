@@ -1,0 +1,160 @@
+package syncgo
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// scrapeReadyTimeout bounds the readiness check a scrape runs.
+const scrapeReadyTimeout = 2 * time.Second
+
+// serverCollector reads the counters the server keeps anyway (realtime
+// hub, store, connection pool, caches, admission) and the readiness state
+// when scraped: nothing of it costs the request path.
+type serverCollector struct {
+	s *Server
+
+	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
+	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
+	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
+	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
+	pageCache, images                                         *prometheus.Desc
+	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
+	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
+}
+
+func newServerCollector(s *Server) *serverCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &serverCollector{s: s,
+		socketsOpen: d("syncgo_realtime_sockets_open", "Realtime sockets connected now."),
+		deltas:      d("syncgo_realtime_deltas_total", "Delta messages queued to realtime sockets."),
+		wakes:       d("syncgo_realtime_wakes_total", "Wake-up messages queued to realtime sockets."),
+		drops: d("syncgo_realtime_drops_total", "Commits a socket got as a wake-up instead of a delta, by reason "+
+			"(queue_full, too_large, unencodable, behind, in_round).", "reason"),
+		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol).", "reason"),
+		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
+		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
+
+		storeWrites:      d("syncgo_store_writes_total", "Store write transactions (one per pushed commit batch) that committed."),
+		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
+		storeBatches:     d("syncgo_store_batches_total", "Database transactions that committed writes (group commit: fewer than writes)."),
+		storeCommits:     d("syncgo_store_commits_total", "Commits appended to the log."),
+
+		poolConns:          d("syncgo_db_pool_connections", "Database pool connections by state (acquired, idle, constructing).", "state"),
+		poolMax:            d("syncgo_db_pool_max_connections", "Database pool capacity."),
+		poolAcquires:       d("syncgo_db_pool_acquires_total", "Connections acquired from the pool."),
+		poolAcquireSeconds: d("syncgo_db_pool_acquire_seconds_total", "Total time spent acquiring connections."),
+		poolWaits:          d("syncgo_db_pool_waits_total", "Acquisitions that waited because no connection was idle."),
+		poolWaitSeconds:    d("syncgo_db_pool_wait_seconds_total", "Total time acquisitions waited for a connection."),
+		poolCanceled:       d("syncgo_db_pool_canceled_acquires_total", "Acquisitions given up because their context ended."),
+		poolNewConns:       d("syncgo_db_pool_new_connections_total", "Database connections opened."),
+
+		pageCache: d("syncgo_segment_cache_requests_total", "Bootstrap segment page look-ups, by result: hit (built or being built for "+
+			"another client) or miss (built for this one).", "result"),
+		images: d("syncgo_sqlite_images_total", "SQLite image bootstrap outcomes: built, reused, rows_lane (too large, served as rows).", "result"),
+
+		admCapacity: d("syncgo_admission_capacity", "Concurrent /sync requests allowed (Config.MaxConcurrentRequests)."),
+		admInFlight: d("syncgo_admission_in_flight", "/sync requests being served now."),
+		admQueued:   d("syncgo_admission_queue_depth", "/sync requests waiting for a slot now."),
+		admRefused: d("syncgo_admission_rate_limited_total", "/sync requests refused with sync.rate_limited, by reason "+
+			"(queue_full, queue_timeout).", "reason"),
+
+		ready: d("syncgo_ready", "1 when the server is ready to serve (as /readyz answers), 0 otherwise."),
+		readyPhase: d("syncgo_readiness_phase", "1 for the phase a server that is not ready is in (starting, storage_migration, "+
+			"backfill_checkpoint, database, stopping); no series when ready.", "phase"),
+		pending:       d("syncgo_checkpoints_pending", "Backfill checkpoints at the running schema version not yet activated, in every partition."),
+		schemaVersion: d("syncgo_schema_version", "Schema versions: running (this process) and stored (the database's marker).", "which"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed,
+		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
+		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
+		c.pageCache, c.images, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused,
+		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	s := c.s
+
+	rt := s.hub.Stats()
+	gauge(c.socketsOpen, float64(rt.Sessions))
+	counter(c.deltas, rt.Deltas)
+	counter(c.wakes, rt.Wakes)
+	counter(c.drops, rt.DropsQueueFull, "queue_full")
+	counter(c.drops, rt.DropsTooLarge, "too_large")
+	counter(c.drops, rt.DropsUnencodable, "unencodable")
+	counter(c.drops, rt.DropsBehind, "behind")
+	counter(c.drops, rt.DropsInRound, "in_round")
+	counter(c.closes, rt.ClosedSlow, "slow")
+	counter(c.closes, rt.ClosedProtocol, "protocol")
+	counter(c.gaps, rt.NotificationGap)
+	counter(c.narrowed, rt.Narrowed)
+
+	st := s.cfg.Store.Stats()
+	counter(c.storeWrites, st.Writes)
+	counter(c.storeWriteErrors, st.WriteErrors)
+	counter(c.storeBatches, st.Batches)
+	counter(c.storeCommits, st.Commits)
+
+	if pr, ok := s.cfg.Store.(store.PoolReporter); ok {
+		ps := pr.PoolStats()
+		gauge(c.poolConns, float64(ps.AcquiredConns), "acquired")
+		gauge(c.poolConns, float64(ps.IdleConns), "idle")
+		gauge(c.poolConns, float64(ps.ConstructingConns), "constructing")
+		gauge(c.poolMax, float64(ps.MaxConns))
+		counter(c.poolAcquires, ps.AcquireCount)
+		ch <- prometheus.MustNewConstMetric(c.poolAcquireSeconds, prometheus.CounterValue, ps.AcquireDuration.Seconds())
+		counter(c.poolWaits, ps.EmptyAcquireCount)
+		ch <- prometheus.MustNewConstMetric(c.poolWaitSeconds, prometheus.CounterValue, ps.EmptyAcquireWait.Seconds())
+		counter(c.poolCanceled, ps.CanceledAcquireCount)
+		counter(c.poolNewConns, ps.NewConns)
+	}
+
+	hits, misses := s.eng.PageCacheStats()
+	counter(c.pageCache, hits, "hit")
+	counter(c.pageCache, misses, "miss")
+	im := s.eng.SQLiteImageStats()
+	counter(c.images, im.Built, "built")
+	counter(c.images, im.Reused, "reused")
+	counter(c.images, im.RowsLane, "rows_lane")
+
+	adm := s.admit.stats()
+	gauge(c.admCapacity, float64(adm.capacity))
+	gauge(c.admInFlight, float64(adm.inFlight))
+	gauge(c.admQueued, float64(adm.queued))
+	counter(c.admRefused, adm.refusedFull, "queue_full")
+	counter(c.admRefused, adm.refusedWait, "queue_timeout")
+
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeReadyTimeout)
+	defer cancel()
+	rep := s.readiness(ctx)
+	if rep.Ready {
+		gauge(c.ready, 1)
+	} else {
+		gauge(c.ready, 0)
+		gauge(c.readyPhase, 1, rep.Phase)
+	}
+	gauge(c.schemaVersion, float64(s.cfg.Schema.Version()), "running")
+	if rep.gate != nil && rep.gate.Barrier {
+		gauge(c.schemaVersion, float64(rep.gate.Gate.StoredSchemaVersion), "stored")
+		gauge(c.pending, float64(len(rep.gate.Gate.Pending)))
+	}
+}
