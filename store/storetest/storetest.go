@@ -100,6 +100,7 @@ var areas = []area{
 	{"Transactions", RunTransactions},
 	{"Lookups", RunLookups},
 	{"Barrier", RunBarrier},
+	{"Query", RunQuery},
 }
 
 // Run runs every area of the suite as parallel subtests.
