@@ -15,6 +15,7 @@ import (
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/validate"
 )
 
 // Auth is what host authentication established for a request: the actor
@@ -155,6 +156,16 @@ type Config struct {
 	// Operations are the remote operations served at POST /operations
 	// and GET /operations/realtime (REMOTE.md; docs/remote-operations.md).
 	Operations Operations
+	// Validators are the write validators (§6.7), by table name: each
+	// runs on every operation on its table, and on the operations declared
+	// references append to it, after scope authorization and immediately
+	// before the write, inside the push transaction (see package validate).
+	// A table outside Schema is a configuration error. Nil: no validation.
+	Validators map[string]validate.Validator
+	// CommitValidator is the whole-commit validator (§6.8): it runs once
+	// per new commit, after every operation is staged and references are
+	// enforced, before the commit is appended. Nil: none.
+	CommitValidator validate.CommitValidator
 }
 
 func (c Config) withDefaults() Config {
@@ -226,6 +237,11 @@ func New(cfg Config) (*Server, error) {
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
+	for table, v := range cfg.Validators {
+		if _, ok := cfg.Schema.Table(table); !ok || v == nil {
+			return nil, fmt.Errorf("syncgo: Config.Validators: %q is not a table of the schema, or its validator is nil", table)
+		}
+	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
 		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
@@ -247,6 +263,9 @@ func New(cfg Config) (*Server, error) {
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
+
+		Validators:      cfg.Validators,
+		CommitValidator: cfg.CommitValidator,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/validate"
 )
 
 // Auth is what host authentication established for a request.
@@ -71,6 +72,10 @@ type Config struct {
 	// Declarations are the backfill checkpoints this process declares:
 	// it may serve while they are incomplete (§2.4).
 	Declarations []store.CheckpointDeclaration
+	// Validators are the per-table write validators (§6.7), by table name.
+	Validators map[string]validate.Validator
+	// CommitValidator is the whole-commit validator (§6.8).
+	CommitValidator validate.CommitValidator
 }
 
 // NeverInline is the InlineSegmentMaxBytes of a server that sends every
