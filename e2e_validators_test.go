@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -339,6 +341,99 @@ func TestE2EValidatorRejectionReplayAndCommitValidator(t *testing.T) {
 			if _, ok := rows[id]; !ok {
 				t.Errorf("row %s missing", id)
 			}
+		}
+	})
+}
+
+// A schema bump landing while a validator runs, between its authoritative
+// query and the commit: the bump's first durable step raises the
+// partition's writer fence (a checkpoint declared for the next version, by
+// another process on the same database). On Postgres the declaration takes
+// no lock and lands at once: the append is refused by the fence inside the
+// push transaction, the push answers sync.schema_not_ready, and nothing of
+// it is written (no row, no commit, no recorded result). On SQLite nothing
+// can land inside a write transaction: the other process waits for the
+// database lock, the commit lands first, and the very next push is refused
+// by the fence. Either way no commit of the older version follows the
+// fence.
+func TestE2EValidatorSchemaBumpBetweenQueryAndCommit(t *testing.T) {
+	forEachBarrierDriver(t, func(t *testing.T, e *barrierEnv) {
+		v1, _ := windowSchemas(t)
+		other := e.open().(store.Barrier) // another process on the same database
+		declared := make(chan error, 1)
+		var queried atomic.Bool
+		st := e.open()
+		srv, err := syncgo.New(syncgo.Config{
+			Store: st, Schema: v1, RetentionInterval: -1,
+			Authenticate: func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{ActorID: "alice", Partition: "p"}, nil },
+			ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+				return map[string][]string{"project_id": {"*"}}, nil
+			},
+			Validators: map[string]validate.Validator{"tasks": func(ctx context.Context, w *validate.Write) error {
+				if _, err := w.Tx.Count(ctx, store.Query{Table: "tasks", Where: []store.Filter{store.Eq("project_id", "p1")}}); err != nil {
+					return err
+				}
+				if w.Row["title"] != "bump-now" || !queried.CompareAndSwap(false, true) {
+					return nil
+				}
+				bump := func() error {
+					_, err := other.DeclareCheckpoint(context.Background(),
+						store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 2}, 1)
+					return err
+				}
+				if e.driver.name == "postgres" {
+					declared <- bump() // lands now, inside this push's transaction
+				} else {
+					go func() { declared <- bump() }() // waits for this write's lock
+				}
+				return nil
+			}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Stop(context.Background()) })
+		hs := httptest.NewServer(srv.Handler())
+		t.Cleanup(hs.Close)
+
+		_, b := post(t, hs.URL, pullReq(nil, 1))
+		m, _ := wire.DecodeMessage(b, wire.DecoderOptions{})
+		epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+		push := func(id, title string) (int, []byte) {
+			return post(t, hs.URL, &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: 1, LogEpoch: &epoch},
+				Commits: []*wire.PushCommit{{ClientCommitID: id, Operations: []wire.Operation{{Table: "tasks", RowID: id, Op: wire.OpUpsert,
+					Payload: sparse(t, v1, wire.Value{Str: id}, wire.Value{Str: "p1"}, wire.Value{Str: title})}}}}})
+		}
+		if status, _ := push("a", "before"); status != 200 {
+			t.Fatalf("push before the bump: HTTP %d", status)
+		}
+		status, b := push("b", "bump-now")
+		if err := <-declared; err != nil {
+			t.Fatalf("declare checkpoint: %v", err)
+		}
+		p, err := st.Partition(context.Background(), "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rowErr := st.Row(context.Background(), "p", "tasks", "b")
+		_, recErr := st.PushResult(context.Background(), "p", "c", "b")
+		if e.driver.name == "postgres" {
+			wantNotReady(t, status, b, "writerFence")
+			if !errors.Is(rowErr, store.ErrNotFound) || !errors.Is(recErr, store.ErrNotFound) || p.MaxCommitSeq != 1 {
+				t.Fatalf("the refused push wrote: row %v, result %v, MaxCommitSeq %d", rowErr, recErr, p.MaxCommitSeq)
+			}
+		} else {
+			if status != 200 || rowErr != nil || recErr != nil || p.MaxCommitSeq != 2 {
+				t.Fatalf("the push ahead of the bump: HTTP %d, row %v, result %v, MaxCommitSeq %d", status, rowErr, recErr, p.MaxCommitSeq)
+			}
+		}
+		status, b = push("c", "after")
+		wantNotReady(t, status, b, "writerFence")
+		if _, err := st.Row(context.Background(), "p", "tasks", "c"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a push after the bump wrote its row: %v", err)
 		}
 	})
 }
