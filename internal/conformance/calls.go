@@ -42,13 +42,13 @@ var calls = map[string]callFunc{
 	"captureBackup":             callCaptureBackup,
 	"restoreBackup":             callRestoreBackup,
 	"failNextIdempotencyLookup": callFailNextIdempotencyLookup,
+	"installValidators":         callInstallValidators,
+	"installCommitValidator":    callInstallCommitValidator,
 }
 
 // unimplemented maps the control calls of capabilities this server does
 // not advertise to their capability.
 var unimplemented = map[string]string{
-	"installValidators":              "validators",
-	"installCommitValidator":         "commit-validators",
 	"setResolverOutage":              "leases",
 	"revokeLease":                    "leases",
 	"setSignedUrlTtlSeconds":         "signed-urls",

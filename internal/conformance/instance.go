@@ -117,6 +117,8 @@ type instance struct {
 	allowed         map[string]map[string][]string
 	resolverFailing bool
 
+	rules rules // installValidators, installCommitValidator
+
 	backupMu   sync.Mutex // serializes captureBackup and restoreBackup
 	livePath   string     // the current database file
 	backupPath string     // empty until captureBackup
@@ -180,6 +182,8 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 		Realtime:      rt,
 		// Retention runs only when the harness calls prune.
 		RetentionInterval: -1,
+		Validators:        in.rules.validators(tableNames(sc)),
+		CommitValidator:   in.rules.commitValidator,
 	})
 	if err == nil {
 		err = in.srv.Start(ctx)
@@ -273,4 +277,12 @@ func (in *instance) close() error {
 		in.closeErr = errors.Join(errs...)
 	})
 	return in.closeErr
+}
+
+func tableNames(sc *schema.Compiled) []string {
+	var out []string
+	for _, t := range sc.Tables() {
+		out = append(out, t.Name())
+	}
+	return out
 }
