@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/validate"
@@ -434,6 +435,134 @@ func TestE2EValidatorSchemaBumpBetweenQueryAndCommit(t *testing.T) {
 		wantNotReady(t, status, b, "writerFence")
 		if _, err := st.Row(context.Background(), "p", "tasks", "c"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("a push after the bump wrote its row: %v", err)
+		}
+	})
+}
+
+// The operations declared references append run the row validators too
+// (§6.11): a cascade's deletes and a SET NULL's upserts, marked appended
+// and attributed to the client delete they came from; a rejection of one
+// rolls the whole commit back, the client's delete included. The
+// whole-commit validator sees them after the client's operations.
+func TestE2EValidatorsRunForReferenceOperations(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		sc, err := schema.New(1).
+			Table("lists", "id", schema.String("id"), schema.String("project_id")).Scope("project:{project_id}").
+			Table("items", "id", schema.String("id"), schema.String("project_id"), schema.String("list_id"), schema.String("title")).
+			Scope("project:{project_id}").Reference("list_id", "lists", "CASCADE").Index("items_list", "list_id").
+			Table("notes", "id", schema.String("id"), schema.String("project_id"), schema.String("list_id").Null()).
+			Scope("project:{project_id}").Reference("list_id", "lists", "SET NULL").Index("notes_list", "list_id").
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var seen []validate.Operation
+		var evidence []validate.Operation
+		record := func(_ context.Context, w *validate.Write) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, w.Operation)
+			if w.Table == "items" && w.Op == validate.Delete && w.Stored["title"] == "pinned" {
+				return validate.Reject("app.pinned", "a pinned item stays", &validate.Details{Reason: "pinned"})
+			}
+			return nil
+		}
+		e := newE2EEnv(t, d, func(c *syncgo.Config) {
+			c.Schema = sc
+			c.Validators = map[string]validate.Validator{"items": record, "notes": record}
+			c.CommitValidator = func(_ context.Context, cm *validate.Commit) error {
+				mu.Lock()
+				defer mu.Unlock()
+				evidence = append([]validate.Operation(nil), cm.Operations...)
+				return nil
+			}
+		})
+		e.schema = sc
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		seed := func(rows ...[2]any) string {
+			t.Helper()
+			id, err := c.Mutate(func(tx *sspclient.Tx) error {
+				for _, r := range rows {
+					if err := tx.Upsert(r[0].(string), r[1]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		seed([2]any{"lists", map[string]any{"id": "L1", "project_id": "p1"}},
+			[2]any{"lists", map[string]any{"id": "L2", "project_id": "p1"}},
+			[2]any{"items", map[string]any{"id": "i1", "project_id": "p1", "list_id": "L1", "title": "plain"}},
+			[2]any{"items", map[string]any{"id": "i2", "project_id": "p1", "list_id": "L2", "title": "pinned"}},
+			[2]any{"notes", map[string]any{"id": "n1", "project_id": "p1", "list_id": "L1"}})
+		if res, err := c.Push(context.Background()); err != nil || res.Pushed[0].Status != wire.PushApplied {
+			t.Fatalf("seed: %v %+v", err, res)
+		}
+
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		del1, _ := c.Delete("lists", "L1")
+		del2, _ := c.Mutate(func(tx *sspclient.Tx) error {
+			if err := tx.Upsert("notes", map[string]any{"id": "n2", "project_id": "p1", "list_id": nil}); err != nil {
+				return err
+			}
+			return tx.Delete("lists", "L2")
+		})
+		res, err := c.Push(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := pushed(t, res, del1); o.Status != wire.PushApplied {
+			t.Fatalf("delete of L1: %s", statusOf(o))
+		}
+		o := pushed(t, res, del2)
+		if o.Status != wire.PushRejected || o.Results[0].Code != "app.pinned" || o.Results[0].OpIndex != 1 ||
+			len(o.Details) != 1 || o.Details[0].OpIndex != 1 {
+			t.Fatalf("delete of L2: %s %+v %+v", statusOf(o), o.Results, o.Details)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// L1's commit: the cascade's delete of i1 and the SET NULL of n1,
+		// both appended and attributed to operation 0.
+		var cascade, setNull *validate.Operation
+		for i := range seen {
+			switch s := &seen[i]; {
+			case s.Table == "items" && s.RowID == "i1":
+				cascade = s
+			case s.Table == "notes" && s.RowID == "n1":
+				setNull = s
+			}
+		}
+		if cascade == nil || cascade.Op != validate.Delete || !cascade.Appended || cascade.OpIndex != 0 || cascade.Row != nil ||
+			cascade.Stored["list_id"] != "L1" {
+			t.Errorf("cascade delete seen as %+v", cascade)
+		}
+		if setNull == nil || setNull.Op != validate.Upsert || !setNull.Appended || setNull.OpIndex != 0 ||
+			setNull.Row["list_id"] != nil || setNull.Stored["list_id"] != "L1" || setNull.NextServerVersion != 2 {
+			t.Errorf("SET NULL seen as %+v", setNull)
+		}
+		if len(evidence) != 3 || evidence[0].Table != "lists" || evidence[0].Appended || !evidence[1].Appended || !evidence[2].Appended {
+			t.Errorf("whole-commit evidence of L1's delete: %+v", evidence)
+		}
+		// The rejected commit left L2, i2 and no n2.
+		if _, ok := e.serverRows("lists")["L2"]; !ok {
+			t.Errorf("L2 was deleted by a rejected commit")
+		}
+		if _, ok := e.serverRows("items")["i2"]; !ok {
+			t.Errorf("i2 was deleted by a rejected commit")
+		}
+		if _, ok := e.serverRows("notes")["n2"]; ok {
+			t.Errorf("n2 was written by a rejected commit")
+		}
+		if _, ok := e.serverRows("items")["i1"]; ok {
+			t.Errorf("i1 survived its list's cascade")
 		}
 	})
 }
