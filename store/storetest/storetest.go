@@ -101,6 +101,7 @@ var areas = []area{
 	{"Lookups", RunLookups},
 	{"Barrier", RunBarrier},
 	{"Query", RunQuery},
+	{"Leases", RunLeases},
 }
 
 // Run runs every area of the suite as parallel subtests.
