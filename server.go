@@ -166,7 +166,23 @@ type Config struct {
 	// per new commit, after every operation is staged and references are
 	// enforced, before the commit is appended. Nil: none.
 	CommitValidator validate.CommitValidator
+	// Leases turns auth leases on (§7.3): every round whose scopes
+	// ResolveScopes resolved issues or slides the client's lease (stored,
+	// so every process of a fleet honours it) and sends a LEASE frame;
+	// while ResolveScopes returns ErrAuthorityUnavailable, a round is
+	// authorized against the stored lease until it expires
+	// (sync.auth_lease_required) or is revoked (RevokeLease,
+	// sync.auth_lease_revoked). Nil: off, no LEASE frame.
+	Leases *LeaseConfig
 }
+
+// LeaseConfig configures auth leases (§7.3).
+type LeaseConfig = engine.LeaseConfig
+
+// ErrAuthorityUnavailable is what ResolveScopes returns (or wraps) when the
+// host's live authority is unreachable: an outage, in which a lease, when
+// leases are on, authorizes the round. Any other error fails closed.
+var ErrAuthorityUnavailable = engine.ErrAuthorityUnavailable
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
@@ -237,6 +253,9 @@ func New(cfg Config) (*Server, error) {
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
+	if cfg.Leases != nil && cfg.Leases.TTL <= 0 {
+		return nil, errors.New("syncgo: Config.Leases.TTL must be positive")
+	}
 	for table, v := range cfg.Validators {
 		if _, ok := cfg.Schema.Table(table); !ok || v == nil {
 			return nil, fmt.Errorf("syncgo: Config.Validators: %q is not a table of the schema, or its validator is nil", table)
@@ -266,6 +285,7 @@ func New(cfg Config) (*Server, error) {
 
 		Validators:      cfg.Validators,
 		CommitValidator: cfg.CommitValidator,
+		Leases:          cfg.Leases,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,

@@ -76,6 +76,8 @@ type Config struct {
 	Validators map[string]validate.Validator
 	// CommitValidator is the whole-commit validator (§6.8).
 	CommitValidator validate.CommitValidator
+	// Leases turns auth leases on (§7.3); nil: off.
+	Leases *LeaseConfig
 }
 
 // NeverInline is the InlineSegmentMaxBytes of a server that sends every
