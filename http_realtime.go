@@ -86,6 +86,18 @@ func (s *Server) RevokeActor(ctx context.Context, partition, actorID string) err
 	return nil
 }
 
+// RevokeLease revokes an auth lease by id (§7.3.4): the next round the
+// lease would authorize (during an outage of the scope authority) fails
+// with sync.auth_lease_revoked, and the partition's open sockets have
+// their scopes resolved again (RevokeActor), so a socket served on the
+// lease is narrowed now. A later live round issues a fresh lease id.
+func (s *Server) RevokeLease(ctx context.Context, partition, leaseID string) error {
+	if err := s.eng.RevokeLease(ctx, partition, leaseID); err != nil {
+		return fmt.Errorf("syncgo: revoke lease: %w", err)
+	}
+	return s.RevokeActor(ctx, partition, "")
+}
+
 // RealtimeStats counts the realtime channel's sessions, deltas, wakes, and
 // drops and closes by reason.
 type RealtimeStats = realtime.Stats

@@ -17,6 +17,7 @@ import (
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -181,7 +182,33 @@ type Config struct {
 	// and a browser may open /realtime only from the handler's own origin
 	// (a request without Origin, from a non-browser client, always may).
 	CORS *CORSConfig
+	// Validators are the write validators (§6.7), by table name: each
+	// runs on every operation on its table, and on the operations declared
+	// references append to it, after scope authorization and immediately
+	// before the write, inside the push transaction (see package validate).
+	// A table outside Schema is a configuration error. Nil: no validation.
+	Validators map[string]validate.Validator
+	// CommitValidator is the whole-commit validator (§6.8): it runs once
+	// per new commit, after every operation is staged and references are
+	// enforced, before the commit is appended. Nil: none.
+	CommitValidator validate.CommitValidator
+	// Leases turns auth leases on (§7.3): every round whose scopes
+	// ResolveScopes resolved issues or slides the client's lease (stored,
+	// so every process of a fleet honours it) and sends a LEASE frame;
+	// while ResolveScopes returns ErrAuthorityUnavailable, a round is
+	// authorized against the stored lease until it expires
+	// (sync.auth_lease_required) or is revoked (RevokeLease,
+	// sync.auth_lease_revoked). Nil: off, no LEASE frame.
+	Leases *LeaseConfig
 }
+
+// LeaseConfig configures auth leases (§7.3).
+type LeaseConfig = engine.LeaseConfig
+
+// ErrAuthorityUnavailable is what ResolveScopes returns (or wraps) when the
+// host's live authority is unreachable: an outage, in which a lease, when
+// leases are on, authorizes the round. Any other error fails closed.
+var ErrAuthorityUnavailable = engine.ErrAuthorityUnavailable
 
 func (c Config) withDefaults() Config {
 	if c.Logger == nil {
@@ -263,6 +290,14 @@ func New(cfg Config) (*Server, error) {
 	if err := checkCRDTTypes(mergers, append([]*schema.Compiled{cfg.Schema}, cfg.SchemaWindow...)...); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
+	if cfg.Leases != nil && cfg.Leases.TTL <= 0 {
+		return nil, errors.New("syncgo: Config.Leases.TTL must be positive")
+	}
+	for table, v := range cfg.Validators {
+		if _, ok := cfg.Schema.Table(table); !ok || v == nil {
+			return nil, fmt.Errorf("syncgo: Config.Validators: %q is not a table of the schema, or its validator is nil", table)
+		}
+	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
 		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
@@ -300,6 +335,10 @@ func New(cfg Config) (*Server, error) {
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
 		CRDTMergers:  mergers,
+
+		Validators:      cfg.Validators,
+		CommitValidator: cfg.CommitValidator,
+		Leases:          cfg.Leases,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,

@@ -188,6 +188,7 @@ func legacyCoreLines() []string {
 		"add column sync_commits.writer_version", "create table sync_tombstones",
 		"create table sync_backfill_checkpoints", "create table sync_writer_fence",
 		"create function syncular_writer_fence()", "create trigger sync_commits_writer_fence",
+		"create table sync_leases", "create table sync_lease_revocations",
 	}
 }
 

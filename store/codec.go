@@ -120,7 +120,7 @@ func DecodePushRecord(b []byte) (PushRecord, error) {
 			r.Status = wire.OpError
 			r.Retryable = o.Retryable != nil && *o.Retryable
 			if len(o.Details) > 0 && string(o.Details) != "null" {
-				rec.Details = append(rec.Details, wire.DetailEntry{OpIndex: o.OpIndex, DetailsJSON: string(o.Details)})
+				rec.Details = append(rec.Details, wire.DetailEntry{OpIndex: o.OpIndex, DetailsJSON: canonicalDetails(o.Details)})
 			}
 		default:
 			return PushRecord{}, fmt.Errorf("%w: result status %q", ErrUnreadable, o.Status)
@@ -284,4 +284,24 @@ func DecodeSubscriptions(b []byte) ([]SubscriptionRecord, error) {
 		return nil, fmt.Errorf("%w: subscriptions: %v", ErrUnreadable, err)
 	}
 	return subs, nil
+}
+
+// canonicalDetails returns a recorded details object in the form it was
+// emitted in (members in the order of wire.RejectionDetails, no spaces): a
+// JSONB column keeps the value, not the bytes, and a replay must emit the
+// identical companion frame (§6.3.1). An object outside the §6.3.1 shape
+// is returned as stored.
+func canonicalDetails(raw json.RawMessage) string {
+	if wire.ValidateRejectionDetails(string(raw)) != nil {
+		return string(raw)
+	}
+	var d wire.RejectionDetails
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return string(raw)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return string(raw)
+	}
+	return string(b)
 }

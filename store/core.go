@@ -40,5 +40,9 @@ func CoreTables() map[string][]CoreColumn {
 		"sync_backfill_checkpoints": cols("partition", "name", "schema_version", "state", "watermark",
 			"owner_epoch", "observed_rows", "updated_at_ms"),
 		"sync_writer_fence": cols("partition", "required_writer_version"),
+		// Auth leases (§7.3), as the reference's lease store lays them out.
+		"sync_leases": cols("partition", "client_id", "lease_id", "actor_id", "allowed_scopes",
+			"issued_at_ms", "expires_at_ms", "revoked"),
+		"sync_lease_revocations": cols("partition", "lease_id"),
 	}
 }

@@ -42,15 +42,15 @@ var calls = map[string]callFunc{
 	"captureBackup":             callCaptureBackup,
 	"restoreBackup":             callRestoreBackup,
 	"failNextIdempotencyLookup": callFailNextIdempotencyLookup,
+	"installValidators":         callInstallValidators,
+	"installCommitValidator":    callInstallCommitValidator,
+	"setResolverOutage":         callSetResolverOutage,
+	"revokeLease":               callRevokeLease,
 }
 
 // unimplemented maps the control calls of capabilities this server does
 // not advertise to their capability.
 var unimplemented = map[string]string{
-	"installValidators":              "validators",
-	"installCommitValidator":         "commit-validators",
-	"setResolverOutage":              "leases",
-	"revokeLease":                    "leases",
 	"setSignedUrlTtlSeconds":         "signed-urls",
 	"setBlobPresign":                 "blob-presign",
 	"pruneDuringNextCommitRead":      "concurrent-storage-faults",
@@ -200,4 +200,23 @@ func callReadRows(ctx context.Context, in *instance, args []json.RawMessage) (an
 		return nil, err
 	}
 	return in.readRows(ctx, table)
+}
+
+func callSetResolverOutage(_ context.Context, in *instance, args []json.RawMessage) (any, error) {
+	var outage bool
+	if err := arg(args, 0, "outage", &outage); err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	in.resolverOutage = outage
+	in.mu.Unlock()
+	return nil, nil
+}
+
+func callRevokeLease(ctx context.Context, in *instance, args []json.RawMessage) (any, error) {
+	var id string
+	if err := arg(args, 0, "leaseId", &id); err != nil {
+		return nil, err
+	}
+	return nil, in.srv.RevokeLease(ctx, in.partition, id)
 }

@@ -13,7 +13,7 @@ import (
 
 // capabilities are the optional features of conformance-mode.md that work
 // end to end; only these are advertised.
-var capabilities = []string{"backup-restore", "crdt", "idempotency-fault"}
+var capabilities = []string{"backup-restore", "crdt", "idempotency-fault", "validators", "commit-validators", "leases"}
 
 // maxControlBody caps a control request body.
 const maxControlBody = 16 << 20

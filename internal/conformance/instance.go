@@ -27,10 +27,13 @@ type createRequest struct {
 	Partition string          `json:"partition"`
 	NowMs     *int64          `json:"nowMs"`
 	Limits    *createLimits   `json:"limits"`
-	// SignedURLs and Leases configure features this server does not
-	// advertise; they are accepted and ignored.
+	// SignedURLs configures a feature this server does not advertise; it
+	// is accepted and ignored.
 	SignedURLs json.RawMessage `json:"signedUrls"`
-	Leases     json.RawMessage `json:"leases"`
+	// Leases turns auth leases on (§7.3).
+	Leases *struct {
+		TTLMs int64 `json:"ttlMs"`
+	} `json:"leases"`
 }
 
 // createLimits are the instance limits; absent fields (nil) take the
@@ -117,6 +120,10 @@ type instance struct {
 	allowed         map[string]map[string][]string
 	resolverFailing bool
 
+	resolverOutage bool // setResolverOutage: leases decide
+
+	rules rules // installValidators, installCommitValidator
+
 	backupMu   sync.Mutex // serializes captureBackup and restoreBackup
 	livePath   string     // the current database file
 	backupPath string     // empty until captureBackup
@@ -144,8 +151,15 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 	if req.Partition == "" {
 		return nil, http.StatusBadRequest, errors.New("partition is required")
 	}
-	if len(req.SignedURLs) > 0 || len(req.Leases) > 0 {
-		logger.Warn("signedUrls and leases are not implemented; the instance runs without them")
+	if len(req.SignedURLs) > 0 {
+		logger.Warn("signedUrls are not implemented; the instance runs without them")
+	}
+	var leases *syncgo.LeaseConfig
+	if req.Leases != nil {
+		if req.Leases.TTLMs <= 0 {
+			return nil, http.StatusBadRequest, errors.New("leases.ttlMs must be positive")
+		}
+		leases = &syncgo.LeaseConfig{TTL: time.Duration(req.Leases.TTLMs) * time.Millisecond}
 	}
 	in := &instance{id: id, mount: "/i/" + id, partition: req.Partition, schema: sc, logger: logger,
 		allowed: map[string]map[string][]string{}}
@@ -180,6 +194,9 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 		Realtime:      rt,
 		// Retention runs only when the harness calls prune.
 		RetentionInterval: -1,
+		Validators:        in.rules.validators(tableNames(sc)),
+		CommitValidator:   in.rules.commitValidator,
+		Leases:            leases,
 	})
 	if err == nil {
 		err = in.srv.Start(ctx)
@@ -237,6 +254,9 @@ func (in *instance) resolveScopes(_ context.Context, req syncgo.ScopeRequest) (m
 	if in.resolverFailing {
 		return nil, errors.New("conformance: injected scope resolver failure")
 	}
+	if in.resolverOutage {
+		return nil, fmt.Errorf("conformance: injected authority outage: %w", syncgo.ErrAuthorityUnavailable)
+	}
 	out := make(map[string][]string, len(in.allowed[req.ActorID]))
 	for k, v := range in.allowed[req.ActorID] {
 		out[k] = slices.Clone(v)
@@ -273,4 +293,12 @@ func (in *instance) close() error {
 		in.closeErr = errors.Join(errs...)
 	})
 	return in.closeErr
+}
+
+func tableNames(sc *schema.Compiled) []string {
+	var out []string
+	for _, t := range sc.Tables() {
+		out = append(out, t.Name())
+	}
+	return out
 }

@@ -148,3 +148,20 @@ func (s *instanceStore) Stats() store.Stats { return s.current().Stats() }
 // Close implements store.Store; the instance closes its databases itself
 // (closeAll), so the server's owner-closes-store contract is kept.
 func (s *instanceStore) Close() error { return s.closeAll() }
+
+var _ store.LeaseStore = (*instanceStore)(nil)
+
+// IssueLease implements store.LeaseStore on the current database.
+func (s *instanceStore) IssueLease(ctx context.Context, partition, clientID string, l store.Lease) (store.Lease, error) {
+	return s.current().IssueLease(ctx, partition, clientID, l)
+}
+
+// LoadLease implements store.LeaseStore on the current database.
+func (s *instanceStore) LoadLease(ctx context.Context, partition, clientID string) (store.Lease, error) {
+	return s.current().LoadLease(ctx, partition, clientID)
+}
+
+// RevokeLease implements store.LeaseStore on the current database.
+func (s *instanceStore) RevokeLease(ctx context.Context, partition, leaseID string) error {
+	return s.current().RevokeLease(ctx, partition, leaseID)
+}

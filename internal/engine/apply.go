@@ -8,6 +8,7 @@ import (
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -19,6 +20,12 @@ type applier struct {
 	changes []store.Change
 	results []wire.OpResult
 	staged  []stagedOp
+	// commitID is the commit's clientCommitId; appending is set while
+	// declared references append operations; evidence lists the
+	// operations for the whole-commit validator (hooks.go).
+	commitID  string
+	appending bool
+	evidence  []validate.Operation
 }
 
 // stagedOp is an applied operation, kept for reference enforcement.
@@ -53,7 +60,10 @@ func (a *applier) apply(ctx context.Context, ops []wire.Operation) (*rejection, 
 		}
 		a.results = append(a.results, wire.OpResult{OpIndex: int32(i), Status: wire.OpApplied})
 	}
-	return a.enforceReferences(ctx)
+	if rej, err := a.enforceReferences(ctx); rej != nil || err != nil {
+		return rej, err
+	}
+	return a.validateCommit(ctx, len(ops))
 }
 
 func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rejection, error) {
@@ -74,6 +84,7 @@ func (a *applier) applyOne(ctx context.Context, i int, op *wire.Operation) (*rej
 	}
 	if op.Op == wire.OpDelete {
 		if !exists {
+			a.noteAbsentDelete(i, op.Table, op.RowID)
 			return nil, nil
 		}
 		return a.delete(ctx, i, t, stored)
@@ -142,6 +153,9 @@ func (a *applier) storedState(i int, t *schema.CompiledTable, stored store.Row) 
 func (a *applier) delete(ctx context.Context, i int, t *schema.CompiledTable, stored store.Row) (*rejection, error) {
 	vals, rej, err := a.storedState(i, t, stored)
 	if rej != nil || err != nil {
+		return rej, err
+	}
+	if rej, err := a.validateOp(ctx, i, t, wire.OpDelete, stored.RowID, nil, vals, stored.ServerVersion, 0); rej != nil || err != nil {
 		return rej, err
 	}
 	return nil, a.deleteRow(ctx, i, t, stored, vals)

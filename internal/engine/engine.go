@@ -12,6 +12,7 @@ import (
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -80,6 +81,12 @@ type Config struct {
 	// A push that writes a crdt column whose type has none fails with
 	// sync.crdt_merge_failed.
 	CRDTMergers map[string]CRDTMerger
+	// Validators are the per-table write validators (§6.7), by table name.
+	Validators map[string]validate.Validator
+	// CommitValidator is the whole-commit validator (§6.8).
+	CommitValidator validate.CommitValidator
+	// Leases turns auth leases on (§7.3); nil: off.
+	Leases *LeaseConfig
 }
 
 // CRDTMerger merges the stored value of a crdt column (nil for NULL or a

@@ -106,7 +106,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		}
 	}
 	now := r.e.cfg.Now()
-	a := &applier{r: r, tx: tx}
+	a := &applier{r: r, tx: tx, commitID: pc.ClientCommitID}
 	var (
 		rej *rejection
 		out pushOutcome

@@ -11,12 +11,10 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// refDetails is the PUSH_RESULT_DETAILS object of a reference violation.
-type refDetails struct {
-	Reason     string            `json:"reason"`
-	FieldPaths []string          `json:"fieldPaths,omitempty"`
-	References map[string]string `json:"references,omitempty"`
-}
+// refDetails is the PUSH_RESULT_DETAILS object of a reference violation,
+// in the canonical member order a replay emits too (store decodes
+// recorded details into it).
+type refDetails = wire.RejectionDetails
 
 func referenceViolation(i int, d refDetails) *rejection {
 	rej := opError(i, syncerr.CodeReferenceViolation, "a declared reference is violated")
@@ -38,6 +36,9 @@ func referenceViolation(i int, d refDetails) *rejection {
 // append operations, recursively), then the staged upserts' parents.
 func (a *applier) enforceReferences(ctx context.Context) (*rejection, error) {
 	appended, cascadeLimit := 0, a.r.e.cfg.Limits.MaxCascadeOperations
+	// What is staged from here on is appended, not the client's: the row
+	// validators and the whole-commit evidence say so.
+	a.appending = true
 	for k := 0; k < len(a.staged); k++ {
 		st := a.staged[k]
 		if st.op != wire.OpDelete || len(st.table.ReferencedBy()) == 0 {

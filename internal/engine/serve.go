@@ -40,6 +40,7 @@ type request struct {
 	client    *store.ClientRecord // nil when the client is new
 	allowed   map[string][]string
 	resolveOK bool
+	lease     *wire.Lease // the LEASE frame to send (§7.3.2)
 	enc       *wire.Encoder
 	pulled    []subOutcome
 	gate      *store.ServeGate // the serve gate read at entry
@@ -162,12 +163,18 @@ func (e *Engine) PartitionEpoch(ctx context.Context, partition string) string {
 	return p.LogEpoch
 }
 
-// ResolveAllowed runs the host's scope resolver for an actor.
+// ResolveAllowed runs the host's scope resolver for an actor; during an
+// outage (ErrAuthorityUnavailable) with leases on, the client's stored
+// lease decides (§7.3.3).
 func (e *Engine) ResolveAllowed(ctx context.Context, auth Auth, clientID string) (map[string][]string, error) {
 	if e.cfg.Resolve == nil {
 		return nil, syncerr.New(syncerr.CodeForbidden, "no scope resolver")
 	}
-	return e.cfg.Resolve(ctx, ScopeRequest{Partition: auth.Partition, ActorID: auth.ActorID, ClientID: clientID})
+	allowed, err := e.cfg.Resolve(ctx, ScopeRequest{Partition: auth.Partition, ActorID: auth.ActorID, ClientID: clientID})
+	if err != nil && e.cfg.Leases != nil && errors.Is(err, ErrAuthorityUnavailable) {
+		return e.leaseAllowed(ctx, auth, clientID)
+	}
+	return allowed, err
 }
 
 // EffectiveScopes computes a subscription's effective scopes (§3.2).
@@ -431,6 +438,17 @@ func (r *request) resolve(ctx context.Context) error {
 		return nil
 	}
 	allowed, err := r.e.cfg.Resolve(ctx, ScopeRequest{Partition: r.auth.Partition, ActorID: r.auth.ActorID, ClientID: r.req.Header.ClientID})
+	if err != nil && r.e.cfg.Leases != nil && errors.Is(err, ErrAuthorityUnavailable) {
+		// An outage: the stored lease decides, and is not refreshed.
+		leased, lerr := r.e.leaseAllowed(ctx, r.auth, r.req.Header.ClientID)
+		if lerr != nil {
+			r.reportResolve(ctx, nil, false)
+			return lerr
+		}
+		r.allowed, r.resolveOK = leased, true
+		r.reportResolve(ctx, leased, true)
+		return nil
+	}
 	if err != nil {
 		r.e.cfg.Logger.WarnContext(ctx, "scope resolver failed; failing closed", "partition", r.auth.Partition, "err", err)
 		r.reportResolve(ctx, nil, false)
@@ -444,6 +462,7 @@ func (r *request) resolve(ctx context.Context) error {
 	}
 	r.allowed, r.resolveOK = allowed, true
 	r.reportResolve(ctx, allowed, true)
+	r.issueLease(ctx, allowed)
 	return nil
 }
 
@@ -460,6 +479,11 @@ func (r *request) serve(ctx context.Context) error {
 	served := r.e.cfg.Schema.Version()
 	if err := r.enc.Encode(&wire.RespHeader{LatestSchemaVersion: &served, LogEpoch: epochOf(r.req.Version, r.partition)}); err != nil {
 		return err
+	}
+	if r.lease != nil {
+		if err := r.enc.Encode(r.lease); err != nil {
+			return err
+		}
 	}
 	for _, c := range r.req.Commits {
 		if err := r.pushCommit(ctx, c); err != nil {

@@ -64,6 +64,9 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 	if err != nil {
 		return opError(i, syncerr.CodeInvalidRequest, "the merged row does not encode"), nil
 	}
+	if rej, err := a.validateOp(ctx, i, t, wire.OpUpsert, stored.RowID, vals, storedVals, stored.ServerVersion, next); rej != nil || err != nil {
+		return rej, err
+	}
 	row := store.Row{Table: t.Name(), RowID: stored.RowID, ServerVersion: next, Scopes: stored.Scopes,
 		Payload: payload, ColumnVersions: encodeColumnVersions(versions, t.PrimaryKey())}
 	return a.upsertRow(ctx, i, t, row, vals, in.Present)
@@ -169,6 +172,9 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 	payload, err := t.RowCodec().AppendRow(nil, in.Values)
 	if err != nil {
 		return opError(i, syncerr.CodeInvalidRequest, "the row does not encode"), nil
+	}
+	if rej, err := a.validateOp(ctx, i, t, wire.OpUpsert, op.RowID, in.Values, nil, 0, 1); rej != nil || err != nil {
+		return rej, err
 	}
 	if !v3 || base != nil {
 		// A v3 unversioned insert got here only without a tombstone.

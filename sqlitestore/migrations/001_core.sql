@@ -73,6 +73,18 @@ CREATE TABLE IF NOT EXISTS sync_writer_fence(
   partition TEXT PRIMARY KEY,
   required_writer_version INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS sync_leases(
+  partition TEXT NOT NULL, client_id TEXT NOT NULL,
+  lease_id TEXT NOT NULL, actor_id TEXT NOT NULL,
+  allowed_scopes TEXT NOT NULL,
+  issued_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL,
+  revoked INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY(partition, client_id)
+);
+CREATE TABLE IF NOT EXISTS sync_lease_revocations(
+  partition TEXT NOT NULL, lease_id TEXT NOT NULL,
+  PRIMARY KEY(partition, lease_id)
+);
 CREATE TRIGGER IF NOT EXISTS sync_commits_writer_fence
 BEFORE INSERT ON sync_commits
 WHEN EXISTS (

@@ -100,6 +100,8 @@ var areas = []area{
 	{"Transactions", RunTransactions},
 	{"Lookups", RunLookups},
 	{"Barrier", RunBarrier},
+	{"Query", RunQuery},
+	{"Leases", RunLeases},
 }
 
 // Run runs every area of the suite as parallel subtests.
