@@ -113,7 +113,14 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		switch plan.Action {
 		case store.SchemaNone:
-			fmt.Fprintln(stdout, "start: ready (the database holds the running layout; nothing to write)")
+			if len(plan.Upgrade) == 0 {
+				fmt.Fprintln(stdout, "start: ready (the database holds the running layout; nothing to write)")
+				break
+			}
+			fmt.Fprintln(stdout, "start: ready once it adds what this build's core layout lacks (no data is rewritten):")
+			for _, l := range plan.Upgrade {
+				fmt.Fprintln(stdout, "  "+l)
+			}
 		case store.SchemaCreate:
 			fmt.Fprintln(stdout, "start: creates the app tables and the schema marker")
 		case store.SchemaMigrate:
