@@ -11,10 +11,12 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
@@ -96,8 +99,18 @@ func TestCrash(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "crash.db")
 				db, verify = path, sqliteVerifier(path)
 			case "postgres":
-				db = pgtest.Schema(t, "syncgo_crash", true)
-				verify = postgresVerifier(db)
+				// The server's sessions carry an application name of their
+				// own, so that the verifier can wait for them to end.
+				base := pgtest.Schema(t, "syncgo_crash", true)
+				u, err := url.Parse(base)
+				if err != nil {
+					t.Fatal(err)
+				}
+				app := "syncgo_crash_server_" + strconv.FormatUint(seed, 36)
+				q := u.Query()
+				q.Set("application_name", app)
+				u.RawQuery = q.Encode()
+				db, verify = u.String(), postgresVerifier{url: base, serverApp: app}
 			default:
 				t.Fatalf("unknown -driver %q", d)
 			}
@@ -467,16 +480,47 @@ func integrityCheck(path string) error {
 	return nil
 }
 
-type postgresVerifier string
+// postgresVerifier checks a Postgres database once the killed server's
+// sessions are gone: a transaction whose COMMIT the server had sent before
+// it died still commits, in its backend, after the kill.
+type postgresVerifier struct {
+	url, serverApp string
+}
 
 func (v postgresVerifier) check(sc *schema.Compiled, workers []*worker, final bool) (stats, error) {
 	ctx := context.Background()
-	st, err := pgstore.Open(ctx, pgstore.Config{URL: string(v), ReadOnly: true, MaxConns: 2})
+	if err := v.settle(ctx); err != nil {
+		return stats{}, err
+	}
+	st, err := pgstore.Open(ctx, pgstore.Config{URL: v.url, ReadOnly: true, MaxConns: 2})
 	if err != nil {
 		return stats{}, fmt.Errorf("open the database after the kill: %w", err)
 	}
 	defer st.Close()
 	return checkLog(ctx, st, sc, workers, final)
+}
+
+// settle waits until no session of the killed server is left.
+func (v postgresVerifier) settle(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, v.url)
+	if err != nil {
+		return fmt.Errorf("connect after the kill: %w", err)
+	}
+	defer conn.Close(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", v.serverApp).Scan(&n); err != nil {
+			return fmt.Errorf("the killed server's sessions: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sessions of the killed server still open after 30 s", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkLog checks the partition's log against the clients' outcomes:
