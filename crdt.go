@@ -69,3 +69,11 @@ func checkCRDTTypes(mergers map[string]engine.CRDTMerger, schemas ...*schema.Com
 	}
 	return nil
 }
+
+// CheckCRDTMergers reports, as New would, a crdt column of the schemas
+// whose crdtType has no merger: neither built in nor in mergers (the
+// Config.CRDTMergers a host would pass). Tools that check a configuration
+// without starting a server use it.
+func CheckCRDTMergers(mergers map[string]CRDTMerger, schemas ...*schema.Compiled) error {
+	return checkCRDTTypes(crdtMergers(Config{CRDTMergers: mergers}), schemas...)
+}

@@ -275,3 +275,33 @@ func TestSchemaWindowRealtime(t *testing.T) {
 		t.Fatalf("the delta row is not in the version-1 layout: %v", err)
 	}
 }
+
+// A window whose current schema declares a reference its older version
+// did not is refused (§9: references stay identical).
+func TestSchemaWindowRejectsChangedReferences(t *testing.T) {
+	build := func(version int32, ref bool) *schema.Compiled {
+		b := schema.New(version).
+			Table("projects", "id", schema.String("id"), schema.String("project_id")).Scope("project:{project_id}").
+			Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("title").Null()).
+			Scope("project:{project_id}").Index("tasks_by_project", "project_id")
+		if ref {
+			b = b.Reference("project_id", "projects", schema.OnDeleteCascade)
+		}
+		c, err := b.Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = syncgo.New(syncgo.Config{Store: st, Schema: build(2, true), SchemaWindow: []*schema.Compiled{build(1, false)},
+		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
+	if err == nil || !strings.Contains(err.Error(), "declared references") {
+		t.Fatalf("New = %v, want a refusal of a window whose references changed", err)
+	}
+}

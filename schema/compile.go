@@ -117,6 +117,16 @@ func (tc *tableCompiler) compile() *CompiledTable {
 	tc.indexes()
 	tc.references()
 	tc.materialize()
+	if !tc.out.materialize {
+		// Indexes and references work on the typed columns, which only a
+		// materialized table stores: refuse what would silently do nothing.
+		if len(tc.out.indexes) > 0 {
+			tc.addf("declares indexes but is not materialized: an index needs the typed columns a materialized table stores (set materialize: true, or drop the indexes)")
+		}
+		if len(tc.out.references) > 0 {
+			tc.addf("declares references but is not materialized: the server finds a parent's children through the reference column, which only a materialized table stores (set materialize: true)")
+		}
+	}
 	return tc.out
 }
 

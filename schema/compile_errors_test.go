@@ -57,12 +57,21 @@ func TestCompileErrors(t *testing.T) {
 		{"duplicate index in table", func(s *Schema) { s.Tables[tasksT].Indexes[1].Name = "tasks_by_project" },
 			[]string{`table "tasks": duplicate index "tasks_by_project" (index names are unique in the schema; another is declared on table "tasks")`}},
 		{"duplicate index across tables", func(s *Schema) {
-			s.Tables[secretsT].Indexes = []Index{{Name: "Tasks_By_Project", Columns: []string{"owner_id"}}}
-		}, []string{`table "secrets": duplicate index "Tasks_By_Project" (index names are unique in the schema; another is declared on table "tasks")`}},
+			s.Tables[projectsT].Indexes = []Index{{Name: "Tasks_By_Project", Columns: []string{"name"}}}
+		}, []string{`table "tasks": duplicate index "tasks_by_project" (index names are unique in the schema; another is declared on table "projects")`}},
 		{"physical index names collide", func(s *Schema) {
 			// The physical name of "c"×56 is sync_ix_ and its FNV-1a hash.
-			s.Tables[secretsT].Indexes = []Index{{Name: strings.Repeat("c", 56), Columns: []string{"owner_id"}}, {Name: "de34b3d5b2af79fd", Columns: []string{"id"}}}
-		}, []string{`table "secrets": index "de34b3d5b2af79fd" has the physical name "sync_ix_de34b3d5b2af79fd" of index "` + strings.Repeat("c", 56) + `"`}},
+			s.Tables[projectsT].Indexes = []Index{{Name: strings.Repeat("c", 56), Columns: []string{"name"}}, {Name: "de34b3d5b2af79fd", Columns: []string{"id"}}}
+		}, []string{`table "projects": index "de34b3d5b2af79fd" has the physical name "sync_ix_de34b3d5b2af79fd" of index "` + strings.Repeat("c", 56) + `"`}},
+
+		{"index on a table that is not materialized", func(s *Schema) {
+			s.Tables[secretsT].Indexes = []Index{{Name: "secrets_by_owner", Columns: []string{"owner_id"}}}
+		}, []string{`table "secrets": declares indexes but is not materialized: an index needs the typed columns a materialized table stores (set materialize: true, or drop the indexes)`}},
+		{"reference from a table that is not materialized", func(s *Schema) {
+			off := false
+			s.Tables[tasksT].Materialize = &off
+		}, []string{`table "tasks": declares indexes but is not materialized: an index needs the typed columns a materialized table stores (set materialize: true, or drop the indexes)`,
+			`table "tasks": declares references but is not materialized: the server finds a parent's children through the reference column, which only a materialized table stores (set materialize: true)`}},
 
 		// Columns.
 		{"invalid type", func(s *Schema) { s.Tables[projectsT].Columns[1].Type = 0 },

@@ -523,7 +523,13 @@ func TestBinaryConfigCheck(t *testing.T) {
 	}
 	_, schemaPath := exampleSchema(t)
 	dir := t.TempDir()
+	automerge := filepath.Join(dir, "automerge.json")
+	must(t, os.WriteFile(automerge, []byte(`{"version": 1, "tables": [{"name": "docs", "primaryKey": "id",
+		"columns": [{"name": "id", "type": "string", "nullable": false}, {"name": "org", "type": "string", "nullable": false},
+			{"name": "body", "type": "crdt", "crdtType": "automerge", "nullable": true}],
+		"scopes": ["org:{org}"]}]}`), 0o600))
 	for _, c := range []struct{ name, body, want string }{
+		{"crdt type without a merger", "schema: " + automerge + "\n", `no CRDT merger is registered for crdtType "automerge"`},
 		{"unknown key", "listen: 127.0.0.1:0\nlisten_addr: x\n", "field listen_addr not found"},
 		{"unknown auth key", "auth:\n  hs256_secret: " + e2eSecret + "\n  isuer: x\n", "field isuer not found"},
 		{"unknown scope variable", "schema: " + schemaPath + "\nauth:\n  hs256_secret: " + e2eSecret + "\nscopes:\n  org_id:\n    - claim: org\n", `no scope variable "org_id"`},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/auth"
 	"github.com/syncgo/syncgo/internal/config"
 )
@@ -65,6 +66,10 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	}
 	sc, err := loadSchema(cfg.Schema)
 	if err != nil {
+		return nil, nil, fmt.Errorf("schema: %w", err)
+	}
+	// The binary has the built-in mergers only.
+	if err := syncgo.CheckCRDTMergers(nil, sc); err != nil {
 		return nil, nil, fmt.Errorf("schema: %w", err)
 	}
 	if _, err := declarations(cfg.Checkpoints, sc.Version()); err != nil {

@@ -16,8 +16,9 @@ import (
 
 // ValidateWindow checks that every older schema is served by the current
 // one: versions strictly decreasing, every older table present with the
-// same primary key and scopes, its columns a prefix of the current table's,
-// and the current table's appended columns nullable.
+// same primary key, scopes and declared references, its columns a prefix
+// of the current table's, and the current table's appended columns
+// nullable.
 func ValidateWindow(current *schema.Compiled, older []*schema.Compiled) error {
 	prev := current.Version()
 	for _, o := range older {
@@ -42,6 +43,9 @@ func ValidateWindow(current *schema.Compiled, older []*schema.Compiled) error {
 			if ot.PrimaryKey() != ct.PrimaryKey() || !slices.Equal(scopeSig(ot), scopeSig(ct)) {
 				return fmt.Errorf("schema window: table %q changed its primary key or scopes after version %d", ot.Name(), o.Version())
 			}
+			if !slices.Equal(refSig(ot), refSig(ct)) {
+				return fmt.Errorf("schema window: table %q changed its declared references after version %d (§9: they must stay identical)", ot.Name(), o.Version())
+			}
 		}
 	}
 	return nil
@@ -51,6 +55,15 @@ func scopeSig(t *schema.CompiledTable) []string {
 	var out []string
 	for _, s := range t.Scopes() {
 		out = append(out, s.Pattern.String()+"="+s.Column)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func refSig(t *schema.CompiledTable) []string {
+	var out []string
+	for _, r := range t.References() {
+		out = append(out, r.Column+"->"+r.ParentTable+" "+r.OnDelete)
 	}
 	slices.Sort(out)
 	return out
