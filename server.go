@@ -412,6 +412,11 @@ func (s *Server) onCommit(n CommitNotice) {
 	}
 }
 
+// Drain turns the readiness report (/readyz, CheckReady) to "stopping"
+// while the server goes on serving: a load balancer that follows it stops
+// sending new clients here before Stop closes the sockets. Stop after it.
+func (s *Server) Drain() { s.stopping.Store(true) }
+
 // Stop closes the realtime sockets with a going-away close frame, stops
 // the background services and waits for them, or for ctx. The store stays
 // open; its owner closes it.

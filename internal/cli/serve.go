@@ -62,7 +62,7 @@ func bindServeFlags(fs *flag.FlagSet) func(c *config.Config) {
 		listen, db, dbListen, schemaPath, mount string
 		dev                                     bool
 		maxConns                                int
-		idle                                    time.Duration
+		idle, drain                             time.Duration
 		checkpoints                             stringList
 	)
 	fs.StringVar(&listen, "listen", d.Listen, "listen address (listen, SYNCGO_LISTEN)")
@@ -74,6 +74,7 @@ func bindServeFlags(fs *flag.FlagSet) func(c *config.Config) {
 		"needed to serve it on a non-loopback address (auth.mode: dev, SYNCGO_AUTH_MODE=dev)")
 	fs.IntVar(&maxConns, "max-conns", 0, "cap on simultaneous connections, sockets included; 0: the file-descriptor limit less a reserve (max_conns, SYNCGO_MAX_CONNS)")
 	fs.DurationVar(&idle, "idle-timeout", d.IdleTimeout, "how long an idle keep-alive connection is kept (idle_timeout, SYNCGO_IDLE_TIMEOUT)")
+	fs.DurationVar(&drain, "shutdown-delay", d.ShutdownDelay, "on SIGTERM or SIGINT, how long /readyz answers 503 (stopping) while the server still serves, before it stops: the time a load balancer needs to take it out (shutdown_delay, SYNCGO_SHUTDOWN_DELAY)")
 	fs.Var(&checkpoints, "checkpoint", "declare a backfill checkpoint partition/name at the running schema version: this process serves while it is incomplete (repeatable; checkpoints, SYNCGO_CHECKPOINTS)")
 	return func(c *config.Config) {
 		fs.Visit(func(f *flag.Flag) {
@@ -96,6 +97,8 @@ func bindServeFlags(fs *flag.FlagSet) func(c *config.Config) {
 				c.MaxConns = maxConns
 			case "idle-timeout":
 				c.IdleTimeout = idle
+			case "shutdown-delay":
+				c.ShutdownDelay = drain
 			case "checkpoint":
 				c.Checkpoints = checkpoints
 			}
@@ -322,6 +325,17 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	}
+	if cfg.ShutdownDelay > 0 {
+		// /readyz turns 503 at once; the load balancer stops sending new
+		// clients while the requests and sockets here go on.
+		srv.Drain()
+		logger.Info("draining before the stop", "shutdown_delay", cfg.ShutdownDelay)
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(cfg.ShutdownDelay):
+		}
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

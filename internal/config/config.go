@@ -54,6 +54,9 @@ type Config struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// ReadHeaderTimeout bounds the reading of a request's headers.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// ShutdownDelay is how long, after SIGTERM or SIGINT, /readyz answers
+	// 503 while the server still serves, before it stops. Default 0.
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// Limits are the server's request limits.
 	Limits Limits `yaml:"limits"`
 	// Realtime tunes the realtime channel.
@@ -442,8 +445,8 @@ func (c Config) Validate() error {
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("max_conns is negative"))
 	}
-	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 {
-		errs = append(errs, errors.New("idle_timeout and read_header_timeout must not be negative"))
+	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 || c.ShutdownDelay < 0 {
+		errs = append(errs, errors.New("idle_timeout, read_header_timeout and shutdown_delay must not be negative"))
 	}
 	if !slices.Contains([]string{"", ModeJWT, ModeDev}, c.Auth.Mode) {
 		errs = append(errs, fmt.Errorf("auth.mode %q: want jwt or dev", c.Auth.Mode))
