@@ -200,6 +200,17 @@ type Config struct {
 	// (sync.auth_lease_required) or is revoked (RevokeLease,
 	// sync.auth_lease_revoked). Nil: off, no LEASE frame.
 	Leases *LeaseConfig
+	// Segments stores the segments served by reference (SEGMENT_REF) and
+	// by signed URL. Default: the store's own (store.SegmentStorer: both
+	// drivers keep segments in their database, so every process of a
+	// fleet on one database serves every segment, and a restart keeps
+	// them); for a store without one, an in-process store that only this
+	// process serves from.
+	Segments store.SegmentStore
+	// SegmentSweepInterval is how often expired segments are deleted
+	// (Limits.SegmentForgetAfter after their expiry). Default 5 minutes;
+	// negative disables it.
+	SegmentSweepInterval time.Duration
 }
 
 // LeaseConfig configures auth leases (§7.3).
@@ -240,6 +251,14 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
+	}
+	if c.SegmentSweepInterval == 0 {
+		c.SegmentSweepInterval = 5 * time.Minute
+	}
+	if c.Segments == nil {
+		if ss, ok := c.Store.(store.SegmentStorer); ok {
+			c.Segments = ss.SegmentStore()
+		}
 	}
 	return c
 }
@@ -329,8 +348,9 @@ func New(cfg Config) (*Server, error) {
 		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool) {
 			s.hub.OnResolve(ctx, a, clientID, allowed, ok)
 		},
-		Logger: cfg.Logger,
-		Limits: cfg.Limits,
+		Logger:   cfg.Logger,
+		Limits:   cfg.Limits,
+		Segments: cfg.Segments,
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
@@ -382,11 +402,16 @@ func (s *Server) Start(ctx context.Context) error {
 		s.ready.Store(true)
 		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.stop, s.done = cancel, make(chan struct{})
+		var services sync.WaitGroup
+		if s.cfg.RetentionInterval > 0 {
+			services.Go(func() { s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention) })
+		}
+		if s.cfg.SegmentSweepInterval > 0 {
+			services.Go(func() { s.eng.RunSegmentSweeps(bg, s.cfg.SegmentSweepInterval) })
+		}
 		go func() {
 			defer close(s.done)
-			if s.cfg.RetentionInterval > 0 {
-				s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention)
-			}
+			services.Wait()
 		}()
 		s.watch.start(bg)
 		if l, ok := s.cfg.Store.(store.CommitListener); ok {
@@ -495,4 +520,11 @@ func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {
 		}
 	}
 	return a, nil
+}
+
+// SweepSegments runs one sweep of the segment store now: publications that
+// expired more than Limits.SegmentForgetAfter ago are deleted, and the
+// segments left without any.
+func (s *Server) SweepSegments(ctx context.Context) (store.SegmentSweep, error) {
+	return s.eng.SweepSegments(ctx)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,12 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
 		} else {
 			err = r.segmentRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
+			if errors.Is(err, store.ErrStorageFull) && accept&wire.AcceptInlineRows != 0 {
+				// A segment is a cache entry: when the store is full, a
+				// client that accepts inline segments gets the page
+				// inline rather than no bootstrap.
+				err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
+			}
 		}
 		if err != nil {
 			return 0, err
@@ -170,7 +177,7 @@ func (r *request) segmentRef(ctx context.Context, table string, pg page, after *
 		SchemaVersion: r.cs.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
 		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
 		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
-	if err := r.e.cfg.Segments.Publish(ctx, pg.id, pg.bytes, pub); err != nil {
+	if err := r.e.cfg.Segments.PublishSegment(ctx, pg.id, pg.bytes, pub); err != nil {
 		return err
 	}
 	return r.enc.Encode(&wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/syncgo/syncgo/store"
@@ -14,12 +15,12 @@ import (
 // and their digest must belong to a publication of the segment in the
 // caller's partition and live log epoch.
 func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) ([]byte, error) {
-	seg, ok, err := e.cfg.Segments.Get(ctx, segmentID)
+	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	p, err := e.cfg.Store.Partition(ctx, auth.Partition)
 	if err != nil {

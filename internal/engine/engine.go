@@ -115,6 +115,10 @@ type Limits struct {
 	// SegmentTTL is how long a stored segment stays downloadable.
 	// Default 24 h.
 	SegmentTTL time.Duration
+	// SegmentForgetAfter is how long an expired segment publication is
+	// kept (its download answers sync.segment_expired) before a sweep
+	// deletes it (sync.not_found from then on). Default 1 h.
+	SegmentForgetAfter time.Duration
 	// MaxCascadeOperations caps the operations declared references may
 	// append to one commit (§6.11). Default 1000.
 	MaxCascadeOperations int
@@ -155,6 +159,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.SegmentTTL <= 0 {
 		c.Limits.SegmentTTL = 24 * time.Hour
+	}
+	if c.Limits.SegmentForgetAfter <= 0 {
+		c.Limits.SegmentForgetAfter = time.Hour
 	}
 	if c.Limits.MaxCascadeOperations <= 0 {
 		c.Limits.MaxCascadeOperations = 1000

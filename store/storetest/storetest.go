@@ -102,6 +102,7 @@ var areas = []area{
 	{"Barrier", RunBarrier},
 	{"Query", RunQuery},
 	{"Leases", RunLeases},
+	{"Segments", RunSegments},
 }
 
 // Run runs every area of the suite as parallel subtests.
