@@ -3,6 +3,7 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -83,14 +84,31 @@ func startNode(t *testing.T, e *e2eEnv, st store.Store, tweak ...func(*syncgo.Co
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	srv, err := syncgo.New(cfg)
+	// Listen first: a server with signed URLs mints them under its own
+	// address (SignedURLs.BaseURL left empty here means that address).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(context.Background()); err != nil {
+	if cfg.SignedURLs != nil && cfg.SignedURLs.BaseURL == "" {
+		su := *cfg.SignedURLs
+		su.BaseURL = "http://" + ln.Addr().String()
+		cfg.SignedURLs = &su
+	}
+	srv, err := syncgo.New(cfg)
+	if err != nil {
+		ln.Close()
 		t.Fatal(err)
 	}
-	n := &fleetNode{store: st, srv: srv, http: httptest.NewServer(srv.Handler())}
+	if err := srv.Start(context.Background()); err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
+	n := &fleetNode{store: st, srv: srv, http: hs}
 	t.Cleanup(func() { n.stop() })
 	return n
 }

@@ -207,6 +207,9 @@ type Config struct {
 	// them); for a store without one, an in-process store that only this
 	// process serves from.
 	Segments store.SegmentStore
+	// SignedURLs, when set, enables signed segment URLs (§5.4) on the
+	// server's own origin.
+	SignedURLs *SignedURLConfig
 	// SegmentSweepInterval is how often expired segments are deleted
 	// (Limits.SegmentForgetAfter after their expiry). Default 5 minutes;
 	// negative disables it.
@@ -277,6 +280,7 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	origins *originPolicy
+	urls    *urlSigner // nil without Config.SignedURLs
 
 	startOnce sync.Once
 	startErr  error
@@ -337,7 +341,16 @@ func New(cfg Config) (*Server, error) {
 		}
 		onPush = s.metrics.pushResult
 	}
+	var issuer engine.URLIssuer
+	if cfg.SignedURLs != nil {
+		u, err := newURLSigner(cfg.SignedURLs)
+		if err != nil {
+			return nil, fmt.Errorf("syncgo: %w", err)
+		}
+		s.urls, issuer = u, u
+	}
 	s.eng = engine.New(engine.Config{
+		URLs:     issuer,
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),

@@ -180,9 +180,28 @@ func (r *request) segmentRef(ctx context.Context, table string, pg page, after *
 	if err := r.e.cfg.Segments.PublishSegment(ctx, pg.id, pg.bytes, pub); err != nil {
 		return err
 	}
-	return r.enc.Encode(&wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
+	ref := &wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
 		ByteLength: int64(len(pg.bytes)), RowCount: int64(pg.rowCount), AsOfCommitSeq: asOf,
-		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last})
+		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last}
+	if err := r.signRef(ref); err != nil {
+		return err
+	}
+	return r.enc.Encode(ref)
+}
+
+// signRef gives a descriptor its signed URL when the client accepts one
+// (accept bit 3) and the host configured signed URLs (§5.4). It runs
+// inside the pull, after the scopes were resolved for the subscription.
+func (r *request) signRef(ref *wire.SegmentRef) error {
+	if r.e.cfg.URLs == nil || r.req.Pull == nil || r.req.Pull.Accept&wire.AcceptSignedURLs == 0 {
+		return nil
+	}
+	u, exp, err := r.e.cfg.URLs.SegmentURL(ref.SegmentID, r.auth.Partition, ref.ScopeDigest, r.e.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("sign segment url: %w", err)
+	}
+	ref.URL, ref.URLExpiresAtMs = &u, exp
+	return nil
 }
 
 // pageLayout is what a page's bytes are encoded for: the client's schema

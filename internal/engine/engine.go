@@ -66,6 +66,9 @@ type Config struct {
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore
+	// URLs mints the signed URLs of segment descriptors for clients that
+	// accept them (accept bit 3, §5.4); nil issues none.
+	URLs URLIssuer
 	// ImageDir is the directory of the temporary files of sqlite-image
 	// builds (§5.3); empty means os.TempDir().
 	ImageDir string
@@ -97,6 +100,13 @@ type CRDTMerger interface {
 
 // DefaultMaxCRDTBytes is the default of Limits.MaxCRDTBytes.
 const DefaultMaxCRDTBytes = 8 << 20
+
+// URLIssuer mints signed segment URLs (§5.4).
+type URLIssuer interface {
+	// SegmentURL returns the URL of a segment published in partition for
+	// scopeDigest, and its expiry (Unix milliseconds).
+	SegmentURL(segmentID, partition, scopeDigest string, nowMs int64) (url string, expiresAtMs int64, err error)
+}
 
 // NeverInline is the InlineSegmentMaxBytes of a server that sends every
 // rows segment by reference to clients that accept external segments.

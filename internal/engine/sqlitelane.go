@@ -330,8 +330,12 @@ func (r *request) reuseImage(ctx context.Context, key imageKey, ref imageRef) (b
 // writeImageRef writes the SEGMENT_REF of an image: no row cursors (the image
 // is the first and the last page of its table), never inline (§5.3, §5.7).
 func (r *request) writeImageRef(key imageKey, ref imageRef) error {
-	return r.enc.Encode(&wire.SegmentRef{SegmentID: ref.id, MediaType: wire.MediaSQLite, Table: key.table,
-		ByteLength: ref.byteLength, RowCount: ref.rowCount, AsOfCommitSeq: key.asOf, ScopeDigest: key.digest})
+	sr := &wire.SegmentRef{SegmentID: ref.id, MediaType: wire.MediaSQLite, Table: key.table,
+		ByteLength: ref.byteLength, RowCount: ref.rowCount, AsOfCommitSeq: key.asOf, ScopeDigest: key.digest}
+	if err := r.signRef(sr); err != nil {
+		return err
+	}
+	return r.enc.Encode(sr)
 }
 
 // imagePublication is the publication of an image under its key, from now.
