@@ -103,6 +103,7 @@ var areas = []area{
 	{"Query", RunQuery},
 	{"Leases", RunLeases},
 	{"Segments", RunSegments},
+	{"Blobs", RunBlobs},
 }
 
 // Run runs every area of the suite as parallel subtests.
