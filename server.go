@@ -210,6 +210,26 @@ type Config struct {
 	// SignedURLs, when set, enables signed segment URLs (§5.4) on the
 	// server's own origin.
 	SignedURLs *SignedURLConfig
+	// Blobs stores the uploaded blobs (§5.9) and turns on the blob routes
+	// (PUT and GET /blobs/{blobId}, POST /blobs/{blobId}/upload-grant) and
+	// the push-time existence check of blob_ref values. Default: the
+	// store's own (store.BlobStorer: both drivers keep blobs in their
+	// database); package blobfs keeps them on a filesystem. The store must
+	// keep the blob reference index (store.BlobRefIndex), which authorizes
+	// downloads. Limits.MaxBlobBytes caps a blob.
+	Blobs store.BlobStore
+	// DisableBlobs turns blobs off: the blob routes answer blob.not_found
+	// and blob_ref values are stored unchecked.
+	DisableBlobs bool
+	// BlobPresign makes blob downloads answer a signed URL of the bytes on
+	// this server instead of the bytes (§5.9.5, always-issue), and upload
+	// grants answer a signed PUT URL (§5.9.3). It needs SignedURLs;
+	// Server.SetBlobPresign changes it at run time.
+	BlobPresign bool
+	// BlobSweepInterval is how often unreferenced blobs older than
+	// Limits.BlobGracePeriod are deleted. Default 1 hour; negative
+	// disables it.
+	BlobSweepInterval time.Duration
 	// SegmentSweepInterval is how often expired segments are deleted
 	// (Limits.SegmentForgetAfter after their expiry). Default 5 minutes;
 	// negative disables it.
@@ -258,6 +278,16 @@ func (c Config) withDefaults() Config {
 	if c.SegmentSweepInterval == 0 {
 		c.SegmentSweepInterval = 5 * time.Minute
 	}
+	if c.BlobSweepInterval == 0 {
+		c.BlobSweepInterval = time.Hour
+	}
+	if c.DisableBlobs {
+		c.Blobs = nil
+	} else if c.Blobs == nil {
+		if bs, ok := c.Store.(store.BlobStorer); ok {
+			c.Blobs = bs.BlobStore()
+		}
+	}
 	if c.Segments == nil {
 		if ss, ok := c.Store.(store.SegmentStorer); ok {
 			c.Segments = ss.SegmentStore()
@@ -281,6 +311,8 @@ type Server struct {
 	metrics *metrics
 	origins *originPolicy
 	urls    *urlSigner // nil without Config.SignedURLs
+	// blobPresign: blob downloads and grants answer signed URLs.
+	blobPresign atomic.Bool
 
 	startOnce sync.Once
 	startErr  error
@@ -347,10 +379,14 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("syncgo: %w", err)
 		}
-		s.urls, issuer = u, u
+		s.urls = u
+		if !cfg.SignedURLs.NoSegmentURLs {
+			issuer = u
+		}
 	}
 	s.eng = engine.New(engine.Config{
 		URLs:     issuer,
+		Blobs:    cfg.Blobs,
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
@@ -385,6 +421,15 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
 	s.mux.HandleFunc("POST /operations", s.readyOnly("operations", s.handleOperation))
 	s.mux.HandleFunc("GET /operations/realtime", s.readyOnly("operations", s.handleWatchSocket))
+	s.mux.HandleFunc("PUT /blobs/{blobId}", s.readyOnly("blobs", s.handleBlobPut))
+	s.mux.HandleFunc("GET /blobs/{blobId}", s.readyOnly("blobs", s.handleBlobGet))
+	s.mux.HandleFunc("POST /blobs/{blobId}/upload-grant", s.readyOnly("blobs", s.handleBlobGrant))
+	if cfg.BlobPresign {
+		if s.urls == nil {
+			return nil, errors.New("syncgo: Config.BlobPresign needs Config.SignedURLs")
+		}
+		s.blobPresign.Store(true)
+	}
 	s.handler = s.mux
 	if s.origins != nil {
 		s.handler = s.origins.wrap(s.handler, s)
@@ -421,6 +466,9 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		if s.cfg.SegmentSweepInterval > 0 {
 			services.Go(func() { s.eng.RunSegmentSweeps(bg, s.cfg.SegmentSweepInterval) })
+		}
+		if s.cfg.BlobSweepInterval > 0 && s.cfg.Blobs != nil {
+			services.Go(func() { s.eng.RunBlobSweeps(bg, s.cfg.BlobSweepInterval) })
 		}
 		go func() {
 			defer close(s.done)
@@ -541,3 +589,13 @@ func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {
 func (s *Server) SweepSegments(ctx context.Context) (store.SegmentSweep, error) {
 	return s.eng.SweepSegments(ctx)
 }
+
+// SweepBlobs runs one sweep of the blob store now: blobs uploaded more
+// than Limits.BlobGracePeriod ago that no row references are deleted, and
+// what interrupted uploads left behind as long ago.
+func (s *Server) SweepBlobs(ctx context.Context) (BlobSweep, error) {
+	return s.eng.SweepBlobs(ctx)
+}
+
+// BlobSweep reports a sweep of the blob store.
+type BlobSweep = engine.BlobSweep

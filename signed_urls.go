@@ -9,7 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/internal/urlsign"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 )
 
@@ -36,6 +38,9 @@ type SignedURLConfig struct {
 	// minutes, the spec's upper bound; the revocation window of issued
 	// URLs equals it. Server.SetSignedURLTTL changes it at run time.
 	TTL time.Duration
+	// NoSegmentURLs mints no segment URLs: the keys then serve only
+	// presigned blob transfers (Config.BlobPresign).
+	NoSegmentURLs bool
 }
 
 // urlSigner mints and verifies the server's signed URLs.
@@ -128,4 +133,102 @@ func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, tok
 	}
 	h.Set("Content-Type", "application/octet-stream")
 	s.writeBody(w, body, "")
+}
+
+// blobURL mints the signed download URL of a blob after its download was
+// authorized (§5.9.5): {"v":1,"blob","aud","exp"}, aud naming the
+// partition to this host alone.
+func (s *urlSigner) blobURL(blobID, partition string, nowMs int64) (string, int64, error) {
+	exp := nowMs/1000 + s.ttl.Load()
+	tok, err := s.keys.Sign(urlsign.Claims{Blob: blobID, Aud: urlsign.SealPartition(s.keys.Current, partition), Exp: exp})
+	if err != nil {
+		return "", 0, err
+	}
+	return s.base + "/blobs/" + url.PathEscape(blobID) + "?st=" + tok, exp * 1000, nil
+}
+
+// uploadURL mints the signed PUT URL of an upload grant (§5.9.3): the
+// native form of a presigned single PUT, bound to the blob, its
+// partition and the granted size.
+func (s *urlSigner) uploadURL(blobID, partition string, byteLength int64, nowMs int64) (string, int64, error) {
+	exp := nowMs/1000 + s.ttl.Load()
+	tok, err := s.keys.Sign(urlsign.Claims{Put: blobID, Len: &byteLength,
+		Aud: urlsign.SealPartition(s.keys.Current, partition), Exp: exp})
+	if err != nil {
+		return "", 0, err
+	}
+	return s.base + "/blobs/" + url.PathEscape(blobID) + "?st=" + tok, exp * 1000, nil
+}
+
+// SetBlobPresign turns presigned blob transfers on or off (see
+// Config.BlobPresign). It does nothing on a server without signed URLs.
+func (s *Server) SetBlobPresign(on bool) {
+	s.blobPresign.Store(on && s.urls != nil)
+}
+
+// blobToken verifies a blob token of kind k for the path's blob and
+// returns the partition it names; a token that does not verify, is of
+// another kind or blob, or has expired is blob.forbidden (a download
+// recovers by asking the authorized endpoint again).
+func (s *Server) blobToken(r *http.Request, token string, k urlsign.Kind) (string, *syncerr.Error) {
+	forbidden := syncerr.New(syncerr.CodeBlobForbidden, "the signed URL does not grant this blob")
+	if s.urls == nil {
+		return "", forbidden
+	}
+	c, key, err := s.urls.keys.Verify(token, s.cfg.Now())
+	id := r.PathValue("blobId")
+	if err != nil || c.Kind() != k || (k == urlsign.KindBlob && c.Blob != id) || (k == urlsign.KindUpload && c.Put != id) {
+		return "", forbidden
+	}
+	partition, ok := urlsign.OpenPartition(key, c.Aud)
+	if !ok {
+		return "", forbidden
+	}
+	return partition, nil
+}
+
+// handleSignedBlobGet serves GET /blobs/{blobId}?st=<token> without
+// authentication: the token was minted after the download was authorized.
+func (s *Server) handleSignedBlobGet(w http.ResponseWriter, r *http.Request, token string) {
+	const route = "blobs"
+	partition, serr := s.blobToken(r, token, urlsign.KindBlob)
+	if serr != nil {
+		s.writeError(w, route, serr)
+		return
+	}
+	blobs := s.eng.Blobs()
+	if blobs == nil {
+		s.writeError(w, route, blobsOff())
+		return
+	}
+	info, err := blobs.StatBlob(r.Context(), partition, r.PathValue("blobId"))
+	if errors.Is(err, store.ErrNotFound) {
+		s.writeError(w, route, syncerr.New(syncerr.CodeBlobNotFound, "unknown blob"))
+		return
+	}
+	if err != nil {
+		s.writeError(w, route, err)
+		return
+	}
+	h := w.Header()
+	etag := `"` + info.BlobID + `"`
+	h.Set("ETag", etag)
+	h.Set("Cache-Control", "private, max-age=0")
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	s.streamBlob(w, r, blobs, info)
+}
+
+// handleSignedBlobPut serves PUT /blobs/{blobId}?st=<token> without
+// authentication: an upload grant, for exactly the granted size.
+func (s *Server) handleSignedBlobPut(w http.ResponseWriter, r *http.Request, token string) {
+	partition, serr := s.blobToken(r, token, urlsign.KindUpload)
+	if serr != nil {
+		s.writeError(w, "blobs", serr)
+		return
+	}
+	c, _, _ := s.urls.keys.Verify(token, s.cfg.Now())
+	s.putBlob(w, r, engine.Auth{Partition: partition}, *c.Len)
 }

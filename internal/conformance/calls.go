@@ -47,12 +47,12 @@ var calls = map[string]callFunc{
 	"setResolverOutage":         callSetResolverOutage,
 	"revokeLease":               callRevokeLease,
 	"setSignedUrlTtlSeconds":    callSetSignedURLTTL,
+	"setBlobPresign":            callSetBlobPresign,
 }
 
 // unimplemented maps the control calls of capabilities this server does
 // not advertise to their capability.
 var unimplemented = map[string]string{
-	"setBlobPresign":                 "blob-presign",
 	"pruneDuringNextCommitRead":      "concurrent-storage-faults",
 	"reverseNextCommitNotifications": "concurrent-storage-faults",
 }
@@ -233,5 +233,14 @@ func callSetSignedURLTTL(_ context.Context, in *instance, args []json.RawMessage
 		return nil, badArgs("the instance was created without signedUrls")
 	}
 	in.srv.SetSignedURLTTL(time.Duration(secs) * time.Second)
+	return nil, nil
+}
+
+func callSetBlobPresign(_ context.Context, in *instance, args []json.RawMessage) (any, error) {
+	var on bool
+	if err := arg(args, 0, "enabled", &on); err != nil {
+		return nil, err
+	}
+	in.srv.SetBlobPresign(on)
 	return nil, nil
 }

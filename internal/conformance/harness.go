@@ -13,7 +13,7 @@ import (
 
 // capabilities are the optional features of conformance-mode.md that work
 // end to end; only these are advertised.
-var capabilities = []string{"backup-restore", "crdt", "idempotency-fault", "validators", "commit-validators", "leases", "signed-urls"}
+var capabilities = []string{"backup-restore", "blob-presign", "blobs", "crdt", "idempotency-fault", "validators", "commit-validators", "leases", "signed-urls"}
 
 // maxControlBody caps a control request body.
 const maxControlBody = 16 << 20

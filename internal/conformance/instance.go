@@ -195,6 +195,16 @@ func newInstance(ctx context.Context, id, origin string, req createRequest, logg
 		return nil, http.StatusBadRequest, err
 	}
 	in.signedURLs = signed != nil
+	// Presigned blob transfers (setBlobPresign) are minted with the same
+	// kind of key on the same origin, whether or not segment URLs are on.
+	if signed == nil {
+		if signed, err = (&createSignedURLs{}).config(origin + in.mount); err != nil {
+			in.store.Close()
+			os.RemoveAll(in.dir)
+			return nil, http.StatusInternalServerError, err
+		}
+		signed.NoSegmentURLs = true
+	}
 	in.srv, err = syncgo.New(syncgo.Config{
 		SignedURLs:    signed,
 		Store:         in.store,

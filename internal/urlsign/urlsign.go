@@ -13,6 +13,8 @@ package urlsign
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -178,4 +180,58 @@ func (k Keys) Verify(token string, nowMs int64) (Claims, []byte, error) {
 		return c, key, ErrExpired
 	}
 	return c, key, nil
+}
+
+// sealKey derives the partition-sealing key from a signing key.
+func sealKey(key []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("syncgo/seal-partition"))
+	return m.Sum(nil)
+}
+
+// SealPartition returns an audience that names partition to this host
+// alone: the partition encrypted (AES-256-GCM) under a key derived from
+// key, with a nonce derived from the partition, so the value is opaque to
+// clients, stable per partition, and OpenPartition recovers the
+// partition. Blob tokens carry it: a blob download or upload must find
+// its partition from the token alone.
+func SealPartition(key []byte, partition string) string {
+	k := sealKey(key)
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(partition))
+	nonce := m.Sum(nil)[:12]
+	aead := newGCM(k)
+	return base64.RawURLEncoding.EncodeToString(aead.Seal(append([]byte(nil), nonce...), nonce, []byte(partition), nil))
+}
+
+// OpenPartition returns the partition a SealPartition audience under key
+// names; false when it is not one.
+func OpenPartition(key []byte, aud string) (string, bool) {
+	b, err := base64.RawURLEncoding.Strict().DecodeString(aud)
+	if err != nil || len(b) < 12+16 || len(b) > MaxTokenBytes {
+		return "", false
+	}
+	k := sealKey(key)
+	p, err := newGCM(k).Open(nil, b[:12], b[12:], nil)
+	if err != nil {
+		return "", false
+	}
+	m := hmac.New(sha256.New, k)
+	m.Write(p)
+	if !hmac.Equal(m.Sum(nil)[:12], b[:12]) {
+		return "", false
+	}
+	return string(p), true
+}
+
+func newGCM(key []byte) cipher.AEAD {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		panic(err) // a 32-byte key never fails
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		panic(err)
+	}
+	return aead
 }

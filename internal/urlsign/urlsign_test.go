@@ -165,3 +165,45 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func TestSealPartition(t *testing.T) {
+	for _, p := range []string{"", "part-1", "tenant/with:odd chars ✓", strings.Repeat("x", 512)} {
+		aud := SealPartition(keyA, p)
+		if aud != SealPartition(keyA, p) {
+			t.Fatalf("%q: the sealed audience is not stable", p)
+		}
+		if strings.Contains(aud, p) && p != "" {
+			t.Fatalf("%q: the audience shows the partition", p)
+		}
+		got, ok := OpenPartition(keyA, aud)
+		if !ok || got != p {
+			t.Fatalf("OpenPartition(SealPartition(%q)) = %q, %v", p, got, ok)
+		}
+		if _, ok := OpenPartition(keyB, aud); ok {
+			t.Fatalf("%q: another key opened the audience", p)
+		}
+	}
+	if SealPartition(keyA, "a") == SealPartition(keyA, "b") {
+		t.Fatal("two partitions share an audience")
+	}
+	aud := []byte(SealPartition(keyA, "part-1"))
+	aud[len(aud)-3] ^= 1
+	if _, ok := OpenPartition(keyA, string(aud)); ok {
+		t.Fatal("an edited audience opened")
+	}
+	for _, bad := range []string{"", "short", "!!!!"} {
+		if _, ok := OpenPartition(keyA, bad); ok {
+			t.Fatalf("OpenPartition(%q) succeeded", bad)
+		}
+	}
+}
+
+func FuzzOpenPartition(f *testing.F) {
+	f.Add(SealPartition(keyA, "part-1"))
+	f.Add("")
+	f.Fuzz(func(t *testing.T, aud string) {
+		if p, ok := OpenPartition(keyA, aud); ok && SealPartition(keyA, p) != aud {
+			t.Fatalf("OpenPartition(%q) = %q, whose seal differs", aud, p)
+		}
+	})
+}
