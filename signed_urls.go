@@ -98,8 +98,7 @@ func (s *Server) SetSignedURLTTL(ttl time.Duration) {
 // authentication: the token is the grant (§5.4). A token that does not
 // verify, or that names another segment, is sync.forbidden; an expired
 // one sync.segment_expired (the client re-pulls); one whose audience
-// reaches no publication of the segment sync.not_found. The bytes are
-// served as stored, without transport compression (§5.8).
+// reaches no publication of the segment sync.not_found.
 func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, token string) {
 	const route = "segments"
 	id := r.PathValue("segmentId")
@@ -132,7 +131,15 @@ func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, tok
 		return
 	}
 	h.Set("Content-Type", "application/octet-stream")
-	s.writeBody(w, body, "")
+	// This server is the serving hop of its own URLs: it compresses per
+	// response, as the direct endpoint does (§5.8: the stored bytes stay
+	// uncompressed; a CDN in front would do the same at its edge).
+	h.Set("Vary", "Accept-Encoding")
+	enc := negotiate(r)
+	if enc != "" {
+		h.Set("Content-Encoding", enc)
+	}
+	s.writeBody(w, body, enc)
 }
 
 // blobURL mints the signed download URL of a blob after its download was

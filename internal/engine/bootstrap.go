@@ -177,7 +177,7 @@ func (r *request) segmentRef(ctx context.Context, table string, pg page, after *
 		SchemaVersion: r.cs.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
 		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
 		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
-	if err := r.e.cfg.Segments.PublishSegment(ctx, pg.id, pg.bytes, pub); err != nil {
+	if err := r.e.publish(ctx, pg.id, pg.bytes, pub); err != nil {
 		return err
 	}
 	ref := &wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,

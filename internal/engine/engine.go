@@ -217,6 +217,8 @@ type Engine struct {
 	touched map[string]touchState
 	pages   pageCache
 	images  imageIndex
+	// published remembers recent segment publications (segments.go).
+	published recentPublications
 }
 
 type touchState struct {

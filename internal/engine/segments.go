@@ -179,3 +179,55 @@ func (m *MemorySegments) SegmentStats(context.Context) (store.SegmentStats, erro
 	}
 	return st, nil
 }
+
+// recentPublications remembers the publications this process recorded
+// lately, so that a bootstrap storm (many clients pulling the same pages
+// within seconds) does not write the same publication to the segment store
+// once per SEGMENT_REF. A publication recorded less than
+// republishAfter ago whose expiry is more than half a TTL away is not
+// written again; anything older is, so a segment the store lost (an
+// operator's delete, a restored database) is stored again within
+// republishAfter.
+type recentPublications struct {
+	mu sync.Mutex
+	m  map[string]recentPublication
+}
+
+type recentPublication struct{ atMs, expiresAtMs int64 }
+
+const (
+	republishAfter          = 60_000 // ms
+	recentPublicationsLimit = 8192
+)
+
+func (c *recentPublications) fresh(key string, nowMs, ttlMs int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[key]
+	return ok && nowMs >= r.atMs && nowMs-r.atMs < republishAfter && r.expiresAtMs-nowMs > ttlMs/2
+}
+
+func (c *recentPublications) record(key string, nowMs, expiresAtMs int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= recentPublicationsLimit {
+		c.m = map[string]recentPublication{}
+	}
+	c.m[key] = recentPublication{atMs: nowMs, expiresAtMs: expiresAtMs}
+}
+
+// publish records a segment publication in the segment store, unless this
+// process recorded the same one moments ago (recentPublications). With nil
+// bytes the segment must be stored already.
+func (e *Engine) publish(ctx context.Context, id string, b []byte, pub Publication) error {
+	key := id + "\x00" + pub.ContextKey()
+	now := e.cfg.Now()
+	if e.published.fresh(key, now, e.cfg.Limits.SegmentTTL.Milliseconds()) {
+		return nil
+	}
+	if err := e.cfg.Segments.PublishSegment(ctx, id, b, pub); err != nil {
+		return err
+	}
+	e.published.record(key, now, pub.ExpiresAtMs)
+	return nil
+}

@@ -314,7 +314,7 @@ func (r *request) sqliteLane(ctx context.Context, t *schema.CompiledTable, eff w
 func (r *request) reuseImage(ctx context.Context, key imageKey, ref imageRef) (bool, error) {
 	e := r.e
 	pub := e.imagePublication(key, ref.rowCount)
-	err := e.cfg.Segments.PublishSegment(ctx, ref.id, nil, pub)
+	err := e.publish(ctx, ref.id, nil, pub)
 	if errors.Is(err, store.ErrNotFound) {
 		e.images.forget(key, ref.id)
 		return false, nil
@@ -396,7 +396,7 @@ func (e *Engine) buildImage(ctx context.Context, key imageKey, t *schema.Compile
 	sum := sha256.Sum256(img)
 	id := "sha256:" + hex.EncodeToString(sum[:])
 	pub := e.imagePublication(key, rowCount)
-	if err := e.cfg.Segments.PublishSegment(ctx, id, img, pub); err != nil {
+	if err := e.publish(ctx, id, img, pub); err != nil {
 		return imageRef{}, fmt.Errorf("publish sqlite image: %w", err)
 	}
 	e.images.built.Add(1)
