@@ -252,6 +252,7 @@ func TestE2EBlobsUploadReferenceDownload(t *testing.T) {
 		a := e.get("bob", id)
 		wantAnswer(t, "download by another actor of the scope", a, 200, "")
 		if !bytes.Equal(a.body, data) || a.header.Get("Content-Type") != "image/x-test" && !k.fs ||
+			a.header.Get("X-Content-Type-Options") != "nosniff" || !strings.HasPrefix(a.header.Get("Content-Security-Policy"), "sandbox") ||
 			a.header.Get("ETag") != `"`+id+`"` || a.header.Get("Cache-Control") != "private, max-age=0" {
 			t.Fatalf("download: %d bytes, headers %v", len(a.body), a.header)
 		}
