@@ -16,7 +16,7 @@ import (
 
 // The blob store (store.BlobStore) and the blob reference index
 // (store.BlobRefIndex, store.BlobRefWriter) in the database
-// (migrations/003_segments_blobs.sql). A blob's bytes are rows of
+// (migrations/004_segments_blobs.sql). A blob's bytes are rows of
 // blobChunkBytes in sync_blob_chunks: an upload inserts them one
 // statement each under a fresh upload id (no transaction stays open while
 // a client uploads, and no whole blob is held in memory), and the blob

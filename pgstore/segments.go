@@ -15,7 +15,7 @@ import (
 // The segment store (store.SegmentStore) in the database: one
 // sync_segments row per content address, holding the bytes, and one
 // sync_segment_publications row per publication (migrations/
-// 003_segments_blobs.sql). Every server process on the database serves
+// 004_segments_blobs.sql). Every server process on the database serves
 // every segment, and a restart keeps the segments in flight.
 //
 // A publication locks its segment's row (the UPDATE that extends its

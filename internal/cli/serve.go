@@ -111,7 +111,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("SYNCGO_CONFIG"), "YAML config file (docs/configuration.md); flags and SYNCGO_* variables override it (SYNCGO_CONFIG)")
 	apply := bindServeFlags(fs)
-	applyObserve := bindObserveFlags(fs) // serve_observe.go
+	applyObserve := bindObserveFlags(fs)  // serve_observe.go
 	applySegments := bindSegmentFlags(fs) // serve_segments.go
 	if err := fs.Parse(args); err != nil {
 		return 2
