@@ -13,6 +13,10 @@ import (
 // every download against the X-Syncular-Scopes header.
 func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 	const route = "segments"
+	if q := r.URL.Query(); q.Has("st") {
+		s.handleSignedSegment(w, r, q.Get("st"))
+		return
+	}
 	auth, aerr := s.authenticate(r)
 	if aerr != nil {
 		s.writeError(w, route, aerr)
@@ -44,11 +48,17 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 	if enc != "" {
 		h.Set("Content-Encoding", enc)
 	}
+	s.writeBody(w, body, enc)
+}
+
+// writeBody writes a 200 response body in chunks under the write
+// deadline, encoded with enc ("" for identity).
+func (s *Server) writeBody(w http.ResponseWriter, body []byte, enc string) {
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	out, closeEnc := s.codecs.writer(&deadlineWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout}, enc)
-	_, err = out.Write(body)
+	_, err := out.Write(body)
 	if cerr := closeEnc(); err == nil && cerr == nil {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		_ = rc.Flush()

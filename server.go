@@ -200,6 +200,40 @@ type Config struct {
 	// (sync.auth_lease_required) or is revoked (RevokeLease,
 	// sync.auth_lease_revoked). Nil: off, no LEASE frame.
 	Leases *LeaseConfig
+	// Segments stores the segments served by reference (SEGMENT_REF) and
+	// by signed URL. Default: the store's own (store.SegmentStorer: both
+	// drivers keep segments in their database, so every process of a
+	// fleet on one database serves every segment, and a restart keeps
+	// them); for a store without one, an in-process store that only this
+	// process serves from.
+	Segments store.SegmentStore
+	// SignedURLs, when set, enables signed segment URLs (§5.4) on the
+	// server's own origin.
+	SignedURLs *SignedURLConfig
+	// Blobs stores the uploaded blobs (§5.9) and turns on the blob routes
+	// (PUT and GET /blobs/{blobId}, POST /blobs/{blobId}/upload-grant) and
+	// the push-time existence check of blob_ref values. Default: the
+	// store's own (store.BlobStorer: both drivers keep blobs in their
+	// database); package blobfs keeps them on a filesystem. The store must
+	// keep the blob reference index (store.BlobRefIndex), which authorizes
+	// downloads. Limits.MaxBlobBytes caps a blob.
+	Blobs store.BlobStore
+	// DisableBlobs turns blobs off: the blob routes answer blob.not_found
+	// and blob_ref values are stored unchecked.
+	DisableBlobs bool
+	// BlobPresign makes blob downloads answer a signed URL of the bytes on
+	// this server instead of the bytes (§5.9.5, always-issue), and upload
+	// grants answer a signed PUT URL (§5.9.3). It needs SignedURLs;
+	// Server.SetBlobPresign changes it at run time.
+	BlobPresign bool
+	// BlobSweepInterval is how often unreferenced blobs older than
+	// Limits.BlobGracePeriod are deleted. Default 1 hour; negative
+	// disables it.
+	BlobSweepInterval time.Duration
+	// SegmentSweepInterval is how often expired segments are deleted
+	// (Limits.SegmentForgetAfter after their expiry). Default 5 minutes;
+	// negative disables it.
+	SegmentSweepInterval time.Duration
 }
 
 // LeaseConfig configures auth leases (§7.3).
@@ -241,6 +275,24 @@ func (c Config) withDefaults() Config {
 	if c.RetentionInterval == 0 {
 		c.RetentionInterval = time.Minute
 	}
+	if c.SegmentSweepInterval == 0 {
+		c.SegmentSweepInterval = 5 * time.Minute
+	}
+	if c.BlobSweepInterval == 0 {
+		c.BlobSweepInterval = time.Hour
+	}
+	if c.DisableBlobs {
+		c.Blobs = nil
+	} else if c.Blobs == nil {
+		if bs, ok := c.Store.(store.BlobStorer); ok {
+			c.Blobs = bs.BlobStore()
+		}
+	}
+	if c.Segments == nil {
+		if ss, ok := c.Store.(store.SegmentStorer); ok {
+			c.Segments = ss.SegmentStore()
+		}
+	}
 	return c
 }
 
@@ -258,6 +310,9 @@ type Server struct {
 	handler http.Handler
 	metrics *metrics
 	origins *originPolicy
+	urls    *urlSigner // nil without Config.SignedURLs
+	// blobPresign: blob downloads and grants answer signed URLs.
+	blobPresign atomic.Bool
 
 	startOnce sync.Once
 	startErr  error
@@ -318,7 +373,20 @@ func New(cfg Config) (*Server, error) {
 		}
 		onPush = s.metrics.pushResult
 	}
+	var issuer engine.URLIssuer
+	if cfg.SignedURLs != nil {
+		u, err := newURLSigner(cfg.SignedURLs)
+		if err != nil {
+			return nil, fmt.Errorf("syncgo: %w", err)
+		}
+		s.urls = u
+		if !cfg.SignedURLs.NoSegmentURLs {
+			issuer = u
+		}
+	}
 	s.eng = engine.New(engine.Config{
+		URLs:     issuer,
+		Blobs:    cfg.Blobs,
 		Store:    cfg.Store,
 		Schema:   cfg.Schema,
 		Resolve:  engine.ScopeResolver(cfg.ResolveScopes),
@@ -329,8 +397,9 @@ func New(cfg Config) (*Server, error) {
 		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool) {
 			s.hub.OnResolve(ctx, a, clientID, allowed, ok)
 		},
-		Logger: cfg.Logger,
-		Limits: cfg.Limits,
+		Logger:   cfg.Logger,
+		Limits:   cfg.Limits,
+		Segments: cfg.Segments,
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,
@@ -352,6 +421,15 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
 	s.mux.HandleFunc("POST /operations", s.readyOnly("operations", s.handleOperation))
 	s.mux.HandleFunc("GET /operations/realtime", s.readyOnly("operations", s.handleWatchSocket))
+	s.mux.HandleFunc("PUT /blobs/{blobId}", s.readyOnly("blobs", s.handleBlobPut))
+	s.mux.HandleFunc("GET /blobs/{blobId}", s.readyOnly("blobs", s.handleBlobGet))
+	s.mux.HandleFunc("POST /blobs/{blobId}/upload-grant", s.readyOnly("blobs", s.handleBlobGrant))
+	if cfg.BlobPresign {
+		if s.urls == nil {
+			return nil, errors.New("syncgo: Config.BlobPresign needs Config.SignedURLs")
+		}
+		s.blobPresign.Store(true)
+	}
 	s.handler = s.mux
 	if s.origins != nil {
 		s.handler = s.origins.wrap(s.handler, s)
@@ -382,11 +460,19 @@ func (s *Server) Start(ctx context.Context) error {
 		s.ready.Store(true)
 		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.stop, s.done = cancel, make(chan struct{})
+		var services sync.WaitGroup
+		if s.cfg.RetentionInterval > 0 {
+			services.Go(func() { s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention) })
+		}
+		if s.cfg.SegmentSweepInterval > 0 {
+			services.Go(func() { s.eng.RunSegmentSweeps(bg, s.cfg.SegmentSweepInterval) })
+		}
+		if s.cfg.BlobSweepInterval > 0 && s.cfg.Blobs != nil {
+			services.Go(func() { s.eng.RunBlobSweeps(bg, s.cfg.BlobSweepInterval) })
+		}
 		go func() {
 			defer close(s.done)
-			if s.cfg.RetentionInterval > 0 {
-				s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention)
-			}
+			services.Wait()
 		}()
 		s.watch.start(bg)
 		if l, ok := s.cfg.Store.(store.CommitListener); ok {
@@ -496,3 +582,20 @@ func (s *Server) authenticate(r *http.Request) (Auth, *syncerr.Error) {
 	}
 	return a, nil
 }
+
+// SweepSegments runs one sweep of the segment store now: publications that
+// expired more than Limits.SegmentForgetAfter ago are deleted, and the
+// segments left without any.
+func (s *Server) SweepSegments(ctx context.Context) (store.SegmentSweep, error) {
+	return s.eng.SweepSegments(ctx)
+}
+
+// SweepBlobs runs one sweep of the blob store now: blobs uploaded more
+// than Limits.BlobGracePeriod ago that no row references are deleted, and
+// what interrupted uploads left behind as long ago.
+func (s *Server) SweepBlobs(ctx context.Context) (BlobSweep, error) {
+	return s.eng.SweepBlobs(ctx)
+}
+
+// BlobSweep reports a sweep of the blob store.
+type BlobSweep = engine.BlobSweep

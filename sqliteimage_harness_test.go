@@ -92,12 +92,18 @@ type imgEnv struct {
 
 func newImgEnv(t *testing.T, tweak ...func(*syncgo.Config)) *imgEnv {
 	t.Helper()
-	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "sync.db")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	return newImgEnvOn(t, st, tweak...)
+}
+
+// newImgEnvOn starts the server of an imgEnv on st.
+func newImgEnvOn(t *testing.T, st store.Store, tweak ...func(*syncgo.Config)) *imgEnv {
+	t.Helper()
+	ctx := context.Background()
 	e := &imgEnv{t: t, store: st, schema: imgSchema(t), logs: &imgLogCounter{counts: map[string]int{}}}
 	e.nowMs.Store(1_700_000_000_000)
 	cfg := syncgo.Config{

@@ -52,6 +52,8 @@ func coreColumns() map[string][]coreColumn {
 		"sync_clients.wire_version":   "INTEGER NOT NULL DEFAULT 1",
 		// Reference servers that kept no layouts: an empty set.
 		"sync_schema_meta.layouts": "TEXT NOT NULL DEFAULT '{}'",
+		// The reference's segment store before it recorded epochs.
+		"sync_segments.log_epoch": "TEXT NOT NULL DEFAULT ''",
 	}
 	tables := store.CoreTables()
 	tables["sync_schema_meta"] = []store.CoreColumn{{Name: "id"}, {Name: "schema_version"}, {Name: "layouts", Added: true}}

@@ -189,6 +189,13 @@ func legacyCoreLines() []string {
 		"create table sync_backfill_checkpoints", "create table sync_writer_fence",
 		"create function syncular_writer_fence()", "create trigger sync_commits_writer_fence",
 		"create table sync_leases", "create table sync_lease_revocations",
+		// The segment and blob stores' tables (the reference keeps
+		// sync_blob_refs in its core DDL already).
+		"create table sync_segments", "create index sync_segments_by_expiry",
+		"create table sync_segment_publications", "create index sync_segment_publications_by_key",
+		"create index sync_segment_publications_by_expiry", "create table sync_blob_objects",
+		"create index sync_blob_objects_by_upload", "create index sync_blob_objects_by_age",
+		"create table sync_blob_chunks", "create index sync_blob_chunks_by_age",
 	}
 }
 

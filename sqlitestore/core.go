@@ -45,6 +45,7 @@ func coreColumns() map[string][]coreColumn {
 	added := map[string]string{
 		"sync_commits.writer_version": "INTEGER",
 		"sync_clients.wire_version":   "INTEGER NOT NULL DEFAULT 1",
+		"sync_segments.log_epoch":     "TEXT NOT NULL DEFAULT ''",
 	}
 	tables := store.CoreTables()
 	out := make(map[string][]coreColumn, len(tables))

@@ -16,7 +16,16 @@ import (
 )
 
 //go:embed migrations/001_core.sql
-var coreDDL string
+var coreTablesDDL string
+
+// segmentsBlobsDDL holds the blob reference index and the tables of the
+// segment and blob stores (segments.go, blobs.go).
+//
+//go:embed migrations/002_segments_blobs.sql
+var segmentsBlobsDDL string
+
+// coreDDL is every table the store keeps, planned at each open.
+var coreDDL = coreTablesDDL + "\n" + segmentsBlobsDDL
 
 // MemoryPath is the Config.Path of a throw-away database: a temporary file
 // that is deleted on Close and not synced to disk.

@@ -44,5 +44,19 @@ func CoreTables() map[string][]CoreColumn {
 		"sync_leases": cols("partition", "client_id", "lease_id", "actor_id", "allowed_scopes",
 			"issued_at_ms", "expires_at_ms", "revoked"),
 		"sync_lease_revocations": cols("partition", "lease_id"),
+		// The blob reference index (§5.9.4), as the reference declares it.
+		"sync_blob_refs": cols("partition", "tbl", "row_id", "blob_id"),
+		// The segment store (§5.1): one row per content address in the
+		// layout of the reference's SqliteSegmentStore (whose older line
+		// has no log_epoch), and its publications.
+		"sync_segments": append(append(cols("segment_id", "partition"), CoreColumn{Name: "log_epoch", Added: true}),
+			cols("tbl", "schema_version", "media_type", "scope_digest", "as_of_commit_seq", "row_count",
+				"row_cursor", "next_row_cursor", "byte_length", "created_at_ms", "expires_at_ms", "bytes")...),
+		"sync_segment_publications": cols("segment_id", "context", "partition", "log_epoch", "tbl", "schema_version",
+			"media_type", "scope_digest", "as_of_commit_seq", "row_cursor", "next_row_cursor", "row_count",
+			"created_at_ms", "expires_at_ms"),
+		// The database blob store (§5.9.2): blobs and their chunks.
+		"sync_blob_objects": cols("partition", "blob_id", "byte_length", "media_type", "created_at_ms", "upload_id"),
+		"sync_blob_chunks":  cols("upload_id", "idx", "started_at_ms", "bytes"),
 	}
 }

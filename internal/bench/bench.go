@@ -66,6 +66,7 @@ type Config struct {
 	Seeded   bool          // catchup, bootstrap: the data exists under Scope
 	Rows     int           // bootstrap
 	SQLite   bool          // bootstrap: accept sqlite images
+	URLs     bool          // bootstrap: accept signed segment URLs
 	Sockets  int           // fanout, memory
 	// PID is the server's process id: memory reads its VmRSS, and every
 	// workload reports its resident memory and CPU time when set.

@@ -17,6 +17,7 @@ import (
 // warm (a second fresh client, served from the shared pages).
 func runBootstrap(ctx context.Context, r *runner) error {
 	r.res.Params["rows"], r.res.Params["seeded"], r.res.Params["sqlite"] = r.cfg.Rows, r.cfg.Seeded, r.cfg.SQLite
+	r.res.Params["urls"] = r.cfg.URLs
 	if !r.cfg.Seeded {
 		if _, err := r.seed(ctx, r.cfg.Rows, true); err != nil {
 			return err
@@ -25,6 +26,9 @@ func runBootstrap(ctx context.Context, r *runner) error {
 	accept := wire.AcceptInlineRows | wire.AcceptExternalRows
 	if r.cfg.SQLite {
 		accept |= wire.AcceptSQLite
+	}
+	if r.cfg.URLs {
+		accept |= wire.AcceptSignedURLs
 	}
 	for _, pass := range []string{"cold", "warm"} {
 		p := r.newPuller(0, wire.PullHeader{LimitSnapshotRows: 10000, MaxSnapshotPages: 50, Accept: accept}, -1)
@@ -59,6 +63,8 @@ func (r *runner) bootstrapOnce(ctx context.Context, p *puller, pass string) erro
 		total.rows += st.rows
 		total.segments += st.segments
 		total.images += st.images
+		total.refs += st.refs
+		total.urls += st.urls
 		if !st.epoch && !st.pending {
 			break
 		}
@@ -75,6 +81,10 @@ func (r *runner) bootstrapOnce(ctx context.Context, p *puller, pass string) erro
 	r.res.add(pass+" rows/s", float64(total.rows)/elapsed.Seconds(), "1/s")
 	r.res.add(pass+" bytes received", float64(r.bytesIn.Load()-bytes0), "B")
 	r.res.add(pass+" segments", float64(total.segments), "")
+	r.res.add(pass+" segments by reference", float64(total.refs), "")
+	if r.cfg.URLs {
+		r.res.add(pass+" segments by signed URL", float64(total.urls), "")
+	}
 	if r.cfg.SQLite {
 		r.res.add(pass+" sqlite images", float64(total.images), "")
 	}

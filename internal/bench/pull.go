@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -37,6 +38,9 @@ type pullStats struct {
 	commits, changes, rows, segments int
 	// images counts the sqlite segments among segments.
 	images int
+	// refs counts the segments by reference (SEGMENT_REF), urls those
+	// of them fetched from a signed URL.
+	refs, urls int
 	// epoch reports a header-only epoch response (acquisition or reset).
 	epoch bool
 	// pending reports an incomplete bootstrap (a resume token).
@@ -127,7 +131,17 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 	case *wire.SegmentInline:
 		return p.segment(f.Payload, st)
 	case *wire.SegmentRef:
-		b, err := p.download(ctx, f.SegmentID)
+		st.refs++
+		var (
+			b   []byte
+			err error
+		)
+		if f.URL != nil {
+			st.urls++
+			b, err = p.fetchURL(ctx, *f.URL, f.URLExpiresAtMs, f.SegmentID)
+		} else {
+			b, err = p.download(ctx, f.SegmentID)
+		}
 		if err != nil {
 			return err
 		}
@@ -172,6 +186,40 @@ func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
+	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	b, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
+		return nil, fmt.Errorf("segment %s: content address mismatch", id)
+	}
+	return b, nil
+}
+
+// fetchURL fetches a segment from its signed URL (§5.4): never past its
+// expiry, with no credentials, and checks its content address.
+func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id string) ([]byte, error) {
+	if time.Now().UnixMilli() >= expiresAtMs {
+		return nil, fmt.Errorf("segment %s: its signed URL expired before the fetch", id)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept-Encoding", p.r.cfg.AcceptEncoding)
+	resp, err := p.r.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("segment %s: signed URL: HTTP %d", id, resp.StatusCode)
+	}
 	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return nil, err

@@ -69,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.Seeded, "seeded", false, "catchup, bootstrap: the data already exists under -scope")
 	fs.IntVar(&cfg.Rows, "rows", 0, "bootstrap: rows seeded (100000)")
 	fs.BoolVar(&cfg.SQLite, "sqlite", false, "bootstrap: also accept sqlite images (accept bit 2)")
+	fs.BoolVar(&cfg.URLs, "urls", false, "bootstrap: also accept signed segment URLs (accept bit 3) and fetch segments from them")
 	fs.IntVar(&cfg.Sockets, "sockets", 0, "fanout, memory: sockets (1000)")
 	fs.IntVar(&cfg.PID, "pid", 0, "the server's process id: its VmRSS and CPU time are reported")
 	fs.StringVar(&cfg.ServerCmd, "server-cmd", "", "memory: start the server with this command (split on spaces; it must listen on -url)")

@@ -111,7 +111,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", os.Getenv("SYNCGO_CONFIG"), "YAML config file (docs/configuration.md); flags and SYNCGO_* variables override it (SYNCGO_CONFIG)")
 	apply := bindServeFlags(fs)
-	applyObserve := bindObserveFlags(fs) // serve_observe.go
+	applyObserve := bindObserveFlags(fs)  // serve_observe.go
+	applySegments := bindSegmentFlags(fs) // serve_segments.go
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -126,6 +127,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	apply(&cfg)
 	applyObserve(&cfg)
+	applySegments(&cfg)
 	secrets := cfg.Secrets()
 	stdout = config.NewRedactingWriter(stdout, secrets)
 	stderr = config.NewRedactingWriter(stderr, secrets)
@@ -291,6 +293,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		},
 	}
 	obs.apply(&scfg, logger)
+	if err := applySegmentConfig(&scfg, cfg, ln.Addr(), cfg.Mount); err != nil {
+		return err
+	}
 	srv, err := syncgo.New(scfg)
 	if err != nil {
 		return err

@@ -66,6 +66,11 @@ type Config struct {
 	// Scopes are the scope rules: scope variable to the rules granting
 	// its values from token claims (docs/auth.md).
 	Scopes auth.ScopeRules `yaml:"scopes"`
+	// Segments, SignedURLs and Blobs are the segment store, signed URLs
+	// and blob store settings (storage.go).
+	Segments   Segments   `yaml:"segments"`
+	SignedURLs SignedURLs `yaml:"signed_urls"`
+	Blobs      Blobs      `yaml:"blobs"`
 
 	// Log, Metrics, Admin and CORS are the observability and
 	// browser-facing settings (docs/observability.md).
@@ -391,6 +396,7 @@ func (c *Config) relativeTo(dir string) {
 			*p = filepath.Join(dir, *p)
 		}
 	}
+	c.storageRelativeTo(dir)
 	abs(&c.Schema)
 	abs(&c.DBPasswordFile)
 	abs(&c.Auth.HS256SecretFile)

@@ -46,13 +46,13 @@ var calls = map[string]callFunc{
 	"installCommitValidator":    callInstallCommitValidator,
 	"setResolverOutage":         callSetResolverOutage,
 	"revokeLease":               callRevokeLease,
+	"setSignedUrlTtlSeconds":    callSetSignedURLTTL,
+	"setBlobPresign":            callSetBlobPresign,
 }
 
 // unimplemented maps the control calls of capabilities this server does
 // not advertise to their capability.
 var unimplemented = map[string]string{
-	"setSignedUrlTtlSeconds":         "signed-urls",
-	"setBlobPresign":                 "blob-presign",
 	"pruneDuringNextCommitRead":      "concurrent-storage-faults",
 	"reverseNextCommitNotifications": "concurrent-storage-faults",
 }
@@ -219,4 +219,28 @@ func callRevokeLease(ctx context.Context, in *instance, args []json.RawMessage) 
 		return nil, err
 	}
 	return nil, in.srv.RevokeLease(ctx, in.partition, id)
+}
+
+func callSetSignedURLTTL(_ context.Context, in *instance, args []json.RawMessage) (any, error) {
+	var secs int64
+	if err := arg(args, 0, "ttlSeconds", &secs); err != nil {
+		return nil, err
+	}
+	if secs < 0 {
+		return nil, badArgs("ttlSeconds must not be negative, got %d", secs)
+	}
+	if !in.signedURLs {
+		return nil, badArgs("the instance was created without signedUrls")
+	}
+	in.srv.SetSignedURLTTL(time.Duration(secs) * time.Second)
+	return nil, nil
+}
+
+func callSetBlobPresign(_ context.Context, in *instance, args []json.RawMessage) (any, error) {
+	var on bool
+	if err := arg(args, 0, "enabled", &on); err != nil {
+		return nil, err
+	}
+	in.srv.SetBlobPresign(on)
+	return nil, nil
 }

@@ -13,7 +13,7 @@ import (
 
 // tested are the capabilities whose control calls the tests below drive
 // end to end; info must advertise no other.
-var tested = []string{"backup-restore", "crdt", "idempotency-fault", "validators", "commit-validators", "leases"}
+var tested = []string{"backup-restore", "blob-presign", "blobs", "crdt", "idempotency-fault", "validators", "commit-validators", "leases", "signed-urls"}
 
 func TestInfoAdvertisesOnlyTestedCapabilities(t *testing.T) {
 	t.Parallel()

@@ -13,7 +13,7 @@ import (
 
 // capabilities are the optional features of conformance-mode.md that work
 // end to end; only these are advertised.
-var capabilities = []string{"backup-restore", "crdt", "idempotency-fault", "validators", "commit-validators", "leases"}
+var capabilities = []string{"backup-restore", "blob-presign", "blobs", "crdt", "idempotency-fault", "validators", "commit-validators", "leases", "signed-urls"}
 
 // maxControlBody caps a control request body.
 const maxControlBody = 16 << 20
@@ -85,7 +85,7 @@ func (h *Harness) handleCreate(w http.ResponseWriter, r *http.Request) {
 	h.nextID++
 	id := "inst-" + strconv.Itoa(h.nextID)
 	h.mu.Unlock()
-	in, status, err := newInstance(r.Context(), id, req, h.logger.With("instance", id))
+	in, status, err := newInstance(r.Context(), id, "http://"+r.Host, req, h.logger.With("instance", id))
 	if err != nil {
 		writeError(w, status, err.Error())
 		return

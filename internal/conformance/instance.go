@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,13 +28,18 @@ type createRequest struct {
 	Partition string          `json:"partition"`
 	NowMs     *int64          `json:"nowMs"`
 	Limits    *createLimits   `json:"limits"`
-	// SignedURLs configures a feature this server does not advertise; it
-	// is accepted and ignored.
-	SignedURLs json.RawMessage `json:"signedUrls"`
+	// SignedURLs turns signed segment URLs on, minted on the harness's
+	// own loopback origin.
+	SignedURLs *createSignedURLs `json:"signedUrls"`
 	// Leases turns auth leases on (§7.3).
 	Leases *struct {
 		TTLMs int64 `json:"ttlMs"`
 	} `json:"leases"`
+}
+
+// createSignedURLs is the signedUrls option of an instance.
+type createSignedURLs struct {
+	TTLSeconds *int64 `json:"ttlSeconds"`
 }
 
 // createLimits are the instance limits; absent fields (nil) take the
@@ -115,6 +121,8 @@ type instance struct {
 	// and a short log need lowered.)
 	pruner *engine.Engine
 	nowMs  atomic.Int64
+	// signedURLs reports that the instance mints signed segment URLs.
+	signedURLs bool
 
 	mu              sync.Mutex
 	allowed         map[string]map[string][]string
@@ -135,7 +143,7 @@ type instance struct {
 
 // newInstance builds and starts an instance. On failure it returns the
 // HTTP status to answer with.
-func newInstance(ctx context.Context, id string, req createRequest, logger *slog.Logger) (*instance, int, error) {
+func newInstance(ctx context.Context, id, origin string, req createRequest, logger *slog.Logger) (*instance, int, error) {
 	if len(req.Schema) == 0 || string(req.Schema) == "null" {
 		return nil, http.StatusBadRequest, errors.New("schema is required")
 	}
@@ -150,9 +158,6 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 	}
 	if req.Partition == "" {
 		return nil, http.StatusBadRequest, errors.New("partition is required")
-	}
-	if len(req.SignedURLs) > 0 {
-		logger.Warn("signedUrls are not implemented; the instance runs without them")
 	}
 	var leases *syncgo.LeaseConfig
 	if req.Leases != nil {
@@ -183,7 +188,25 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 		os.RemoveAll(in.dir)
 		return nil, http.StatusBadRequest, err
 	}
+	signed, err := req.SignedURLs.config(origin + in.mount)
+	if err != nil {
+		in.store.Close()
+		os.RemoveAll(in.dir)
+		return nil, http.StatusBadRequest, err
+	}
+	in.signedURLs = signed != nil
+	// Presigned blob transfers (setBlobPresign) are minted with the same
+	// kind of key on the same origin, whether or not segment URLs are on.
+	if signed == nil {
+		if signed, err = (&createSignedURLs{}).config(origin + in.mount); err != nil {
+			in.store.Close()
+			os.RemoveAll(in.dir)
+			return nil, http.StatusInternalServerError, err
+		}
+		signed.NoSegmentURLs = true
+	}
 	in.srv, err = syncgo.New(syncgo.Config{
+		SignedURLs:    signed,
 		Store:         in.store,
 		Schema:        sc,
 		Authenticate:  in.authenticate,
@@ -199,6 +222,10 @@ func newInstance(ctx context.Context, id string, req createRequest, logger *slog
 		Leases:            leases,
 	})
 	if err == nil {
+		if o := req.SignedURLs; o != nil && o.TTLSeconds != nil && *o.TTLSeconds == 0 {
+			// Born-expired URLs (a zero TTL in Config means the default).
+			in.srv.SetSignedURLTTL(0)
+		}
 		err = in.srv.Start(ctx)
 	}
 	if err != nil {
@@ -301,4 +328,25 @@ func tableNames(sc *schema.Compiled) []string {
 		out = append(out, t.Name())
 	}
 	return out
+}
+
+// config returns the server's signed-URL configuration for an instance
+// mounted at base: a random key of its own, the requested TTL (default
+// 900 s). Nil options turn signed URLs off.
+func (o *createSignedURLs) config(base string) (*syncgo.SignedURLConfig, error) {
+	if o == nil {
+		return nil, nil
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	c := &syncgo.SignedURLConfig{Key: key, BaseURL: base, TTL: 900 * time.Second}
+	if o.TTLSeconds != nil {
+		if *o.TTLSeconds < 0 {
+			return nil, fmt.Errorf("signedUrls.ttlSeconds must not be negative, got %d", *o.TTLSeconds)
+		}
+		c.TTL = time.Duration(*o.TTLSeconds) * time.Second
+	}
+	return c, nil
 }

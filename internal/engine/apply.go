@@ -26,6 +26,8 @@ type applier struct {
 	commitID  string
 	appending bool
 	evidence  []validate.Operation
+	// blobsPresent caches the blobs found stored during this commit.
+	blobsPresent map[string]bool
 }
 
 // stagedOp is an applied operation, kept for reference enforcement.
@@ -166,6 +168,9 @@ func (a *applier) deleteRow(ctx context.Context, i int, t *schema.CompiledTable,
 	if err := a.tx.DeleteRow(ctx, t.Name(), stored.RowID); err != nil {
 		return err
 	}
+	if _, err := a.blobRefs(ctx, i, t, stored.RowID, nil); err != nil {
+		return err
+	}
 	a.changes = append(a.changes, store.Change{Table: t.Name(), RowID: stored.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
 	a.staged = append(a.staged, stagedOp{opIndex: i, table: t, rowID: stored.RowID, op: wire.OpDelete, values: vals})
 	return nil
@@ -200,6 +205,9 @@ func wireScopes(ss schema.StoredScopes) wire.StoredScopes {
 }
 
 func (a *applier) upsertRow(ctx context.Context, i int, t *schema.CompiledTable, row store.Row, vals []wire.Value, present []bool) (*rejection, error) {
+	if rej, err := a.blobRefs(ctx, i, t, row.RowID, vals); rej != nil || err != nil {
+		return rej, err
+	}
 	err := a.tx.UpsertRow(ctx, store.RowWrite{Row: row, Values: vals})
 	var ce *store.ConstraintError
 	if errors.As(err, &ce) {

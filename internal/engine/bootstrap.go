@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -142,6 +143,12 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
 		} else {
 			err = r.segmentRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
+			if errors.Is(err, store.ErrStorageFull) && accept&wire.AcceptInlineRows != 0 {
+				// A segment is a cache entry: when the store is full, a
+				// client that accepts inline segments gets the page
+				// inline rather than no bootstrap.
+				err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
+			}
 		}
 		if err != nil {
 			return 0, err
@@ -170,12 +177,31 @@ func (r *request) segmentRef(ctx context.Context, table string, pg page, after *
 		SchemaVersion: r.cs.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
 		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
 		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
-	if err := r.e.cfg.Segments.Publish(ctx, pg.id, pg.bytes, pub); err != nil {
+	if err := r.e.publish(ctx, pg.id, pg.bytes, pub); err != nil {
 		return err
 	}
-	return r.enc.Encode(&wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
+	ref := &wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
 		ByteLength: int64(len(pg.bytes)), RowCount: int64(pg.rowCount), AsOfCommitSeq: asOf,
-		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last})
+		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last}
+	if err := r.signRef(ref); err != nil {
+		return err
+	}
+	return r.enc.Encode(ref)
+}
+
+// signRef gives a descriptor its signed URL when the client accepts one
+// (accept bit 3) and the host configured signed URLs (§5.4). It runs
+// inside the pull, after the scopes were resolved for the subscription.
+func (r *request) signRef(ref *wire.SegmentRef) error {
+	if r.e.cfg.URLs == nil || r.req.Pull == nil || r.req.Pull.Accept&wire.AcceptSignedURLs == 0 {
+		return nil
+	}
+	u, exp, err := r.e.cfg.URLs.SegmentURL(ref.SegmentID, r.auth.Partition, ref.ScopeDigest, r.e.cfg.Now())
+	if err != nil {
+		return fmt.Errorf("sign segment url: %w", err)
+	}
+	ref.URL, ref.URLExpiresAtMs = &u, exp
+	return nil
 }
 
 // pageLayout is what a page's bytes are encoded for: the client's schema

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sort"
 
 	"github.com/syncgo/syncgo/store"
@@ -14,12 +15,12 @@ import (
 // and their digest must belong to a publication of the segment in the
 // caller's partition and live log epoch.
 func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) ([]byte, error) {
-	seg, ok, err := e.cfg.Segments.Get(ctx, segmentID)
+	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+	}
 	if err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	p, err := e.cfg.Store.Partition(ctx, auth.Partition)
 	if err != nil {
@@ -105,4 +106,58 @@ func (e *Engine) predatesCheckpoint(ctx context.Context, pub Publication) bool {
 		}
 	}
 	return false
+}
+
+// DownloadSigned serves a segment to a verified signed-URL token (§5.4):
+// the token's audience must name the partition of a publication of the
+// segment under the partition's live log epoch (audienceOf derives it with
+// the key that verified the token), and its scope digest must be that
+// publication's. No scopes are resolved: authorization was bound at
+// issuance, inside the pull. A segment or publication the audience does
+// not reach is sync.not_found (no existence leak), another digest
+// sync.forbidden, an expired publication sync.segment_expired.
+func (e *Engine) DownloadSigned(ctx context.Context, segmentID, aud, scopeDigest string, audienceOf func(partition string) string) ([]byte, error) {
+	notFound := syncerr.New(syncerr.CodeNotFound, "segment not found")
+	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	epochs := map[string]string{}
+	reached, expired := false, false
+	for _, pub := range seg.Publications {
+		if audienceOf(pub.Partition) != aud {
+			continue
+		}
+		epoch, ok := epochs[pub.Partition]
+		if !ok {
+			p, err := e.cfg.Store.Partition(ctx, pub.Partition)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+			epoch = p.LogEpoch
+			epochs[pub.Partition] = epoch
+		}
+		if epoch == "" || pub.LogEpoch != epoch {
+			continue
+		}
+		reached = true
+		if pub.ScopeDigest != scopeDigest {
+			continue
+		}
+		if e.cfg.Now() >= pub.ExpiresAtMs || e.predatesCheckpoint(ctx, pub) {
+			expired = true
+			continue
+		}
+		return seg.Bytes, nil
+	}
+	switch {
+	case expired:
+		return nil, syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
+	case reached:
+		return nil, syncerr.New(syncerr.CodeForbidden, "the token does not authorize this segment")
+	}
+	return nil, notFound
 }

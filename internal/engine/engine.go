@@ -66,6 +66,12 @@ type Config struct {
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore
+	// Blobs stores blob bytes (§5.9); nil leaves blob_ref values
+	// unchecked and unindexed.
+	Blobs store.BlobStore
+	// URLs mints the signed URLs of segment descriptors for clients that
+	// accept them (accept bit 3, §5.4); nil issues none.
+	URLs URLIssuer
 	// ImageDir is the directory of the temporary files of sqlite-image
 	// builds (§5.3); empty means os.TempDir().
 	ImageDir string
@@ -98,6 +104,13 @@ type CRDTMerger interface {
 // DefaultMaxCRDTBytes is the default of Limits.MaxCRDTBytes.
 const DefaultMaxCRDTBytes = 8 << 20
 
+// URLIssuer mints signed segment URLs (§5.4).
+type URLIssuer interface {
+	// SegmentURL returns the URL of a segment published in partition for
+	// scopeDigest, and its expiry (Unix milliseconds).
+	SegmentURL(segmentID, partition, scopeDigest string, nowMs int64) (url string, expiresAtMs int64, err error)
+}
+
 // NeverInline is the InlineSegmentMaxBytes of a server that sends every
 // rows segment by reference to clients that accept external segments.
 const NeverInline = -1
@@ -115,6 +128,16 @@ type Limits struct {
 	// SegmentTTL is how long a stored segment stays downloadable.
 	// Default 24 h.
 	SegmentTTL time.Duration
+	// SegmentForgetAfter is how long an expired segment publication is
+	// kept (its download answers sync.segment_expired) before a sweep
+	// deletes it (sync.not_found from then on). Default 1 h.
+	SegmentForgetAfter time.Duration
+	// MaxBlobBytes caps an uploaded blob (§5.9.3). Default 64 MiB.
+	MaxBlobBytes int64
+	// BlobGracePeriod is how long an uploaded blob that no row references
+	// is kept before a sweep deletes it (§5.9.2), and so how long a client
+	// may take from upload to push. Default 24 h.
+	BlobGracePeriod time.Duration
 	// MaxCascadeOperations caps the operations declared references may
 	// append to one commit (§6.11). Default 1000.
 	MaxCascadeOperations int
@@ -156,6 +179,15 @@ func (c Config) withDefaults() Config {
 	if c.Limits.SegmentTTL <= 0 {
 		c.Limits.SegmentTTL = 24 * time.Hour
 	}
+	if c.Limits.SegmentForgetAfter <= 0 {
+		c.Limits.SegmentForgetAfter = time.Hour
+	}
+	if c.Limits.MaxBlobBytes <= 0 {
+		c.Limits.MaxBlobBytes = 64 << 20
+	}
+	if c.Limits.BlobGracePeriod <= 0 {
+		c.Limits.BlobGracePeriod = 24 * time.Hour
+	}
 	if c.Limits.MaxCascadeOperations <= 0 {
 		c.Limits.MaxCascadeOperations = 1000
 	}
@@ -185,6 +217,8 @@ type Engine struct {
 	touched map[string]touchState
 	pages   pageCache
 	images  imageIndex
+	// published remembers recent segment publications (segments.go).
+	published recentPublications
 }
 
 type touchState struct {
@@ -202,6 +236,9 @@ func (e *Engine) Schema() *schema.Compiled { return e.cfg.Schema }
 
 // Store returns the engine's store.
 func (e *Engine) Store() store.Store { return e.cfg.Store }
+
+// Limits returns the engine's limits, defaults applied.
+func (e *Engine) Limits() Limits { return e.cfg.Limits }
 
 // Segments returns the segment store.
 func (e *Engine) Segments() SegmentStore { return e.cfg.Segments }

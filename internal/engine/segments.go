@@ -2,48 +2,55 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"time"
 
-	"github.com/syncgo/syncgo/wire"
+	"github.com/syncgo/syncgo/store"
 )
 
 // Publication is one context a stored segment was published in (§5.1).
-type Publication struct {
-	Partition     string
-	LogEpoch      string
-	Table         string
-	SchemaVersion int32
-	MediaType     wire.MediaType
-	ScopeDigest   string
-	AsOfCommitSeq int64
-	RowCursor     *string
-	NextRowCursor *string
-	RowCount      int64
-	CreatedAtMs   int64
-	ExpiresAtMs   int64
-}
+type Publication = store.SegmentPublication
 
 // Segment is a stored segment: its content address, bytes and
 // publications.
-type Segment struct {
-	ID           string
-	Bytes        []byte
-	Publications []Publication
-}
+type Segment = store.Segment
 
 // SegmentStore keeps the segments served by reference (SEGMENT_REF) for
 // the download endpoint.
-type SegmentStore interface {
-	// Publish stores bytes under id (content-addressed) and records the
-	// publication; a publication with the same context extends its own
-	// expiry.
-	Publish(ctx context.Context, id string, bytes []byte, pub Publication) error
-	// Get returns a segment; false when it is unknown or forgotten.
-	Get(ctx context.Context, id string) (Segment, bool, error)
+type SegmentStore = store.SegmentStore
+
+// SweepSegments deletes the segment publications that expired more than
+// Limits.SegmentForgetAfter ago, and the segments left without any.
+func (e *Engine) SweepSegments(ctx context.Context) (store.SegmentSweep, error) {
+	return e.cfg.Segments.SweepSegments(ctx, e.cfg.Now()-e.cfg.Limits.SegmentForgetAfter.Milliseconds())
+}
+
+// RunSegmentSweeps sweeps the segment store every interval until ctx
+// ends. Failures are logged and retried next round.
+func (e *Engine) RunSegmentSweeps(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sw, err := e.SweepSegments(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.cfg.Logger.WarnContext(ctx, "segment sweep failed", "err", err)
+		case sw.Segments > 0 || sw.Publications > 0:
+			e.cfg.Logger.InfoContext(ctx, "segments swept", "segments", sw.Segments, "publications", sw.Publications, "bytes", sw.Bytes)
+		}
+	}
 }
 
 // MemorySegments is an in-process SegmentStore bounded in bytes; the
-// oldest segments are forgotten first.
+// oldest segments are forgotten first. Only the process that published a
+// segment serves it, and a restart forgets them all: it is for tests and
+// for stores without a segment store of their own.
 type MemorySegments struct {
 	mu       sync.Mutex
 	maxBytes int
@@ -52,31 +59,27 @@ type MemorySegments struct {
 	segs     map[string]*Segment
 }
 
+var _ store.SegmentStore = (*MemorySegments)(nil)
+
 // NewMemorySegments returns a store holding at most maxBytes of segments.
 func NewMemorySegments(maxBytes int) *MemorySegments {
 	return &MemorySegments{maxBytes: maxBytes, segs: map[string]*Segment{}}
 }
 
-func samePublication(a, b Publication) bool {
-	return a.Partition == b.Partition && a.LogEpoch == b.LogEpoch && a.Table == b.Table &&
-		a.SchemaVersion == b.SchemaVersion && a.MediaType == b.MediaType && a.ScopeDigest == b.ScopeDigest &&
-		a.AsOfCommitSeq == b.AsOfCommitSeq && eqPtr(a.RowCursor, b.RowCursor) && eqPtr(a.NextRowCursor, b.NextRowCursor)
-}
-
-func eqPtr(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-// Publish implements SegmentStore.
-func (m *MemorySegments) Publish(_ context.Context, id string, b []byte, pub Publication) error {
+// PublishSegment implements store.SegmentStore.
+func (m *MemorySegments) PublishSegment(_ context.Context, id string, b []byte, pub Publication) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok := m.segs[id]; ok {
+	s, ok := m.segs[id]
+	if !ok && b == nil {
+		return store.ErrNotFound
+	}
+	if ok {
+		if b != nil && len(s.Bytes) != len(b) {
+			return fmt.Errorf("segment %s: stored bytes differ from the published ones (hash collision)", id)
+		}
 		for i := range s.Publications {
-			if samePublication(s.Publications[i], pub) {
+			if s.Publications[i].SameContext(pub) {
 				s.Publications[i].ExpiresAtMs = max(s.Publications[i].ExpiresAtMs, pub.ExpiresAtMs)
 				return nil
 			}
@@ -88,25 +91,143 @@ func (m *MemorySegments) Publish(_ context.Context, id string, b []byte, pub Pub
 	m.order = append(m.order, id)
 	m.bytes += len(b)
 	for m.bytes > m.maxBytes && len(m.order) > 1 {
-		old := m.order[0]
-		m.order = m.order[1:]
-		if s, ok := m.segs[old]; ok {
-			m.bytes -= len(s.Bytes)
-			delete(m.segs, old)
-		}
+		m.forget(m.order[0])
 	}
 	return nil
 }
 
-// Get implements SegmentStore.
-func (m *MemorySegments) Get(_ context.Context, id string) (Segment, bool, error) {
+// forget drops a segment; m.mu is held.
+func (m *MemorySegments) forget(id string) {
+	s, ok := m.segs[id]
+	if !ok {
+		return
+	}
+	m.bytes -= len(s.Bytes)
+	delete(m.segs, id)
+	for i, o := range m.order {
+		if o == id {
+			m.order = append(m.order[:i], m.order[i+1:]...)
+			break
+		}
+	}
+}
+
+// Segment implements store.SegmentStore.
+func (m *MemorySegments) Segment(_ context.Context, id string) (Segment, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.segs[id]
 	if !ok {
-		return Segment{}, false, nil
+		return Segment{}, store.ErrNotFound
 	}
 	c := *s
 	c.Publications = append([]Publication(nil), s.Publications...)
-	return c, true, nil
+	return c, nil
+}
+
+// FindSegment implements store.SegmentStore.
+func (m *MemorySegments) FindSegment(_ context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var best store.SegmentRecord
+	for _, id := range m.order {
+		s := m.segs[id]
+		for _, p := range s.Publications {
+			if p.RowCursor == nil && p.ExpiresAtMs > nowMs && store.KeyOf(p) == key && (best.ID == "" || p.ExpiresAtMs > best.Publication.ExpiresAtMs) {
+				best = store.SegmentRecord{ID: id, ByteLength: int64(len(s.Bytes)), Publication: p}
+			}
+		}
+	}
+	if best.ID == "" {
+		return best, store.ErrNotFound
+	}
+	return best, nil
+}
+
+// SweepSegments implements store.SegmentStore.
+func (m *MemorySegments) SweepSegments(_ context.Context, beforeMs int64) (store.SegmentSweep, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out store.SegmentSweep
+	for _, id := range append([]string(nil), m.order...) {
+		s := m.segs[id]
+		kept := s.Publications[:0]
+		for _, p := range s.Publications {
+			if p.ExpiresAtMs < beforeMs {
+				out.Publications++
+				continue
+			}
+			kept = append(kept, p)
+		}
+		s.Publications = kept
+		if len(kept) == 0 {
+			out.Segments++
+			out.Bytes += int64(len(s.Bytes))
+			m.forget(id)
+		}
+	}
+	return out, nil
+}
+
+// SegmentStats implements store.SegmentStore.
+func (m *MemorySegments) SegmentStats(context.Context) (store.SegmentStats, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := store.SegmentStats{Segments: int64(len(m.segs)), Bytes: int64(m.bytes)}
+	for _, s := range m.segs {
+		st.Publications += int64(len(s.Publications))
+	}
+	return st, nil
+}
+
+// recentPublications remembers the publications this process recorded
+// lately, so that a bootstrap storm (many clients pulling the same pages
+// within seconds) does not write the same publication to the segment store
+// once per SEGMENT_REF. A publication recorded less than
+// republishAfter ago whose expiry is more than half a TTL away is not
+// written again; anything older is, so a segment the store lost (an
+// operator's delete, a restored database) is stored again within
+// republishAfter.
+type recentPublications struct {
+	mu sync.Mutex
+	m  map[string]recentPublication
+}
+
+type recentPublication struct{ atMs, expiresAtMs int64 }
+
+const (
+	republishAfter          = 60_000 // ms
+	recentPublicationsLimit = 8192
+)
+
+func (c *recentPublications) fresh(key string, nowMs, ttlMs int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[key]
+	return ok && nowMs >= r.atMs && nowMs-r.atMs < republishAfter && r.expiresAtMs-nowMs > ttlMs/2
+}
+
+func (c *recentPublications) record(key string, nowMs, expiresAtMs int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= recentPublicationsLimit {
+		c.m = map[string]recentPublication{}
+	}
+	c.m[key] = recentPublication{atMs: nowMs, expiresAtMs: expiresAtMs}
+}
+
+// publish records a segment publication in the segment store, unless this
+// process recorded the same one moments ago (recentPublications). With nil
+// bytes the segment must be stored already.
+func (e *Engine) publish(ctx context.Context, id string, b []byte, pub Publication) error {
+	key := id + "\x00" + pub.ContextKey()
+	now := e.cfg.Now()
+	if e.published.fresh(key, now, e.cfg.Limits.SegmentTTL.Milliseconds()) {
+		return nil
+	}
+	if err := e.cfg.Segments.PublishSegment(ctx, id, b, pub); err != nil {
+		return err
+	}
+	e.published.record(key, now, pub.ExpiresAtMs)
+	return nil
 }

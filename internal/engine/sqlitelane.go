@@ -114,6 +114,30 @@ func (x *imageIndex) lookup(key imageKey, nowMs int64) (imageRef, bool) {
 	return e.ref, true
 }
 
+// remember records a stored image found for key, unless an entry (a
+// build in flight, or a finished one) is there already.
+func (x *imageIndex) remember(key imageKey, ref imageRef) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.entries == nil {
+		x.entries = map[imageKey]*imageEntry{}
+		x.slots = make(chan struct{}, imageBuildSlots)
+	}
+	if _, ok := x.entries[key]; ok {
+		return
+	}
+	x.prune(0)
+	e := &imageEntry{done: make(chan struct{}), ref: ref}
+	close(e.done)
+	x.entries[key] = e
+}
+
+// storeKey is the segment store's form of the key.
+func (k imageKey) storeKey() store.SegmentKey {
+	return store.SegmentKey{Partition: k.partition, LogEpoch: k.epoch, Table: k.table, SchemaVersion: k.schemaVersion,
+		MediaType: wire.MediaSQLite, ScopeDigest: k.digest, AsOfCommitSeq: k.asOf}
+}
+
 // extend records a refreshed publication's expiry.
 func (x *imageIndex) extend(key imageKey, id string, expiresAtMs int64) {
 	x.mu.Lock()
@@ -249,6 +273,21 @@ func (r *request) sqliteLane(ctx context.Context, t *schema.CompiledTable, eff w
 			return served, nil, err
 		}
 	}
+	// Another process of the fleet (or this one before a restart) may
+	// have published an image for the key: serving it is the §5.3 reuse
+	// MUST, across processes.
+	rec, err := e.cfg.Segments.FindSegment(ctx, key.storeKey(), e.cfg.Now())
+	switch {
+	case err == nil:
+		ref := imageRef{id: rec.ID, byteLength: rec.ByteLength, rowCount: rec.Publication.RowCount, expiresAtMs: rec.Publication.ExpiresAtMs}
+		e.images.remember(key, ref)
+		served, err := r.reuseImage(ctx, key, ref)
+		if served || err != nil {
+			return served, nil, err
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return false, nil, fmt.Errorf("find sqlite image: %w", err)
+	}
 	first, err := e.cfg.Store.ScanRows(ctx, r.auth.Partition, store.RowScanQuery{Table: t.Name(), Scopes: eff, Limit: lim.rows + 1})
 	if err != nil {
 		return false, nil, err
@@ -274,16 +313,13 @@ func (r *request) sqliteLane(ctx context.Context, t *schema.CompiledTable, eff w
 // the oldest segments first).
 func (r *request) reuseImage(ctx context.Context, key imageKey, ref imageRef) (bool, error) {
 	e := r.e
-	seg, ok, err := e.cfg.Segments.Get(ctx, ref.id)
-	if err != nil {
-		return false, err
-	}
-	if !ok {
+	pub := e.imagePublication(key, ref.rowCount)
+	err := e.publish(ctx, ref.id, nil, pub)
+	if errors.Is(err, store.ErrNotFound) {
 		e.images.forget(key, ref.id)
 		return false, nil
 	}
-	pub := e.imagePublication(key, ref.rowCount)
-	if err := e.cfg.Segments.Publish(ctx, ref.id, seg.Bytes, pub); err != nil {
+	if err != nil {
 		return false, err
 	}
 	e.images.extend(key, ref.id, pub.ExpiresAtMs)
@@ -294,8 +330,12 @@ func (r *request) reuseImage(ctx context.Context, key imageKey, ref imageRef) (b
 // writeImageRef writes the SEGMENT_REF of an image: no row cursors (the image
 // is the first and the last page of its table), never inline (§5.3, §5.7).
 func (r *request) writeImageRef(key imageKey, ref imageRef) error {
-	return r.enc.Encode(&wire.SegmentRef{SegmentID: ref.id, MediaType: wire.MediaSQLite, Table: key.table,
-		ByteLength: ref.byteLength, RowCount: ref.rowCount, AsOfCommitSeq: key.asOf, ScopeDigest: key.digest})
+	sr := &wire.SegmentRef{SegmentID: ref.id, MediaType: wire.MediaSQLite, Table: key.table,
+		ByteLength: ref.byteLength, RowCount: ref.rowCount, AsOfCommitSeq: key.asOf, ScopeDigest: key.digest}
+	if err := r.signRef(sr); err != nil {
+		return err
+	}
+	return r.enc.Encode(sr)
 }
 
 // imagePublication is the publication of an image under its key, from now.
@@ -356,7 +396,7 @@ func (e *Engine) buildImage(ctx context.Context, key imageKey, t *schema.Compile
 	sum := sha256.Sum256(img)
 	id := "sha256:" + hex.EncodeToString(sum[:])
 	pub := e.imagePublication(key, rowCount)
-	if err := e.cfg.Segments.Publish(ctx, id, img, pub); err != nil {
+	if err := e.publish(ctx, id, img, pub); err != nil {
 		return imageRef{}, fmt.Errorf("publish sqlite image: %w", err)
 	}
 	e.images.built.Add(1)

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
@@ -49,6 +50,9 @@ type Options struct {
 	// MaxOperationsPerRequest bounds the operations a round pushes; a
 	// round always sends at least one pending commit. Default 500.
 	MaxOperationsPerRequest int
+	// Now is the client clock in Unix milliseconds, for the expiry of
+	// signed URLs (§5.4). Default: the wall clock.
+	Now func() int64
 }
 
 func (o Options) withDefaults() Options {
@@ -69,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxOperationsPerRequest <= 0 {
 		o.MaxOperationsPerRequest = 500
+	}
+	if o.Now == nil {
+		o.Now = func() int64 { return time.Now().UnixMilli() }
 	}
 	return o
 }

@@ -24,12 +24,26 @@ func (rs *roundState) segmentRef(ctx context.Context, ref *wire.SegmentRef) erro
 	switch {
 	case ref.MediaType != wire.MediaRows || c.opts.Accept&wire.AcceptExternalRows == 0:
 		return fmt.Errorf("sspclient: sync.invalid_request: SEGMENT_REF of a media type not advertised")
-	case ref.URL != nil:
+	case ref.URL != nil && c.opts.Accept&wire.AcceptSignedURLs == 0:
 		return fmt.Errorf("sspclient: sync.invalid_request: SEGMENT_REF carries a URL that was not advertised")
 	case ref.Table != rs.open.table:
 		return fmt.Errorf("sspclient: SEGMENT_REF for table %q in a subscription to %q", ref.Table, rs.open.table)
 	}
-	b, err := c.DownloadSegment(ctx, ref.SegmentID, scopeMapToMap(rs.open.scopes))
+	var (
+		b   []byte
+		err error
+	)
+	if ref.URL != nil {
+		// The URL is the whole grant and the only delivery (§5.4): never
+		// past its expiry, never with host credentials, and a failure
+		// fails the descriptor (no fall-through to the direct endpoint).
+		if c.opts.Now() >= ref.URLExpiresAtMs {
+			return fmt.Errorf("sspclient: sync.segment_expired: the signed URL of %s expired before the fetch", ref.SegmentID)
+		}
+		b, err = c.FetchSegmentURL(ctx, *ref.URL, ref.SegmentID)
+	} else {
+		b, err = c.DownloadSegment(ctx, ref.SegmentID, scopeMapToMap(rs.open.scopes))
+	}
 	if err != nil {
 		return err
 	}
@@ -37,6 +51,17 @@ func (rs *roundState) segmentRef(ctx context.Context, ref *wire.SegmentRef) erro
 		return fmt.Errorf("sspclient: sync.invalid_request: segment %s has %d bytes, descriptor says %d", ref.SegmentID, len(b), ref.ByteLength)
 	}
 	return rs.segment(ref, b)
+}
+
+// FetchSegmentURL fetches a segment from a signed URL with no
+// credentials (§5.4) and verifies its bytes against the content address.
+func (c *Client) FetchSegmentURL(ctx context.Context, rawURL, segmentID string) ([]byte, error) {
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	r.Header.Set("Accept-Encoding", c.opts.AcceptEncoding)
+	return c.fetchSegment(r, segmentID)
 }
 
 // DownloadSegment downloads a segment from GET <base>/segments/{id} with
@@ -49,6 +74,11 @@ func (c *Client) DownloadSegment(ctx context.Context, segmentID string, requeste
 	}
 	c.setCommonHeaders(r)
 	r.Header.Set("X-Syncular-Scopes", string(wire.CanonicalScopeJSON(requested)))
+	return c.fetchSegment(r, segmentID)
+}
+
+// fetchSegment runs a segment request and checks the bytes.
+func (c *Client) fetchSegment(r *http.Request, segmentID string) ([]byte, error) {
 	resp, err := c.opts.HTTPClient.Do(r)
 	if err != nil {
 		return nil, fmt.Errorf("sspclient: segment download: %w", err)

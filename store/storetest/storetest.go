@@ -102,6 +102,8 @@ var areas = []area{
 	{"Barrier", RunBarrier},
 	{"Query", RunQuery},
 	{"Leases", RunLeases},
+	{"Segments", RunSegments},
+	{"Blobs", RunBlobs},
 }
 
 // Run runs every area of the suite as parallel subtests.

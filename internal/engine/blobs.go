@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Blobs (§5.9): the push-time existence check (§5.9.6, §6.6) and the
+// reference index (§5.9.4), maintained by the one hook the write path
+// calls for every row it writes or deletes (applier.blobRefs); download
+// authorization from the referencing rows (§5.9.5); and the sweep of
+// unreferenced blobs after a grace period (§5.9.2).
+
+// blobIDOf returns the blobId of a canonical BlobRef document, which the
+// row codec validated: {"blobId":"sha256:<64 hex>",...}.
+func blobIDOf(ref string) string {
+	const prefix = `{"blobId":"`
+	const idLen = len("sha256:") + 64
+	if len(ref) < len(prefix)+idLen {
+		return ""
+	}
+	return ref[len(prefix) : len(prefix)+idLen]
+}
+
+// blobIDs returns the distinct blobs a row's values reference.
+func blobIDs(t *schema.CompiledTable, vals []wire.Value) []string {
+	var ids []string
+	for _, c := range t.BlobRefColumns() {
+		if c < len(vals) && !vals[c].Null {
+			if id := blobIDOf(vals[c].Str); store.ValidBlobID(id) && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// blobRefs is the write path's blob hook: for a row an upsert writes
+// (vals, its full values) every referenced blob must be stored, or the
+// operation is rejected with blob.not_found; then the row's entries in
+// the reference index become its references (none for a delete, vals
+// nil). It runs in the commit's transaction, so a rejected or rolled-back
+// commit leaves the index as it was. Tables without blob_ref columns, and
+// servers without a blob store, skip it.
+func (a *applier) blobRefs(ctx context.Context, i int, t *schema.CompiledTable, rowID string, vals []wire.Value) (*rejection, error) {
+	blobs := a.r.e.cfg.Blobs
+	w, ok := a.tx.(store.BlobRefWriter)
+	if len(t.BlobRefColumns()) == 0 || blobs == nil || !ok {
+		return nil, nil
+	}
+	ids := blobIDs(t, vals)
+	for _, id := range ids {
+		if a.blobsPresent[id] {
+			continue
+		}
+		_, err := blobs.StatBlob(ctx, a.r.auth.Partition, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return opError(i, syncerr.CodeBlobNotFound, "the row references a blob that was not uploaded"), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("blob existence check: %w", err)
+		}
+		if a.blobsPresent == nil {
+			a.blobsPresent = map[string]bool{}
+		}
+		a.blobsPresent[id] = true
+	}
+	return nil, w.SetBlobRefs(ctx, t.Name(), rowID, ids)
+}
+
+// Blobs returns the blob store, or nil when blobs are off.
+func (e *Engine) Blobs() store.BlobStore { return e.cfg.Blobs }
+
+// blobAuthPage is the page of referencing rows an authorization reads at
+// a time.
+const blobAuthPage = 100
+
+// AuthorizeBlob decides a blob download (§5.9.5): the actor's scopes are
+// resolved afresh, and the download is allowed iff at least one row of
+// the partition that references the blob passes the write-path scope check
+// (§3.4) with its stored scope values. Otherwise, or when the resolver
+// fails or the index is empty, it is blob.forbidden.
+func (e *Engine) AuthorizeBlob(ctx context.Context, auth Auth, blobID string) error {
+	forbidden := syncerr.New(syncerr.CodeBlobForbidden, "no row the actor may see references this blob")
+	idx, ok := e.cfg.Store.(store.BlobRefIndex)
+	if !ok {
+		return forbidden
+	}
+	allowed, err := e.resolveAllowed(ctx, auth)
+	if err != nil {
+		return syncerr.New(syncerr.CodeBlobForbidden, "scopes could not be resolved")
+	}
+	var after *store.BlobRef
+	for {
+		refs, err := idx.BlobRefs(ctx, auth.Partition, blobID, after, blobAuthPage)
+		if err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			t, ok := e.cfg.Schema.Table(ref.Table)
+			if !ok {
+				continue
+			}
+			row, err := e.cfg.Store.Row(ctx, auth.Partition, ref.Table, ref.RowID)
+			if errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			if rowAuthorized(t, row.Scopes, allowed) {
+				return nil
+			}
+		}
+		if len(refs) < blobAuthPage {
+			return forbidden
+		}
+		after = &refs[len(refs)-1]
+	}
+}
+
+// rowAuthorized is the §3.4 stored-row check: every declared scope
+// variable of the table has a stored value the actor is allowed ("*"
+// allows any).
+func rowAuthorized(t *schema.CompiledTable, stored wire.StoredScopes, allowed map[string][]string) bool {
+	for _, v := range t.Variables() {
+		val, ok := "", false
+		for _, s := range stored {
+			if s.Key == v {
+				val, ok = s.Value, true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+		if !slices.Contains(allowed[v], "*") && !slices.Contains(allowed[v], val) {
+			return false
+		}
+	}
+	return true
+}
+
+// BlobSweep reports a sweep of the blob store.
+type BlobSweep struct {
+	// Blobs and Bytes count the unreferenced blobs deleted; Uploads what
+	// interrupted uploads had left.
+	Blobs, Bytes, Uploads int64
+}
+
+// blobSweepPage is the page of blobs a sweep lists at a time.
+const blobSweepPage = 500
+
+// SweepBlobs deletes the blobs uploaded more than Limits.BlobGracePeriod
+// ago that no row references (§5.9.2), and what interrupted uploads left
+// behind as long ago. A blob uploaded again since is kept (its grace
+// period restarted).
+func (e *Engine) SweepBlobs(ctx context.Context) (BlobSweep, error) {
+	var out BlobSweep
+	blobs := e.cfg.Blobs
+	idx, ok := e.cfg.Store.(store.BlobRefIndex)
+	if blobs == nil || !ok {
+		return out, nil
+	}
+	cutoff := e.cfg.Now() - e.cfg.Limits.BlobGracePeriod.Milliseconds()
+	n, err := blobs.SweepUploads(ctx, cutoff)
+	out.Uploads = n
+	if err != nil {
+		return out, err
+	}
+	cursor := ""
+	for {
+		page, next, err := blobs.ListBlobs(ctx, cutoff, cursor, blobSweepPage)
+		if err != nil {
+			return out, err
+		}
+		for _, b := range page {
+			refs, err := idx.BlobRefs(ctx, b.Partition, b.BlobID, nil, 1)
+			if err != nil {
+				return out, err
+			}
+			if len(refs) > 0 {
+				continue
+			}
+			deleted, err := blobs.DeleteBlob(ctx, b.Partition, b.BlobID, cutoff)
+			if err != nil {
+				return out, err
+			}
+			if deleted {
+				out.Blobs++
+				out.Bytes += b.ByteLength
+			}
+		}
+		if next == "" {
+			return out, nil
+		}
+		cursor = next
+	}
+}
+
+// RunBlobSweeps sweeps the blob store every interval until ctx ends.
+// Failures are logged and retried next round.
+func (e *Engine) RunBlobSweeps(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sw, err := e.SweepBlobs(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			e.cfg.Logger.WarnContext(ctx, "blob sweep failed", "err", err)
+		case sw.Blobs > 0 || sw.Uploads > 0:
+			e.cfg.Logger.InfoContext(ctx, "blobs swept", "blobs", sw.Blobs, "bytes", sw.Bytes, "uploads", sw.Uploads)
+		}
+	}
+}

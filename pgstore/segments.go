@@ -1,0 +1,260 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The segment store (store.SegmentStore) in the database: one
+// sync_segments row per content address, holding the bytes, and one
+// sync_segment_publications row per publication (migrations/
+// 004_segments_blobs.sql). Every server process on the database serves
+// every segment, and a restart keeps the segments in flight.
+//
+// A publication locks its segment's row (the UPDATE that extends its
+// expiry, or the INSERT that creates it) before it records the
+// publication, in one transaction; the sweep deletes a segment only while
+// its row's own expiry is past the cutoff, which Postgres checks again
+// after waiting for that lock. So a segment that gains a live publication
+// is never swept, and two publishers of one content address cannot lose
+// either's publication (each is its own row, merged with ON CONFLICT).
+
+var _ store.SegmentStorer = (*Store)(nil)
+
+// SegmentStore returns the segment store kept in the store's database.
+func (s *Store) SegmentStore() store.SegmentStore { return segmentStore{s} }
+
+type segmentStore struct{ s *Store }
+
+// mediaName is the media_type text of the reference's segment store.
+func mediaName(m wire.MediaType) string {
+	if m == wire.MediaSQLite {
+		return "sqlite"
+	}
+	return "rows"
+}
+
+func mediaOf(name string) (wire.MediaType, error) {
+	switch name {
+	case "rows":
+		return wire.MediaRows, nil
+	case "sqlite":
+		return wire.MediaSQLite, nil
+	}
+	return 0, fmt.Errorf("unknown segment media type %q", name)
+}
+
+const (
+	sqlExtendSegment = `UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $2)
+WHERE segment_id = $1 RETURNING byte_length`
+	sqlInsertSegment = `INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
+  scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms, bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segments.expires_at_ms, EXCLUDED.expires_at_ms)
+RETURNING byte_length`
+	sqlPublishSegment = `INSERT INTO sync_segment_publications(segment_id, context, partition, log_epoch, tbl,
+  schema_version, media_type, scope_digest, as_of_commit_seq, row_cursor, next_row_cursor, row_count,
+  created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+ON CONFLICT (segment_id, context) DO UPDATE
+  SET expires_at_ms = GREATEST(sync_segment_publications.expires_at_ms, EXCLUDED.expires_at_ms)`
+	segmentPublicationColumns = `partition, log_epoch, tbl, schema_version, media_type, scope_digest, as_of_commit_seq,
+  row_cursor, next_row_cursor, row_count, created_at_ms, expires_at_ms`
+)
+
+// PublishSegment implements store.SegmentStore.
+func (g segmentStore) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
+	if err := g.s.checkWrite(); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, g.s.pool, func(tx pgx.Tx) error {
+		var n int64
+		err := tx.QueryRow(ctx, sqlExtendSegment, id, pub.ExpiresAtMs).Scan(&n)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if b == nil {
+				return store.ErrNotFound
+			}
+			err = tx.QueryRow(ctx, sqlInsertSegment, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
+				mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
+				pub.NextRowCursor, len(b), pub.CreatedAtMs, pub.ExpiresAtMs, b).Scan(&n)
+		}
+		if err != nil {
+			return err
+		}
+		if b != nil && n != int64(len(b)) {
+			return fmt.Errorf("%d bytes stored under the id, %d published: a hash collision", n, len(b))
+		}
+		_, err = tx.Exec(ctx, sqlPublishSegment, id, pub.ContextKey(), pub.Partition, pub.LogEpoch, pub.Table,
+			pub.SchemaVersion, mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCursor,
+			pub.NextRowCursor, pub.RowCount, pub.CreatedAtMs, pub.ExpiresAtMs)
+		return err
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("publish segment %s: %w", id, err)
+	}
+	return err
+}
+
+func scanPublication(r pgx.Row, lead ...any) (store.SegmentPublication, error) {
+	var (
+		p     store.SegmentPublication
+		media string
+	)
+	dest := append(lead, &p.Partition, &p.LogEpoch, &p.Table, &p.SchemaVersion, &media, &p.ScopeDigest,
+		&p.AsOfCommitSeq, &p.RowCursor, &p.NextRowCursor, &p.RowCount, &p.CreatedAtMs, &p.ExpiresAtMs)
+	if err := r.Scan(dest...); err != nil {
+		return p, err
+	}
+	var err error
+	p.MediaType, err = mediaOf(media)
+	return p, err
+}
+
+// Segment implements store.SegmentStore. A segment row without any
+// publication row (one another segment store wrote) is read as the one
+// publication its own columns hold.
+func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, error) {
+	if err := g.s.check(); err != nil {
+		return store.Segment{}, err
+	}
+	seg := store.Segment{ID: id}
+	err := pgx.BeginTxFunc(ctx, g.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT bytes FROM sync_segments WHERE segment_id = $1", id).Scan(&seg.Bytes); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return store.ErrNotFound
+			}
+			return err
+		}
+		rows, err := tx.Query(ctx, "SELECT "+segmentPublicationColumns+
+			" FROM sync_segment_publications WHERE segment_id = $1 ORDER BY created_at_ms, context", id)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			p, err := scanPublication(rows)
+			if err != nil {
+				return err
+			}
+			seg.Publications = append(seg.Publications, p)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(seg.Publications) == 0 {
+			p, err := scanPublication(tx.QueryRow(ctx, "SELECT "+segmentPublicationColumns+" FROM sync_segments WHERE segment_id = $1", id))
+			if err != nil {
+				return err
+			}
+			seg.Publications = []store.SegmentPublication{p}
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Segment{}, err
+	case err != nil:
+		return store.Segment{}, fmt.Errorf("segment %s: %w", id, err)
+	}
+	return seg, nil
+}
+
+// FindSegment implements store.SegmentStore.
+func (g segmentStore) FindSegment(ctx context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
+	var rec store.SegmentRecord
+	if err := g.s.check(); err != nil {
+		return rec, err
+	}
+	names := strings.Split(segmentPublicationColumns, ",")
+	for i, n := range names {
+		names[i] = "p." + strings.TrimSpace(n)
+	}
+	cols := strings.Join(names, ", ")
+	p, err := scanPublication(g.s.pool.QueryRow(ctx, `SELECT p.segment_id, s.byte_length, `+cols+`
+FROM sync_segment_publications p JOIN sync_segments s ON s.segment_id = p.segment_id
+WHERE p.partition = $1 AND p.tbl = $2 AND p.scope_digest = $3 AND p.as_of_commit_seq = $4 AND p.log_epoch = $5
+  AND p.schema_version = $6 AND p.media_type = $7 AND p.row_cursor IS NULL AND p.expires_at_ms > $8
+ORDER BY p.expires_at_ms DESC LIMIT 1`, key.Partition, key.Table, key.ScopeDigest, key.AsOfCommitSeq, key.LogEpoch,
+		key.SchemaVersion, mediaName(key.MediaType), nowMs), &rec.ID, &rec.ByteLength)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return rec, store.ErrNotFound
+	case err != nil:
+		return rec, fmt.Errorf("find segment: %w", err)
+	}
+	rec.Publication = p
+	return rec, nil
+}
+
+// sweepBatch bounds the rows one sweep statement deletes.
+const sweepBatch = 500
+
+const (
+	sqlSweepPublications = `WITH d AS (
+  DELETE FROM sync_segment_publications WHERE ctid IN (
+    SELECT ctid FROM sync_segment_publications WHERE expires_at_ms < $1 LIMIT $2)
+  RETURNING 1)
+SELECT count(*) FROM d`
+	sqlSweepSegments = `WITH d AS (
+  DELETE FROM sync_segments s
+  WHERE s.expires_at_ms < $1
+    AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = s.segment_id)
+    AND s.segment_id IN (
+      SELECT c.segment_id FROM sync_segments c
+      WHERE c.expires_at_ms < $1
+        AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = c.segment_id)
+      LIMIT $2)
+  RETURNING s.byte_length)
+SELECT count(*), COALESCE(sum(byte_length), 0)::bigint FROM d`
+)
+
+// SweepSegments implements store.SegmentStore, in statements of at most
+// sweepBatch rows.
+func (g segmentStore) SweepSegments(ctx context.Context, beforeMs int64) (store.SegmentSweep, error) {
+	var out store.SegmentSweep
+	if err := g.s.checkWrite(); err != nil {
+		return out, err
+	}
+	for {
+		var n int64
+		if err := g.s.pool.QueryRow(ctx, sqlSweepPublications, beforeMs, sweepBatch).Scan(&n); err != nil {
+			return out, fmt.Errorf("sweep segment publications: %w", err)
+		}
+		out.Publications += n
+		if n < sweepBatch {
+			break
+		}
+	}
+	for {
+		var n, b int64
+		if err := g.s.pool.QueryRow(ctx, sqlSweepSegments, beforeMs, sweepBatch).Scan(&n, &b); err != nil {
+			return out, fmt.Errorf("sweep segments: %w", err)
+		}
+		out.Segments += n
+		out.Bytes += b
+		if n == 0 {
+			return out, nil
+		}
+	}
+}
+
+// SegmentStats implements store.SegmentStore.
+func (g segmentStore) SegmentStats(ctx context.Context) (store.SegmentStats, error) {
+	var st store.SegmentStats
+	if err := g.s.check(); err != nil {
+		return st, err
+	}
+	err := g.s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sync_segments),
+  (SELECT COALESCE(sum(byte_length), 0)::bigint FROM sync_segments),
+  (SELECT count(*) FROM sync_segment_publications)`).Scan(&st.Segments, &st.Bytes, &st.Publications)
+	if err != nil {
+		return st, fmt.Errorf("segment stats: %w", err)
+	}
+	return st, nil
+}
