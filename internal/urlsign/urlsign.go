@@ -153,11 +153,11 @@ func (k Keys) Verify(token string, nowMs int64) (Claims, []byte, error) {
 	if !ok {
 		return c, nil, ErrMalformed
 	}
-	p, err := base64.RawURLEncoding.Strict().DecodeString(p64)
+	p, err := decode64(p64)
 	if err != nil {
 		return c, nil, ErrMalformed
 	}
-	got, err := base64.RawURLEncoding.Strict().DecodeString(m64)
+	got, err := decode64(m64)
 	if err != nil || len(got) != sha256.Size {
 		return c, nil, ErrMalformed
 	}
@@ -207,7 +207,7 @@ func SealPartition(key []byte, partition string) string {
 // OpenPartition returns the partition a SealPartition audience under key
 // names; false when it is not one.
 func OpenPartition(key []byte, aud string) (string, bool) {
-	b, err := base64.RawURLEncoding.Strict().DecodeString(aud)
+	b, err := decode64(aud)
 	if err != nil || len(b) < 12+16 || len(b) > MaxTokenBytes {
 		return "", false
 	}
@@ -234,4 +234,14 @@ func newGCM(key []byte) cipher.AEAD {
 		panic(err)
 	}
 	return aead
+}
+
+// decode64 decodes unpadded base64url strictly: one spelling per value.
+// The decoder skips CR and LF even in strict mode, which would let one
+// token be written many ways; they are refused first.
+func decode64(s string) ([]byte, error) {
+	if strings.ContainsAny(s, "\r\n") {
+		return nil, errors.New("urlsign: a line break in base64url")
+	}
+	return base64.RawURLEncoding.Strict().DecodeString(s)
 }
