@@ -24,8 +24,9 @@ var (
 const sqlEnqueueReactions = `INSERT INTO sync_reactions(partition, idempotency_key, type, version, payload,
   source_client_id, source_client_commit_id, source_commit_seq, created_at_ms, available_at_ms,
   status, attempts, max_attempts)
-SELECT $1, k, t, v, p::jsonb, $2, $3, $4, $5, $5, 'pending', 0, m
-  FROM unnest($6::text[], $7::text[], $8::int[], $9::text[], $10::int[]) AS r(k, t, v, p, m)`
+SELECT $1, k, t, v, p::jsonb, sc, sci, ss, c, c, 'pending', 0, m
+  FROM unnest($2::text[], $3::text[], $4::int[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::bigint[], $10::int[])
+    AS r(k, t, v, p, sc, sci, ss, c, m)`
 
 // EnqueueReactions implements store.ReactionTx: one statement on the
 // write's own connection, inside its transaction (and savepoint).
@@ -33,17 +34,17 @@ func (t *writeTx) EnqueueReactions(ctx context.Context, rs []store.NewReaction) 
 	if len(rs) == 0 {
 		return nil
 	}
-	keys, types, payloads := make([]string, len(rs)), make([]string, len(rs)), make([]string, len(rs))
-	versions, maxAttempts := make([]int32, len(rs)), make([]int32, len(rs))
+	n := len(rs)
+	keys, types, payloads, clients, commits := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	versions, maxAttempts := make([]int32, n), make([]int32, n)
+	seqs, created := make([]int64, n), make([]int64, n)
 	for i, r := range rs {
 		keys[i], types[i], payloads[i] = r.IdempotencyKey, r.Type, string(r.Payload)
+		clients[i], commits[i], seqs[i], created[i] = r.SourceClientID, r.SourceClientCommitID, r.SourceCommitSeq, r.CreatedAtMs
 		versions[i], maxAttempts[i] = r.Version, int32(r.MaxAttempts)
 	}
-	// The source columns are the same for every reaction of a commit.
-	r := rs[0]
 	br, err := t.send(ctx, func(b *pgx.Batch) {
-		b.Queue(sqlEnqueueReactions, t.partition, r.SourceClientID, r.SourceClientCommitID, r.SourceCommitSeq,
-			r.CreatedAtMs, keys, types, versions, payloads, maxAttempts)
+		b.Queue(sqlEnqueueReactions, t.partition, keys, types, versions, payloads, clients, commits, seqs, created, maxAttempts)
 	})
 	if err != nil {
 		return fmt.Errorf("enqueue reactions: %w", err)

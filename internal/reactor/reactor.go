@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -293,8 +294,15 @@ func (r *Runner) call(ctx context.Context, rx store.Reaction) (err error) {
 	if h == nil {
 		return reaction.Permanent("reaction.handler_missing", nil)
 	}
+	// The stored JSON is written again in the normalized form: a JSONB
+	// column (Postgres) reorders keys and adds spaces, and a handler sees
+	// the same bytes on every driver.
+	payload, err := reaction.NormalizePayload(json.RawMessage(rx.Payload))
+	if err != nil {
+		payload = rx.Payload
+	}
 	return h(ctx, &reaction.Delivery{Partition: rx.Partition, IdempotencyKey: rx.IdempotencyKey, Name: rx.Type,
-		Version: rx.Version, Payload: rx.Payload, Attempt: rx.Attempts, MaxAttempts: rx.MaxAttempts,
+		Version: rx.Version, Payload: payload, Attempt: rx.Attempts, MaxAttempts: rx.MaxAttempts,
 		SourceClientID: rx.SourceClientID, SourceClientCommitID: rx.SourceClientCommitID,
 		SourceCommitSeq: rx.SourceCommitSeq, CreatedAt: time.UnixMilli(rx.CreatedAtMs)})
 }
