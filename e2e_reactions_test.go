@@ -280,7 +280,7 @@ func TestE2EReactionRetriesThenCompletes(t *testing.T) {
 		// recorded result and plans nothing more.
 		epoch := e.partitionState().LogEpoch
 		req := encodeRequest(t, &wire.Request{Version: 3,
-			Header: &wire.ReqHeader{ClientID: "dev-r", SchemaVersion: 1, LogEpoch: &epoch},
+			Header:  &wire.ReqHeader{ClientID: "dev-r", SchemaVersion: 1, LogEpoch: &epoch},
 			Commits: []*wire.PushCommit{{ClientCommitID: "rc1", Operations: []wire.Operation{e.upsertOp(t, taskRow("t2", "p1", "x"))}}}})
 		for range 2 {
 			m := decodeResponse(t, e.post(t, body(req), nil))
@@ -718,7 +718,7 @@ func TestReactionChildProcess(t *testing.T) {
 	db := reactionDB{driver: driver, dsn: os.Getenv(rxChildDSN)}
 	st := db.open(t)
 	srv, err := syncgo.New(syncgo.Config{Store: st, Schema: e2eSchema(t, 1), Authenticate: bearerAuth,
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil },
+		ResolveScopes:     func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil },
 		RetentionInterval: -1,
 		Reactions: fastReactions(&syncgo.ReactionConfig{Workers: 1, LeaseDuration: rxChildLease,
 			Handlers: map[string]reaction.Handler{"mail": func(ctx context.Context, dl *reaction.Delivery) error {
