@@ -411,7 +411,7 @@ func normalize(v any, maxBytes int) ([]byte, error) {
 	if err := dec.Decode(&parsed); err != nil {
 		return nil, fmt.Errorf("invalid JSON: %w", err)
 	}
-	if _, err := dec.Token(); err == nil {
+	if len(bytes.TrimLeft(raw[dec.InputOffset():], " \t\r\n")) > 0 {
 		return nil, errors.New("invalid JSON: text after the value")
 	}
 	if err := checkDepth(parsed, 0); err != nil {
