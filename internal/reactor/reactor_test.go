@@ -183,7 +183,8 @@ func TestFailedRenewalsStopTheHandlerBeforeTheLeaseExpires(t *testing.T) {
 	if fmt.Sprint(attempts) != "[1 2]" {
 		t.Errorf("attempts %v; want [1 2]", attempts)
 	}
-	if st := r.Stats(); st.LostLeases != 1 || st.Completed != 1 {
+	waitFor(t, "the completion to be counted", func() bool { return r.Stats().Completed == 1 })
+	if st := r.Stats(); st.LostLeases != 1 || st.Claimed != 2 {
 		t.Errorf("stats %+v", st)
 	}
 }
