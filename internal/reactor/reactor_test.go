@@ -247,7 +247,8 @@ func TestStopDrainsThenReleases(t *testing.T) {
 	if got := get(t, s, "stuck"); got.Attempts != 0 || got.LeaseOwner != "" {
 		t.Errorf("released: %+v; want pending with no attempt counted", got)
 	}
-	if st := r.Stats(); st.Released != 1 || st.Completed != 1 {
+	waitFor(t, "the release to be counted", func() bool { return r.Stats().Released == 1 })
+	if st := r.Stats(); st.Completed != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
