@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"time"
 
@@ -38,6 +39,11 @@ func (s *Server) initReactions() error {
 	if err := rc.Check(); err != nil {
 		return fmt.Errorf("Config.Reactions: %w", err)
 	}
+	// The server keeps a copy: a host changing its map later changes
+	// nothing under the runner's feet.
+	c := *rc
+	c.Handlers = maps.Clone(rc.Handlers)
+	s.cfg.Reactions, rc = &c, &c
 	rs, ok := s.cfg.Store.(store.ReactionStore)
 	if !ok {
 		return errors.New("Config.Reactions: the store keeps no reactions")

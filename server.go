@@ -423,7 +423,7 @@ func New(cfg Config) (*Server, error) {
 		Validators:      cfg.Validators,
 		CommitValidator: cfg.CommitValidator,
 		Leases:          cfg.Leases,
-		Reactions:       cfg.Reactions,
+		Reactions:       s.cfg.Reactions,
 		OnReactions:     s.wakeReactions,
 	})
 	rc := cfg.Realtime

@@ -284,8 +284,12 @@ func (c Config) WithDefaults() Config {
 }
 
 // Check reports a configuration error: a handler name that is not
-// code-like, or a nil handler.
+// code-like, a nil handler, or a planner without handlers (it could plan
+// nothing).
 func (c *Config) Check() error {
+	if c.Planner != nil && len(c.Handlers) == 0 {
+		return errors.New("a planner needs the handlers of the names it plans")
+	}
 	for name, h := range c.Handlers {
 		if err := CheckName(name); err != nil {
 			return fmt.Errorf("reaction handler %q: %w", name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -53,19 +54,25 @@ const reactionColumns = `partition, idempotency_key, type, version, payload, sou
   lease_expires_at_ms, completed_at_ms, last_failure`
 
 // sqlClaimReactions leases the oldest due pending rows of the types (a
-// JSON array).
-const sqlClaimReactions = `UPDATE sync_reactions SET status = 'leased', attempts = attempts + 1,
+// JSON array). The limit is written into the statement: a bound LIMIT
+// makes SQLite prepare the statement again at every execution (its plan
+// depends on the value), which costs more than the claim itself; one
+// cached statement per limit (at most Workers of them) does not.
+func sqlClaimReactions(limit int) string {
+	return `UPDATE sync_reactions SET status = 'leased', attempts = attempts + 1,
   lease_owner = ?1, lease_expires_at_ms = ?2, completed_at_ms = NULL
 WHERE rowid IN (SELECT rowid FROM sync_reactions
   WHERE status = 'pending' AND available_at_ms <= ?3 AND type IN (SELECT value FROM json_each(?4))
-  ORDER BY available_at_ms LIMIT ?5)
+  ORDER BY available_at_ms LIMIT ` + strconv.Itoa(limit) + `)
 RETURNING ` + reactionColumns
+}
 
 // ClaimReactions implements store.ReactionStore.
 func (s *Store) ClaimReactions(ctx context.Context, c store.ReactionClaim) ([]store.Reaction, error) {
 	if len(c.Types) == 0 || c.Limit <= 0 {
 		return nil, nil
 	}
+	claim := sqlClaimReactions(min(c.Limit, store.MaxReactionPage))
 	types, err := json.Marshal(c.Types)
 	if err != nil {
 		return nil, err
@@ -76,7 +83,7 @@ func (s *Store) ClaimReactions(ctx context.Context, c store.ReactionClaim) ([]st
 		if err := conn.exec(sqlSettleExpired, c.NowMs, string(store.ReactionExpiredFailure(c.NowMs))); err != nil {
 			return err
 		}
-		rows, err := conn.query(sqlClaimReactions, c.Owner, c.LeaseUntilMs, c.NowMs, string(types), c.Limit)
+		rows, err := conn.query(claim, c.Owner, c.LeaseUntilMs, c.NowMs, string(types))
 		if err != nil {
 			return err
 		}

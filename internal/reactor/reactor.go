@@ -153,13 +153,17 @@ func (r *Runner) loop() {
 		defer t.Stop()
 		prune = t.C
 	}
+	// drained: the last claim found fewer due reactions than it asked
+	// for, so a handler finishing is no reason to claim again; a wake-up
+	// (a local commit planned reactions) or the next poll is.
+	drained := false
 	for {
 		select {
 		case <-r.quit:
 			return
 		default:
 		}
-		if free := int64(r.rc.Workers) - r.running.Load(); free > 0 {
+		if free := int64(r.rc.Workers) - r.running.Load(); free > 0 && !drained {
 			n, err := r.claim(int(free))
 			if err != nil {
 				// The database fails: try again after a poll interval,
@@ -175,13 +179,16 @@ func (r *Runner) loop() {
 			if n == int(free) {
 				continue // more may be due
 			}
+			drained = true
 		}
 		select {
 		case <-r.quit:
 			return
 		case <-r.wake:
+			drained = false
 		case <-r.freed:
 		case <-poll.C:
+			drained = false
 		case <-prune:
 			r.prune()
 		}
@@ -218,7 +225,10 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 		default:
 		}
 	}()
-	log := r.cfg.Logger.With("partition", rx.Partition, "reaction", rx.IdempotencyKey, "name", rx.Type, "attempt", rx.Attempts)
+	log := func(level slog.Level, msg string, args ...any) {
+		r.cfg.Logger.Log(context.Background(), level, msg, append([]any{"partition", rx.Partition, "reaction", rx.IdempotencyKey,
+			"name", rx.Type, "attempt", rx.Attempts}, args...)...)
+	}
 	ctx, cancel := context.WithCancelCause(r.hard)
 	defer cancel(nil)
 	hctx := ctx
@@ -252,7 +262,7 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 		// Another runner may hold it now; an expired lease settles on
 		// the next claim.
 		r.lost.Add(1)
-		log.Warn("reaction handler cancelled: its lease was lost", "err", err)
+		log(slog.LevelWarn, "reaction handler cancelled: its lease was lost", "err", err)
 		return
 	case errors.Is(cause, errStopping):
 		if ok, rerr = r.cfg.Store.ReleaseReaction(rec, rx.Partition, rx.IdempotencyKey, owner, r.cfg.Now()); ok {
@@ -261,9 +271,9 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 	default:
 		f := r.failure(err, cause, rx)
 		if f.RetryAtMs == 0 {
-			log.Error("reaction dead-lettered", "code", f.Code, "err", err)
+			log(slog.LevelError, "reaction dead-lettered", "code", f.Code, "err", err)
 		} else {
-			log.Warn("reaction failed; retrying", "code", f.Code, "err", err, "retryAtMs", f.RetryAtMs)
+			log(slog.LevelWarn, "reaction failed; retrying", "code", f.Code, "err", err, "retryAtMs", f.RetryAtMs)
 		}
 		if ok, rerr = r.cfg.Store.FailReaction(rec, rx.Partition, rx.IdempotencyKey, owner, f); ok {
 			if f.RetryAtMs == 0 {
@@ -274,12 +284,12 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 		}
 	}
 	if rerr != nil {
-		log.Error("reaction outcome not recorded; its lease will expire", "err", rerr)
+		log(slog.LevelError, "reaction outcome not recorded; its lease will expire", "err", rerr)
 		return
 	}
 	if !ok {
 		r.lost.Add(1)
-		log.Warn("reaction outcome not recorded: another runner took its lease over")
+		log(slog.LevelWarn, "reaction outcome not recorded: another runner took its lease over")
 	}
 }
 
@@ -332,7 +342,7 @@ func (r *Runner) failure(err, cause error, rx store.Reaction) store.ReactionFail
 // expiry is near (a sixth of the lease away): past it another process may
 // take the reaction over, and the handler must not run beside it.
 func (r *Runner) guard(ctx context.Context, cancel context.CancelCauseFunc, rx store.Reaction, owner string,
-	stop <-chan struct{}, log *slog.Logger) {
+	stop <-chan struct{}, log func(slog.Level, string, ...any)) {
 	lease := r.rc.LeaseDuration.Milliseconds()
 	margin := max(lease/6, 1)
 	expiry := rx.LeaseExpiresAtMs
@@ -366,7 +376,7 @@ func (r *Runner) guard(ctx context.Context, cancel context.CancelCauseFunc, rx s
 		case ctx.Err() != nil:
 			return
 		default:
-			log.Warn("reaction lease renewal failed", "err", err)
+			log(slog.LevelWarn, "reaction lease renewal failed", "err", err)
 		}
 	}
 }
