@@ -839,3 +839,38 @@ func TestE2EReactionLeaseTakeover(t *testing.T) {
 		t.Logf("taken over %v after the kill (lease %v)", runAt.Sub(killed).Round(time.Millisecond), rxChildLease)
 	})
 }
+
+// noReactionStore hides the reaction methods of a store.
+type noReactionStore struct{ store.Store }
+
+// New refuses a reaction configuration that could not work: a handler
+// name that is not code-like, a nil handler, a planner without handlers,
+// a store that keeps no reactions.
+func TestNewRefusesReactionMisconfiguration(t *testing.T) {
+	st := openSQLite(t)
+	ok := func(context.Context, *reaction.Delivery) error { return nil }
+	for name, c := range map[string]struct {
+		store store.Store
+		rc    *syncgo.ReactionConfig
+	}{
+		"name":          {st, &syncgo.ReactionConfig{Handlers: map[string]reaction.Handler{"not a name": ok}}},
+		"nil handler":   {st, &syncgo.ReactionConfig{Handlers: map[string]reaction.Handler{"mail": nil}}},
+		"planner alone": {st, &syncgo.ReactionConfig{Planner: taskPlanner("mail")}},
+		"store":         {noReactionStore{st}, &syncgo.ReactionConfig{Handlers: map[string]reaction.Handler{"mail": ok}}},
+	} {
+		_, err := syncgo.New(syncgo.Config{Store: c.store, Schema: e2eSchema(t, 1), Authenticate: bearerAuth,
+			ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil },
+			Reactions:     c.rc})
+		if err == nil {
+			t.Errorf("%s: New accepted %+v", name, c.rc)
+		}
+	}
+	srv, err := syncgo.New(syncgo.Config{Store: noReactionStore{st}, Schema: e2eSchema(t, 1), Authenticate: bearerAuth,
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.ReactionBacklog(context.Background()); !errors.Is(err, syncgo.ErrNoReactions) {
+		t.Errorf("ReactionBacklog on a store without reactions = %v; want ErrNoReactions", err)
+	}
+}
