@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/internal/reactor"
 	"github.com/syncgo/syncgo/internal/realtime"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -234,6 +235,13 @@ type Config struct {
 	// (Limits.SegmentForgetAfter after their expiry). Default 5 minutes;
 	// negative disables it.
 	SegmentSweepInterval time.Duration
+	// Reactions turns durable reactions on (§6.9; package reaction,
+	// docs/reactions.md): Reactions.Planner plans reactions inside the
+	// push transaction of every new commit, stored with the commit; the
+	// runner Start starts delivers them to Reactions.Handlers, at least
+	// once, under leases, with retries and dead letters. The store must
+	// keep reactions (both drivers do). Nil: off.
+	Reactions *ReactionConfig
 }
 
 // LeaseConfig configures auth leases (§7.3).
@@ -313,6 +321,10 @@ type Server struct {
 	urls    *urlSigner // nil without Config.SignedURLs
 	// blobPresign: blob downloads and grants answer signed URLs.
 	blobPresign atomic.Bool
+	// reactor delivers durable reactions (reactions.go); nil without
+	// Config.Reactions. reactorOn: Start started it.
+	reactor   *reactor.Runner
+	reactorOn atomic.Bool
 
 	startOnce sync.Once
 	startErr  error
@@ -384,6 +396,9 @@ func New(cfg Config) (*Server, error) {
 			issuer = u
 		}
 	}
+	if err := s.initReactions(); err != nil {
+		return nil, fmt.Errorf("syncgo: %w", err)
+	}
 	s.eng = engine.New(engine.Config{
 		URLs:     issuer,
 		Blobs:    cfg.Blobs,
@@ -408,6 +423,8 @@ func New(cfg Config) (*Server, error) {
 		Validators:      cfg.Validators,
 		CommitValidator: cfg.CommitValidator,
 		Leases:          cfg.Leases,
+		Reactions:       s.cfg.Reactions,
+		OnReactions:     s.wakeReactions,
 	})
 	rc := cfg.Realtime
 	s.hub = realtime.NewHub(realtime.Config{Engine: s.eng, Store: cfg.Store, Logger: cfg.Logger, Now: cfg.Now,
@@ -475,6 +492,7 @@ func (s *Server) Start(ctx context.Context) error {
 			services.Wait()
 		}()
 		s.watch.start(bg)
+		s.startReactions()
 		if l, ok := s.cfg.Store.(store.CommitListener); ok {
 			s.listening = make(chan struct{})
 			go func() {
@@ -504,14 +522,17 @@ func (s *Server) onCommit(n CommitNotice) {
 func (s *Server) Drain() { s.stopping.Store(true) }
 
 // Stop closes the realtime sockets with a going-away close frame, stops
-// the background services and waits for them, or for ctx. The store stays
-// open; its owner closes it.
+// the background services and waits for them, or for ctx. The reaction
+// runner claims no more and its running handlers finish; when ctx ends
+// first, their contexts are cancelled and their leases given back. The
+// store stays open; its owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	s.hub.Close()
 	s.watch.close()
+	rerr := s.stopReactions(ctx)
 	if s.stop == nil {
-		return nil
+		return rerr
 	}
 	s.stop()
 	for _, ch := range []chan struct{}{s.done, s.listening} {
@@ -524,7 +545,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	return nil
+	return rerr
 }
 
 // Prune runs one retention pass on a partition now and returns its

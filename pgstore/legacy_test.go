@@ -21,9 +21,10 @@ import (
 // with DDL of our own that has its layout: the core tables of its
 // POSTGRES_DDL before 0.21 and 0.23 (no sync_commits.writer_version, no
 // sync_tombstones, checkpoint or fence table, no fence function or
-// trigger; sync_reactions and sync_blob_refs, which pgstore does not
-// create; sync_row_scopes.row_id in the database collation), app tables
-// without _sync_column_versions whose non-nullable columns are NOT NULL,
+// trigger; sync_reactions, to which pgstore adds its status-led indexes,
+// and sync_blob_refs, which pgstore does not create;
+// sync_row_scopes.row_id in the database collation), app tables without
+// _sync_column_versions whose non-nullable columns are NOT NULL,
 // and declared indexes that do not lead with _sync_partition.
 const legacyCoreDDL = `
 CREATE TABLE sync_partitions(partition TEXT PRIMARY KEY,
@@ -44,9 +45,16 @@ CREATE TABLE sync_change_scopes(partition TEXT NOT NULL, tbl TEXT NOT NULL, var 
   value TEXT NOT NULL, commit_seq BIGINT NOT NULL, PRIMARY KEY(partition, tbl, var, value, commit_seq));
 CREATE TABLE sync_push_results(partition TEXT NOT NULL, client_id TEXT NOT NULL,
   client_commit_id TEXT NOT NULL, result JSONB NOT NULL, PRIMARY KEY(partition, client_id, client_commit_id));
-CREATE TABLE sync_reactions(partition TEXT NOT NULL, idempotency_key TEXT NOT NULL, type TEXT NOT NULL,
-  version INTEGER NOT NULL, payload JSONB NOT NULL, status TEXT NOT NULL,
-  PRIMARY KEY(partition, idempotency_key));
+CREATE TABLE sync_reactions(partition TEXT NOT NULL, idempotency_key TEXT NOT NULL,
+  type TEXT NOT NULL, version INTEGER NOT NULL, payload JSONB NOT NULL,
+  source_client_id TEXT NOT NULL, source_client_commit_id TEXT NOT NULL,
+  source_commit_seq BIGINT NOT NULL, created_at_ms BIGINT NOT NULL,
+  available_at_ms BIGINT NOT NULL, status TEXT NOT NULL,
+  attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL,
+  lease_owner TEXT, lease_expires_at_ms BIGINT, completed_at_ms BIGINT, last_failure JSONB,
+  PRIMARY KEY(partition, idempotency_key),
+  CHECK(status IN ('pending', 'leased', 'completed', 'dead-letter')));
+CREATE INDEX sync_reactions_due ON sync_reactions(partition, status, available_at_ms, created_at_ms, idempotency_key);
 CREATE TABLE sync_clients(partition TEXT NOT NULL, client_id TEXT NOT NULL, actor_id TEXT NOT NULL,
   wire_version INTEGER NOT NULL DEFAULT 1, cursor BIGINT NOT NULL, subscriptions JSONB NOT NULL,
   updated_at_ms BIGINT NOT NULL, PRIMARY KEY(partition, client_id));
@@ -196,6 +204,7 @@ func legacyCoreLines() []string {
 		"create index sync_segment_publications_by_expiry", "create table sync_blob_objects",
 		"create index sync_blob_objects_by_upload", "create index sync_blob_objects_by_age",
 		"create table sync_blob_chunks", "create index sync_blob_chunks_by_age",
+		"create index sync_reactions_claim", "create index sync_reactions_expiry", "create index sync_reactions_terminal",
 	}
 }
 

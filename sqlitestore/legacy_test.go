@@ -49,8 +49,16 @@ CREATE TABLE sync_change_scopes(partition TEXT NOT NULL, tbl TEXT NOT NULL, var 
   value TEXT NOT NULL, commit_seq INTEGER NOT NULL, PRIMARY KEY(partition, tbl, var, value, commit_seq));
 CREATE TABLE sync_push_results(partition TEXT NOT NULL, client_id TEXT NOT NULL,
   client_commit_id TEXT NOT NULL, result TEXT NOT NULL, PRIMARY KEY(partition, client_id, client_commit_id));
-CREATE TABLE sync_reactions(partition TEXT NOT NULL, idempotency_key TEXT NOT NULL, status TEXT NOT NULL,
-  PRIMARY KEY(partition, idempotency_key));
+CREATE TABLE sync_reactions(partition TEXT NOT NULL, idempotency_key TEXT NOT NULL,
+  type TEXT NOT NULL, version INTEGER NOT NULL, payload TEXT NOT NULL,
+  source_client_id TEXT NOT NULL, source_client_commit_id TEXT NOT NULL,
+  source_commit_seq INTEGER NOT NULL, created_at_ms INTEGER NOT NULL,
+  available_at_ms INTEGER NOT NULL, status TEXT NOT NULL,
+  attempts INTEGER NOT NULL, max_attempts INTEGER NOT NULL,
+  lease_owner TEXT, lease_expires_at_ms INTEGER, completed_at_ms INTEGER, last_failure TEXT,
+  PRIMARY KEY(partition, idempotency_key),
+  CHECK(status IN ('pending', 'leased', 'completed', 'dead-letter')));
+CREATE INDEX sync_reactions_due ON sync_reactions(partition, status, available_at_ms, created_at_ms, idempotency_key);
 CREATE TABLE sync_clients(partition TEXT NOT NULL, client_id TEXT NOT NULL, actor_id TEXT NOT NULL,
   wire_version INTEGER NOT NULL DEFAULT 1, cursor INTEGER NOT NULL, subscriptions TEXT NOT NULL,
   updated_at_ms INTEGER NOT NULL, PRIMARY KEY(partition, client_id));

@@ -2,12 +2,15 @@ package sqlitestore
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -15,17 +18,31 @@ import (
 	"github.com/syncgo/syncgo/store"
 )
 
-//go:embed migrations/001_core.sql
-var coreTablesDDL string
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
 
-// segmentsBlobsDDL holds the blob reference index and the tables of the
-// segment and blob stores (segments.go, blobs.go).
-//
-//go:embed migrations/002_segments_blobs.sql
-var segmentsBlobsDDL string
+// coreDDL is the core DDL: every migration file, in file name order.
+var coreDDL = joinMigrations(migrationFiles)
 
-// coreDDL is every table the store keeps, planned at each open.
-var coreDDL = coreTablesDDL + "\n" + segmentsBlobsDDL
+// joinMigrations concatenates the .sql files of fsys's migrations
+// directory in file name order.
+func joinMigrations(fsys embed.FS) string {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		panic(err)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, name := range names {
+		body, err := fsys.ReadFile(name)
+		if err != nil {
+			panic(err)
+		}
+		b.Write(body)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
 
 // MemoryPath is the Config.Path of a throw-away database: a temporary file
 // that is deleted on Close and not synced to disk.

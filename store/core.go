@@ -58,5 +58,11 @@ func CoreTables() map[string][]CoreColumn {
 		// The database blob store (§5.9.2): blobs and their chunks.
 		"sync_blob_objects": cols("partition", "blob_id", "byte_length", "media_type", "created_at_ms", "upload_id"),
 		"sync_blob_chunks":  cols("upload_id", "idx", "started_at_ms", "bytes"),
+		// Durable reactions (§6.9), as the reference's storage lays them
+		// out.
+		"sync_reactions": cols("partition", "idempotency_key", "type", "version", "payload",
+			"source_client_id", "source_client_commit_id", "source_commit_seq", "created_at_ms",
+			"available_at_ms", "status", "attempts", "max_attempts", "lease_owner", "lease_expires_at_ms",
+			"completed_at_ms", "last_failure"),
 	}
 }

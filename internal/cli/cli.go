@@ -26,6 +26,9 @@ commands:
   backfill -name N -sources t1,t2 -no-projection
             walk a checkpoint's source log with a progress bar (resumable)
             and activate it; projections run in the embedding process
+  reactions backlog | list | retry | drop
+            durable reactions: the backlog, dead letters, an operator's
+            retry or drop (syncgo reactions help)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -62,6 +65,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runConformance(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return runBench(ctx, args[1:], stdout, stderr)
+	case "reactions":
+		return runReactions(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/validate"
@@ -93,6 +94,12 @@ type Config struct {
 	CommitValidator validate.CommitValidator
 	// Leases turns auth leases on (§7.3); nil: off.
 	Leases *LeaseConfig
+	// Reactions plans durable reactions in the push transaction (§6.9,
+	// reactions.go); nil: none.
+	Reactions *reaction.Config
+	// OnReactions, when set, is called after a write that planned
+	// reactions is durable (the runner's wake-up).
+	OnReactions func()
 }
 
 // CRDTMerger merges the stored value of a crdt column (nil for NULL or a

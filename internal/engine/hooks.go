@@ -23,7 +23,7 @@ const (
 // hooksOn reports whether any write rule is configured: without one, the
 // push path does no rule work at all.
 func (e *Engine) hooksOn() bool {
-	return len(e.cfg.Validators) > 0 || e.cfg.CommitValidator != nil
+	return len(e.cfg.Validators) > 0 || e.wantsEvidence()
 }
 
 // validateOp runs the table's row validator on an operation about to be
@@ -37,7 +37,7 @@ func (a *applier) validateOp(ctx context.Context, i int, t *schema.CompiledTable
 		return nil, nil
 	}
 	v := e.cfg.Validators[t.Name()]
-	if v == nil && e.cfg.CommitValidator == nil {
+	if v == nil && !e.wantsEvidence() {
 		return nil, nil
 	}
 	o := validate.Operation{OpIndex: i, Op: op, Table: t.Name(), RowID: rowID, StoredServerVersion: storedVersion,
@@ -48,7 +48,7 @@ func (a *applier) validateOp(ctx context.Context, i int, t *schema.CompiledTable
 	if stored != nil {
 		o.Stored = rowMap(t, stored)
 	}
-	if e.cfg.CommitValidator != nil {
+	if e.wantsEvidence() {
 		a.evidence = append(a.evidence, o)
 	}
 	if v == nil {
@@ -68,7 +68,7 @@ func (a *applier) validateOp(ctx context.Context, i int, t *schema.CompiledTable
 // and runs no row validator, but is evidence for the whole-commit
 // validator (§6.8).
 func (a *applier) noteAbsentDelete(i int, table, rowID string) {
-	if a.r.e.cfg.CommitValidator != nil {
+	if a.r.e.wantsEvidence() {
 		a.evidence = append(a.evidence, validate.Operation{OpIndex: i, Op: wire.OpDelete, Table: table, RowID: rowID,
 			Appended: a.appending})
 	}

@@ -18,6 +18,7 @@ type pushOutcome struct {
 	replay    bool // record came from the journal
 	cacheMiss bool // the journal holds an unreadable record
 	notice    *CommitNotice
+	reactions int // reactions the commit planned (reactions.go)
 }
 
 // pushCommit applies one PUSH_COMMIT (§6) and writes its PUSH_RESULT.
@@ -63,6 +64,7 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 		return err
 	}
 	r.e.notePush(out)
+	r.e.notePlanned(out)
 	if out.record.Status == wire.PushApplied {
 		r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
 	}
@@ -127,6 +129,9 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 			// knows of, which already reflects it.
 			out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: max(r.partition.MaxCommitSeq, r.lastSeq),
 				RecordedAtMs: now, CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
+			if out.reactions, err = a.planReactions(ctx, out.record.CommitSeq, now); err != nil {
+				return err
+			}
 			_, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record)
 			return err
 		}
@@ -134,6 +139,9 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 			ActorID: r.auth.ActorID, CreatedAtMs: now, Changes: a.changes}
 		seq, err := tx.AppendCommit(ctx, nc)
 		if err != nil {
+			return err
+		}
+		if out.reactions, err = a.planReactions(ctx, seq, now); err != nil {
 			return err
 		}
 		out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: seq, RecordedAtMs: now,

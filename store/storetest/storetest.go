@@ -104,6 +104,7 @@ var areas = []area{
 	{"Leases", RunLeases},
 	{"Segments", RunSegments},
 	{"Blobs", RunBlobs},
+	{"Reactions", RunReactions},
 }
 
 // Run runs every area of the suite as parallel subtests.
