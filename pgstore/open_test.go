@@ -228,7 +228,7 @@ func TestCoreMigrationGivesWayToWriter(t *testing.T) {
 		opened <- err
 	}()
 	waitForWaiter(t, s, name, w.Conn().PgConn().PID())
-	if _, err := tx.Exec(ctx, sqlAppendCommit, "p", "c1", "x1", "a1", int64(1), int64(1)); err != nil {
+	if _, err := tx.Exec(ctx, sqlInsertCommit, "p", int64(1), "c1", "x1", "a1", int64(1), int64(1)); err != nil {
 		t.Fatalf("the writer's append: %v", err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -88,9 +88,8 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 		return store.PruneResult{}, fmt.Errorf("prune: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	tx := &writeTx{s: s, conn: conn, partition: partition}
-	defer tx.rollback(ctx)
-	tx.defer_("begin", "BEGIN")
+	tx := newBatch(s, conn, ctx, partition, false)
+	defer tx.rollback()
 	br, err := tx.send(ctx, func(b *pgx.Batch) {
 		b.Queue(sqlLockPartition, partition)
 		b.Queue(sqlRegistryEpochShared, partition)

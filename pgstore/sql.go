@@ -23,46 +23,40 @@ const (
 ON CONFLICT (partition) DO UPDATE SET partition = EXCLUDED.partition
 RETURNING max_commit_seq, horizon_seq`
 
-	// sqlAppendCommit allocates the next sequence on the locked row and
-	// writes the commit row with it (the fence trigger runs here).
-	sqlAppendCommit = `WITH seq AS (
-  UPDATE sync_partitions SET max_commit_seq = max_commit_seq + 1
-   WHERE partition = $1
-  RETURNING max_commit_seq
-)
-INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
-SELECT $1, max_commit_seq, $2, $3, $4, $5, $6 FROM seq
-RETURNING commit_seq`
+	// sqlSetMaxCommitSeq writes the newest sequence back to the locked
+	// row, once per transaction, before COMMIT: the appends of the
+	// transaction take their sequences from the one the lock read.
+	sqlSetMaxCommitSeq = `UPDATE sync_partitions SET max_commit_seq = $2 WHERE partition = $1`
 
-	// sqlCurrentSeq is the sequence the statement before allocated; the
-	// statements of one append run after it on the same transaction.
-	sqlCurrentSeq = `(SELECT max_commit_seq FROM sync_partitions WHERE partition = $1)`
+	// sqlInsertCommit writes the commit row ($2 its sequence); the fence
+	// trigger runs here.
+	sqlInsertCommit = `INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 	sqlInsertChanges = `INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
-SELECT $1, ` + sqlCurrentSeq + `, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
-  FROM unnest($2::int4[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::text[], $8::bytea[])
+SELECT $1, $2, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+  FROM unnest($3::int4[], $4::text[], $5::text[], $6::int2[], $7::int8[], $8::text[], $9::bytea[])
        AS c(idx, tbl, row_id, op, row_version, scopes, payload)`
 
 	sqlInsertChangeScopes = `INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
-SELECT $1, s.tbl, s.var, s.value, ` + sqlCurrentSeq + `
-  FROM unnest($2::text[], $3::text[], $4::text[]) AS s(tbl, var, value)
+SELECT $1, s.tbl, s.var, s.value, $2
+  FROM unnest($3::text[], $4::text[], $5::text[]) AS s(tbl, var, value)
 ON CONFLICT DO NOTHING`
 
 	sqlUpsertTombstones = `INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
-SELECT $1, t.tbl, t.row_id, ` + sqlCurrentSeq + `
-  FROM unnest($2::text[], $3::text[]) AS t(tbl, row_id)
+SELECT $1, t.tbl, t.row_id, $2
+  FROM unnest($3::text[], $4::text[]) AS t(tbl, row_id)
 ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq`
 
-	// sqlNotifyCommit announces the allocated sequence on the commit
-	// channel, in the append's transaction: Postgres delivers it only if
-	// the transaction commits (and drops it with a rolled-back savepoint),
-	// in commit order. $1 is the partition, $2 the store's schema; the
+	// sqlNotifyCommit announces the sequence $3 on the commit channel, in
+	// the append's transaction: Postgres delivers it only if the
+	// transaction commits (and drops it with a rolled-back savepoint), in
+	// commit order. $1 is the partition, $2 the store's schema; the
 	// payload is "<seq>:<schema>:<partition>", or "<seq>:<schema>" when
 	// that would reach the 8000-byte payload limit (see listen.go).
 	sqlNotifyCommit = `SELECT pg_notify('` + notifyChannel + `',
   CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $2::text END)
-  FROM (SELECT max_commit_seq::text AS seq, max_commit_seq::text || ':' || $2::text || ':' || $1::text AS msg
-          FROM sync_partitions WHERE partition = $1) n`
+  FROM (SELECT $3::bigint::text AS seq, $3::bigint::text || ':' || $2::text || ':' || $1::text AS msg) n`
 
 	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`

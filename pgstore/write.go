@@ -16,9 +16,18 @@ import (
 // errTxDone is returned by a WriteTx used after its Write returned.
 var errTxDone = errors.New("pgstore: write transaction already finished")
 
-// rollbackTimeout bounds the ROLLBACK of a failed Write whose context is
-// already done.
+// rollbackTimeout bounds the ROLLBACK of a failed transaction whose
+// context is already done.
 const rollbackTimeout = 5 * time.Second
+
+// The savepoint of each commit of a batch of several. One name serves
+// them all: a commit's savepoint is released (or rolled back and
+// released) before the next one begins.
+const (
+	sqlSavepointCommitName = "syncgo_commit"
+	sqlSavepointCommit     = "SAVEPOINT " + sqlSavepointCommitName
+	sqlReleaseCommit       = "RELEASE SAVEPOINT " + sqlSavepointCommitName
+)
 
 // deferred is a statement whose answer nobody waits for: it is sent with
 // the next statement that has one, in the same pipelined batch.
@@ -26,90 +35,156 @@ type deferred struct {
 	what string
 	sql  string
 	args []any
+	// ctl marks the statements of the transaction's own structure (BEGIN,
+	// the partition lock, savepoints): a failure of one ends the batch.
+	ctl bool
+	// scan, when set, reads the statement's answer.
+	scan func(pgx.Row) error
 }
 
-// writeTx is the store.WriteTx of one Write: one connection, one
-// transaction.
-type writeTx struct {
+// batch is one database transaction on one pooled connection: the
+// commits of a group (group.go), or one operation of its own (a prune, a
+// checkpoint activation). Its statements run with its own context.
+type batch struct {
 	s         *Store
 	conn      *pgxpool.Conn
+	ctx       context.Context
 	partition string
-	st        *schemaState // nil before EnsureSchema
+	// multi: the batch carries several commits, each in the savepoint
+	// syncgo_commit.
+	multi bool
 
 	pending []deferred
-	sends   int // batches sent so far
-	depth   int // nesting of Candidate
-	// appended counts the commits appended and not undone by a Candidate.
-	appended int64
-	done     bool
-	// committed reports that a database transaction committed.
+	sends   int // round trips so far
+	// seq is the partition's newest commit sequence as the transaction
+	// sees it: read by the partition lock (seqKnown), then advanced by
+	// each append; written back to sync_partitions once, at COMMIT.
+	seq, lockedSeq int64
+	seqKnown       bool
+	// gate is the serve gate read in this transaction (nil before).
+	gate *cachedGate
+
+	// broken is the error that ended the transaction: every commit of the
+	// batch fails with it.
+	broken    error
+	done      bool
 	committed bool
 }
 
-// Write runs fn in one transaction under the partition's row lock (see the
-// package documentation). BEGIN and the lock are deferred: they travel
-// with fn's first statement.
-func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) (err error) {
-	if err := s.checkWrite(); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			s.writeErrors.Add(1)
-			err = storageFull(err)
-		}
-	}()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("write: acquire connection: %w", err)
-	}
-	defer conn.Release()
-	tx := &writeTx{s: s, conn: conn, partition: partition, st: s.schema.Load()}
-	tx.defer_("begin", "BEGIN")
-	tx.defer_("lock partition", sqlLockPartition, partition)
-	defer tx.rollback(ctx) // no-op after a commit
-	if err := fn(ctx, tx); err != nil {
-		return err
-	}
-	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("write: commit: %w", err)
-	}
-	s.writes.Add(1)
-	if tx.committed {
-		s.batches.Add(1)
-	}
-	s.commits.Add(tx.appended)
-	return nil
+// cachedGate is a serve gate read for a running version.
+type cachedGate struct {
+	running int32
+	gate    store.ServeGate
+}
+
+// newBatch starts a batch on conn: BEGIN is deferred.
+func newBatch(s *Store, conn *pgxpool.Conn, ctx context.Context, partition string, multi bool) *batch {
+	b := &batch{s: s, conn: conn, ctx: ctx, partition: partition, multi: multi}
+	b.deferCtl("begin", "BEGIN")
+	return b
+}
+
+// lockPartition defers the partition lock, the write boundary, and
+// records the newest sequence it reads.
+func (b *batch) lockPartition() {
+	b.pending = append(b.pending, deferred{what: "lock partition", sql: sqlLockPartition, args: []any{b.partition}, ctl: true,
+		scan: func(r pgx.Row) error {
+			var horizon int64
+			if err := r.Scan(&b.seq, &horizon); err != nil {
+				return err
+			}
+			b.lockedSeq, b.seqKnown = b.seq, true
+			return nil
+		}})
 }
 
 // defer_ queues a statement without an answer.
-func (t *writeTx) defer_(what, sql string, args ...any) {
-	t.pending = append(t.pending, deferred{what: what, sql: sql, args: args})
+func (b *batch) defer_(what, sql string, args ...any) {
+	b.pending = append(b.pending, deferred{what: what, sql: sql, args: args})
+}
+
+// deferCtl queues a statement of the transaction's structure.
+func (b *batch) deferCtl(what, sql string) {
+	b.pending = append(b.pending, deferred{what: what, sql: sql, ctl: true})
+}
+
+// writesPending reports whether a statement other than the structure's
+// waits to be sent.
+func (b *batch) writesPending(from int) bool {
+	for _, d := range b.pending[from:] {
+		if !d.ctl {
+			return true
+		}
+	}
+	return false
 }
 
 // send sends the deferred statements and then those that queue adds, in
 // one batch (one round trip), and returns the results positioned at the
-// first statement queue added. The caller must Close them.
-func (t *writeTx) send(ctx context.Context, queue func(b *pgx.Batch)) (pgx.BatchResults, error) {
-	if t.done {
+// first statement queue added. The caller must Close them. ctx is the
+// caller's: it is checked first, the statements run with the batch's.
+func (b *batch) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	if b.done {
 		return nil, errTxDone
 	}
-	b := &pgx.Batch{}
-	pending := t.pending
-	t.pending = nil
-	for _, d := range pending {
-		b.Queue(d.sql, d.args...)
+	if b.broken != nil {
+		return nil, b.broken
 	}
-	queue(b)
-	t.sends++
-	br := t.conn.SendBatch(ctx, b)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	bb := &pgx.Batch{}
+	pending := b.pending
+	b.pending = nil
 	for _, d := range pending {
-		if _, err := br.Exec(); err != nil {
+		bb.Queue(d.sql, d.args...)
+	}
+	queue(bb)
+	b.sends++
+	br := b.conn.SendBatch(b.ctx, bb)
+	for _, d := range pending {
+		var err error
+		if d.scan != nil {
+			err = d.scan(br.QueryRow())
+		} else {
+			_, err = br.Exec()
+		}
+		if err != nil {
 			_ = br.Close()
-			return nil, fmt.Errorf("%s: %w", d.what, err)
+			err = fmt.Errorf("%s: %w", d.what, fenceError(err))
+			if d.ctl {
+				b.broken = err
+			}
+			return nil, err
 		}
 	}
 	return br, nil
+}
+
+// exec sends the deferred statements and sql (without arguments) in one
+// round trip.
+func (b *batch) exec(ctx context.Context, what, sql string) error {
+	br, err := b.send(ctx, func(bb *pgx.Batch) { bb.Queue(sql) })
+	if err != nil {
+		return err
+	}
+	_, err = br.Exec()
+	if err = closeBatch(br, err); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// flush sends the deferred statements in one round trip.
+func (b *batch) flush(ctx context.Context) error {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	br, err := b.send(ctx, func(*pgx.Batch) {})
+	if err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // closeBatch closes br and returns err, or the error of closing.
@@ -121,16 +196,54 @@ func closeBatch(br pgx.BatchResults, err error) error {
 	return cerr
 }
 
-// commit sends what is deferred and COMMIT. A transaction that failed
-// earlier (and whose error fn swallowed) answers COMMIT with ROLLBACK:
-// that is an error too.
-func (t *writeTx) commit(ctx context.Context) error {
-	if t.sends == 0 && len(t.pending) == 2 {
-		// fn did nothing: BEGIN and the lock were never sent, and need not be.
-		t.done, t.pending = true, nil
+// aborted reports whether the transaction is in the failed state: a
+// statement failed and no rollback to a savepoint undid it yet.
+func (b *batch) aborted() bool { return b.conn.Conn().PgConn().TxStatus() == 'E' }
+
+// rollbackTo rolls back to the savepoint (and releases it when release is
+// set), at once: pgx prepares a batch's new statements before sending it,
+// which an aborted transaction refuses. Failing, it breaks the batch.
+func (b *batch) rollbackTo(name string, release bool) error {
+	b.pending = nil
+	sql := "ROLLBACK TO SAVEPOINT " + name
+	if release {
+		sql += "; RELEASE SAVEPOINT " + name
+	}
+	b.sends++
+	if _, err := b.conn.Exec(b.ctx, sql); err != nil {
+		b.broken = fmt.Errorf("rollback to savepoint: %w", err)
+		return b.broken
+	}
+	return nil
+}
+
+// endCommit ends a successful commit of a batch of several: its writes
+// still deferred are sent now with the savepoint's release, so that a
+// failure is its own; otherwise the release is deferred.
+func (b *batch) endCommit(ctx context.Context) error {
+	if b.aborted() {
+		return errors.New("the transaction failed earlier")
+	}
+	if !b.writesPending(0) {
+		b.deferCtl("release savepoint", sqlReleaseCommit)
 		return nil
 	}
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue("COMMIT") })
+	return b.exec(ctx, "release savepoint", sqlReleaseCommit)
+}
+
+// commit sends what is deferred, the sequence written back, and COMMIT. A
+// transaction that failed earlier answers COMMIT with ROLLBACK: that is an
+// error too. A batch that sent nothing and has nothing to write commits
+// nothing.
+func (b *batch) commit() error {
+	if b.sends == 0 && !b.writesPending(0) {
+		b.done, b.pending = true, nil
+		return nil
+	}
+	if b.seq != b.lockedSeq {
+		b.defer_("write back sequence", sqlSetMaxCommitSeq, b.partition, b.seq)
+	}
+	br, err := b.send(b.ctx, func(bb *pgx.Batch) { bb.Queue("COMMIT") })
 	if err != nil {
 		return err
 	}
@@ -138,30 +251,80 @@ func (t *writeTx) commit(ctx context.Context) error {
 	if err = closeBatch(br, err); err != nil {
 		return err
 	}
-	t.done = true
+	b.done = true
 	if tag.String() != "COMMIT" {
 		return errors.New("the transaction failed earlier and was rolled back")
 	}
-	t.committed = true
+	b.committed = true
 	return nil
 }
 
 // rollback ends a transaction that did not commit. When it fails, the
 // connection goes back to the pool mid-transaction and the pool closes it.
-func (t *writeTx) rollback(ctx context.Context) {
-	if t.done {
+func (b *batch) rollback() {
+	if b.done {
 		return
 	}
-	t.done = true
-	t.pending = nil
-	if t.sends == 0 {
+	b.done = true
+	b.pending = nil
+	if b.sends == 0 {
 		return // BEGIN was never sent
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
 	defer cancel()
-	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.s.log.WarnContext(ctx, "pgstore: rollback failed; the connection is discarded", "err", err)
+	if _, err := b.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		b.s.log.WarnContext(ctx, "pgstore: rollback failed; the connection is discarded", "err", err)
 	}
+}
+
+// writeTx is the store.WriteTx (and store.BarrierTx) of one Write: one
+// commit's view of its batch. Its statements run on the batch's
+// connection, inside the commit's savepoint when the batch carries
+// several; a read of the commit runs there too (send).
+type writeTx struct {
+	b         *batch
+	partition string
+	st        *schemaState // nil before EnsureSchema
+	// outer: the commit runs in the savepoint syncgo_commit.
+	outer bool
+	depth int // nesting of Candidate
+	// writes counts the writing statements the commit queued.
+	writes int
+	// appended counts the commits appended and not undone by a Candidate.
+	appended int64
+	// tomb is the tombstone read with the last Row.
+	tomb tombstoneRead
+	done bool
+}
+
+// tombstoneRead is a tombstone read along with a row.
+type tombstoneRead struct {
+	valid      bool
+	table, row string
+	seq        int64
+	found      bool
+}
+
+// s is the store.
+func (t *writeTx) s() *Store { return t.b.s }
+
+// send is batch.send for a call of the commit.
+func (t *writeTx) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	if t.done {
+		return nil, errTxDone
+	}
+	return t.b.send(ctx, queue)
+}
+
+// write queues a writing statement of the commit.
+func (t *writeTx) write(what, sql string, args ...any) error {
+	if t.done {
+		return errTxDone
+	}
+	t.writes++
+	t.tomb = tombstoneRead{}
+	t.b.defer_(what, sql, args...)
+	return nil
 }
 
 // Partition returns the partition the transaction writes to.
@@ -169,41 +332,64 @@ func (t *writeTx) Partition() string { return t.partition }
 
 // Candidate runs fn inside a savepoint. The SAVEPOINT (and on success the
 // RELEASE) is deferred; when fn sent nothing, its deferred statements are
-// kept (success) or dropped (failure) without any savepoint at all.
+// kept (success) or dropped (failure) without any savepoint at all. On
+// success, fn's writes still deferred are sent with the RELEASE, so that a
+// failure of one is fn's. The first Candidate of a commit of a batch of
+// several that wrote nothing yet uses the commit's own savepoint.
 func (t *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) error) error {
 	if t.done {
 		return errTxDone
 	}
+	b := t.b
+	reuse := t.depth == 0 && t.outer && t.writes == 0
 	t.depth++
 	name := "syncgo_candidate_" + strconv.Itoa(t.depth)
-	mark, sends, appended := len(t.pending), t.sends, t.appended
-	t.defer_("savepoint", "SAVEPOINT "+name)
+	mark, sends, appended, writes := len(b.pending), b.sends, t.appended, t.writes
+	if !reuse {
+		b.deferCtl("savepoint", "SAVEPOINT "+name)
+	}
 	err := fn(ctx)
 	t.depth--
+	t.tomb = tombstoneRead{}
 	if t.done {
 		return errors.Join(err, errTxDone)
 	}
-	unsent := t.sends == sends
-	switch {
-	case err == nil && unsent:
-		t.pending = append(t.pending[:mark], t.pending[mark+1:]...)
-	case err == nil:
-		t.defer_("release savepoint", "RELEASE SAVEPOINT "+name)
-	case unsent:
-		t.pending = t.pending[:mark]
-		t.appended = appended
-	default:
-		// The transaction may be aborted by fn's failure. Roll back now,
-		// not deferred: pgx prepares a batch's new statements before
-		// sending it, which an aborted transaction refuses. What fn
-		// deferred after its last send is inside the savepoint: dropped.
-		t.pending = nil
-		t.appended = appended
-		t.sends++
-		sql := "ROLLBACK TO SAVEPOINT " + name + "; RELEASE SAVEPOINT " + name
-		if _, rerr := t.conn.Exec(ctx, sql); rerr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+	if err == nil && b.aborted() {
+		err = errors.New("a statement of the candidate failed")
+	}
+	if err == nil {
+		writes := b.writesPending(mark)
+		switch {
+		case reuse && writes:
+			err = b.flush(ctx)
+		case reuse:
+		case !writes && b.sends == sends:
+			// Nothing inside reached the database: no savepoint at all.
+			b.pending = append(b.pending[:mark], b.pending[mark+1:]...)
+		case writes:
+			err = b.exec(ctx, "release savepoint", "RELEASE SAVEPOINT "+name)
+		default:
+			b.deferCtl("release savepoint", "RELEASE SAVEPOINT "+name)
 		}
+		if err == nil {
+			return nil
+		}
+	}
+	// The appends fn made are undone: their sequences are free again.
+	b.seq -= t.appended - appended
+	t.appended, t.writes = appended, writes
+	if b.sends == sends {
+		b.pending = b.pending[:mark]
+		return err
+	}
+	// The transaction may be aborted by fn's failure; what fn deferred
+	// after its last send is inside the savepoint: dropped.
+	target, release := name, true
+	if reuse {
+		target, release = sqlSavepointCommitName, false
+	}
+	if rerr := b.rollbackTo(target, release); rerr != nil {
+		return errors.Join(err, rerr)
 	}
 	return err
 }

@@ -11,25 +11,49 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// Row reads a current row on the transaction's connection.
+// Row reads a current row on the transaction's connection, and in the
+// same round trip the row's tombstone, which an insert asks for next.
 func (t *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
 	ts, err := t.table(table)
 	if err != nil {
 		return store.Row{}, err
 	}
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.selectRow, t.partition, rowID) })
+	br, err := t.send(ctx, func(b *pgx.Batch) {
+		b.Queue(ts.selectRow, t.partition, rowID)
+		b.Queue(sqlTombstone, t.partition, table, rowID)
+	})
 	if err != nil {
 		return store.Row{}, fmt.Errorf("row: %w", err)
 	}
 	row, err := scanRow(br.QueryRow(), table)
+	if err == nil || errors.Is(err, store.ErrNotFound) {
+		tomb := tombstoneRead{table: table, row: rowID}
+		terr := br.QueryRow().Scan(&tomb.seq)
+		tomb.found = terr == nil
+		if tomb.valid = tomb.found || errors.Is(terr, pgx.ErrNoRows); !tomb.valid {
+			err = terr
+		}
+		t.tomb = tomb
+	}
 	if err = closeBatch(br, err); err != nil {
+		t.tomb = tombstoneRead{}
 		return store.Row{}, fmt.Errorf("row: %w", err)
 	}
 	return row, nil
 }
 
-// Tombstone reads the row's delete tombstone.
+// Tombstone reads the row's delete tombstone; right after a Row of the
+// same row, without writes between, it is the one read with it.
 func (t *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
+	if tomb := t.tomb; tomb.valid && tomb.table == table && tomb.row == rowID {
+		if err := ctx.Err(); err != nil {
+			return 0, false, err
+		}
+		if t.done {
+			return 0, false, errTxDone
+		}
+		return tomb.seq, tomb.found, nil
+	}
 	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlTombstone, t.partition, table, rowID) })
 	if err != nil {
 		return 0, false, fmt.Errorf("tombstone: %w", err)
@@ -48,11 +72,7 @@ func (t *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bo
 
 // ClearTombstone removes the row's tombstone (deferred).
 func (t *writeTx) ClearTombstone(_ context.Context, table, rowID string) error {
-	if t.done {
-		return errTxDone
-	}
-	t.defer_("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
-	return nil
+	return t.write("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
 }
 
 // UpsertRow writes the row with its typed columns and brings its scope
@@ -79,6 +99,15 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)),
 		nonNilBytes(w.Payload), nullIfEmpty(w.ColumnVersions))
 	vars, values := scopeArrays(w.Scopes)
+	if len(ts.constraints) == 0 {
+		// No declared unique index to report: deferred, sent with the
+		// next statement that has an answer.
+		_ = t.write("upsert row", ts.upsert, args...)
+		_ = t.write("upsert row: scope index", sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
+		return t.write("upsert row: scope index", sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
+	}
+	t.writes++
+	t.tomb = tombstoneRead{}
 	br, err := t.send(ctx, func(b *pgx.Batch) {
 		b.Queue(ts.upsert, args...)
 		b.Queue(sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
@@ -109,12 +138,8 @@ func (t *writeTx) DeleteRow(_ context.Context, table, rowID string) error {
 	if err != nil {
 		return err
 	}
-	if t.done {
-		return errTxDone
-	}
-	t.defer_("delete row", ts.deleteRow, t.partition, rowID)
-	t.defer_("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
-	return nil
+	_ = t.write("delete row", ts.deleteRow, t.partition, rowID)
+	return t.write("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
 }
 
 // RowsByColumn reads up to limit rows whose materialized column equals
@@ -179,6 +204,7 @@ func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID st
 	if err != nil {
 		return false, fmt.Errorf("put push result: %w", err)
 	}
+	t.writes++
 	br, err := t.send(ctx, func(b *pgx.Batch) {
 		b.Queue(sqlPutPushResult, t.partition, clientID, clientCommitID, body)
 	})
