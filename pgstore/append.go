@@ -28,7 +28,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 	b := t.b
 	if !b.seqKnown {
 		// The lock has not been sent yet: it reads the sequence.
-		if err := b.flush(ctx); err != nil {
+		if err := b.flush(ctx, t); err != nil {
 			return 0, fmt.Errorf("append commit: %w", err)
 		}
 	}
@@ -53,6 +53,9 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 	for lo := 0; lo < len(ts.tbl); lo += chunk {
 		hi := min(lo+chunk, len(ts.tbl))
 		_ = t.write("append commit: tombstones", sqlUpsertTombstones, t.partition, seq, ts.tbl[lo:hi], ts.rowID[lo:hi])
+	}
+	for i := range ts.tbl {
+		t.forgetTomb(rowKey{ts.tbl[i], ts.rowID[i]})
 	}
 	_ = t.write("append commit: notify", sqlNotifyCommit, t.partition, t.s().dbSchema, seq)
 	b.seq = seq

@@ -190,7 +190,7 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 	tx := newBatch(s, conn, ctx, partition, false)
 	defer tx.rollback() // no-op after a commit
 	tx.lockPartition()
-	br, err := tx.send(ctx, func(b *pgx.Batch) {
+	br, err := tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlActivationState, partition, name, watermark, nonNilStrings(sources))
 	})
 	if err != nil {
@@ -222,7 +222,7 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 	case horizon > watermark:
 		return store.Unverifiable, nil
 	}
-	br, err = tx.send(ctx, func(b *pgx.Batch) {
+	br, err = tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlActivateCheckpoint, partition, name, ownerEpoch, watermark, nowMs)
 		b.Queue("COMMIT")
 	})
@@ -336,6 +336,9 @@ func (s *Store) HasSourceChangesAbove(ctx context.Context, partition string, sou
 // (a schema bump waits for the batch's lock to be released, and the
 // writer fence is enforced by the database at each append).
 func (t *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGate, error) {
+	if err := t.settle(ctx); err != nil {
+		return store.ServeGate{}, fmt.Errorf("serve gate: %w", err)
+	}
 	if c := t.b.gate; c != nil && c.running == running && !t.done {
 		if err := ctx.Err(); err != nil {
 			return store.ServeGate{}, err

@@ -63,7 +63,8 @@ func openCounted(tb testing.TB, maxConns int32) (*Store, *roundTrips) {
 // BenchmarkPushCommit replays what the engine does for a push of one
 // commit that inserts one fresh row (internal/engine push.go and
 // apply.go): the journal pre-check on the pool, then one Write with the
-// serve gate, the journal re-check, and in a candidate savepoint the row
+// serve gate, the journal re-check (with the row, read ahead where the
+// driver can: WriteReadAhead), and in a candidate savepoint the row
 // read, the tombstone read, the upsert, the append and the push result.
 // Writers (1, 8, 64 goroutines pulling iterations from one counter) push
 // to one partition, or each to its own. Figures: commits/s and the round
@@ -111,7 +112,7 @@ func benchPushCommit(b *testing.B, writers int, distinct bool) {
 			return fmt.Errorf("pre-check: %v", err)
 		}
 		row := storetest.Task{ID: fmt.Sprintf("w%d-%d", w, k), ProjectID: fmt.Sprintf("project-%d", w)}.RowWrite(b, 1)
-		return s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+		fn := func(ctx context.Context, tx store.WriteTx) error {
 			if g, err := tx.(store.BarrierTx).ServeGate(ctx, sc.Version()); err != nil || g.StoredSchemaVersion != sc.Version() {
 				return fmt.Errorf("serve gate: %+v, %v", g, err)
 			}
@@ -138,7 +139,12 @@ func benchPushCommit(b *testing.B, writers int, distinct bool) {
 				_, err = tx.PutPushResult(ctx, clientID, commitID, rec)
 				return err
 			})
-		})
+		}
+		if ra, ok := any(s).(store.ReadAheadWriter); ok {
+			reads := store.WriteReads{ClientID: clientID, ClientCommitID: commitID, Rows: []store.RowKey{{Table: row.Table, RowID: row.RowID}}}
+			return ra.WriteReadAhead(ctx, partition, reads, fn)
+		}
+		return s.Write(ctx, partition, fn)
 	}
 	// Warm every connection's statement cache.
 	for w := range writers {

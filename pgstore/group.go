@@ -23,9 +23,10 @@ import (
 
 // writeReq is one queued Write.
 type writeReq struct {
-	ctx  context.Context
-	fn   func(ctx context.Context, tx store.WriteTx) error
-	done chan error
+	ctx   context.Context
+	reads *store.WriteReads // what fn reads first (WriteReadAhead), or nil
+	fn    func(ctx context.Context, tx store.WriteTx) error
+	done  chan error
 }
 
 // groups are the write queues of the partitions that have a leader.
@@ -47,13 +48,18 @@ type group struct {
 // queued, a call always waits for its answer: a function that may still
 // commit is never walked away from.
 func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) error {
+	return s.write(ctx, partition, nil, fn)
+}
+
+// write is Write, with what fn reads first when known.
+func (s *Store) write(ctx context.Context, partition string, reads *store.WriteReads, fn func(ctx context.Context, tx store.WriteTx) error) error {
 	if err := s.checkWrite(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	req := &writeReq{ctx: ctx, reads: reads, fn: fn, done: make(chan error, 1)}
 	s.groups.mu.Lock()
 	g := s.groups.m[partition]
 	lead := g == nil
@@ -148,11 +154,14 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 	defer conn.Release()
 	b := newBatch(s, conn, ctx, partition, len(live) > 1)
 	b.lockPartition()
+	liveReqs := make([]*writeReq, len(live))
+	for j, i := range live {
+		liveReqs[j] = reqs[i]
+	}
+	b.readAhead(liveReqs)
 	defer b.rollback() // no-op after a commit
-	var (
-		applied  []int
-		appended int64
-	)
+	txs := make([]*writeTx, len(reqs))
+	var applied []int
 	for _, i := range live {
 		r := reqs[i]
 		if results[i] = b.broken; results[i] != nil {
@@ -163,8 +172,8 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 		}
 		tx, err := b.run(r)
 		if results[i] = err; err == nil {
+			txs[i] = tx
 			applied = append(applied, i)
-			appended += tx.appended
 		}
 	}
 	if len(applied) == 0 {
@@ -185,7 +194,13 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 	if b.committed {
 		s.batches.Add(1)
 	}
-	s.commits.Add(appended)
+	for _, i := range applied {
+		// A commit whose deferred write failed after its function
+		// returned was undone (batch.send).
+		if results[i] = txs[i].late; results[i] == nil {
+			s.commits.Add(txs[i].appended)
+		}
+	}
 }
 
 // run runs one request's function, in the savepoint syncgo_commit when the
@@ -194,13 +209,26 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 // batch of one rolls back as a whole, and one that cannot roll back to the
 // savepoint (a lost connection) fails every commit it carries.
 func (b *batch) run(r *writeReq) (*writeTx, error) {
-	tx := &writeTx{b: b, partition: b.partition, st: b.s.schema.Load(), outer: b.multi}
+	tx := &writeTx{b: b, partition: b.partition, st: b.s.schema.Load(), outer: b.multi, index: len(b.commits)}
+	b.commits = append(b.commits, tx)
 	mark, sends := len(b.pending), b.sends
 	if b.multi {
-		b.deferCtl("savepoint", sqlSavepointCommit)
+		b.pending = append(b.pending, deferred{what: "savepoint", sql: sqlSavepointCommit, ctl: true, owner: tx})
 	}
 	err := callWrite(r.ctx, tx, r.fn)
 	tx.done = true
+	if tx.dead {
+		// A commit before it failed late, and took it along before any of
+		// its statements ran (batch.lateFailure).
+		kept := b.pending[:0]
+		for _, d := range b.pending {
+			if d.owner != tx {
+				kept = append(kept, d)
+			}
+		}
+		b.pending = kept
+		return tx, tx.late
+	}
 	switch {
 	case b.broken != nil:
 		return tx, errors.Join(err, b.broken)
@@ -208,7 +236,7 @@ func (b *batch) run(r *writeReq) (*writeTx, error) {
 		// fn swallowed the error of a failed statement.
 		err = errors.New("the transaction failed earlier")
 	case err == nil && b.multi:
-		err = b.endCommit(r.ctx)
+		err = b.endCommit(tx)
 	}
 	if err == nil {
 		return tx, nil

@@ -90,7 +90,7 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 	defer conn.Release()
 	tx := newBatch(s, conn, ctx, partition, false)
 	defer tx.rollback()
-	br, err := tx.send(ctx, func(b *pgx.Batch) {
+	br, err := tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlLockPartition, partition)
 		b.Queue(sqlRegistryEpochShared, partition)
 	})
@@ -119,7 +119,7 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 	if target <= horizon {
 		return store.PruneResult{HorizonSeq: horizon}, nil
 	}
-	br, err = tx.send(ctx, func(b *pgx.Batch) {
+	br, err = tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlPruneCommits, partition, target)
 		b.Queue(sqlPruneChanges, partition, target)
 		b.Queue(sqlPruneChangeScopes, partition, target)

@@ -227,8 +227,12 @@ func TestPushResults(t *testing.T) {
 	}
 }
 
-// TestScopeReadsUseIndexes checks the plans of the scoped reads: the
-// candidates come from the primary keys of the scope indexes.
+// TestScopeReadsUseIndexes checks the plans of the scoped reads and of the
+// row scope index's upkeep: the candidates of a read come from the primary
+// keys of the scope indexes (never from sync_row_scopes_by_row, whose
+// row_id order would come with a filter on the scope value), and an
+// upsert's or delete's cleanup of a row's entries from
+// sync_row_scopes_by_row (not a scan of the table's entries).
 func TestScopeReadsUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := openStore(t)
@@ -267,5 +271,23 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 	if plan := explain(ts.scanAfter, "p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
 		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
+	}
+	for _, after := range []bool{false, true} {
+		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}
+		if after {
+			sql, args = ts.scanAfter, append(args, "x")
+		}
+		if plan := explain(sql, args...); strings.Contains(plan, "sync_row_scopes_by_row") {
+			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
+		}
+	}
+	vars := []string{"project_id", "owner_id"}
+	for name, plan := range map[string]string{
+		"prune":  explain(sqlPruneRowScopes, "p", "tasks", "r1", vars, vals),
+		"delete": explain(sqlDeleteRowScopes, "p", "tasks", "r1"),
+	} {
+		if !strings.Contains(plan, "sync_row_scopes_by_row") || !strings.Contains(plan, "row_id") {
+			t.Errorf("the %s of a row's scope entries does not read sync_row_scopes_by_row:\n%s", name, plan)
+		}
 	}
 }

@@ -66,15 +66,17 @@ ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_
 const (
 	// sqlPruneRowScopes removes the entries of a row that its new scopes
 	// no longer hold; unchanged entries stay (no churn on a plain update).
+	// It finds the row's entries through sync_row_scopes_by_row, whose
+	// row_id is in the default collation (migrations/006).
 	sqlPruneRowScopes = `DELETE FROM sync_row_scopes
- WHERE partition = $1 AND tbl = $2 AND row_id = $3
+ WHERE partition = $1 AND tbl = $2 AND row_id COLLATE "default" = $3
    AND (var, value) NOT IN (SELECT * FROM unnest($4::text[], $5::text[]))`
 
 	sqlInsertRowScopes = `INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id)
 SELECT $1, $2, s.var, s.value, $3 FROM unnest($4::text[], $5::text[]) AS s(var, value)
 ON CONFLICT DO NOTHING`
 
-	sqlDeleteRowScopes = `DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $2 AND row_id = $3`
+	sqlDeleteRowScopes = `DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $2 AND row_id COLLATE "default" = $3`
 )
 
 // Push-result journal.
@@ -84,6 +86,8 @@ const (
 VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING 1`
+	// sqlInsertPushResult records a result known to be new.
+	sqlInsertPushResult = `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $2, $3, $4)`
 )
 
 // Commit window: candidate commits from the change scope index on the

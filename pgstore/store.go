@@ -41,6 +41,10 @@ type Store struct {
 	// (group.go).
 	groups groups
 
+	// roundTrips counts the round trips of write transactions (tests and
+	// benchmarks).
+	roundTrips atomic.Int64
+
 	writes      atomic.Int64
 	writeErrors atomic.Int64
 	batches     atomic.Int64

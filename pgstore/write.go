@@ -40,6 +40,8 @@ type deferred struct {
 	ctl bool
 	// scan, when set, reads the statement's answer.
 	scan func(pgx.Row) error
+	// owner is the commit that queued it (nil: the batch's own).
+	owner *writeTx
 }
 
 // batch is one database transaction on one pooled connection: the
@@ -63,6 +65,14 @@ type batch struct {
 	seqKnown       bool
 	// gate is the serve gate read in this transaction (nil before).
 	gate *cachedGate
+	// ahead is what the batch read ahead for its commits (readahead.go);
+	// absent are the journal keys read absent and not written since.
+	ahead  readAhead
+	absent map[journalKey]bool
+	// aheadPending: the reads ahead are queued and not sent yet.
+	aheadPending bool
+	// commits are the commits run so far, in order.
+	commits []*writeTx
 
 	// broken is the error that ended the transaction: every commit of the
 	// batch fails with it.
@@ -79,7 +89,7 @@ type cachedGate struct {
 
 // newBatch starts a batch on conn: BEGIN is deferred.
 func newBatch(s *Store, conn *pgxpool.Conn, ctx context.Context, partition string, multi bool) *batch {
-	b := &batch{s: s, conn: conn, ctx: ctx, partition: partition, multi: multi}
+	b := &batch{s: s, conn: conn, ctx: ctx, partition: partition, multi: multi, absent: map[journalKey]bool{}}
 	b.deferCtl("begin", "BEGIN")
 	return b
 }
@@ -122,8 +132,15 @@ func (b *batch) writesPending(from int) bool {
 // send sends the deferred statements and then those that queue adds, in
 // one batch (one round trip), and returns the results positioned at the
 // first statement queue added. The caller must Close them. ctx is the
-// caller's: it is checked first, the statements run with the batch's.
-func (b *batch) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+// caller's: it is checked first, the statements run with the batch's. cur
+// is the commit that sends (nil: the batch itself).
+//
+// A deferred write of an earlier commit of the batch that fails here (the
+// writes of a commit travel with the next commit's first round trip) is
+// that commit's failure, not cur's: its savepoint is rolled back, it is
+// answered with the error, and the statements of the commits after it are
+// sent again.
+func (b *batch) send(ctx context.Context, cur *writeTx, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
 	if b.done {
 		return nil, errTxDone
 	}
@@ -141,30 +158,75 @@ func (b *batch) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.BatchR
 	}
 	queue(bb)
 	b.sends++
+	b.aheadPending = false
+	b.s.roundTrips.Add(1)
 	br := b.conn.SendBatch(b.ctx, bb)
-	for _, d := range pending {
+	for i, d := range pending {
 		var err error
 		if d.scan != nil {
 			err = d.scan(br.QueryRow())
 		} else {
 			_, err = br.Exec()
 		}
-		if err != nil {
-			_ = br.Close()
-			err = fmt.Errorf("%s: %w", d.what, fenceError(err))
-			if d.ctl {
-				b.broken = err
-			}
+		if err == nil {
+			continue
+		}
+		_ = br.Close()
+		err = fmt.Errorf("%s: %w", d.what, fenceError(err))
+		if d.ctl {
+			b.broken = err
 			return nil, err
 		}
+		if late := d.owner; late != nil && late != cur && late.done && b.multi {
+			return b.lateFailure(ctx, cur, late, err, pending[i+1:], queue)
+		}
+		return nil, err
 	}
 	return br, nil
 }
 
+// lateFailure undoes the commit late, whose deferred write failed with
+// err in a round trip of a later commit (or of the COMMIT), and sends that
+// round trip again without it: rest are the deferred statements that
+// followed the failed one. The commits after late that appended took
+// their sequences after late's: they fail too (cur with the error of its
+// call), so that the sequence stays dense.
+func (b *batch) lateFailure(ctx context.Context, cur, late *writeTx, err error, rest []deferred, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	failed := map[*writeTx]bool{}
+	for _, c := range b.commits[late.index:] {
+		if c == late || c.appended > 0 {
+			failed[c] = true
+			b.seq -= c.appended
+			c.appended = 0
+			c.late = err
+			if c != late {
+				c.late = fmt.Errorf("a commit before it in the transaction failed: %w", err)
+			}
+		}
+	}
+	var again []deferred
+	for _, d := range rest {
+		if !failed[d.owner] {
+			again = append(again, d)
+		}
+	}
+	// late's savepoint is the innermost: its RELEASE, and the next
+	// commits' statements, came after the failed statement.
+	if rerr := b.rollbackTo(sqlSavepointCommitName, true); rerr != nil {
+		return nil, errors.Join(err, rerr)
+	}
+	b.pending = again
+	if cur != nil && failed[cur] {
+		cur.dead, cur.done = true, true
+		return nil, cur.late
+	}
+	return b.send(ctx, cur, queue)
+}
+
 // exec sends the deferred statements and sql (without arguments) in one
 // round trip.
-func (b *batch) exec(ctx context.Context, what, sql string) error {
-	br, err := b.send(ctx, func(bb *pgx.Batch) { bb.Queue(sql) })
+func (b *batch) exec(ctx context.Context, cur *writeTx, what, sql string) error {
+	br, err := b.send(ctx, cur, func(bb *pgx.Batch) { bb.Queue(sql) })
 	if err != nil {
 		return err
 	}
@@ -176,11 +238,11 @@ func (b *batch) exec(ctx context.Context, what, sql string) error {
 }
 
 // flush sends the deferred statements in one round trip.
-func (b *batch) flush(ctx context.Context) error {
+func (b *batch) flush(ctx context.Context, cur *writeTx) error {
 	if len(b.pending) == 0 {
 		return nil
 	}
-	br, err := b.send(ctx, func(*pgx.Batch) {})
+	br, err := b.send(ctx, cur, func(*pgx.Batch) {})
 	if err != nil {
 		return err
 	}
@@ -210,6 +272,7 @@ func (b *batch) rollbackTo(name string, release bool) error {
 		sql += "; RELEASE SAVEPOINT " + name
 	}
 	b.sends++
+	b.s.roundTrips.Add(1)
 	if _, err := b.conn.Exec(b.ctx, sql); err != nil {
 		b.broken = fmt.Errorf("rollback to savepoint: %w", err)
 		return b.broken
@@ -217,18 +280,16 @@ func (b *batch) rollbackTo(name string, release bool) error {
 	return nil
 }
 
-// endCommit ends a successful commit of a batch of several: its writes
-// still deferred are sent now with the savepoint's release, so that a
-// failure is its own; otherwise the release is deferred.
-func (b *batch) endCommit(ctx context.Context) error {
+// endCommit ends a successful commit of a batch of several: the release
+// of its savepoint is deferred, and so are its writes not sent yet, which
+// travel with the next commit's first round trip (a failure of one is
+// then this commit's: see send).
+func (b *batch) endCommit(tx *writeTx) error {
 	if b.aborted() {
 		return errors.New("the transaction failed earlier")
 	}
-	if !b.writesPending(0) {
-		b.deferCtl("release savepoint", sqlReleaseCommit)
-		return nil
-	}
-	return b.exec(ctx, "release savepoint", sqlReleaseCommit)
+	b.pending = append(b.pending, deferred{what: "release savepoint", sql: sqlReleaseCommit, ctl: true, owner: tx})
+	return nil
 }
 
 // commit sends what is deferred, the sequence written back, and COMMIT. A
@@ -240,12 +301,23 @@ func (b *batch) commit() error {
 		b.done, b.pending = true, nil
 		return nil
 	}
-	if b.seq != b.lockedSeq {
-		b.defer_("write back sequence", sqlSetMaxCommitSeq, b.partition, b.seq)
-	}
-	br, err := b.send(b.ctx, func(bb *pgx.Batch) { bb.Queue("COMMIT") })
+	var writeBack bool
+	br, err := b.send(b.ctx, nil, func(bb *pgx.Batch) {
+		// Queued again, with the sequence then, if a commit's late
+		// failure undid its appends.
+		if writeBack = b.seq != b.lockedSeq; writeBack {
+			bb.Queue(sqlSetMaxCommitSeq, b.partition, b.seq)
+		}
+		bb.Queue("COMMIT")
+	})
 	if err != nil {
 		return err
+	}
+	if writeBack {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("write back sequence: %w", err)
+		}
 	}
 	tag, err := br.Exec()
 	if err = closeBatch(br, err); err != nil {
@@ -270,6 +342,7 @@ func (b *batch) rollback() {
 	if b.sends == 0 {
 		return // BEGIN was never sent
 	}
+	b.s.roundTrips.Add(1)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
 	defer cancel()
 	if _, err := b.conn.Exec(ctx, "ROLLBACK"); err != nil {
@@ -280,7 +353,7 @@ func (b *batch) rollback() {
 // writeTx is the store.WriteTx (and store.BarrierTx) of one Write: one
 // commit's view of its batch. Its statements run on the batch's
 // connection, inside the commit's savepoint when the batch carries
-// several; a read of the commit runs there too (send).
+// several; a read of the commit runs there too (query).
 type writeTx struct {
 	b         *batch
 	partition string
@@ -292,17 +365,17 @@ type writeTx struct {
 	writes int
 	// appended counts the commits appended and not undone by a Candidate.
 	appended int64
-	// tomb is the tombstone read with the last Row.
-	tomb tombstoneRead
+	// index is the commit's place in its batch.
+	index int
+	// reads are the rows and tombstones the commit read (a tombstone is
+	// read with each row), until a write to the same key.
+	reads readAhead
+	// late is the failure of a write of the commit that was sent after
+	// its function returned, or of an earlier commit that took it along
+	// (see batch.lateFailure); dead: then none of its statements ran.
+	late error
+	dead bool
 	done bool
-}
-
-// tombstoneRead is a tombstone read along with a row.
-type tombstoneRead struct {
-	valid      bool
-	table, row string
-	seq        int64
-	found      bool
 }
 
 // s is the store.
@@ -313,7 +386,27 @@ func (t *writeTx) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.Batc
 	if t.done {
 		return nil, errTxDone
 	}
-	return t.b.send(ctx, queue)
+	return t.b.send(ctx, t, queue)
+}
+
+// query runs a read of the commit on the batch's connection, inside the
+// commit's savepoint and after its deferred writes (so it sees them), and
+// calls fn with its rows. It is the way for a read the WriteTx methods do
+// not cover.
+func (t *writeTx) query(ctx context.Context, sql string, args []any, fn func(pgx.Rows) error) error {
+	br, err := t.send(ctx, func(bb *pgx.Batch) { bb.Queue(sql, args...) })
+	if err != nil {
+		return err
+	}
+	rows, err := br.Query()
+	if err == nil {
+		err = fn(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	return closeBatch(br, err)
 }
 
 // write queues a writing statement of the commit.
@@ -322,8 +415,7 @@ func (t *writeTx) write(what, sql string, args ...any) error {
 		return errTxDone
 	}
 	t.writes++
-	t.tomb = tombstoneRead{}
-	t.b.defer_(what, sql, args...)
+	t.b.pending = append(t.b.pending, deferred{what: what, sql: sql, args: args, owner: t})
 	return nil
 }
 
@@ -332,10 +424,10 @@ func (t *writeTx) Partition() string { return t.partition }
 
 // Candidate runs fn inside a savepoint. The SAVEPOINT (and on success the
 // RELEASE) is deferred; when fn sent nothing, its deferred statements are
-// kept (success) or dropped (failure) without any savepoint at all. On
-// success, fn's writes still deferred are sent with the RELEASE, so that a
-// failure of one is fn's. The first Candidate of a commit of a batch of
-// several that wrote nothing yet uses the commit's own savepoint.
+// kept (success) or dropped (failure) without any savepoint at all. The
+// first Candidate of a commit of a batch of several that wrote nothing
+// yet uses the commit's own savepoint. Writes of fn still deferred when it
+// returns are sent later: a failure of one then fails the Write.
 func (t *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) error) error {
 	if t.done {
 		return errTxDone
@@ -346,11 +438,10 @@ func (t *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) er
 	name := "syncgo_candidate_" + strconv.Itoa(t.depth)
 	mark, sends, appended, writes := len(b.pending), b.sends, t.appended, t.writes
 	if !reuse {
-		b.deferCtl("savepoint", "SAVEPOINT "+name)
+		b.pending = append(b.pending, deferred{what: "savepoint", sql: "SAVEPOINT " + name, ctl: true, owner: t})
 	}
 	err := fn(ctx)
 	t.depth--
-	t.tomb = tombstoneRead{}
 	if t.done {
 		return errors.Join(err, errTxDone)
 	}
@@ -358,26 +449,20 @@ func (t *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) er
 		err = errors.New("a statement of the candidate failed")
 	}
 	if err == nil {
-		writes := b.writesPending(mark)
 		switch {
-		case reuse && writes:
-			err = b.flush(ctx)
 		case reuse:
-		case !writes && b.sends == sends:
+		case b.sends == sends && !b.writesPending(mark):
 			// Nothing inside reached the database: no savepoint at all.
 			b.pending = append(b.pending[:mark], b.pending[mark+1:]...)
-		case writes:
-			err = b.exec(ctx, "release savepoint", "RELEASE SAVEPOINT "+name)
 		default:
-			b.deferCtl("release savepoint", "RELEASE SAVEPOINT "+name)
+			b.pending = append(b.pending, deferred{what: "release savepoint", sql: "RELEASE SAVEPOINT " + name, ctl: true, owner: t})
 		}
-		if err == nil {
-			return nil
-		}
+		return nil
 	}
 	// The appends fn made are undone: their sequences are free again.
 	b.seq -= t.appended - appended
 	t.appended, t.writes = appended, writes
+	t.reads = readAhead{} // what fn read may have seen its writes
 	if b.sends == sends {
 		b.pending = b.pending[:mark]
 		return err

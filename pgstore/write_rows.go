@@ -11,67 +11,9 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// Row reads a current row on the transaction's connection, and in the
-// same round trip the row's tombstone, which an insert asks for next.
-func (t *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
-	ts, err := t.table(table)
-	if err != nil {
-		return store.Row{}, err
-	}
-	br, err := t.send(ctx, func(b *pgx.Batch) {
-		b.Queue(ts.selectRow, t.partition, rowID)
-		b.Queue(sqlTombstone, t.partition, table, rowID)
-	})
-	if err != nil {
-		return store.Row{}, fmt.Errorf("row: %w", err)
-	}
-	row, err := scanRow(br.QueryRow(), table)
-	if err == nil || errors.Is(err, store.ErrNotFound) {
-		tomb := tombstoneRead{table: table, row: rowID}
-		terr := br.QueryRow().Scan(&tomb.seq)
-		tomb.found = terr == nil
-		if tomb.valid = tomb.found || errors.Is(terr, pgx.ErrNoRows); !tomb.valid {
-			err = terr
-		}
-		t.tomb = tomb
-	}
-	if err = closeBatch(br, err); err != nil {
-		t.tomb = tombstoneRead{}
-		return store.Row{}, fmt.Errorf("row: %w", err)
-	}
-	return row, nil
-}
-
-// Tombstone reads the row's delete tombstone; right after a Row of the
-// same row, without writes between, it is the one read with it.
-func (t *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
-	if tomb := t.tomb; tomb.valid && tomb.table == table && tomb.row == rowID {
-		if err := ctx.Err(); err != nil {
-			return 0, false, err
-		}
-		if t.done {
-			return 0, false, errTxDone
-		}
-		return tomb.seq, tomb.found, nil
-	}
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlTombstone, t.partition, table, rowID) })
-	if err != nil {
-		return 0, false, fmt.Errorf("tombstone: %w", err)
-	}
-	var seq int64
-	err = br.QueryRow().Scan(&seq)
-	found := err == nil
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
-	}
-	if err = closeBatch(br, err); err != nil {
-		return 0, false, fmt.Errorf("tombstone: %w", err)
-	}
-	return seq, found, nil
-}
-
 // ClearTombstone removes the row's tombstone (deferred).
 func (t *writeTx) ClearTombstone(_ context.Context, table, rowID string) error {
+	t.forgetTomb(rowKey{table, rowID})
 	return t.write("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
 }
 
@@ -99,6 +41,7 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)),
 		nonNilBytes(w.Payload), nullIfEmpty(w.ColumnVersions))
 	vars, values := scopeArrays(w.Scopes)
+	t.forgetRow(rowKey{w.Table, w.RowID})
 	if len(ts.constraints) == 0 {
 		// No declared unique index to report: deferred, sent with the
 		// next statement that has an answer.
@@ -107,7 +50,6 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 		return t.write("upsert row: scope index", sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
 	}
 	t.writes++
-	t.tomb = tombstoneRead{}
 	br, err := t.send(ctx, func(b *pgx.Batch) {
 		b.Queue(ts.upsert, args...)
 		b.Queue(sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
@@ -138,6 +80,7 @@ func (t *writeTx) DeleteRow(_ context.Context, table, rowID string) error {
 	if err != nil {
 		return err
 	}
+	t.forgetRow(rowKey{table, rowID})
 	_ = t.write("delete row", ts.deleteRow, t.partition, rowID)
 	return t.write("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
 }
@@ -185,24 +128,23 @@ func (t *writeTx) RowsByColumn(ctx context.Context, table, column string, value 
 	return out, nil
 }
 
-// PushResult reads the journal on the transaction's connection.
-func (t *writeTx) PushResult(ctx context.Context, clientID, clientCommitID string) (store.PushRecord, error) {
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlPushResult, t.partition, clientID, clientCommitID) })
-	if err != nil {
-		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
-	}
-	rec, err := scanPushRecord(br.QueryRow())
-	if err = closeBatch(br, err); err != nil {
-		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
-	}
-	return rec, nil
-}
-
 // PutPushResult records rec unless a record exists (first writer wins).
+// When the batch read the key absent (ahead, or by PushResult) and did not
+// write it since, it stores: the insert is deferred, without ON CONFLICT, so that
+// the impossible conflict would fail the commit rather than pass unseen.
 func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
 	body, err := store.EncodePushRecord(rec)
 	if err != nil {
 		return false, fmt.Errorf("put push result: %w", err)
+	}
+	key := journalKey{clientID, clientCommitID}
+	delete(t.b.ahead.journal, key)
+	if t.b.absent[key] {
+		delete(t.b.absent, key)
+		if err := t.write("put push result", sqlInsertPushResult, t.partition, clientID, clientCommitID, body); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	t.writes++
 	br, err := t.send(ctx, func(b *pgx.Batch) {

@@ -37,11 +37,23 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	case !errors.Is(err, store.ErrNotFound):
 		return err
 	default:
-		err = st.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+		apply := func(ctx context.Context, tx store.WriteTx) error {
 			var err error
 			out, err = r.applyCommit(ctx, tx, pc)
 			return err
-		})
+		}
+		if ra, ok := st.(store.ReadAheadWriter); ok {
+			// The driver reads the journal re-check and the operations'
+			// rows ahead, with those of the other pushes it groups.
+			reads := store.WriteReads{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
+				Rows: make([]store.RowKey, len(pc.Operations))}
+			for i := range pc.Operations {
+				reads.Rows[i] = store.RowKey{Table: pc.Operations[i].Table, RowID: pc.Operations[i].RowID}
+			}
+			err = ra.WriteReadAhead(ctx, partition, reads, apply)
+		} else {
+			err = st.Write(ctx, partition, apply)
+		}
 		if store.ErrorCode(err) == store.CodeWriterFenceRejected {
 			// A newer schema fenced this process off: nothing was
 			// written, and the client retries against a newer server.
