@@ -11,10 +11,10 @@ import (
 // AppendCommit appends c to the partition's log with the next sequence,
 // which the transaction knows from the partition lock (batch.seq): the
 // commit row (the fence trigger runs here), the changes, their scope index
-// entries and the delete tombstones, each as unnest arrays of at most
-// MaxChangesPerStatement elements per statement, and the commit
-// notification (pg_notify, delivered at COMMIT; see ListenCommits). The
-// statements are deferred: they travel with the next statement that has
+// entries and the delete tombstones as unnest arrays, and the commit
+// notification (pg_notify, delivered at COMMIT; see ListenCommits), in one
+// statement (sqlAppendCommit), or, past MaxChangesPerStatement elements,
+// in statements of at most that many each. The statements are deferred: they travel with the next statement that has
 // an answer, at the latest with the end of the enclosing Candidate or
 // commit, whose error a failure of theirs (the writer fence) then is. The
 // partition's max_commit_seq is written back once, at COMMIT.
@@ -38,6 +38,25 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 	seq := b.seq + 1
 	chunk := t.s().cfg.MaxChangesPerStatement
 	changes := buildChangeArrays(c.Changes)
+	sc, ts := changes.scopeEntries, changes.tombstones
+	if max(len(c.Changes), len(sc.tbl), len(ts.tbl)) <= chunk {
+		_ = t.write("append commit", sqlAppendCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs,
+			int64(t.st.version), changes.idx, changes.tbl, changes.rowID, changes.op, changes.rowVersion, changes.scopes,
+			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID, t.s().dbSchema)
+	} else {
+		t.appendChunked(seq, c, changes, chunk)
+	}
+	for i := range ts.tbl {
+		t.forgetTomb(rowKey{ts.tbl[i], ts.rowID[i]})
+	}
+	b.seq = seq
+	t.appended++
+	return seq, nil
+}
+
+// appendChunked queues the statements of an append whose changes, scope
+// index entries or tombstones are more than one statement takes.
+func (t *writeTx) appendChunked(seq int64, c store.NewCommit, changes *changeArrays, chunk int) {
 	_ = t.write("append commit", sqlInsertCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs, int64(t.st.version))
 	for lo := 0; lo < len(c.Changes); lo += chunk {
 		hi := min(lo+chunk, len(c.Changes))
@@ -54,13 +73,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 		hi := min(lo+chunk, len(ts.tbl))
 		_ = t.write("append commit: tombstones", sqlUpsertTombstones, t.partition, seq, ts.tbl[lo:hi], ts.rowID[lo:hi])
 	}
-	for i := range ts.tbl {
-		t.forgetTomb(rowKey{ts.tbl[i], ts.rowID[i]})
-	}
 	_ = t.write("append commit: notify", sqlNotifyCommit, t.partition, t.s().dbSchema, seq)
-	b.seq = seq
-	t.appended++
-	return seq, nil
 }
 
 // changeArrays are the columns of a commit's changes, one array per

@@ -48,6 +48,7 @@ type readAhead struct {
 	journal map[journalKey]journalRead
 }
 
+// putRow keeps a row and its tombstone read.
 func (r *readAhead) putRow(k rowKey, row store.Row, tomb int64) {
 	if r.rows == nil {
 		r.rows, r.tombs = map[rowKey]store.Row{}, map[rowKey]int64{}
@@ -69,7 +70,8 @@ func textOK(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune
 
 // readAhead queues, as deferred statements of the batch's first round
 // trip, the serve gate at the running schema version and the reads of
-// the requests.
+// the requests: their push results in one statement, and the rows and
+// tombstones of each table in one statement each.
 func (b *batch) readAhead(reqs []*writeReq) {
 	st := b.s.schema.Load()
 	if st == nil {
@@ -85,29 +87,20 @@ func (b *batch) readAhead(reqs []*writeReq) {
 			}
 			return err
 		}})
-	seen := map[rowKey]bool{}
-	journals := map[journalKey]bool{}
+	var (
+		clients, commits []string
+		journals         = map[journalKey]bool{}
+		tables           []*tableSQL
+		ids              = map[*tableSQL][]string{}
+		seen             = map[rowKey]bool{}
+	)
 	for _, r := range reqs {
 		if r.reads == nil {
 			continue
 		}
 		if k := (journalKey{r.reads.ClientID, r.reads.ClientCommitID}); k.clientID != "" && !journals[k] && textOK(k.clientID) && textOK(k.clientCommitID) {
 			journals[k] = true
-			b.pending = append(b.pending, deferred{what: "read ahead: push result", sql: sqlPushResult, args: []any{b.partition, k.clientID, k.clientCommitID}, ctl: true,
-				scan: func(r pgx.Row) error {
-					rec, err := scanPushRecord(r)
-					if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrUnreadable) {
-						return err
-					}
-					if b.ahead.journal == nil {
-						b.ahead.journal = map[journalKey]journalRead{}
-					}
-					b.ahead.journal[k] = journalRead{rec, err}
-					if errors.Is(err, store.ErrNotFound) {
-						b.absent[k] = true
-					}
-					return nil
-				}})
+			clients, commits = append(clients, k.clientID), append(commits, k.clientCommitID)
 		}
 		for _, rk := range r.reads.Rows {
 			k := rowKey{rk.Table, rk.RowID}
@@ -119,26 +112,77 @@ func (b *batch) readAhead(reqs []*writeReq) {
 				continue
 			}
 			seen[k] = true
-			var row store.Row
-			b.pending = append(b.pending,
-				deferred{what: "read ahead: row", sql: ts.selectRow, args: []any{b.partition, k.rowID}, ctl: true,
-					scan: func(r pgx.Row) error {
-						var err error
-						if row, err = scanRow(r, k.table); errors.Is(err, store.ErrNotFound) {
-							row, err = store.Row{}, nil
-						}
-						return err
-					}},
-				deferred{what: "read ahead: tombstone", sql: sqlTombstone, args: []any{b.partition, k.table, k.rowID}, ctl: true,
-					scan: func(r pgx.Row) error {
-						seq, err := scanTombstone(r)
-						if err == nil {
-							b.ahead.putRow(k, row, seq)
-						}
-						return err
-					}})
+			if ids[ts] == nil {
+				tables = append(tables, ts)
+			}
+			ids[ts] = append(ids[ts], k.rowID)
 		}
 	}
+	if len(journals) > 0 {
+		b.pending = append(b.pending, deferred{what: "read ahead: push results", sql: sqlPushResults, args: []any{b.partition, clients, commits}, ctl: true,
+			rows: func(rows pgx.Rows) error {
+				b.ahead.journal = make(map[journalKey]journalRead, len(journals))
+				var (
+					k    journalKey
+					body []byte
+				)
+				_, err := pgx.ForEachRow(rows, []any{&k.clientID, &k.clientCommitID, &body}, func() error {
+					rec, err := decodePushRecord(body)
+					b.ahead.journal[k] = journalRead{rec, err}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				for k := range journals {
+					if _, ok := b.ahead.journal[k]; !ok {
+						b.ahead.journal[k] = journalRead{err: store.ErrNotFound}
+						b.absent[k] = true
+					}
+				}
+				return nil
+			}})
+	}
+	if len(tables) == 0 {
+		return
+	}
+	var tombTables, tombIDs []string
+	for _, ts := range tables {
+		rowIDs := ids[ts]
+		for _, id := range rowIDs {
+			tombTables, tombIDs = append(tombTables, ts.name), append(tombIDs, id)
+		}
+		b.pending = append(b.pending, deferred{what: "read ahead: rows", sql: ts.selectRows, args: []any{b.partition, rowIDs}, ctl: true,
+			rows: func(rows pgx.Rows) error {
+				found, err := collectRows(rows, ts.name)
+				if err != nil {
+					return err
+				}
+				if b.ahead.rows == nil {
+					b.ahead.rows, b.ahead.tombs = map[rowKey]store.Row{}, map[rowKey]int64{}
+				}
+				for _, id := range rowIDs {
+					b.ahead.rows[rowKey{ts.name, id}] = store.Row{}
+					b.ahead.tombs[rowKey{ts.name, id}] = -1
+				}
+				for _, row := range found {
+					b.ahead.rows[rowKey{ts.name, row.RowID}] = row
+				}
+				return nil
+			}})
+	}
+	b.pending = append(b.pending, deferred{what: "read ahead: tombstones", sql: sqlTombstones, args: []any{b.partition, tombTables, tombIDs}, ctl: true,
+		rows: func(rows pgx.Rows) error {
+			var (
+				k   rowKey
+				seq int64
+			)
+			_, err := pgx.ForEachRow(rows, []any{&k.table, &k.rowID, &seq}, func() error {
+				b.ahead.tombs[k] = seq
+				return nil
+			})
+			return err
+		}})
 }
 
 // scanTombstone reads a tombstone read's answer: its sequence, or -1.

@@ -281,12 +281,22 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
 		}
 	}
-	vars := []string{"project_id", "owner_id"}
+	upsert := []any{"p", "r1"}
+	for range ts.typed {
+		upsert = append(upsert, nil)
+	}
+	upsert = append(upsert, int64(1), `{}`, []byte{}, nil, "tasks", []string{"project_id", "owner_id"}, vals)
 	for name, plan := range map[string]string{
-		"prune":  explain(sqlPruneRowScopes, "p", "tasks", "r1", vars, vals),
-		"delete": explain(sqlDeleteRowScopes, "p", "tasks", "r1"),
+		"upsert": explain(ts.writeRow, upsert...),
+		"delete": explain(ts.dropRow, "p", "r1", "tasks"),
 	} {
-		if !strings.Contains(plan, "sync_row_scopes_by_row") || !strings.Contains(plan, "row_id") {
+		// The row id in the index condition, not in a filter of the
+		// partition's and table's entries.
+		byRow := false
+		for _, line := range strings.Split(plan, "\n") {
+			byRow = byRow || strings.Contains(line, "Index Cond:") && strings.Contains(line, "row_id")
+		}
+		if !strings.Contains(plan, "using sync_row_scopes_by_row") || !byRow {
 			t.Errorf("the %s of a row's scope entries does not read sync_row_scopes_by_row:\n%s", name, plan)
 		}
 	}

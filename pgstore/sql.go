@@ -28,6 +28,33 @@ RETURNING max_commit_seq, horizon_seq`
 	// transaction take their sequences from the one the lock read.
 	sqlSetMaxCommitSeq = `UPDATE sync_partitions SET max_commit_seq = $2 WHERE partition = $1`
 
+	// sqlAppendCommit is an append in one statement: the commit row ($2
+	// its sequence; the fence trigger runs here), its changes ($8-$14),
+	// their scope index entries ($15-$17), the delete tombstones ($18,
+	// $19) and the notification (sqlNotifyCommit; $20 the store's
+	// schema). Its parts write distinct tables and distinct keys (the
+	// arrays are deduplicated), so one snapshot serves them.
+	sqlAppendCommit = `WITH c AS (
+  INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+  VALUES ($1, $2, $3, $4, $5, $6, $7)
+), ch AS (
+  INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+  SELECT $1, $2, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+    FROM unnest($8::int4[], $9::text[], $10::text[], $11::int2[], $12::int8[], $13::text[], $14::bytea[])
+         AS c(idx, tbl, row_id, op, row_version, scopes, payload)
+), cs AS (
+  INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
+  SELECT $1, s.tbl, s.var, s.value, $2 FROM unnest($15::text[], $16::text[], $17::text[]) AS s(tbl, var, value)
+  ON CONFLICT DO NOTHING
+), tb AS (
+  INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
+  SELECT $1, t.tbl, t.row_id, $2 FROM unnest($18::text[], $19::text[]) AS t(tbl, row_id)
+  ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq
+)
+SELECT pg_notify('` + notifyChannel + `',
+  CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $20::text END)
+  FROM (SELECT $2::bigint::text AS seq, $2::bigint::text || ':' || $20::text || ':' || $1::text AS msg) n`
+
 	// sqlInsertCommit writes the commit row ($2 its sequence); the fence
 	// trigger runs here.
 	sqlInsertCommit = `INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
@@ -58,25 +85,12 @@ ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_
   CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $2::text END)
   FROM (SELECT $3::bigint::text AS seq, $3::bigint::text || ':' || $2::text || ':' || $1::text AS msg) n`
 
+	// sqlTombstones reads the tombstones of a list of rows ($2, $3).
+	sqlTombstones = `SELECT t.tbl, t.row_id, t.commit_seq FROM sync_tombstones t
+  JOIN unnest($2::text[], $3::text[]) AS k(tbl, row_id) ON t.partition = $1 AND t.tbl = k.tbl AND t.row_id = k.row_id`
+
 	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
-)
-
-// Row scope index.
-const (
-	// sqlPruneRowScopes removes the entries of a row that its new scopes
-	// no longer hold; unchanged entries stay (no churn on a plain update).
-	// It finds the row's entries through sync_row_scopes_by_row, whose
-	// row_id is in the default collation (migrations/006).
-	sqlPruneRowScopes = `DELETE FROM sync_row_scopes
- WHERE partition = $1 AND tbl = $2 AND row_id COLLATE "default" = $3
-   AND (var, value) NOT IN (SELECT * FROM unnest($4::text[], $5::text[]))`
-
-	sqlInsertRowScopes = `INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id)
-SELECT $1, $2, s.var, s.value, $3 FROM unnest($4::text[], $5::text[]) AS s(var, value)
-ON CONFLICT DO NOTHING`
-
-	sqlDeleteRowScopes = `DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $2 AND row_id COLLATE "default" = $3`
 )
 
 // Push-result journal.
@@ -86,6 +100,10 @@ const (
 VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING 1`
+	// sqlPushResults reads the results of a list of commits ($2, $3).
+	sqlPushResults = `SELECT j.client_id, j.client_commit_id, j.result FROM sync_push_results j
+  JOIN unnest($2::text[], $3::text[]) AS k(client_id, client_commit_id)
+    ON j.partition = $1 AND j.client_id = k.client_id AND j.client_commit_id = k.client_commit_id`
 	// sqlInsertPushResult records a result known to be new.
 	sqlInsertPushResult = `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $2, $3, $4)`
 )

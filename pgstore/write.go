@@ -38,8 +38,10 @@ type deferred struct {
 	// ctl marks the statements of the transaction's own structure (BEGIN,
 	// the partition lock, savepoints): a failure of one ends the batch.
 	ctl bool
-	// scan, when set, reads the statement's answer.
+	// scan, when set, reads the statement's answer (one row); rows reads
+	// an answer of several.
 	scan func(pgx.Row) error
+	rows func(pgx.Rows) error
 	// owner is the commit that queued it (nil: the batch's own).
 	owner *writeTx
 }
@@ -163,9 +165,19 @@ func (b *batch) send(ctx context.Context, cur *writeTx, queue func(bb *pgx.Batch
 	br := b.conn.SendBatch(b.ctx, bb)
 	for i, d := range pending {
 		var err error
-		if d.scan != nil {
+		switch {
+		case d.scan != nil:
 			err = d.scan(br.QueryRow())
-		} else {
+		case d.rows != nil:
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				err = d.rows(rows)
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+			}
+		default:
 			_, err = br.Exec()
 		}
 		if err == nil {

@@ -18,7 +18,8 @@ func (t *writeTx) ClearTombstone(_ context.Context, table, rowID string) error {
 }
 
 // UpsertRow writes the row with its typed columns and brings its scope
-// index entries to its scopes, in one round trip.
+// index entries to its scopes, in one statement; deferred when the table
+// declares no unique index (nothing to report as a constraint error).
 func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	ts, err := t.table(w.Table)
 	if err != nil {
@@ -41,35 +42,21 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)),
 		nonNilBytes(w.Payload), nullIfEmpty(w.ColumnVersions))
 	vars, values := scopeArrays(w.Scopes)
+	args = append(args, ts.name, vars, values)
 	t.forgetRow(rowKey{w.Table, w.RowID})
 	if len(ts.constraints) == 0 {
 		// No declared unique index to report: deferred, sent with the
 		// next statement that has an answer.
-		_ = t.write("upsert row", ts.upsert, args...)
-		_ = t.write("upsert row: scope index", sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
-		return t.write("upsert row: scope index", sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
+		return t.write("upsert row", ts.writeRow, args...)
 	}
 	t.writes++
-	br, err := t.send(ctx, func(b *pgx.Batch) {
-		b.Queue(ts.upsert, args...)
-		b.Queue(sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
-		b.Queue(sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
-	})
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.writeRow, args...) })
 	if err != nil {
 		return fmt.Errorf("upsert row: %w", err)
 	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	_, err = br.Exec()
+	if err = closeBatch(br, err); err != nil {
 		return fmt.Errorf("upsert row: %w", ts.constraintError(err))
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("upsert row: scope index: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("upsert row: %w", err)
 	}
 	return nil
 }
@@ -81,8 +68,7 @@ func (t *writeTx) DeleteRow(_ context.Context, table, rowID string) error {
 		return err
 	}
 	t.forgetRow(rowKey{table, rowID})
-	_ = t.write("delete row", ts.deleteRow, t.partition, rowID)
-	return t.write("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
+	return t.write("delete row", ts.dropRow, t.partition, rowID, ts.name)
 }
 
 // RowsByColumn reads up to limit rows whose materialized column equals
