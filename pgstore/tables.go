@@ -66,10 +66,10 @@ type tableSQL struct {
 	dropRow  string
 	// selectRows reads the rows of a list of ids ($2).
 	selectRows string
-	scanFirst string
-	scanAfter string
-	listFirst string
-	listAfter string
+	scanFirst  string
+	scanAfter  string
+	listFirst  string
+	listAfter  string
 }
 
 // rowColumns are the columns a read returns, in scanRow order.
