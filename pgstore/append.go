@@ -43,6 +43,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 		_ = t.write("append commit", sqlAppendCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs,
 			int64(t.st.version), changes.idx, changes.tbl, changes.rowID, changes.op, changes.rowVersion, changes.scopes,
 			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID, t.s().dbSchema)
+		t.b.pending[len(t.b.pending)-1].append = true
 	} else {
 		t.appendChunked(seq, c, changes, chunk)
 	}

@@ -34,7 +34,17 @@ RETURNING max_commit_seq, horizon_seq`
 	// $19) and the notification (sqlNotifyCommit; $20 the store's
 	// schema). Its parts write distinct tables and distinct keys (the
 	// arrays are deduplicated), so one snapshot serves them.
-	sqlAppendCommit = `WITH c AS (
+	sqlAppendCommit = sqlAppendWith + "\n" + sqlAppendNotify
+
+	// sqlAppendCommitResult is sqlAppendCommit that also records the
+	// commit's push result ($21, $22 its commit, $23 the record): a
+	// PutPushResult right after the append joins its statement.
+	sqlAppendCommitResult = sqlAppendWith + `, j AS (
+  INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $21, $22, $23)
+)
+` + sqlAppendNotify
+
+	sqlAppendWith = `WITH c AS (
   INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
   VALUES ($1, $2, $3, $4, $5, $6, $7)
 ), ch AS (
@@ -50,8 +60,8 @@ RETURNING max_commit_seq, horizon_seq`
   INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
   SELECT $1, t.tbl, t.row_id, $2 FROM unnest($18::text[], $19::text[]) AS t(tbl, row_id)
   ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq
-)
-SELECT pg_notify('` + notifyChannel + `',
+)`
+	sqlAppendNotify = `SELECT pg_notify('` + notifyChannel + `',
   CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $20::text END)
   FROM (SELECT $2::bigint::text AS seq, $2::bigint::text || ':' || $20::text || ':' || $1::text AS msg) n`
 

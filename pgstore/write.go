@@ -44,6 +44,9 @@ type deferred struct {
 	rows func(pgx.Rows) error
 	// owner is the commit that queued it (nil: the batch's own).
 	owner *writeTx
+	// append marks an append in one statement (sqlAppendCommit), which
+	// the commit's push result can join.
+	append bool
 }
 
 // batch is one database transaction on one pooled connection: the

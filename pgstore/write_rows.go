@@ -127,6 +127,17 @@ func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID st
 	delete(t.b.ahead.journal, key)
 	if t.b.absent[key] {
 		delete(t.b.absent, key)
+		if err := t.usable(ctx); err != nil {
+			return false, err
+		}
+		if n := len(t.b.pending); n > 0 && t.b.pending[n-1].append && t.b.pending[n-1].owner == t {
+			// Right after the commit's append: one statement for both.
+			d := &t.b.pending[n-1]
+			d.sql, d.append = sqlAppendCommitResult, false
+			d.args = append(d.args, clientID, clientCommitID, body)
+			t.writes++
+			return true, nil
+		}
 		if err := t.write("put push result", sqlInsertPushResult, t.partition, clientID, clientCommitID, body); err != nil {
 			return false, err
 		}

@@ -25,7 +25,14 @@ type pushOutcome struct {
 func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
 	var out pushOutcome
-	rec, err := st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
+	ra, readAhead := st.(store.ReadAheadWriter)
+	rec, err := store.PushRecord{}, store.ErrNotFound
+	if !readAhead {
+		// A replay is answered without entering the write boundary. A
+		// driver that reads ahead reads the journal in the transaction's
+		// first round trip anyway (with the other pushes of its batch).
+		rec, err = st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
+	}
 	switch {
 	case err == nil:
 		if err := r.ownResult(rec); err != nil {
@@ -42,7 +49,7 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 			out, err = r.applyCommit(ctx, tx, pc)
 			return err
 		}
-		if ra, ok := st.(store.ReadAheadWriter); ok {
+		if readAhead {
 			// The driver reads the journal re-check and the operations'
 			// rows ahead, with those of the other pushes it groups.
 			reads := store.WriteReads{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
