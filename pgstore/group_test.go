@@ -473,3 +473,32 @@ func TestGroupCommitPartitionsIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRowScopesIndexAtOpen: a database without sync_row_scopes_by_row (one
+// the reference created) gets it at a read-write Open, and a read-only
+// store serves without it.
+func TestRowScopesIndexAtOpen(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	exists := func() int64 {
+		return queryInt(t, s, `SELECT count(*) FROM pg_class WHERE relname = 'sync_row_scopes_by_row' AND relnamespace = $1::regnamespace`, name)
+	}
+	if exists() != 1 {
+		t.Fatal("Open did not create sync_row_scopes_by_row")
+	}
+	admin(t, testURL(t), "DROP INDEX "+name+".sync_row_scopes_by_row")
+	ro := openIn(t, name, Config{ReadOnly: true})
+	if err := ro.EnsureSchema(context.Background(), c); err != nil {
+		t.Errorf("read-only EnsureSchema without the index: %v", err)
+	}
+	if exists() != 0 {
+		t.Fatal("the read-only store created the index")
+	}
+	openIn(t, name, Config{})
+	if exists() != 1 {
+		t.Error("a read-write Open did not create the missing index")
+	}
+}
