@@ -248,6 +248,7 @@ func (b *batch) run(r *writeReq) (*writeTx, error) {
 		return tx, err
 	}
 	b.seq -= tx.appended
+	tx.appended = 0
 	if b.sends == sends {
 		// Nothing of it reached the database.
 		b.pending = b.pending[:mark]

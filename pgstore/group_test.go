@@ -319,7 +319,8 @@ func TestGroupCommitFailuresIsolated(t *testing.T) {
 // upsert is not checked at once) fails that commit alone, and every later
 // commit of the batch that appended (their sequences came after its):
 // none of them is acknowledged, the log stays dense, and a commit of the
-// batch that did not append is kept.
+// batch that did not append is kept. A later commit that finds the
+// failure in its own round trip fails with it.
 func TestGroupCommitLateFailure(t *testing.T) {
 	t.Parallel()
 	s := fixtureStore(t, Config{})
@@ -332,10 +333,33 @@ func TestGroupCommitLateFailure(t *testing.T) {
 		seq int64
 		err error
 	}
-	outs := make([]chan outcome, 4)
-	for i, title := range []string{"a", "a", "c", ""} {
+	outs := make([]chan outcome, 5)
+	for i, title := range []string{"a", "a", "c", "e", ""} {
 		outs[i] = make(chan outcome, 1)
 		go func() {
+			if title == "e" {
+				// Appends, then reads what was not read ahead: the round
+				// trip carries the failing write, after which its own
+				// append's sequence is no longer the one it was given.
+				var seq int64
+				err := s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
+					w := fixtureTask(t, "r3", "p", "e")
+					if err := tx.UpsertRow(ctx, w); err != nil {
+						return err
+					}
+					var err error
+					if seq, err = tx.AppendCommit(ctx, store.NewCommit{ClientID: "client", ClientCommitID: "c3", ActorID: "a", CreatedAtMs: 1,
+						Changes: []store.Change{storetest.UpsertChange(w)}}); err != nil {
+						return err
+					}
+					if _, err = tx.Row(ctx, storetest.TableTasks, "elsewhere"); errors.Is(err, store.ErrNotFound) {
+						err = nil
+					}
+					return err
+				})
+				outs[i] <- outcome{seq, err}
+				return
+			}
 			if title == "" {
 				// Appends nothing: only a journal record.
 				err := s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
@@ -353,7 +377,10 @@ func TestGroupCommitLateFailure(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	first, dup, later, journal := <-outs[0], <-outs[1], <-outs[2], <-outs[3]
+	first, dup, later, reader, journal := <-outs[0], <-outs[1], <-outs[2], <-outs[3], <-outs[4]
+	if reader.err == nil || !strings.Contains(reader.err.Error(), "undeclared_title") {
+		t.Errorf("the append that read after the failed one = %+v; want it failed", reader)
+	}
 	if first.err != nil || first.seq != 1 {
 		t.Errorf("first = %+v; want seq 1", first)
 	}
@@ -372,7 +399,7 @@ func TestGroupCommitLateFailure(t *testing.T) {
 	if p, err := s.Partition(ctx, "p"); err != nil || p.MaxCommitSeq != 1 {
 		t.Errorf("Partition = %+v, %v", p, err)
 	}
-	for i, want := range []bool{true, false, false} {
+	for i, want := range []bool{true, false, false, false} {
 		_, err := s.PushResult(ctx, "p", "client", fmt.Sprintf("c%d", i))
 		if got := err == nil; got != want {
 			t.Errorf("journal of c%d: %v, want present %v", i, err, want)
