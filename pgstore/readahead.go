@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -74,8 +75,8 @@ func textOK(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune
 // tombstones of each table in one statement each.
 func (b *batch) readAhead(reqs []*writeReq) {
 	st := b.s.schema.Load()
-	if st == nil {
-		return
+	if st == nil || !slices.ContainsFunc(reqs, func(r *writeReq) bool { return r.reads != nil }) {
+		return // no push: the batch reads what its functions ask for
 	}
 	running := int32(st.version)
 	b.aheadPending = true
