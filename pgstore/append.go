@@ -42,7 +42,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 	if max(len(c.Changes), len(sc.tbl), len(ts.tbl)) <= chunk {
 		_ = t.write("append commit", sqlAppendCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs,
 			int64(t.st.version), changes.idx, changes.tbl, changes.rowID, changes.op, changes.rowVersion, changes.scopes,
-			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID, t.s().dbSchema)
+			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID)
 		t.b.pending[len(t.b.pending)-1].append = true
 	} else {
 		t.appendChunked(seq, c, changes, chunk)
@@ -74,7 +74,6 @@ func (t *writeTx) appendChunked(seq int64, c store.NewCommit, changes *changeArr
 		hi := min(lo+chunk, len(ts.tbl))
 		_ = t.write("append commit: tombstones", sqlUpsertTombstones, t.partition, seq, ts.tbl[lo:hi], ts.rowID[lo:hi])
 	}
-	_ = t.write("append commit: notify", sqlNotifyCommit, t.partition, t.s().dbSchema, seq)
 }
 
 // changeArrays are the columns of a commit's changes, one array per

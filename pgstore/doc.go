@@ -90,8 +90,8 @@
 // write of the batch to the same key. A batch of pushes thus costs two
 // round trips, one fsync and one row lock, whatever its size. An upsert
 // and its scope index entries are one statement, and so are an append
-// (commit row, changes, their scope index, tombstones, notification) and
-// the push result recorded after it. ROLLBACK TO SAVEPOINT is sent at once,
+// (commit row, changes, their scope index, tombstones) and the push
+// result recorded after it. ROLLBACK TO SAVEPOINT is sent at once,
 // since pgx prepares a batch's new statements first, which an aborted
 // transaction refuses.
 //
@@ -125,11 +125,19 @@
 //
 // # Commit notifications
 //
-// Several server processes can share one database. Every appended commit
-// is announced with pg_notify on the channel syncgo_commits in the
-// commit's own transaction (the same pipelined batch, no extra round
-// trip), so Postgres delivers it only once the commit is durable, in
-// commit order. [Store.ListenCommits] (the [store.CommitListener] the
+// Several server processes can share one database. Every batch that
+// appended announces its newest sequence with pg_notify on the channel
+// syncgo_commits, right after its COMMIT in the same pipelined round trip
+// (sqlNotifyCommit), as a transaction of its own that notifies only if
+// that sequence is committed: a receiver reads the partition's commits up
+// to it, so one notification covers the batch, and the batches of a
+// partition announce in commit order. It is not in the batch's
+// transaction because Postgres holds a database-wide lock from the commit
+// of a transaction that notifies until its commit record is flushed,
+// which would serialize the commits of all partitions. A process that
+// dies between the COMMIT and the notification (both already sent)
+// leaves the batch to be announced by the partition's next one.
+// [Store.ListenCommits] (the [store.CommitListener] the
 // server uses for realtime fan-out) receives them on a dedicated
 // connection, outside the pool, which therefore may go through a
 // transaction pooler as long as Config.ListenURL does not; it reconnects

@@ -232,11 +232,13 @@ func TestPushResults(t *testing.T) {
 // keys of the scope indexes (never from sync_row_scopes_by_row, whose
 // row_id order would come with a filter on the scope value), and an
 // upsert's or delete's cleanup of a row's entries from
-// sync_row_scopes_by_row (not a scan of the table's entries).
+// sync_row_scopes_by_row (not a scan of the table's entries); a batch's
+// reads ahead probe primary keys.
 func TestScopeReadsUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := openStore(t)
-	ensure(t, s, testSchema(t, 1))
+	c := testSchema(t, 1)
+	ensure(t, s, c)
 	ts, _ := s.table("tasks")
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
@@ -279,6 +281,30 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		}
 		if plan := explain(sql, args...); strings.Contains(plan, "sync_row_scopes_by_row") {
 			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
+		}
+	}
+	// The reads ahead of a batch: a primary-key probe per key (the app
+	// table's with statistics: on an empty table every index of the
+	// partition costs the same).
+	for i := range 50 {
+		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
+		t.Fatal(err)
+	}
+	for name, q := range map[string]struct {
+		plan, index, key string
+	}{
+		"push results": {explain(sqlPushResults, "p", []string{"c"}, []string{"k"}), "sync_push_results_pkey", "client_commit_id"},
+		"tombstones":   {explain(sqlTombstones, "p", []string{"tasks"}, []string{"r1"}), "sync_tombstones_pkey", "row_id"},
+		"rows":         {explain(ts.selectRows, "p", []string{"r1"}), "tasks_pkey", "_sync_row_id"},
+	} {
+		probe := false
+		for _, line := range strings.Split(q.plan, "\n") {
+			probe = probe || strings.Contains(line, "Index Cond:") && strings.Contains(line, q.key)
+		}
+		if !strings.Contains(q.plan, q.index) || !probe {
+			t.Errorf("the read ahead of %s is not a probe of %s on %s:\n%s", name, q.index, q.key, q.plan)
 		}
 	}
 	upsert := []any{"p", "r1"}

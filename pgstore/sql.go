@@ -31,18 +31,18 @@ RETURNING max_commit_seq, horizon_seq`
 	// sqlAppendCommit is an append in one statement: the commit row ($2
 	// its sequence; the fence trigger runs here), its changes ($8-$14),
 	// their scope index entries ($15-$17), the delete tombstones ($18,
-	// $19) and the notification (sqlNotifyCommit; $20 the store's
-	// schema). Its parts write distinct tables and distinct keys (the
-	// arrays are deduplicated), so one snapshot serves them.
-	sqlAppendCommit = sqlAppendWith + "\n" + sqlAppendNotify
+	// $19). Its parts write distinct tables and distinct keys (the arrays
+	// are deduplicated), so one snapshot serves them. The notification is
+	// the batch's (sqlNotifyCommit).
+	sqlAppendCommit = sqlAppendWith + "\nSELECT 1"
 
 	// sqlAppendCommitResult is sqlAppendCommit that also records the
-	// commit's push result ($21, $22 its commit, $23 the record): a
+	// commit's push result ($20, $21 its commit, $22 the record): a
 	// PutPushResult right after the append joins its statement.
 	sqlAppendCommitResult = sqlAppendWith + `, j AS (
-  INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $21, $22, $23)
+  INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $20, $21, $22)
 )
-` + sqlAppendNotify
+SELECT 1`
 
 	sqlAppendWith = `WITH c AS (
   INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
@@ -61,9 +61,6 @@ RETURNING max_commit_seq, horizon_seq`
   SELECT $1, t.tbl, t.row_id, $2 FROM unnest($18::text[], $19::text[]) AS t(tbl, row_id)
   ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq
 )`
-	sqlAppendNotify = `SELECT pg_notify('` + notifyChannel + `',
-  CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $20::text END)
-  FROM (SELECT $2::bigint::text AS seq, $2::bigint::text || ':' || $20::text || ':' || $1::text AS msg) n`
 
 	// sqlInsertCommit writes the commit row ($2 its sequence); the fence
 	// trigger runs here.
@@ -85,19 +82,29 @@ SELECT $1, t.tbl, t.row_id, $2
   FROM unnest($3::text[], $4::text[]) AS t(tbl, row_id)
 ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq`
 
-	// sqlNotifyCommit announces the sequence $3 on the commit channel, in
-	// the append's transaction: Postgres delivers it only if the
-	// transaction commits (and drops it with a rolled-back savepoint), in
-	// commit order. $1 is the partition, $2 the store's schema; the
-	// payload is "<seq>:<schema>:<partition>", or "<seq>:<schema>" when
-	// that would reach the 8000-byte payload limit (see listen.go).
+	// sqlNotifyCommit announces the sequence $3 on the commit channel. A
+	// batch sends it once, with its newest sequence, right after its
+	// COMMIT in the same pipelined round trip, as a transaction of its own
+	// (one that writes nothing, so it flushes no WAL): a transaction that
+	// notifies holds Postgres's database-wide notify lock from its commit
+	// until that commit is durable, which inside the batch would
+	// serialize the commits of every partition. It notifies only if the
+	// sequence is committed (a COMMIT that rolled back notifies nothing).
+	// Receivers read the range up to the sequence (internal/realtime), so
+	// one notification covers the batch. $1 is the partition, $2 the
+	// store's schema; the payload is "<seq>:<schema>:<partition>", or
+	// "<seq>:<schema>" when that would reach the 8000-byte payload limit
+	// (see listen.go).
 	sqlNotifyCommit = `SELECT pg_notify('` + notifyChannel + `',
   CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $2::text END)
-  FROM (SELECT $3::bigint::text AS seq, $3::bigint::text || ':' || $2::text || ':' || $1::text AS msg) n`
+  FROM (SELECT $3::bigint::text AS seq, $3::bigint::text || ':' || $2::text || ':' || $1::text AS msg) n
+ WHERE EXISTS (SELECT 1 FROM sync_partitions WHERE partition = $1 AND max_commit_seq >= $3)`
 
-	// sqlTombstones reads the tombstones of a list of rows ($2, $3).
-	sqlTombstones = `SELECT t.tbl, t.row_id, t.commit_seq FROM sync_tombstones t
-  JOIN unnest($2::text[], $3::text[]) AS k(tbl, row_id) ON t.partition = $1 AND t.tbl = k.tbl AND t.row_id = k.row_id`
+	// sqlTombstones reads the tombstones of a list of rows ($2, $3): a
+	// primary-key probe per row.
+	sqlTombstones = `SELECT k.tbl, k.row_id, t.commit_seq
+  FROM unnest($2::text[], $3::text[]) AS k(tbl, row_id)
+  CROSS JOIN LATERAL (SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = k.tbl AND row_id = k.row_id LIMIT 1) t`
 
 	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
@@ -110,10 +117,14 @@ const (
 VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING 1`
-	// sqlPushResults reads the results of a list of commits ($2, $3).
-	sqlPushResults = `SELECT j.client_id, j.client_commit_id, j.result FROM sync_push_results j
-  JOIN unnest($2::text[], $3::text[]) AS k(client_id, client_commit_id)
-    ON j.partition = $1 AND j.client_id = k.client_id AND j.client_commit_id = k.client_commit_id`
+	// sqlPushResults reads the results of a list of commits ($2, $3): a
+	// primary-key probe per commit, whatever the table's statistics (LIMIT
+	// 1 keeps the subquery from being flattened into a join that the
+	// planner may drive by partition alone).
+	sqlPushResults = `SELECT k.client_id, k.client_commit_id, j.result
+  FROM unnest($2::text[], $3::text[]) AS k(client_id, client_commit_id)
+  CROSS JOIN LATERAL (SELECT result FROM sync_push_results
+                       WHERE partition = $1 AND client_id = k.client_id AND client_commit_id = k.client_commit_id LIMIT 1) j`
 	// sqlInsertPushResult records a result known to be new.
 	sqlInsertPushResult = `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $2, $3, $4)`
 )

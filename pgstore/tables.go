@@ -105,8 +105,9 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		") ON CONFLICT (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ") DO UPDATE SET " + strings.Join(sets, ", ")
 	ts.selectRow = "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + key
 	ts.deleteRow = "DELETE FROM " + ts.quoted + " WHERE " + key
-	ts.selectRows = "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + quoteIdent(colPartition) + " = $1 AND " +
-		quoteIdent(colRowID) + " = ANY($2::text[])"
+	// A primary-key probe per id, whatever the table's statistics.
+	ts.selectRows = "SELECT r.* FROM unnest($2::text[]) AS k(id) CROSS JOIN LATERAL (SELECT " + rowColumns + " FROM " + ts.quoted +
+		" WHERE " + quoteIdent(colPartition) + " = $1 AND " + quoteIdent(colRowID) + " = k.id LIMIT 1) r"
 	// The statements of a row's scope index entries find them through
 	// sync_row_scopes_by_row (row_id in the default collation, see
 	// migrations/003). The upsert's prune and insert touch disjoint entries

@@ -316,33 +316,48 @@ func (b *batch) commit() error {
 		b.done, b.pending = true, nil
 		return nil
 	}
-	var writeBack bool
+	if b.aborted() {
+		return errors.New("the transaction failed earlier")
+	}
+	var appended bool
 	br, err := b.send(b.ctx, nil, func(bb *pgx.Batch) {
 		// Queued again, with the sequence then, if a commit's late
 		// failure undid its appends.
-		if writeBack = b.seq != b.lockedSeq; writeBack {
+		if appended = b.seq != b.lockedSeq; appended {
 			bb.Queue(sqlSetMaxCommitSeq, b.partition, b.seq)
 		}
 		bb.Queue("COMMIT")
+		if appended {
+			bb.Queue(sqlNotifyCommit, b.partition, b.s.dbSchema, b.seq)
+		}
 	})
 	if err != nil {
 		return err
 	}
-	if writeBack {
+	if appended {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
 			return fmt.Errorf("write back sequence: %w", err)
 		}
 	}
 	tag, err := br.Exec()
-	if err = closeBatch(br, err); err != nil {
+	if err != nil {
+		_ = br.Close()
 		return err
 	}
 	b.done = true
 	if tag.String() != "COMMIT" {
+		_ = br.Close()
 		return errors.New("the transaction failed earlier and was rolled back")
 	}
 	b.committed = true
+	if appended {
+		// Committed whatever the notification comes to.
+		_, err = br.Exec()
+	}
+	if err = closeBatch(br, err); err != nil {
+		b.s.log.WarnContext(b.ctx, "pgstore: commit notification failed", "partition", b.partition, "seq", b.seq, "err", err)
+	}
 	return nil
 }
 
