@@ -113,11 +113,6 @@ func (b *batch) lockPartition() {
 		}})
 }
 
-// defer_ queues a statement without an answer.
-func (b *batch) defer_(what, sql string, args ...any) {
-	b.pending = append(b.pending, deferred{what: what, sql: sql, args: args})
-}
-
 // deferCtl queues a statement of the transaction's structure.
 func (b *batch) deferCtl(what, sql string) {
 	b.pending = append(b.pending, deferred{what: what, sql: sql, ctl: true})
