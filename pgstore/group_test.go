@@ -529,3 +529,83 @@ func TestRowScopesIndexAtOpen(t *testing.T) {
 		t.Error("a read-write Open did not create the missing index")
 	}
 }
+
+// TestGroupCommitLateFailureAtCommit: a deferred write that fails in the
+// COMMIT's own round trip fails its commit, which is rolled back to its
+// savepoint, and the rest is sent again: the commit before it and a later
+// one that appended nothing are kept; the later one that appended fails.
+func TestGroupCommitLateFailureAtCommit(t *testing.T) {
+	t.Parallel()
+	s := fixtureStore(t, Config{})
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, `CREATE UNIQUE INDEX undeclared_title ON tasks(_sync_partition, title)`); err != nil {
+		t.Fatal(err)
+	}
+	release := holdLeader(t, s, "p")
+	type outcome struct {
+		seq int64
+		err error
+	}
+	outs := make([]chan outcome, 4)
+	for i, title := range []string{"a", "a", "", "d"} {
+		outs[i] = make(chan outcome, 1)
+		go func() {
+			if title == "" {
+				// Reads its journal record ahead, so its push result is
+				// deferred too; appends nothing.
+				err := s.WriteReadAhead(ctx, "p", store.WriteReads{ClientID: "client", ClientCommitID: "journal-only"},
+					func(ctx context.Context, tx store.WriteTx) error {
+						if _, err := tx.PushResult(ctx, "client", "journal-only"); !errors.Is(err, store.ErrNotFound) {
+							return fmt.Errorf("push result: %v", err)
+						}
+						_, err := tx.PutPushResult(ctx, "client", "journal-only", store.PushRecord{Status: wire.PushRejected, Results: []wire.OpResult{}})
+						return err
+					})
+				outs[i] <- outcome{0, err}
+				return
+			}
+			seq, _, err := enginePush(ctx, s, "p", fmt.Sprintf("c%d", i), fixtureTask(t, fmt.Sprintf("r%d", i), "p", title))
+			outs[i] <- outcome{seq, err}
+		}()
+		waitQueued(t, s, "p", i+1)
+	}
+	before := s.roundTrips.Load()
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	first, dup, journal, later := <-outs[0], <-outs[1], <-outs[2], <-outs[3]
+	if first.err != nil || first.seq != 1 {
+		t.Errorf("first = %d, %v; want 1", first.seq, first.err)
+	}
+	if dup.err == nil || !strings.Contains(dup.err.Error(), "undeclared_title") {
+		t.Errorf("duplicate = %v; want the unique violation", dup.err)
+	}
+	if journal.err != nil {
+		t.Errorf("journal-only = %v", journal.err)
+	}
+	if later.err == nil {
+		t.Errorf("the append after the failed one = %d; want it failed", later.seq)
+	}
+	if seqs := logSeqs(t, s, "p"); !slices.Equal(seqs, []int64{1}) {
+		t.Errorf("log %v, want [1]", seqs)
+	}
+	if p, err := s.Partition(ctx, "p"); err != nil || p.MaxCommitSeq != 1 {
+		t.Errorf("Partition = %+v, %v", p, err)
+	}
+	if _, err := s.Row(ctx, "p", storetest.TableTasks, "r0"); err != nil {
+		t.Errorf("the first commit's row: %v", err)
+	}
+	for _, id := range []string{"r1", "r3"} {
+		if _, err := s.Row(ctx, "p", storetest.TableTasks, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("row %s of a failed commit: %v", id, err)
+		}
+	}
+	if _, err := s.PushResult(ctx, "p", "client", "journal-only"); err != nil {
+		t.Errorf("journal-only record: %v", err)
+	}
+	// The reads ahead, the failed COMMIT round trip, the rollback to the
+	// failed commit's savepoint and the one sent again.
+	if n := s.roundTrips.Load() - before; n != 4 {
+		t.Errorf("%d round trips, want 4", n)
+	}
+}
