@@ -378,7 +378,7 @@ func (b *batch) rollback() {
 // writeTx is the store.WriteTx (and store.BarrierTx) of one Write: one
 // commit's view of its batch. Its statements run on the batch's
 // connection, inside the commit's savepoint when the batch carries
-// several; a read of the commit runs there too (query).
+// several; a read of the commit runs there too (send; Query in query.go).
 type writeTx struct {
 	b         *batch
 	partition string
@@ -412,26 +412,6 @@ func (t *writeTx) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.Batc
 		return nil, errTxDone
 	}
 	return t.b.send(ctx, t, queue)
-}
-
-// query runs a read of the commit on the batch's connection, inside the
-// commit's savepoint and after its deferred writes (so it sees them), and
-// calls fn with its rows. It is the way for a read the WriteTx methods do
-// not cover.
-func (t *writeTx) query(ctx context.Context, sql string, args []any, fn func(pgx.Rows) error) error {
-	br, err := t.send(ctx, func(bb *pgx.Batch) { bb.Queue(sql, args...) })
-	if err != nil {
-		return err
-	}
-	rows, err := br.Query()
-	if err == nil {
-		err = fn(rows)
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	return closeBatch(br, err)
 }
 
 // write queues a writing statement of the commit.
