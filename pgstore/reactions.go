@@ -10,7 +10,7 @@ import (
 )
 
 // Durable reactions (store.ReactionStore, §6.9) in sync_reactions
-// (migrations/006_reactions.sql). A claim locks the rows it takes with
+// (migrations/005_reactions.sql). A claim locks the rows it takes with
 // FOR UPDATE SKIP LOCKED, so concurrent runners of any process get
 // disjoint rows without waiting on one another; every later transition
 // is one statement that compares the lease owner.

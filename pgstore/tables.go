@@ -110,7 +110,7 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		" WHERE " + quoteIdent(colPartition) + " = $1 AND " + quoteIdent(colRowID) + " = k.id LIMIT 1) r"
 	// The statements of a row's scope index entries find them through
 	// sync_row_scopes_by_row (row_id in the default collation, see
-	// migrations/005). The upsert's prune and insert touch disjoint entries
+	// migrations/006). The upsert's prune and insert touch disjoint entries
 	// (those not in the new scopes, and those in them), so one statement
 	// carries the three: its parts share one snapshot.
 	n := len(names)
