@@ -4,57 +4,76 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// AppendCommit appends c to the partition's log in one round trip: the
-// sequence allocation and commit row (one statement), the changes, their
-// scope index entries and the delete tombstones, each as unnest arrays of
-// at most MaxChangesPerStatement elements per statement, and the commit
-// notification (pg_notify, delivered at COMMIT; see ListenCommits). Every
-// statement after the first reads the allocated sequence back from the
-// locked sync_partitions row.
+// AppendCommit appends c to the partition's log with the next sequence,
+// which the transaction knows from the partition lock (batch.seq): the
+// commit row (the fence trigger runs here), the changes, their scope index
+// entries and the delete tombstones as unnest arrays, and the commit
+// notification (pg_notify, delivered at COMMIT; see ListenCommits), in one
+// statement (sqlAppendCommit), or, past MaxChangesPerStatement elements,
+// in statements of at most that many each. The statements are deferred: they travel with the next statement that has
+// an answer, at the latest with the end of the enclosing Candidate or
+// commit, whose error a failure of theirs (the writer fence) then is. The
+// partition's max_commit_seq is written back once, at COMMIT.
 func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, error) {
 	if t.st == nil {
 		return 0, store.ErrNoSchema
 	}
-	chunk := t.s.cfg.MaxChangesPerStatement
+	if t.done {
+		return 0, errTxDone
+	}
+	b := t.b
+	if !b.seqKnown {
+		// The lock has not been sent yet: it reads the sequence.
+		if err := b.flush(ctx, t); err != nil {
+			return 0, fmt.Errorf("append commit: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	seq := b.seq + 1
+	chunk := t.s().cfg.MaxChangesPerStatement
 	changes := buildChangeArrays(c.Changes)
-	br, err := t.send(ctx, func(b *pgx.Batch) {
-		b.Queue(sqlAppendCommit, t.partition, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs, int64(t.st.version))
-		for lo := 0; lo < len(c.Changes); lo += chunk {
-			hi := min(lo+chunk, len(c.Changes))
-			b.Queue(sqlInsertChanges, t.partition, changes.idx[lo:hi], changes.tbl[lo:hi], changes.rowID[lo:hi],
-				changes.op[lo:hi], changes.rowVersion[lo:hi], changes.scopes[lo:hi], changes.payload[lo:hi])
-		}
-		sc := changes.scopeEntries
-		for lo := 0; lo < len(sc.tbl); lo += chunk {
-			hi := min(lo+chunk, len(sc.tbl))
-			b.Queue(sqlInsertChangeScopes, t.partition, sc.tbl[lo:hi], sc.vars[lo:hi], sc.values[lo:hi])
-		}
-		ts := changes.tombstones
-		for lo := 0; lo < len(ts.tbl); lo += chunk {
-			hi := min(lo+chunk, len(ts.tbl))
-			b.Queue(sqlUpsertTombstones, t.partition, ts.tbl[lo:hi], ts.rowID[lo:hi])
-		}
-		b.Queue(sqlNotifyCommit, t.partition, t.s.dbSchema)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("append commit: %w", err)
+	sc, ts := changes.scopeEntries, changes.tombstones
+	if max(len(c.Changes), len(sc.tbl), len(ts.tbl)) <= chunk {
+		_ = t.write("append commit", sqlAppendCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs,
+			int64(t.st.version), changes.idx, changes.tbl, changes.rowID, changes.op, changes.rowVersion, changes.scopes,
+			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID)
+		t.b.pending[len(t.b.pending)-1].append = true
+	} else {
+		t.appendChunked(seq, c, changes, chunk)
 	}
-	var seq int64
-	if err := br.QueryRow().Scan(&seq); err != nil {
-		_ = br.Close()
-		return 0, fmt.Errorf("append commit: %w", fenceError(err))
+	for i := range ts.tbl {
+		t.forgetTomb(rowKey{ts.tbl[i], ts.rowID[i]})
 	}
-	if err := br.Close(); err != nil {
-		return 0, fmt.Errorf("append commit: changes: %w", err)
-	}
+	b.seq = seq
 	t.appended++
 	return seq, nil
+}
+
+// appendChunked queues the statements of an append whose changes, scope
+// index entries or tombstones are more than one statement takes.
+func (t *writeTx) appendChunked(seq int64, c store.NewCommit, changes *changeArrays, chunk int) {
+	_ = t.write("append commit", sqlInsertCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs, int64(t.st.version))
+	for lo := 0; lo < len(c.Changes); lo += chunk {
+		hi := min(lo+chunk, len(c.Changes))
+		_ = t.write("append commit: changes", sqlInsertChanges, t.partition, seq, changes.idx[lo:hi], changes.tbl[lo:hi], changes.rowID[lo:hi],
+			changes.op[lo:hi], changes.rowVersion[lo:hi], changes.scopes[lo:hi], changes.payload[lo:hi])
+	}
+	sc := changes.scopeEntries
+	for lo := 0; lo < len(sc.tbl); lo += chunk {
+		hi := min(lo+chunk, len(sc.tbl))
+		_ = t.write("append commit: change scopes", sqlInsertChangeScopes, t.partition, seq, sc.tbl[lo:hi], sc.vars[lo:hi], sc.values[lo:hi])
+	}
+	ts := changes.tombstones
+	for lo := 0; lo < len(ts.tbl); lo += chunk {
+		hi := min(lo+chunk, len(ts.tbl))
+		_ = t.write("append commit: tombstones", sqlUpsertTombstones, t.partition, seq, ts.tbl[lo:hi], ts.rowID[lo:hi])
+	}
 }
 
 // changeArrays are the columns of a commit's changes, one array per

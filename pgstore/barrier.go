@@ -187,11 +187,10 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 		return "", fmt.Errorf("activate checkpoint: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	tx := &writeTx{s: s, conn: conn, partition: partition}
-	defer tx.rollback(ctx) // no-op after a commit
-	tx.defer_("begin", "BEGIN")
-	tx.defer_("lock partition", sqlLockPartition, partition)
-	br, err := tx.send(ctx, func(b *pgx.Batch) {
+	tx := newBatch(s, conn, ctx, partition, false)
+	defer tx.rollback() // no-op after a commit
+	tx.lockPartition()
+	br, err := tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlActivationState, partition, name, watermark, nonNilStrings(sources))
 	})
 	if err != nil {
@@ -223,7 +222,7 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 	case horizon > watermark:
 		return store.Unverifiable, nil
 	}
-	br, err = tx.send(ctx, func(b *pgx.Batch) {
+	br, err = tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlActivateCheckpoint, partition, name, ownerEpoch, watermark, nowMs)
 		b.Queue("COMMIT")
 	})
@@ -332,8 +331,20 @@ func (s *Store) HasSourceChangesAbove(ctx context.Context, partition string, sou
 
 // ServeGate reads the serve gate on the transaction's connection, in the
 // round trip that carries the deferred BEGIN and partition lock (so after
-// the lock, with a snapshot taken once the lock is held).
+// the lock, with a snapshot taken once the lock is held). It is read once
+// per batch: the commits of a batch share the gate the first of them read
+// (a schema bump waits for the batch's lock to be released, and the
+// writer fence is enforced by the database at each append).
 func (t *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGate, error) {
+	if err := t.settle(ctx); err != nil {
+		return store.ServeGate{}, fmt.Errorf("serve gate: %w", err)
+	}
+	if c := t.b.gate; c != nil && c.running == running && !t.done {
+		if err := ctx.Err(); err != nil {
+			return store.ServeGate{}, err
+		}
+		return c.gate, nil
+	}
 	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlServeGate, t.partition, running) })
 	if err != nil {
 		return store.ServeGate{}, fmt.Errorf("serve gate: %w", err)
@@ -342,12 +353,14 @@ func (t *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGate
 	if err = closeBatch(br, err); err != nil {
 		return store.ServeGate{}, err
 	}
+	t.b.gate = &cachedGate{running: running, gate: g}
 	return g, nil
 }
 
 // AdvanceCheckpoint is Barrier.AdvanceCheckpoint inside the transaction:
 // the progress commits or rolls back with the batch.
 func (t *writeTx) AdvanceCheckpoint(ctx context.Context, name string, ownerEpoch, watermark, observedRows, nowMs int64) (bool, error) {
+	t.writes++
 	br, err := t.send(ctx, func(b *pgx.Batch) {
 		b.Queue(sqlAdvanceCheckpoint, t.partition, name, ownerEpoch, watermark, observedRows, nowMs)
 	})

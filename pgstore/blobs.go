@@ -348,9 +348,9 @@ func (t *writeTx) SetBlobRefs(_ context.Context, table, rowID string, blobIDs []
 	}
 	ids := make([]string, 0, len(blobIDs))
 	ids = append(ids, blobIDs...)
-	t.defer_("prune blob refs", sqlPruneBlobRefs, t.partition, table, rowID, ids)
+	_ = t.write("prune blob refs", sqlPruneBlobRefs, t.partition, table, rowID, ids)
 	if len(ids) > 0 {
-		t.defer_("insert blob refs", sqlInsertBlobRefs, t.partition, table, rowID, ids)
+		_ = t.write("insert blob refs", sqlInsertBlobRefs, t.partition, table, rowID, ids)
 	}
 	return nil
 }

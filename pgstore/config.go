@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -37,6 +38,17 @@ type Config struct {
 	// written by one statement of an append; larger commits are split into
 	// several statements of the same round trip. Default and maximum: 4096.
 	MaxChangesPerStatement int
+	// MaxBatch bounds the Write calls of one partition that share a
+	// transaction (group commit: each in a savepoint of its own, one
+	// COMMIT for all). Default: 32, which keeps a batch's subtransactions
+	// within the 64 that Postgres tracks per backend without overflowing.
+	MaxBatch int
+	// BatchWait is how long the leader of a partition's batch waits for
+	// more Write calls before it starts a batch with fewer than MaxBatch.
+	// Default 0: a batch takes the calls that queued while the previous
+	// one ran, which groups concurrent writers without delaying a lone
+	// one.
+	BatchWait time.Duration
 	// ReadOnly opens the store without writing anything: Open reads the
 	// catalog but applies no DDL (even when the core tables are missing or
 	// older), and every call that would write (Write, EnsureSchema when it
@@ -59,6 +71,7 @@ const (
 	defaultMaxConns          = 16
 	maxChangesPerStatement   = 4096
 	defaultWindowPageCommits = 1024
+	defaultMaxBatch          = 32
 )
 
 // withDefaults returns c with every unset field at its default, in one
@@ -69,6 +82,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = defaultMaxConns
+	}
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = defaultMaxBatch
+	}
+	if c.BatchWait < 0 {
+		c.BatchWait = 0
 	}
 	if c.MaxChangesPerStatement <= 0 || c.MaxChangesPerStatement > maxChangesPerStatement {
 		c.MaxChangesPerStatement = maxChangesPerStatement

@@ -53,22 +53,52 @@
 //
 // # Writes
 //
-// [Store.Write] runs one database transaction per call on one pooled
-// connection. Its first statement inserts the partition's sync_partitions
-// row if it is absent and locks it (INSERT … ON CONFLICT DO UPDATE), which
-// is the partition's write boundary: writes to one partition serialize on
-// that row lock, writes to different partitions run concurrently, and a
-// schema migration (LOCK TABLE sync_partitions IN EXCLUSIVE MODE) excludes
-// them all. A commit sequence is allocated by incrementing max_commit_seq
-// on the locked row, so the sequence is dense and a rolled-back append
-// consumes nothing.
+// [Store.Write] groups commits (group.go): the Write calls of one partition
+// queue, and a leader goroutine (started by the first call that finds
+// none, gone when the queue is empty) takes up to Config.MaxBatch of them
+// into one database transaction on one pooled connection, runs their
+// functions one after another, each in the savepoint syncgo_commit when
+// the batch carries several, and commits once. A function that fails
+// (or panics, or whose caller gave up before its turn) rolls back to its
+// savepoint and gets its own error; the others commit. Every call waits
+// for its answer, which is nil only once the COMMIT succeeded. Batches of
+// different partitions run on different connections at the same time.
 //
-// Statements that need no answer (BEGIN, the lock, SAVEPOINT, RELEASE,
-// tombstone and row deletes) are deferred and sent in one pipelined batch
-// with the next statement that has one, so a push costs few round trips.
-// ROLLBACK TO SAVEPOINT is the exception: it is sent at once, since pgx
-// prepares a batch's new statements first, which an aborted transaction
-// refuses.
+// The transaction's first statements insert the partition's
+// sync_partitions row if it is absent and lock it (INSERT … ON CONFLICT
+// DO UPDATE … RETURNING max_commit_seq), once per batch: that lock is the
+// partition's write boundary (writers of other processes, and the
+// reference server's, wait for it; a schema migration, LOCK TABLE
+// sync_partitions IN EXCLUSIVE MODE, excludes them all). An append takes
+// the next sequence from the one the lock read, counted in the batch (a
+// rolled-back savepoint gives its sequences back), and the batch writes
+// max_commit_seq back once, before COMMIT: the sequence is dense.
+//
+// Round trips. A statement that needs no answer (BEGIN, the lock,
+// savepoints, row upserts of tables without a declared unique index,
+// deletes, tombstones, the append, a push result known to be new) is
+// deferred and sent with the next statement that has one, in one
+// pipelined batch. A commit's writes thus travel with the next commit's
+// first round trip, or with the COMMIT; one that fails there is that
+// commit's failure (a late failure, batch.send): its savepoint is rolled
+// back, it gets the error, and so does every later commit of the batch
+// that appended (their sequences followed its); the rest is sent again.
+// [Store.WriteReadAhead] (the engine's push) names what a function reads
+// first: the batch reads all of it (push results, rows and tombstones,
+// one statement per kind and table) with the serve gate in the round
+// trip of BEGIN and the lock, and a call is answered from there until a
+// write of the batch to the same key. A batch of pushes thus costs two
+// round trips, one fsync and one row lock, whatever its size. An upsert
+// and its scope index entries are one statement, and so are an append
+// (commit row, changes, their scope index, tombstones) and the push
+// result recorded after it. ROLLBACK TO SAVEPOINT is sent at once,
+// since pgx prepares a batch's new statements first, which an aborted
+// transaction refuses.
+//
+// The serve gate is read once per batch, after the lock: a schema bump
+// waits for the batch's lock, and the writer fence is enforced by the
+// database at each append (the sync_commits trigger), whatever the gate
+// said.
 //
 // # Migration barrier
 //
@@ -95,11 +125,19 @@
 //
 // # Commit notifications
 //
-// Several server processes can share one database. Every appended commit
-// is announced with pg_notify on the channel syncgo_commits in the
-// commit's own transaction (the same pipelined batch, no extra round
-// trip), so Postgres delivers it only once the commit is durable, in
-// commit order. [Store.ListenCommits] (the [store.CommitListener] the
+// Several server processes can share one database. Every batch that
+// appended announces its newest sequence with pg_notify on the channel
+// syncgo_commits, right after its COMMIT in the same pipelined round trip
+// (sqlNotifyCommit), as a transaction of its own that notifies only if
+// that sequence is committed: a receiver reads the partition's commits up
+// to it, so one notification covers the batch, and the batches of a
+// partition announce in commit order. It is not in the batch's
+// transaction because Postgres holds a database-wide lock from the commit
+// of a transaction that notifies until its commit record is flushed,
+// which would serialize the commits of all partitions. A process that
+// dies between the COMMIT and the notification (both already sent)
+// leaves the batch to be announced by the partition's next one.
+// [Store.ListenCommits] (the [store.CommitListener] the
 // server uses for realtime fan-out) receives them on a dedicated
 // connection, outside the pool, which therefore may go through a
 // transaction pooler as long as Config.ListenURL does not; it reconnects

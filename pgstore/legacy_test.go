@@ -205,6 +205,7 @@ func legacyCoreLines() []string {
 		"create index sync_blob_objects_by_upload", "create index sync_blob_objects_by_age",
 		"create table sync_blob_chunks", "create index sync_blob_chunks_by_age",
 		"create index sync_reactions_claim", "create index sync_reactions_expiry", "create index sync_reactions_terminal",
+		"create index sync_row_scopes_by_row",
 	}
 }
 

@@ -14,17 +14,19 @@ import (
 	"github.com/syncgo/syncgo/store"
 )
 
-// Commit notifications (§8.2 across server instances): AppendCommit runs
-// pg_notify in the commit's own transaction, so Postgres delivers the
-// notification only if the commit is durable, after it is visible, in
-// commit order; ListenCommits receives them on a dedicated connection.
+// Commit notifications (§8.2 across server instances): a write batch that
+// appended runs pg_notify with its newest sequence right after its COMMIT
+// (see the package documentation), only if that sequence is committed, so
+// the notification comes once the batch is durable and visible, in commit
+// order per partition; a receiver reads the commits up to the sequence.
+// ListenCommits receives them on a dedicated connection.
 //
 // Channel: syncgo_commits, database-wide like every NOTIFY channel, which
 // is why the payload names the schema. Payload:
 //
 //	<seq>:<schema>:<partition>
 //
-// seq is the commit's sequence in decimal, schema the store's schema
+// seq is the batch's newest sequence in decimal, schema the store's schema
 // (current_schema() at Open) and partition the partition id verbatim, up
 // to the end of the payload, so every partition id round-trips whatever
 // characters it holds. A listener keeps the payloads of its own schema:

@@ -228,7 +228,7 @@ func TestCoreMigrationGivesWayToWriter(t *testing.T) {
 		opened <- err
 	}()
 	waitForWaiter(t, s, name, w.Conn().PgConn().PID())
-	if _, err := tx.Exec(ctx, sqlAppendCommit, "p", "c1", "x1", "a1", int64(1), int64(1)); err != nil {
+	if _, err := tx.Exec(ctx, sqlInsertCommit, "p", int64(1), "c1", "x1", "a1", int64(1), int64(1)); err != nil {
 		t.Fatalf("the writer's append: %v", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -353,7 +353,7 @@ func TestCoreColumnsMatchDDL(t *testing.T) {
 	for _, o := range objects {
 		kinds[o.kind]++
 	}
-	if kinds["table"] != 20 || kinds["index"] != 12 || kinds["function"] != 1 || kinds["trigger"] != 1 {
+	if kinds["table"] != 20 || kinds["index"] != 13 || kinds["function"] != 1 || kinds["trigger"] != 1 {
 		t.Errorf("parsed core objects: %v", kinds)
 	}
 }

@@ -88,10 +88,9 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 		return store.PruneResult{}, fmt.Errorf("prune: acquire connection: %w", err)
 	}
 	defer conn.Release()
-	tx := &writeTx{s: s, conn: conn, partition: partition}
-	defer tx.rollback(ctx)
-	tx.defer_("begin", "BEGIN")
-	br, err := tx.send(ctx, func(b *pgx.Batch) {
+	tx := newBatch(s, conn, ctx, partition, false)
+	defer tx.rollback()
+	br, err := tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlLockPartition, partition)
 		b.Queue(sqlRegistryEpochShared, partition)
 	})
@@ -120,7 +119,7 @@ func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, th
 	if target <= horizon {
 		return store.PruneResult{HorizonSeq: horizon}, nil
 	}
-	br, err = tx.send(ctx, func(b *pgx.Batch) {
+	br, err = tx.send(ctx, nil, func(b *pgx.Batch) {
 		b.Queue(sqlPruneCommits, partition, target)
 		b.Queue(sqlPruneChanges, partition, target)
 		b.Queue(sqlPruneChangeScopes, partition, target)

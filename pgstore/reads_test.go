@@ -227,12 +227,18 @@ func TestPushResults(t *testing.T) {
 	}
 }
 
-// TestScopeReadsUseIndexes checks the plans of the scoped reads: the
-// candidates come from the primary keys of the scope indexes.
+// TestScopeReadsUseIndexes checks the plans of the scoped reads and of the
+// row scope index's upkeep: the candidates of a read come from the primary
+// keys of the scope indexes (never from sync_row_scopes_by_row, whose
+// row_id order would come with a filter on the scope value), and an
+// upsert's or delete's cleanup of a row's entries from
+// sync_row_scopes_by_row (not a scan of the table's entries); a batch's
+// reads ahead probe primary keys.
 func TestScopeReadsUseIndexes(t *testing.T) {
 	t.Parallel()
 	s := openStore(t)
-	ensure(t, s, testSchema(t, 1))
+	c := testSchema(t, 1)
+	ensure(t, s, c)
 	ts, _ := s.table("tasks")
 	ctx := context.Background()
 	conn, err := s.pool.Acquire(ctx)
@@ -267,5 +273,57 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 	if plan := explain(ts.scanAfter, "p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
 		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
+	}
+	for _, after := range []bool{false, true} {
+		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}
+		if after {
+			sql, args = ts.scanAfter, append(args, "x")
+		}
+		if plan := explain(sql, args...); strings.Contains(plan, "sync_row_scopes_by_row") {
+			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
+		}
+	}
+	// The reads ahead of a batch: a primary-key probe per key (the app
+	// table's with statistics: on an empty table every index of the
+	// partition costs the same).
+	for i := range 50 {
+		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
+		t.Fatal(err)
+	}
+	for name, q := range map[string]struct {
+		plan, index, key string
+	}{
+		"push results": {explain(sqlPushResults, "p", []string{"c"}, []string{"k"}), "sync_push_results_pkey", "client_commit_id"},
+		"tombstones":   {explain(sqlTombstones, "p", []string{"tasks"}, []string{"r1"}), "sync_tombstones_pkey", "row_id"},
+		"rows":         {explain(ts.selectRows, "p", []string{"r1"}), "tasks_pkey", "_sync_row_id"},
+	} {
+		probe := false
+		for _, line := range strings.Split(q.plan, "\n") {
+			probe = probe || strings.Contains(line, "Index Cond:") && strings.Contains(line, q.key)
+		}
+		if !strings.Contains(q.plan, q.index) || !probe {
+			t.Errorf("the read ahead of %s is not a probe of %s on %s:\n%s", name, q.index, q.key, q.plan)
+		}
+	}
+	upsert := []any{"p", "r1"}
+	for range ts.typed {
+		upsert = append(upsert, nil)
+	}
+	upsert = append(upsert, int64(1), `{}`, []byte{}, nil, "tasks", []string{"project_id", "owner_id"}, vals)
+	for name, plan := range map[string]string{
+		"upsert": explain(ts.writeRow, upsert...),
+		"delete": explain(ts.dropRow, "p", "r1", "tasks"),
+	} {
+		// The row id in the index condition, not in a filter of the
+		// partition's and table's entries.
+		byRow := false
+		for _, line := range strings.Split(plan, "\n") {
+			byRow = byRow || strings.Contains(line, "Index Cond:") && strings.Contains(line, "row_id")
+		}
+		if !strings.Contains(plan, "using sync_row_scopes_by_row") || !byRow {
+			t.Errorf("the %s of a row's scope entries does not read sync_row_scopes_by_row:\n%s", name, plan)
+		}
 	}
 }

@@ -23,64 +23,91 @@ const (
 ON CONFLICT (partition) DO UPDATE SET partition = EXCLUDED.partition
 RETURNING max_commit_seq, horizon_seq`
 
-	// sqlAppendCommit allocates the next sequence on the locked row and
-	// writes the commit row with it (the fence trigger runs here).
-	sqlAppendCommit = `WITH seq AS (
-  UPDATE sync_partitions SET max_commit_seq = max_commit_seq + 1
-   WHERE partition = $1
-  RETURNING max_commit_seq
-)
-INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
-SELECT $1, max_commit_seq, $2, $3, $4, $5, $6 FROM seq
-RETURNING commit_seq`
+	// sqlSetMaxCommitSeq writes the newest sequence back to the locked
+	// row, once per transaction, before COMMIT: the appends of the
+	// transaction take their sequences from the one the lock read.
+	sqlSetMaxCommitSeq = `UPDATE sync_partitions SET max_commit_seq = $2 WHERE partition = $1`
 
-	// sqlCurrentSeq is the sequence the statement before allocated; the
-	// statements of one append run after it on the same transaction.
-	sqlCurrentSeq = `(SELECT max_commit_seq FROM sync_partitions WHERE partition = $1)`
+	// sqlAppendCommit is an append in one statement: the commit row ($2
+	// its sequence; the fence trigger runs here), its changes ($8-$14),
+	// their scope index entries ($15-$17), the delete tombstones ($18,
+	// $19). Its parts write distinct tables and distinct keys (the arrays
+	// are deduplicated), so one snapshot serves them. The notification is
+	// the batch's (sqlNotifyCommit).
+	sqlAppendCommit = sqlAppendWith + "\nSELECT 1"
+
+	// sqlAppendCommitResult is sqlAppendCommit that also records the
+	// commit's push result ($20, $21 its commit, $22 the record): a
+	// PutPushResult right after the append joins its statement.
+	sqlAppendCommitResult = sqlAppendWith + `, j AS (
+  INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $20, $21, $22)
+)
+SELECT 1`
+
+	sqlAppendWith = `WITH c AS (
+  INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+  VALUES ($1, $2, $3, $4, $5, $6, $7)
+), ch AS (
+  INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+  SELECT $1, $2, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+    FROM unnest($8::int4[], $9::text[], $10::text[], $11::int2[], $12::int8[], $13::text[], $14::bytea[])
+         AS c(idx, tbl, row_id, op, row_version, scopes, payload)
+), cs AS (
+  INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
+  SELECT $1, s.tbl, s.var, s.value, $2 FROM unnest($15::text[], $16::text[], $17::text[]) AS s(tbl, var, value)
+  ON CONFLICT DO NOTHING
+), tb AS (
+  INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
+  SELECT $1, t.tbl, t.row_id, $2 FROM unnest($18::text[], $19::text[]) AS t(tbl, row_id)
+  ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq
+)`
+
+	// sqlInsertCommit writes the commit row ($2 its sequence); the fence
+	// trigger runs here.
+	sqlInsertCommit = `INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
 
 	sqlInsertChanges = `INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
-SELECT $1, ` + sqlCurrentSeq + `, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
-  FROM unnest($2::int4[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::text[], $8::bytea[])
+SELECT $1, $2, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+  FROM unnest($3::int4[], $4::text[], $5::text[], $6::int2[], $7::int8[], $8::text[], $9::bytea[])
        AS c(idx, tbl, row_id, op, row_version, scopes, payload)`
 
 	sqlInsertChangeScopes = `INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
-SELECT $1, s.tbl, s.var, s.value, ` + sqlCurrentSeq + `
-  FROM unnest($2::text[], $3::text[], $4::text[]) AS s(tbl, var, value)
+SELECT $1, s.tbl, s.var, s.value, $2
+  FROM unnest($3::text[], $4::text[], $5::text[]) AS s(tbl, var, value)
 ON CONFLICT DO NOTHING`
 
 	sqlUpsertTombstones = `INSERT INTO sync_tombstones(partition, tbl, row_id, commit_seq)
-SELECT $1, t.tbl, t.row_id, ` + sqlCurrentSeq + `
-  FROM unnest($2::text[], $3::text[]) AS t(tbl, row_id)
+SELECT $1, t.tbl, t.row_id, $2
+  FROM unnest($3::text[], $4::text[]) AS t(tbl, row_id)
 ON CONFLICT (partition, tbl, row_id) DO UPDATE SET commit_seq = EXCLUDED.commit_seq`
 
-	// sqlNotifyCommit announces the allocated sequence on the commit
-	// channel, in the append's transaction: Postgres delivers it only if
-	// the transaction commits (and drops it with a rolled-back savepoint),
-	// in commit order. $1 is the partition, $2 the store's schema; the
-	// payload is "<seq>:<schema>:<partition>", or "<seq>:<schema>" when
-	// that would reach the 8000-byte payload limit (see listen.go).
+	// sqlNotifyCommit announces the sequence $3 on the commit channel. A
+	// batch sends it once, with its newest sequence, right after its
+	// COMMIT in the same pipelined round trip, as a transaction of its own
+	// (one that writes nothing, so it flushes no WAL): a transaction that
+	// notifies holds Postgres's database-wide notify lock from its commit
+	// until that commit is durable, which inside the batch would
+	// serialize the commits of every partition. It notifies only if the
+	// sequence is committed (a COMMIT that rolled back notifies nothing).
+	// Receivers read the range up to the sequence (internal/realtime), so
+	// one notification covers the batch. $1 is the partition, $2 the
+	// store's schema; the payload is "<seq>:<schema>:<partition>", or
+	// "<seq>:<schema>" when that would reach the 8000-byte payload limit
+	// (see listen.go).
 	sqlNotifyCommit = `SELECT pg_notify('` + notifyChannel + `',
   CASE WHEN octet_length(n.msg) < ` + notifyPayloadLimit + ` THEN n.msg ELSE n.seq || ':' || $2::text END)
-  FROM (SELECT max_commit_seq::text AS seq, max_commit_seq::text || ':' || $2::text || ':' || $1::text AS msg
-          FROM sync_partitions WHERE partition = $1) n`
+  FROM (SELECT $3::bigint::text AS seq, $3::bigint::text || ':' || $2::text || ':' || $1::text AS msg) n
+ WHERE EXISTS (SELECT 1 FROM sync_partitions WHERE partition = $1 AND max_commit_seq >= $3)`
+
+	// sqlTombstones reads the tombstones of a list of rows ($2, $3): a
+	// primary-key probe per row.
+	sqlTombstones = `SELECT k.tbl, k.row_id, t.commit_seq
+  FROM unnest($2::text[], $3::text[]) AS k(tbl, row_id)
+  CROSS JOIN LATERAL (SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = k.tbl AND row_id = k.row_id LIMIT 1) t`
 
 	sqlTombstone      = `SELECT commit_seq FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 	sqlClearTombstone = `DELETE FROM sync_tombstones WHERE partition = $1 AND tbl = $2 AND row_id = $3`
-)
-
-// Row scope index.
-const (
-	// sqlPruneRowScopes removes the entries of a row that its new scopes
-	// no longer hold; unchanged entries stay (no churn on a plain update).
-	sqlPruneRowScopes = `DELETE FROM sync_row_scopes
- WHERE partition = $1 AND tbl = $2 AND row_id = $3
-   AND (var, value) NOT IN (SELECT * FROM unnest($4::text[], $5::text[]))`
-
-	sqlInsertRowScopes = `INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id)
-SELECT $1, $2, s.var, s.value, $3 FROM unnest($4::text[], $5::text[]) AS s(var, value)
-ON CONFLICT DO NOTHING`
-
-	sqlDeleteRowScopes = `DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $2 AND row_id = $3`
 )
 
 // Push-result journal.
@@ -90,6 +117,16 @@ const (
 VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING 1`
+	// sqlPushResults reads the results of a list of commits ($2, $3): a
+	// primary-key probe per commit, whatever the table's statistics (LIMIT
+	// 1 keeps the subquery from being flattened into a join that the
+	// planner may drive by partition alone).
+	sqlPushResults = `SELECT k.client_id, k.client_commit_id, j.result
+  FROM unnest($2::text[], $3::text[]) AS k(client_id, client_commit_id)
+  CROSS JOIN LATERAL (SELECT result FROM sync_push_results
+                       WHERE partition = $1 AND client_id = k.client_id AND client_commit_id = k.client_commit_id LIMIT 1) j`
+	// sqlInsertPushResult records a result known to be new.
+	sqlInsertPushResult = `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) VALUES ($1, $2, $3, $4)`
 )
 
 // Commit window: candidate commits from the change scope index on the

@@ -37,6 +37,14 @@ type Store struct {
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
 
+	// groups are the group-commit queues of the partitions being written
+	// (group.go).
+	groups groups
+
+	// roundTrips counts the round trips of write transactions (tests and
+	// benchmarks).
+	roundTrips atomic.Int64
+
 	writes      atomic.Int64
 	writeErrors atomic.Int64
 	batches     atomic.Int64
@@ -53,7 +61,8 @@ var _ store.Store = (*Store)(nil)
 // reads (see Config.ReadOnly).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
-	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter}
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter,
+		groups: groups{m: map[string]*group{}}}
 	if s.pool == nil {
 		if cfg.URL == "" {
 			return nil, errors.New("pgstore: open: neither URL nor Pool is set")

@@ -58,10 +58,18 @@ type tableSQL struct {
 	upsert    string
 	selectRow string
 	deleteRow string
-	scanFirst string
-	scanAfter string
-	listFirst string
-	listAfter string
+	// writeRow is upsert with the row's scope index entries brought to
+	// its scopes, in one statement ($n+1 the table's name, $n+2 and $n+3
+	// the scope variables and values); dropRow is deleteRow with the row's
+	// entries ($3 the table's name).
+	writeRow string
+	dropRow  string
+	// selectRows reads the rows of a list of ids ($2).
+	selectRows string
+	scanFirst  string
+	scanAfter  string
+	listFirst  string
+	listAfter  string
 }
 
 // rowColumns are the columns a read returns, in scanRow order.
@@ -97,6 +105,22 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		") ON CONFLICT (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ") DO UPDATE SET " + strings.Join(sets, ", ")
 	ts.selectRow = "SELECT " + rowColumns + " FROM " + ts.quoted + " WHERE " + key
 	ts.deleteRow = "DELETE FROM " + ts.quoted + " WHERE " + key
+	// A primary-key probe per id, whatever the table's statistics.
+	ts.selectRows = "SELECT r.* FROM unnest($2::text[]) AS k(id) CROSS JOIN LATERAL (SELECT " + rowColumns + " FROM " + ts.quoted +
+		" WHERE " + quoteIdent(colPartition) + " = $1 AND " + quoteIdent(colRowID) + " = k.id LIMIT 1) r"
+	// The statements of a row's scope index entries find them through
+	// sync_row_scopes_by_row (row_id in the default collation, see
+	// migrations/006). The upsert's prune and insert touch disjoint entries
+	// (those not in the new scopes, and those in them), so one statement
+	// carries the three: its parts share one snapshot.
+	n := len(names)
+	tbl, vars, values := fmt.Sprintf("$%d", n+1), fmt.Sprintf("$%d::text[]", n+2), fmt.Sprintf("$%d::text[]", n+3)
+	ts.writeRow = "WITH up AS (" + ts.upsert + "), gone AS (DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = " + tbl +
+		` AND row_id COLLATE "default" = $2 AND (var, value) NOT IN (SELECT * FROM unnest(` + vars + ", " + values + ")))\n" +
+		"INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) SELECT $1, " + tbl + ", s.var, s.value, $2 FROM unnest(" +
+		vars + ", " + values + ") AS s(var, value) ON CONFLICT DO NOTHING"
+	ts.dropRow = `WITH gone AS (DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $3 AND row_id COLLATE "default" = $2)
+` + ts.deleteRow
 	// A listing orders by row id bytewise, as scans do; the primary key is
 	// in the database collation, so a page sorts the partition's rows
 	// after the cursor (an operator read, not a serving path).

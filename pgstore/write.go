@@ -16,9 +16,18 @@ import (
 // errTxDone is returned by a WriteTx used after its Write returned.
 var errTxDone = errors.New("pgstore: write transaction already finished")
 
-// rollbackTimeout bounds the ROLLBACK of a failed Write whose context is
-// already done.
+// rollbackTimeout bounds the ROLLBACK of a failed transaction whose
+// context is already done.
 const rollbackTimeout = 5 * time.Second
+
+// The savepoint of each commit of a batch of several. One name serves
+// them all: a commit's savepoint is released (or rolled back and
+// released) before the next one begins.
+const (
+	sqlSavepointCommitName = "syncgo_commit"
+	sqlSavepointCommit     = "SAVEPOINT " + sqlSavepointCommitName
+	sqlReleaseCommit       = "RELEASE SAVEPOINT " + sqlSavepointCommitName
+)
 
 // deferred is a statement whose answer nobody waits for: it is sent with
 // the next statement that has one, in the same pipelined batch.
@@ -26,90 +35,228 @@ type deferred struct {
 	what string
 	sql  string
 	args []any
+	// ctl marks the statements of the transaction's own structure (BEGIN,
+	// the partition lock, savepoints): a failure of one ends the batch.
+	ctl bool
+	// scan, when set, reads the statement's answer (one row); rows reads
+	// an answer of several.
+	scan func(pgx.Row) error
+	rows func(pgx.Rows) error
+	// owner is the commit that queued it (nil: the batch's own).
+	owner *writeTx
+	// append marks an append in one statement (sqlAppendCommit), which
+	// the commit's push result can join.
+	append bool
 }
 
-// writeTx is the store.WriteTx of one Write: one connection, one
-// transaction.
-type writeTx struct {
+// batch is one database transaction on one pooled connection: the
+// commits of a group (group.go), or one operation of its own (a prune, a
+// checkpoint activation). Its statements run with its own context.
+type batch struct {
 	s         *Store
 	conn      *pgxpool.Conn
+	ctx       context.Context
 	partition string
-	st        *schemaState // nil before EnsureSchema
+	// multi: the batch carries several commits, each in the savepoint
+	// syncgo_commit.
+	multi bool
 
 	pending []deferred
-	sends   int // batches sent so far
-	depth   int // nesting of Candidate
-	// appended counts the commits appended and not undone by a Candidate.
-	appended int64
-	done     bool
-	// committed reports that a database transaction committed.
+	sends   int // round trips so far
+	// seq is the partition's newest commit sequence as the transaction
+	// sees it: read by the partition lock (seqKnown), then advanced by
+	// each append; written back to sync_partitions once, at COMMIT.
+	seq, lockedSeq int64
+	seqKnown       bool
+	// gate is the serve gate read in this transaction (nil before).
+	gate *cachedGate
+	// ahead is what the batch read ahead for its commits (readahead.go);
+	// absent are the journal keys read absent and not written since.
+	ahead  readAhead
+	absent map[journalKey]bool
+	// aheadPending: the reads ahead are queued and not sent yet.
+	aheadPending bool
+	// commits are the commits run so far, in order.
+	commits []*writeTx
+
+	// broken is the error that ended the transaction: every commit of the
+	// batch fails with it.
+	broken    error
+	done      bool
 	committed bool
 }
 
-// Write runs fn in one transaction under the partition's row lock (see the
-// package documentation). BEGIN and the lock are deferred: they travel
-// with fn's first statement.
-func (s *Store) Write(ctx context.Context, partition string, fn func(ctx context.Context, tx store.WriteTx) error) (err error) {
-	if err := s.checkWrite(); err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			s.writeErrors.Add(1)
-			err = storageFull(err)
-		}
-	}()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("write: acquire connection: %w", err)
-	}
-	defer conn.Release()
-	tx := &writeTx{s: s, conn: conn, partition: partition, st: s.schema.Load()}
-	tx.defer_("begin", "BEGIN")
-	tx.defer_("lock partition", sqlLockPartition, partition)
-	defer tx.rollback(ctx) // no-op after a commit
-	if err := fn(ctx, tx); err != nil {
-		return err
-	}
-	if err := tx.commit(ctx); err != nil {
-		return fmt.Errorf("write: commit: %w", err)
-	}
-	s.writes.Add(1)
-	if tx.committed {
-		s.batches.Add(1)
-	}
-	s.commits.Add(tx.appended)
-	return nil
+// cachedGate is a serve gate read for a running version.
+type cachedGate struct {
+	running int32
+	gate    store.ServeGate
 }
 
-// defer_ queues a statement without an answer.
-func (t *writeTx) defer_(what, sql string, args ...any) {
-	t.pending = append(t.pending, deferred{what: what, sql: sql, args: args})
+// newBatch starts a batch on conn: BEGIN is deferred.
+func newBatch(s *Store, conn *pgxpool.Conn, ctx context.Context, partition string, multi bool) *batch {
+	b := &batch{s: s, conn: conn, ctx: ctx, partition: partition, multi: multi, absent: map[journalKey]bool{}}
+	b.deferCtl("begin", "BEGIN")
+	return b
+}
+
+// lockPartition defers the partition lock, the write boundary, and
+// records the newest sequence it reads.
+func (b *batch) lockPartition() {
+	b.pending = append(b.pending, deferred{what: "lock partition", sql: sqlLockPartition, args: []any{b.partition}, ctl: true,
+		scan: func(r pgx.Row) error {
+			var horizon int64
+			if err := r.Scan(&b.seq, &horizon); err != nil {
+				return err
+			}
+			b.lockedSeq, b.seqKnown = b.seq, true
+			return nil
+		}})
+}
+
+// deferCtl queues a statement of the transaction's structure.
+func (b *batch) deferCtl(what, sql string) {
+	b.pending = append(b.pending, deferred{what: what, sql: sql, ctl: true})
+}
+
+// writesPending reports whether a statement other than the structure's
+// waits to be sent.
+func (b *batch) writesPending(from int) bool {
+	for _, d := range b.pending[from:] {
+		if !d.ctl {
+			return true
+		}
+	}
+	return false
 }
 
 // send sends the deferred statements and then those that queue adds, in
 // one batch (one round trip), and returns the results positioned at the
-// first statement queue added. The caller must Close them.
-func (t *writeTx) send(ctx context.Context, queue func(b *pgx.Batch)) (pgx.BatchResults, error) {
-	if t.done {
+// first statement queue added. The caller must Close them. ctx is the
+// caller's: it is checked first, the statements run with the batch's. cur
+// is the commit that sends (nil: the batch itself).
+//
+// A deferred write of an earlier commit of the batch that fails here (the
+// writes of a commit travel with the next commit's first round trip) is
+// that commit's failure, not cur's: its savepoint is rolled back, it is
+// answered with the error, and the statements of the commits after it are
+// sent again.
+func (b *batch) send(ctx context.Context, cur *writeTx, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	if b.done {
 		return nil, errTxDone
 	}
-	b := &pgx.Batch{}
-	pending := t.pending
-	t.pending = nil
-	for _, d := range pending {
-		b.Queue(d.sql, d.args...)
+	if b.broken != nil {
+		return nil, b.broken
 	}
-	queue(b)
-	t.sends++
-	br := t.conn.SendBatch(ctx, b)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	bb := &pgx.Batch{}
+	pending := b.pending
+	b.pending = nil
 	for _, d := range pending {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, fmt.Errorf("%s: %w", d.what, err)
+		bb.Queue(d.sql, d.args...)
+	}
+	queue(bb)
+	b.sends++
+	b.aheadPending = false
+	b.s.roundTrips.Add(1)
+	br := b.conn.SendBatch(b.ctx, bb)
+	for i, d := range pending {
+		var err error
+		switch {
+		case d.scan != nil:
+			err = d.scan(br.QueryRow())
+		case d.rows != nil:
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				err = d.rows(rows)
+				rows.Close()
+				if err == nil {
+					err = rows.Err()
+				}
+			}
+		default:
+			_, err = br.Exec()
 		}
+		if err == nil {
+			continue
+		}
+		_ = br.Close()
+		err = fmt.Errorf("%s: %w", d.what, fenceError(err))
+		if d.ctl {
+			b.broken = err
+			return nil, err
+		}
+		if late := d.owner; late != nil && late != cur && late.done && b.multi {
+			return b.lateFailure(ctx, cur, late, err, pending[i+1:], queue)
+		}
+		return nil, err
 	}
 	return br, nil
+}
+
+// lateFailure undoes the commit late, whose deferred write failed with
+// err in a round trip of a later commit (or of the COMMIT), and sends that
+// round trip again without it: rest are the deferred statements that
+// followed the failed one. The commits after late that appended took
+// their sequences after late's: they fail too (cur with the error of its
+// call), so that the sequence stays dense.
+func (b *batch) lateFailure(ctx context.Context, cur, late *writeTx, err error, rest []deferred, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	failed := map[*writeTx]bool{}
+	for _, c := range b.commits[late.index:] {
+		if c == late || c.appended > 0 {
+			failed[c] = true
+			b.seq -= c.appended
+			c.appended = 0
+			c.late = err
+			if c != late {
+				c.late = fmt.Errorf("a commit before it in the transaction failed: %w", err)
+			}
+		}
+	}
+	var again []deferred
+	for _, d := range rest {
+		if !failed[d.owner] {
+			again = append(again, d)
+		}
+	}
+	// late's savepoint is the innermost: its RELEASE, and the next
+	// commits' statements, came after the failed statement.
+	if rerr := b.rollbackTo(sqlSavepointCommitName, true); rerr != nil {
+		return nil, errors.Join(err, rerr)
+	}
+	b.pending = again
+	if cur != nil && failed[cur] {
+		cur.dead, cur.done = true, true
+		return nil, cur.late
+	}
+	return b.send(ctx, cur, queue)
+}
+
+// exec sends the deferred statements and sql (without arguments) in one
+// round trip.
+func (b *batch) exec(ctx context.Context, cur *writeTx, what, sql string) error {
+	br, err := b.send(ctx, cur, func(bb *pgx.Batch) { bb.Queue(sql) })
+	if err != nil {
+		return err
+	}
+	_, err = br.Exec()
+	if err = closeBatch(br, err); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// flush sends the deferred statements in one round trip.
+func (b *batch) flush(ctx context.Context, cur *writeTx) error {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	br, err := b.send(ctx, cur, func(*pgx.Batch) {})
+	if err != nil {
+		return err
+	}
+	return br.Close()
 }
 
 // closeBatch closes br and returns err, or the error of closing.
@@ -121,47 +268,160 @@ func closeBatch(br pgx.BatchResults, err error) error {
 	return cerr
 }
 
-// commit sends what is deferred and COMMIT. A transaction that failed
-// earlier (and whose error fn swallowed) answers COMMIT with ROLLBACK:
-// that is an error too.
-func (t *writeTx) commit(ctx context.Context) error {
-	if t.sends == 0 && len(t.pending) == 2 {
-		// fn did nothing: BEGIN and the lock were never sent, and need not be.
-		t.done, t.pending = true, nil
+// aborted reports whether the transaction is in the failed state: a
+// statement failed and no rollback to a savepoint undid it yet.
+func (b *batch) aborted() bool { return b.conn.Conn().PgConn().TxStatus() == 'E' }
+
+// rollbackTo rolls back to the savepoint (and releases it when release is
+// set), at once: pgx prepares a batch's new statements before sending it,
+// which an aborted transaction refuses. Failing, it breaks the batch.
+func (b *batch) rollbackTo(name string, release bool) error {
+	b.pending = nil
+	sql := "ROLLBACK TO SAVEPOINT " + name
+	if release {
+		sql += "; RELEASE SAVEPOINT " + name
+	}
+	b.sends++
+	b.s.roundTrips.Add(1)
+	if _, err := b.conn.Exec(b.ctx, sql); err != nil {
+		b.broken = fmt.Errorf("rollback to savepoint: %w", err)
+		return b.broken
+	}
+	return nil
+}
+
+// endCommit ends a successful commit of a batch of several: the release
+// of its savepoint is deferred, and so are its writes not sent yet, which
+// travel with the next commit's first round trip (a failure of one is
+// then this commit's: see send).
+func (b *batch) endCommit(tx *writeTx) error {
+	if b.aborted() {
+		return errors.New("the transaction failed earlier")
+	}
+	b.pending = append(b.pending, deferred{what: "release savepoint", sql: sqlReleaseCommit, ctl: true, owner: tx})
+	return nil
+}
+
+// commit sends what is deferred, the sequence written back, and COMMIT. A
+// transaction that failed earlier answers COMMIT with ROLLBACK: that is an
+// error too. A batch that sent nothing and has nothing to write commits
+// nothing.
+func (b *batch) commit() error {
+	if b.sends == 0 && !b.writesPending(0) {
+		b.done, b.pending = true, nil
 		return nil
 	}
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue("COMMIT") })
+	if b.aborted() {
+		return errors.New("the transaction failed earlier")
+	}
+	var appended bool
+	br, err := b.send(b.ctx, nil, func(bb *pgx.Batch) {
+		// Queued again, with the sequence then, if a commit's late
+		// failure undid its appends.
+		if appended = b.seq != b.lockedSeq; appended {
+			bb.Queue(sqlSetMaxCommitSeq, b.partition, b.seq)
+		}
+		bb.Queue("COMMIT")
+		if appended {
+			bb.Queue(sqlNotifyCommit, b.partition, b.s.dbSchema, b.seq)
+		}
+	})
 	if err != nil {
 		return err
 	}
+	if appended {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return fmt.Errorf("write back sequence: %w", err)
+		}
+	}
 	tag, err := br.Exec()
-	if err = closeBatch(br, err); err != nil {
+	if err != nil {
+		_ = br.Close()
 		return err
 	}
-	t.done = true
+	b.done = true
 	if tag.String() != "COMMIT" {
+		_ = br.Close()
 		return errors.New("the transaction failed earlier and was rolled back")
 	}
-	t.committed = true
+	b.committed = true
+	if appended {
+		// Committed whatever the notification comes to.
+		_, err = br.Exec()
+	}
+	if err = closeBatch(br, err); err != nil {
+		b.s.log.WarnContext(b.ctx, "pgstore: commit notification failed", "partition", b.partition, "seq", b.seq, "err", err)
+	}
 	return nil
 }
 
 // rollback ends a transaction that did not commit. When it fails, the
 // connection goes back to the pool mid-transaction and the pool closes it.
-func (t *writeTx) rollback(ctx context.Context) {
-	if t.done {
+func (b *batch) rollback() {
+	if b.done {
 		return
 	}
-	t.done = true
-	t.pending = nil
-	if t.sends == 0 {
+	b.done = true
+	b.pending = nil
+	if b.sends == 0 {
 		return // BEGIN was never sent
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+	b.s.roundTrips.Add(1)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), rollbackTimeout)
 	defer cancel()
-	if _, err := t.conn.Exec(ctx, "ROLLBACK"); err != nil {
-		t.s.log.WarnContext(ctx, "pgstore: rollback failed; the connection is discarded", "err", err)
+	if _, err := b.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		b.s.log.WarnContext(ctx, "pgstore: rollback failed; the connection is discarded", "err", err)
 	}
+}
+
+// writeTx is the store.WriteTx (and store.BarrierTx) of one Write: one
+// commit's view of its batch. Its statements run on the batch's
+// connection, inside the commit's savepoint when the batch carries
+// several; a read of the commit runs there too (send; Query in query.go).
+type writeTx struct {
+	b         *batch
+	partition string
+	st        *schemaState // nil before EnsureSchema
+	// outer: the commit runs in the savepoint syncgo_commit.
+	outer bool
+	depth int // nesting of Candidate
+	// writes counts the writing statements the commit queued.
+	writes int
+	// appended counts the commits appended and not undone by a Candidate.
+	appended int64
+	// index is the commit's place in its batch.
+	index int
+	// reads are the rows and tombstones the commit read (a tombstone is
+	// read with each row), until a write to the same key.
+	reads readAhead
+	// late is the failure of a write of the commit that was sent after
+	// its function returned, or of an earlier commit that took it along
+	// (see batch.lateFailure); dead: then none of its statements ran.
+	late error
+	dead bool
+	done bool
+}
+
+// s is the store.
+func (t *writeTx) s() *Store { return t.b.s }
+
+// send is batch.send for a call of the commit.
+func (t *writeTx) send(ctx context.Context, queue func(bb *pgx.Batch)) (pgx.BatchResults, error) {
+	if t.done {
+		return nil, errTxDone
+	}
+	return t.b.send(ctx, t, queue)
+}
+
+// write queues a writing statement of the commit.
+func (t *writeTx) write(what, sql string, args ...any) error {
+	if t.done {
+		return errTxDone
+	}
+	t.writes++
+	t.b.pending = append(t.b.pending, deferred{what: what, sql: sql, args: args, owner: t})
+	return nil
 }
 
 // Partition returns the partition the transaction writes to.
@@ -169,41 +429,57 @@ func (t *writeTx) Partition() string { return t.partition }
 
 // Candidate runs fn inside a savepoint. The SAVEPOINT (and on success the
 // RELEASE) is deferred; when fn sent nothing, its deferred statements are
-// kept (success) or dropped (failure) without any savepoint at all.
+// kept (success) or dropped (failure) without any savepoint at all. The
+// first Candidate of a commit of a batch of several that wrote nothing
+// yet uses the commit's own savepoint. Writes of fn still deferred when it
+// returns are sent later: a failure of one then fails the Write.
 func (t *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) error) error {
 	if t.done {
 		return errTxDone
 	}
+	b := t.b
+	reuse := t.depth == 0 && t.outer && t.writes == 0
 	t.depth++
 	name := "syncgo_candidate_" + strconv.Itoa(t.depth)
-	mark, sends, appended := len(t.pending), t.sends, t.appended
-	t.defer_("savepoint", "SAVEPOINT "+name)
+	mark, sends, appended, writes := len(b.pending), b.sends, t.appended, t.writes
+	if !reuse {
+		b.pending = append(b.pending, deferred{what: "savepoint", sql: "SAVEPOINT " + name, ctl: true, owner: t})
+	}
 	err := fn(ctx)
 	t.depth--
 	if t.done {
 		return errors.Join(err, errTxDone)
 	}
-	unsent := t.sends == sends
-	switch {
-	case err == nil && unsent:
-		t.pending = append(t.pending[:mark], t.pending[mark+1:]...)
-	case err == nil:
-		t.defer_("release savepoint", "RELEASE SAVEPOINT "+name)
-	case unsent:
-		t.pending = t.pending[:mark]
-		t.appended = appended
-	default:
-		// The transaction may be aborted by fn's failure. Roll back now,
-		// not deferred: pgx prepares a batch's new statements before
-		// sending it, which an aborted transaction refuses. What fn
-		// deferred after its last send is inside the savepoint: dropped.
-		t.pending = nil
-		t.appended = appended
-		t.sends++
-		sql := "ROLLBACK TO SAVEPOINT " + name + "; RELEASE SAVEPOINT " + name
-		if _, rerr := t.conn.Exec(ctx, sql); rerr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rerr))
+	if err == nil && b.aborted() {
+		err = errors.New("a statement of the candidate failed")
+	}
+	if err == nil {
+		switch {
+		case reuse:
+		case b.sends == sends && !b.writesPending(mark):
+			// Nothing inside reached the database: no savepoint at all.
+			b.pending = append(b.pending[:mark], b.pending[mark+1:]...)
+		default:
+			b.pending = append(b.pending, deferred{what: "release savepoint", sql: "RELEASE SAVEPOINT " + name, ctl: true, owner: t})
 		}
+		return nil
+	}
+	// The appends fn made are undone: their sequences are free again.
+	b.seq -= t.appended - appended
+	t.appended, t.writes = appended, writes
+	t.reads = readAhead{} // what fn read may have seen its writes
+	if b.sends == sends {
+		b.pending = b.pending[:mark]
+		return err
+	}
+	// The transaction may be aborted by fn's failure; what fn deferred
+	// after its last send is inside the savepoint: dropped.
+	target, release := name, true
+	if reuse {
+		target, release = sqlSavepointCommitName, false
+	}
+	if rerr := b.rollbackTo(target, release); rerr != nil {
+		return errors.Join(err, rerr)
 	}
 	return err
 }

@@ -11,52 +11,15 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// Row reads a current row on the transaction's connection.
-func (t *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
-	ts, err := t.table(table)
-	if err != nil {
-		return store.Row{}, err
-	}
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.selectRow, t.partition, rowID) })
-	if err != nil {
-		return store.Row{}, fmt.Errorf("row: %w", err)
-	}
-	row, err := scanRow(br.QueryRow(), table)
-	if err = closeBatch(br, err); err != nil {
-		return store.Row{}, fmt.Errorf("row: %w", err)
-	}
-	return row, nil
-}
-
-// Tombstone reads the row's delete tombstone.
-func (t *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlTombstone, t.partition, table, rowID) })
-	if err != nil {
-		return 0, false, fmt.Errorf("tombstone: %w", err)
-	}
-	var seq int64
-	err = br.QueryRow().Scan(&seq)
-	found := err == nil
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = nil
-	}
-	if err = closeBatch(br, err); err != nil {
-		return 0, false, fmt.Errorf("tombstone: %w", err)
-	}
-	return seq, found, nil
-}
-
 // ClearTombstone removes the row's tombstone (deferred).
 func (t *writeTx) ClearTombstone(_ context.Context, table, rowID string) error {
-	if t.done {
-		return errTxDone
-	}
-	t.defer_("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
-	return nil
+	t.forgetTomb(rowKey{table, rowID})
+	return t.write("clear tombstone", sqlClearTombstone, t.partition, table, rowID)
 }
 
 // UpsertRow writes the row with its typed columns and brings its scope
-// index entries to its scopes, in one round trip.
+// index entries to its scopes, in one statement; deferred when the table
+// declares no unique index (nothing to report as a constraint error).
 func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	ts, err := t.table(w.Table)
 	if err != nil {
@@ -79,26 +42,21 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	args = append(args, w.ServerVersion, string(store.EncodeScopes(w.Scopes)),
 		nonNilBytes(w.Payload), nullIfEmpty(w.ColumnVersions))
 	vars, values := scopeArrays(w.Scopes)
-	br, err := t.send(ctx, func(b *pgx.Batch) {
-		b.Queue(ts.upsert, args...)
-		b.Queue(sqlPruneRowScopes, t.partition, ts.name, w.RowID, vars, values)
-		b.Queue(sqlInsertRowScopes, t.partition, ts.name, w.RowID, vars, values)
-	})
+	args = append(args, ts.name, vars, values)
+	t.forgetRow(rowKey{w.Table, w.RowID})
+	if len(ts.constraints) == 0 {
+		// No declared unique index to report: deferred, sent with the
+		// next statement that has an answer.
+		return t.write("upsert row", ts.writeRow, args...)
+	}
+	t.writes++
+	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.writeRow, args...) })
 	if err != nil {
 		return fmt.Errorf("upsert row: %w", err)
 	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	_, err = br.Exec()
+	if err = closeBatch(br, err); err != nil {
 		return fmt.Errorf("upsert row: %w", ts.constraintError(err))
-	}
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return fmt.Errorf("upsert row: scope index: %w", err)
-		}
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("upsert row: %w", err)
 	}
 	return nil
 }
@@ -109,12 +67,8 @@ func (t *writeTx) DeleteRow(_ context.Context, table, rowID string) error {
 	if err != nil {
 		return err
 	}
-	if t.done {
-		return errTxDone
-	}
-	t.defer_("delete row", ts.deleteRow, t.partition, rowID)
-	t.defer_("delete row scopes", sqlDeleteRowScopes, t.partition, ts.name, rowID)
-	return nil
+	t.forgetRow(rowKey{table, rowID})
+	return t.write("delete row", ts.dropRow, t.partition, rowID, ts.name)
 }
 
 // RowsByColumn reads up to limit rows whose materialized column equals
@@ -160,25 +114,36 @@ func (t *writeTx) RowsByColumn(ctx context.Context, table, column string, value 
 	return out, nil
 }
 
-// PushResult reads the journal on the transaction's connection.
-func (t *writeTx) PushResult(ctx context.Context, clientID, clientCommitID string) (store.PushRecord, error) {
-	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(sqlPushResult, t.partition, clientID, clientCommitID) })
-	if err != nil {
-		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
-	}
-	rec, err := scanPushRecord(br.QueryRow())
-	if err = closeBatch(br, err); err != nil {
-		return store.PushRecord{}, fmt.Errorf("push result: %w", err)
-	}
-	return rec, nil
-}
-
 // PutPushResult records rec unless a record exists (first writer wins).
+// When the batch read the key absent (ahead, or by PushResult) and did not
+// write it since, it stores: the insert is deferred, without ON CONFLICT, so that
+// the impossible conflict would fail the commit rather than pass unseen.
 func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
 	body, err := store.EncodePushRecord(rec)
 	if err != nil {
 		return false, fmt.Errorf("put push result: %w", err)
 	}
+	key := journalKey{clientID, clientCommitID}
+	delete(t.b.ahead.journal, key)
+	if t.b.absent[key] {
+		delete(t.b.absent, key)
+		if err := t.usable(ctx); err != nil {
+			return false, err
+		}
+		if n := len(t.b.pending); n > 0 && t.b.pending[n-1].append && t.b.pending[n-1].owner == t {
+			// Right after the commit's append: one statement for both.
+			d := &t.b.pending[n-1]
+			d.sql, d.append = sqlAppendCommitResult, false
+			d.args = append(d.args, clientID, clientCommitID, body)
+			t.writes++
+			return true, nil
+		}
+		if err := t.write("put push result", sqlInsertPushResult, t.partition, clientID, clientCommitID, body); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	t.writes++
 	br, err := t.send(ctx, func(b *pgx.Batch) {
 		b.Queue(sqlPutPushResult, t.partition, clientID, clientCommitID, body)
 	})

@@ -99,7 +99,9 @@ type Store interface {
 
 // WriteTx is the view of a partition write transaction. It is valid only
 // inside the function passed to Store.Write, and must not be used from
-// other goroutines.
+// other goroutines. A driver may send a write later than the call that
+// made it (with its next statement that has an answer): its failure is
+// then reported by a later call, or fails the Write.
 type WriteTx interface {
 	// Partition returns the partition the transaction writes to.
 	Partition() string
@@ -135,6 +137,31 @@ type WriteTx interface {
 	// are undone and the transaction goes on (a push records a rejected
 	// result after discarding the rejected commit's writes).
 	Candidate(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
+// RowKey names a row of a table.
+type RowKey struct {
+	Table string
+	RowID string
+}
+
+// WriteReads names what a Write's function reads first: a commit's push
+// result (ClientID and ClientCommitID; none when ClientID is empty) and
+// the current rows, with their tombstones, that its operations name.
+type WriteReads struct {
+	ClientID       string
+	ClientCommitID string
+	Rows           []RowKey
+}
+
+// ReadAheadWriter is implemented by stores that group writes and can read
+// ahead for them (Postgres). WriteReadAhead is Write told what fn reads
+// first: the driver may read it for all the Writes of a batch at once, so
+// that fn's PushResult, Row and Tombstone calls need no round trip each.
+// It is a hint: every call of fn's transaction is answered as it would be
+// without it, and a key it does not name is read when asked for.
+type ReadAheadWriter interface {
+	WriteReadAhead(ctx context.Context, partition string, reads WriteReads, fn func(ctx context.Context, tx WriteTx) error) error
 }
 
 // CommitListener is implemented by stores that several server instances

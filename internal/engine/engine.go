@@ -260,8 +260,15 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 	now := e.cfg.Now()
 	e.mu.Lock()
 	st, ok := e.touched[partition]
+	fresh := ok && now-st.atMs < e.cfg.Limits.TouchInterval.Milliseconds() && now >= st.atMs
+	if ok && !fresh {
+		// This request touches; the concurrent ones of the partition read
+		// (a touch takes the registry row's lock and a commit: many at
+		// once would queue on it).
+		e.touched[partition] = touchState{atMs: now, partition: st.partition}
+	}
 	e.mu.Unlock()
-	if ok && now-st.atMs < e.cfg.Limits.TouchInterval.Milliseconds() && now >= st.atMs {
+	if fresh {
 		p, err := e.cfg.Store.Partition(ctx, partition)
 		if err == nil {
 			return p, nil

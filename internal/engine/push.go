@@ -25,7 +25,14 @@ type pushOutcome struct {
 func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
 	var out pushOutcome
-	rec, err := st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
+	ra, readAhead := st.(store.ReadAheadWriter)
+	rec, err := store.PushRecord{}, store.ErrNotFound
+	if !readAhead {
+		// A replay is answered without entering the write boundary. A
+		// driver that reads ahead reads the journal in the transaction's
+		// first round trip anyway (with the other pushes of its batch).
+		rec, err = st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
+	}
 	switch {
 	case err == nil:
 		if err := r.ownResult(rec); err != nil {
@@ -37,11 +44,23 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	case !errors.Is(err, store.ErrNotFound):
 		return err
 	default:
-		err = st.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+		apply := func(ctx context.Context, tx store.WriteTx) error {
 			var err error
 			out, err = r.applyCommit(ctx, tx, pc)
 			return err
-		})
+		}
+		if readAhead {
+			// The driver reads the journal re-check and the operations'
+			// rows ahead, with those of the other pushes it groups.
+			reads := store.WriteReads{ClientID: clientID, ClientCommitID: pc.ClientCommitID,
+				Rows: make([]store.RowKey, len(pc.Operations))}
+			for i := range pc.Operations {
+				reads.Rows[i] = store.RowKey{Table: pc.Operations[i].Table, RowID: pc.Operations[i].RowID}
+			}
+			err = ra.WriteReadAhead(ctx, partition, reads, apply)
+		} else {
+			err = st.Write(ctx, partition, apply)
+		}
 		if store.ErrorCode(err) == store.CodeWriterFenceRejected {
 			// A newer schema fenced this process off: nothing was
 			// written, and the client retries against a newer server.
