@@ -202,7 +202,7 @@ func (c *CommandContext) Row(ctx context.Context, table, rowID string) (map[stri
 	}
 	out := make(map[string]any, len(vals))
 	for i, col := range t.Columns() {
-		out[col.Name] = goValue(col.Type, vals[i])
+		out[col.Name] = wire.GoValue(col.Type, vals[i])
 	}
 	return out, true, nil
 }

@@ -423,24 +423,6 @@ func columnValue(t wire.ColumnType, v any) (wire.Value, error) {
 	return wire.Value{}, fmt.Errorf("a %T cannot be stored in a %s column", v, t)
 }
 
-// goValue converts a column value to a plain Go value.
-func goValue(t wire.ColumnType, v wire.Value) any {
-	if v.Null {
-		return nil
-	}
-	switch t {
-	case wire.TypeInteger:
-		return v.Int
-	case wire.TypeFloat:
-		return v.Float
-	case wire.TypeBoolean:
-		return v.Bool
-	case wire.TypeBytes, wire.TypeCRDT:
-		return v.Bytes
-	}
-	return v.Str
-}
-
 // toGo converts a decoded remote value to the Go values an embedder
 // sees: objects become map[string]any.
 func toGo(v any) any {

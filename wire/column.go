@@ -72,3 +72,26 @@ type Value struct {
 	Str   string
 	Bytes []byte
 }
+
+// GoValue is v, a value of a column of type t, as a plain Go value: nil
+// for NULL; int64, float64 and bool for those types; []byte (never nil)
+// for bytes and crdt; string for string, json and blob_ref (their text).
+func GoValue(t ColumnType, v Value) any {
+	if v.Null {
+		return nil
+	}
+	switch t {
+	case TypeInteger:
+		return v.Int
+	case TypeFloat:
+		return v.Float
+	case TypeBoolean:
+		return v.Bool
+	case TypeBytes, TypeCRDT:
+		if v.Bytes == nil {
+			return []byte{}
+		}
+		return v.Bytes
+	}
+	return v.Str
+}

@@ -272,28 +272,8 @@ func rowMap(t *schema.CompiledTable, vals []wire.Value) validate.Row {
 	m := make(validate.Row, len(cols))
 	for i, c := range cols {
 		if i < len(vals) {
-			m[c.Name] = goValue(c.Type, vals[i])
+			m[c.Name] = wire.GoValue(c.Type, vals[i])
 		}
 	}
 	return m
-}
-
-func goValue(t wire.ColumnType, v wire.Value) any {
-	if v.Null {
-		return nil
-	}
-	switch t {
-	case wire.TypeInteger:
-		return v.Int
-	case wire.TypeFloat:
-		return v.Float
-	case wire.TypeBoolean:
-		return v.Bool
-	case wire.TypeBytes, wire.TypeCRDT:
-		if v.Bytes == nil {
-			return []byte{}
-		}
-		return v.Bytes
-	}
-	return v.Str
 }

@@ -31,25 +31,8 @@ func (r Row) Map(t *schema.CompiledTable) map[string]any {
 	return out
 }
 
-// GoValue converts a column value to a plain Go value: nil for NULL,
-// string for string, json and blob_ref (the JSON text), int64, float64,
-// bool, and []byte for bytes and crdt.
-func GoValue(t wire.ColumnType, v wire.Value) any {
-	if v.Null {
-		return nil
-	}
-	switch t {
-	case wire.TypeInteger:
-		return v.Int
-	case wire.TypeFloat:
-		return v.Float
-	case wire.TypeBoolean:
-		return v.Bool
-	case wire.TypeBytes, wire.TypeCRDT:
-		return v.Bytes
-	}
-	return v.Str
-}
+// GoValue converts a column value to a plain Go value (wire.GoValue).
+func GoValue(t wire.ColumnType, v wire.Value) any { return wire.GoValue(t, v) }
 
 // WireValue converts a Go value to a value of a column of type t. It
 // accepts nil (NULL), a wire.Value as is, strings for string, json and
