@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"unicode/utf16"
 
 	"github.com/syncgo/syncgo/validate"
 )
@@ -123,84 +122,24 @@ func callInstallCommitValidator(_ context.Context, in *instance, args []json.Raw
 	return nil, nil
 }
 
+// compileRule compiles a catalog row rule with the rule kinds of package
+// validate, its guard value decoded as a driver value.
 func compileRule(s ruleSpec) (validate.Validator, error) {
-	switch s.Kind {
-	case "unexpectedError":
-		msg := s.Message
-		return func(context.Context, *validate.Write) error { return errors.New(msg) }, nil
-	case "maxLength":
-		if s.Column == "" || s.Max == nil || *s.Max < 0 {
-			return nil, errors.New("maxLength needs column and a non-negative max")
-		}
-		if err := validate.CheckCode(s.Code); err != nil {
-			return nil, err
-		}
-		max := *s.Max
-		return func(_ context.Context, w *validate.Write) error {
-			if w.Row == nil {
-				return nil // a delete carries no row
-			}
-			if v, ok := w.Row[s.Column].(string); ok && utf16Len(v) > max {
-				return validate.Reject(s.Code, fmt.Sprintf("%s exceeds %d characters", s.Column, max),
-					&validate.Details{FieldPaths: []string{s.Column}, Reason: "max_length_exceeded", RequiredAction: "edit_fields"})
-			}
-			return nil
-		}, nil
-	case "immutableWhen":
-		if s.Column == "" || s.GuardColumn == "" {
-			return nil, errors.New("immutableWhen needs column and guardColumn")
-		}
-		if err := validate.CheckCode(s.Code); err != nil {
-			return nil, err
-		}
-		guard, err := driverValue(s.GuardValue)
-		if err != nil {
-			return nil, fmt.Errorf("guardValue: %w", err)
-		}
-		return func(_ context.Context, w *validate.Write) error {
-			if w.Row == nil || w.Stored == nil {
-				return nil // an insert or a delete
-			}
-			if !sameValue(w.Stored[s.GuardColumn], guard) || sameValue(w.Row[s.Column], w.Stored[s.Column]) {
-				return nil
-			}
-			return validate.Reject(s.Code, fmt.Sprintf("%s is immutable in this state", s.Column),
-				&validate.Details{FieldPaths: []string{s.Column}, Reason: "immutable_state", RequiredAction: "keep_server"})
-		}, nil
+	guard, err := driverValue(s.GuardValue)
+	if err != nil {
+		return nil, fmt.Errorf("guardValue: %w", err)
 	}
-	return nil, fmt.Errorf("unknown rule kind %q", s.Kind)
+	return validate.RowRule{Kind: s.Kind, Column: s.Column, Max: s.Max, GuardColumn: s.GuardColumn,
+		GuardValue: guard, Code: s.Code, Message: s.Message}.Compile()
 }
 
 func compileCommitRule(s commitRuleSpec) (validate.CommitValidator, error) {
-	if s.Kind != "requireSiblingWhen" {
-		return nil, fmt.Errorf("unknown commit rule kind %q", s.Kind)
-	}
-	if s.Table == "" || s.Column == "" {
-		return nil, errors.New("requireSiblingWhen needs table and column")
-	}
-	if err := validate.CheckCode(s.Code); err != nil {
-		return nil, err
-	}
 	equals, err := driverValue(s.Equals)
 	if err != nil {
 		return nil, fmt.Errorf("equals: %w", err)
 	}
-	return func(_ context.Context, c *validate.Commit) error {
-		for _, trigger := range c.Operations {
-			if trigger.Table != s.Table || trigger.Row == nil || !sameValue(trigger.Row[s.Column], equals) {
-				continue
-			}
-			for _, op := range c.Operations {
-				if op.Table == s.Table && op.RowID == trigger.RowID+s.SiblingRowIDSuffix {
-					return nil
-				}
-			}
-			return validate.Reject(s.Code, "the commit needs a sibling operation",
-				&validate.Details{FieldPaths: []string{s.Column}, Reason: "missing_sibling_operation",
-					RequiredAction: "repair_aggregate"}).AtOp(trigger.OpIndex)
-		}
-		return nil
-	}, nil
+	return validate.CommitRule{Kind: s.Kind, Table: s.Table, Column: s.Column, Equals: equals,
+		SiblingRowIDSuffix: s.SiblingRowIDSuffix, Code: s.Code}.Compile()
 }
 
 // driverValue decodes a driver row value (JSON null, boolean, number,
@@ -231,36 +170,4 @@ func driverValue(raw json.RawMessage) (any, error) {
 		return x, nil
 	}
 	return nil, fmt.Errorf("unsupported value %s", raw)
-}
-
-// sameValue compares two row values as the catalog's rules do: by value,
-// bytes by content, an integer equal to the same float.
-func sameValue(a, b any) bool {
-	switch x := a.(type) {
-	case []byte:
-		y, ok := b.([]byte)
-		return ok && bytes.Equal(x, y)
-	case int64:
-		if y, ok := b.(float64); ok {
-			return float64(x) == y
-		}
-	case float64:
-		if y, ok := b.(int64); ok {
-			return x == float64(y)
-		}
-	}
-	if _, ok := b.([]byte); ok {
-		return false
-	}
-	return a == b
-}
-
-// utf16Len is a string's length in UTF-16 code units, as the catalog's
-// JavaScript rules count characters.
-func utf16Len(s string) int {
-	n := 0
-	for _, r := range s {
-		n += utf16.RuneLen(r)
-	}
-	return n
 }
