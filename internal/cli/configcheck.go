@@ -68,6 +68,9 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("schema: %w", err)
 	}
+	if _, _, err := cfg.CompileValidators(sc); err != nil {
+		return nil, nil, err
+	}
 	// The binary has the built-in mergers only.
 	if err := syncgo.CheckCRDTMergers(nil, sc); err != nil {
 		return nil, nil, fmt.Errorf("schema: %w", err)

@@ -263,7 +263,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	}
 	defer st.Close()
 	l := cfg.Limits
+	validators, commitValidator, err := cfg.CompileValidators(sc)
+	if err != nil {
+		return err
+	}
 	scfg := syncgo.Config{
+		Validators:            validators,
+		CommitValidator:       commitValidator,
 		Store:                 st,
 		Schema:                sc,
 		Authenticate:          authenticate,

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/syncgo/syncgo/auth"
+	"github.com/syncgo/syncgo/validate"
 )
 
 // Config holds every setting of `syncgo serve`. The yaml tags are the
@@ -54,6 +55,11 @@ type Config struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// ReadHeaderTimeout bounds the reading of a request's headers.
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// Validators are declarative write rules by table, and
+	// CommitValidators declarative whole-commit rules (validators.go,
+	// docs/validators.md).
+	Validators       []ValidatorRule       `yaml:"validators"`
+	CommitValidators []validate.CommitRule `yaml:"commit_validators"`
 	// ShutdownDelay is how long, after SIGTERM or SIGINT, /readyz answers
 	// 503 while the server still serves, before it stops. Default 0.
 	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
