@@ -276,6 +276,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		ResolveScopes:         resolveScopes,
 		Logger:                logger,
 		Declarations:          decls,
+		Operations:            buildOperations(cfg.Operations),
 		MaxRequestBytes:       l.MaxRequestBytes,
 		MaxFrameBytes:         l.MaxFrameBytes,
 		StallTimeout:          l.StallTimeout,
