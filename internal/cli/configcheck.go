@@ -78,7 +78,7 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if _, err := declarations(cfg.Checkpoints, sc.Version()); err != nil {
 		return nil, nil, err
 	}
-	if err := syncgo.CheckOperations(buildOperations(cfg.Operations), sc); err != nil {
+	if err := checkOperations(cfg.Operations, sc); err != nil {
 		return nil, nil, fmt.Errorf("operations: %w", err)
 	}
 	if cfg.DBPasswordFile != "" {

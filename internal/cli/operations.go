@@ -1,8 +1,13 @@
 package cli
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/config"
+	"github.com/syncgo/syncgo/internal/remotesql"
+	"github.com/syncgo/syncgo/schema"
 )
 
 // buildOperations maps the operations section of the config file onto
@@ -50,4 +55,61 @@ func coverageFunc(decl []config.Coverage) func(syncgo.Params) ([]syncgo.Coverage
 		}
 		return out, nil
 	}
+}
+
+// checkOperations compiles the declared operations against the schema
+// with the library's checks (both dialects), then checks each declared
+// coverage as serving would per request: one entry for every table the
+// SQL names, each covering exactly that table's scope variables.
+func checkOperations(c config.Operations, sc *schema.Compiled) error {
+	if err := syncgo.CheckOperations(buildOperations(c), sc); err != nil {
+		return err
+	}
+	tables := remotesql.Schema{}
+	for _, t := range sc.Tables() {
+		tables[t.Name()] = t.Materialize()
+	}
+	for _, q := range c.Queries {
+		if err := checkCoverage(q, q.SQL, remotesql.SQLite, sc, tables); err != nil {
+			return err
+		}
+		if q.PostgresSQL != "" {
+			if err := checkCoverage(q, q.PostgresSQL, remotesql.Postgres, sc, tables); err != nil {
+				return fmt.Errorf("%w (postgres_sql)", err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkCoverage checks the declared coverage of q against the tables
+// that text names.
+func checkCoverage(q config.Query, text string, d remotesql.Dialect, sc *schema.Compiled, tables remotesql.Schema) error {
+	{
+		st, err := remotesql.Parse(text, d, tables)
+		if err != nil {
+			return fmt.Errorf("query %q: %w", q.ID, err)
+		}
+		var covered []string
+		for _, cov := range q.Coverage {
+			t, ok := sc.Table(cov.Table)
+			if !ok || !slices.Contains(st.Tables, cov.Table) || slices.Contains(covered, cov.Table) {
+				return fmt.Errorf("query %q: coverage names table %q twice or one the SQL does not read (it reads %v)", q.ID, cov.Table, st.Tables)
+			}
+			covered = append(covered, cov.Table)
+			vars := t.Variables()
+			if len(cov.Scopes) != len(vars) {
+				return fmt.Errorf("query %q: coverage of %s must cover exactly its scope variables %v", q.ID, cov.Table, vars)
+			}
+			for _, v := range vars {
+				if _, ok := cov.Scopes[v]; !ok {
+					return fmt.Errorf("query %q: coverage of %s must cover exactly its scope variables %v", q.ID, cov.Table, vars)
+				}
+			}
+		}
+		if len(covered) != len(st.Tables) {
+			return fmt.Errorf("query %q: the SQL reads %v; coverage must name each (it names %v)", q.ID, st.Tables, covered)
+		}
+	}
+	return nil
 }
