@@ -99,6 +99,9 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		fmt.Sprintf("db %s (%s)", config.RedactDSN(cfg.DB), kind),
 		fmt.Sprintf("schema %s (version %d; scope variables %s)", schemaName, sc.Version(), strings.Join(sc.Variables(), ", ")))
 	summary = append(summary, observeSummary(cfg)...)
+	if n := len(cfg.Operations.Queries); n > 0 {
+		summary = append(summary, fmt.Sprintf("operations: %d scoped quer(ies)", n))
+	}
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

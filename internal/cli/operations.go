@@ -85,31 +85,29 @@ func checkOperations(c config.Operations, sc *schema.Compiled) error {
 // checkCoverage checks the declared coverage of q against the tables
 // that text names.
 func checkCoverage(q config.Query, text string, d remotesql.Dialect, sc *schema.Compiled, tables remotesql.Schema) error {
-	{
-		st, err := remotesql.Parse(text, d, tables)
-		if err != nil {
-			return fmt.Errorf("query %q: %w", q.ID, err)
+	st, err := remotesql.Parse(text, d, tables)
+	if err != nil {
+		return fmt.Errorf("query %q: %w", q.ID, err)
+	}
+	var covered []string
+	for _, cov := range q.Coverage {
+		t, ok := sc.Table(cov.Table)
+		if !ok || !slices.Contains(st.Tables, cov.Table) || slices.Contains(covered, cov.Table) {
+			return fmt.Errorf("query %q: coverage names table %q twice or one the SQL does not read (it reads %v)", q.ID, cov.Table, st.Tables)
 		}
-		var covered []string
-		for _, cov := range q.Coverage {
-			t, ok := sc.Table(cov.Table)
-			if !ok || !slices.Contains(st.Tables, cov.Table) || slices.Contains(covered, cov.Table) {
-				return fmt.Errorf("query %q: coverage names table %q twice or one the SQL does not read (it reads %v)", q.ID, cov.Table, st.Tables)
-			}
-			covered = append(covered, cov.Table)
-			vars := t.Variables()
-			if len(cov.Scopes) != len(vars) {
+		covered = append(covered, cov.Table)
+		vars := t.Variables()
+		if len(cov.Scopes) != len(vars) {
+			return fmt.Errorf("query %q: coverage of %s must cover exactly its scope variables %v", q.ID, cov.Table, vars)
+		}
+		for _, v := range vars {
+			if _, ok := cov.Scopes[v]; !ok {
 				return fmt.Errorf("query %q: coverage of %s must cover exactly its scope variables %v", q.ID, cov.Table, vars)
 			}
-			for _, v := range vars {
-				if _, ok := cov.Scopes[v]; !ok {
-					return fmt.Errorf("query %q: coverage of %s must cover exactly its scope variables %v", q.ID, cov.Table, vars)
-				}
-			}
 		}
-		if len(covered) != len(st.Tables) {
-			return fmt.Errorf("query %q: the SQL reads %v; coverage must name each (it names %v)", q.ID, st.Tables, covered)
-		}
+	}
+	if len(covered) != len(st.Tables) {
+		return fmt.Errorf("query %q: the SQL reads %v; coverage must name each (it names %v)", q.ID, st.Tables, covered)
 	}
 	return nil
 }
