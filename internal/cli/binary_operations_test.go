@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 )
@@ -30,8 +31,13 @@ const openTodosOperations = `operations:
 
 // A query declared in the config file is served by `syncgo serve`: its
 // caller gets the rows of a list it may read, and is refused one it may
-// not (operation.forbidden).
+// not (operation.forbidden); on SQLite and on Postgres.
 func TestBinaryConfigOperations(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testBinaryConfigOperations(t, "") })
+	t.Run("postgres", func(t *testing.T) { testBinaryConfigOperations(t, pgtest.Schema(t, "opscfg", false)) })
+}
+
+func testBinaryConfigOperations(t *testing.T, db string) {
 	sc, schemaPath := exampleSchema(t)
 	cfg := writeConfig(t, schemaPath, "  hs256_secret: "+e2eSecret+"\n")
 	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
@@ -44,7 +50,11 @@ func TestBinaryConfigOperations(t *testing.T) {
 	if out, errOut, code := binarytest.Run(t, bin, nil, "config", "check", cfg); code != 0 {
 		t.Fatalf("config check: %d\n%s\n%s", code, out, errOut)
 	}
-	p := binarytest.Serve(t, bin, binarytest.Options{}, "-config", cfg)
+	args := []string{"-config", cfg}
+	if db != "" {
+		args = append(args, "-db", db)
+	}
+	p := binarytest.Serve(t, bin, binarytest.Options{}, args...)
 	tok := hs(t, map[string]any{"sub": "alice", "lists": []string{"l1"}})
 	alice, _ := sspclient.New(p.URL, tok, sc, sspclient.Options{})
 	for _, id := range []string{"a2", "a1"} {
