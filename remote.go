@@ -483,3 +483,21 @@ func paramValue(t wire.ColumnType, v any) (any, bool) {
 
 // maxSafe is 2^53 − 1, JavaScript's largest safe integer.
 const maxSafe = 1<<53 - 1
+
+// CheckOperations checks ops against a schema as New does, for both
+// SQL dialects, without a store: for a configuration check.
+func CheckOperations(ops Operations, sc *schema.Compiled) error {
+	if _, err := compileOperations(ops, sc, nil); err != nil {
+		return err
+	}
+	tables := remotesql.Schema{}
+	for _, t := range sc.Tables() {
+		tables[t.Name()] = t.Materialize()
+	}
+	for _, q := range ops.Queries {
+		if _, err := compileQuery(q, remotesql.Postgres, tables); err != nil {
+			return fmt.Errorf("query %q (Postgres): %w", q.ID, err)
+		}
+	}
+	return nil
+}

@@ -78,6 +78,9 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if _, err := declarations(cfg.Checkpoints, sc.Version()); err != nil {
 		return nil, nil, err
 	}
+	if err := checkOperations(cfg.Operations, sc); err != nil {
+		return nil, nil, fmt.Errorf("operations: %w", err)
+	}
 	if cfg.DBPasswordFile != "" {
 		if _, err := os.ReadFile(cfg.DBPasswordFile); err != nil {
 			return nil, nil, fmt.Errorf("db_password_file: %w", err)
@@ -96,6 +99,9 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		fmt.Sprintf("db %s (%s)", config.RedactDSN(cfg.DB), kind),
 		fmt.Sprintf("schema %s (version %d; scope variables %s)", schemaName, sc.Version(), strings.Join(sc.Variables(), ", ")))
 	summary = append(summary, observeSummary(cfg)...)
+	if n := len(cfg.Operations.Queries); n > 0 {
+		summary = append(summary, fmt.Sprintf("operations: %d scoped quer(ies)", n))
+	}
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

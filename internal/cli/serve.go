@@ -209,6 +209,9 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	if err != nil {
 		return err
 	}
+	if err := checkOperations(cfg.Operations, sc); err != nil {
+		return fmt.Errorf("operations: %w", err)
+	}
 	var (
 		authenticate  func(*http.Request) (syncgo.Auth, error)
 		resolveScopes func(context.Context, syncgo.ScopeRequest) (map[string][]string, error)
@@ -276,6 +279,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		ResolveScopes:         resolveScopes,
 		Logger:                logger,
 		Declarations:          decls,
+		Operations:            buildOperations(cfg.Operations),
 		MaxRequestBytes:       l.MaxRequestBytes,
 		MaxFrameBytes:         l.MaxFrameBytes,
 		StallTimeout:          l.StallTimeout,

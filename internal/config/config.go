@@ -84,6 +84,10 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics"`
 	Admin   Admin   `yaml:"admin"`
 	CORS    CORS    `yaml:"cors"`
+
+	// Operations are the remote operations the binary registers
+	// (operations.go).
+	Operations Operations `yaml:"operations"`
 }
 
 // Log configures the process log (standard error).
@@ -486,6 +490,9 @@ func (c Config) Validate() error {
 		case strings.Count(o, "*") > 1 || !strings.Contains(o, "://"):
 			errs = append(errs, fmt.Errorf("cors.allowed_origins %q: want scheme://host[:port] with at most one *", o))
 		}
+	}
+	if err := c.Operations.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
