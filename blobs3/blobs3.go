@@ -344,6 +344,8 @@ func (s *Store) startedMs(key string) (int64, bool) {
 // incomplete multipart uploads of uploads begun before startedBeforeMs
 // (the time is in their keys) are removed.
 func (s *Store) SweepUploads(ctx context.Context, startedBeforeMs int64) (int64, error) {
+	ctx, cancel := context.WithCancel(ctx) // ends the listings on an early return
+	defer cancel()
 	var n int64
 	tmp := s.prefix + "tmp/"
 	for u := range s.c.ListIncompleteUploads(ctx, s.bucket, tmp, true) {

@@ -84,3 +84,22 @@ func TestS3SecretSources(t *testing.T) {
 		t.Fatal("a missing secret file was accepted")
 	}
 }
+
+// Whatever blobs.store and endpoint say, S3Location does not panic, and
+// what it accepts is a valid bucket, a prefix that is empty or ends in
+// one slash, and a bare host.
+func FuzzS3Location(f *testing.F) {
+	f.Add("s3://bucket/p", "https://h:9000")
+	f.Add("s3://a.b-c//x//", "http://127.0.0.1")
+	f.Add("s3://", "")
+	f.Fuzz(func(t *testing.T, store, endpoint string) {
+		loc, err := Blobs{Store: store, S3: BlobS3{Endpoint: endpoint}}.S3Location()
+		if err != nil {
+			return
+		}
+		if !validBucket(loc.Bucket) || (loc.Prefix != "" && (!strings.HasSuffix(loc.Prefix, "/") || strings.HasPrefix(loc.Prefix, "/"))) ||
+			loc.Endpoint == "" || strings.ContainsAny(loc.Endpoint, "/?@") {
+			t.Fatalf("%q at %q accepted as %+v", store, endpoint, loc)
+		}
+	})
+}
