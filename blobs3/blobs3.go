@@ -138,9 +138,17 @@ func (s *Store) key(partition, blobID string) (string, error) {
 	return s.partitionPrefix(partition) + strings.TrimPrefix(blobID, "sha256:"), nil
 }
 
+// isNotFound reports whether err says the object does not exist (a
+// missing bucket is an error, not a missing blob).
 func isNotFound(err error) bool {
-	code := minio.ToErrorResponse(err).Code
-	return code == "NoSuchKey" || code == "NotFound" || minio.ToErrorResponse(err).StatusCode == http.StatusNotFound
+	if err == nil {
+		return false
+	}
+	r := minio.ToErrorResponse(err)
+	if r.Code == "NoSuchBucket" {
+		return false
+	}
+	return r.Code == "NoSuchKey" || r.Code == "NotFound" || r.StatusCode == http.StatusNotFound
 }
 
 func info(partition, blobID string, oi minio.ObjectInfo) store.BlobInfo {

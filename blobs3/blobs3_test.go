@@ -191,3 +191,20 @@ func TestMultipart(t *testing.T) {
 		t.Fatalf("after one upload the bucket holds %d objects", n)
 	}
 }
+
+// A bucket that does not exist fails Check (serve's start) and every
+// upload. (A HEAD answer has no body, so a stat cannot tell a missing
+// bucket from a missing object: Check is what catches it.)
+func TestMissingBucket(t *testing.T) {
+	o := fakeS3(t)
+	o.Bucket = "no-such-bucket"
+	s := mustOpen(t, o)
+	ctx := context.Background()
+	b, id := blob(10)
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Check of a missing bucket: %v", err)
+	}
+	if err := s.PutBlob(ctx, "p", id, "", bytes.NewReader(b), 1); err == nil {
+		t.Fatal("PutBlob into a missing bucket reported no error")
+	}
+}
