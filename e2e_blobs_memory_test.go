@@ -94,6 +94,11 @@ func TestE2EBlobStreamingMemory(t *testing.T) {
 	}
 	for _, k := range blobKinds {
 		t.Run(k.name, func(t *testing.T) {
+			if k.s3 {
+				// The fake object store runs in this process and keeps
+				// every part in memory: the heap measures it, not us.
+				t.Skip("the in-process S3 server holds uploads in memory")
+			}
 			// Sequential: a parallel transfer would count in the other's heap.
 			e := newBlobEnv(t, k, func(c *syncgo.Config) { c.Limits.MaxBlobBytes = size })
 			h := sha256.New()

@@ -28,17 +28,20 @@ import (
 )
 
 // blobKind is a storage driver with a blob store: the database's own, or
-// a filesystem directory beside it.
+// a filesystem directory beside it, or an S3-compatible object store
+// (gofakes3 over HTTP on 127.0.0.1).
 type blobKind struct {
 	name   string
 	driver e2eDriver
 	fs     bool
+	s3     bool
 }
 
 var blobKinds = []blobKind{
-	{"sqlite", e2eDrivers[0], false},
-	{"postgres", e2eDrivers[1], false},
-	{"sqlite+fs", e2eDrivers[0], true},
+	{"sqlite", e2eDrivers[0], false, false},
+	{"postgres", e2eDrivers[1], false, false},
+	{"sqlite+fs", e2eDrivers[0], true, false},
+	{"postgres+s3", e2eDrivers[1], false, true},
 }
 
 func forEachBlobKind(t *testing.T, fn func(t *testing.T, k blobKind)) {
@@ -78,7 +81,9 @@ func newBlobEnv(t *testing.T, k blobKind, tweak ...func(*syncgo.Config)) *blobEn
 	e := &e2eEnv{t: t, schema: blobSchema(t), allowed: map[string]map[string][]string{}, store: k.driver.open(t)}
 	c := newClock()
 	be := &blobEnv{e2eEnv: e, clock: c}
-	if k.fs {
+	if k.s3 {
+		be.blobs = fakeS3Blobs(t)
+	} else if k.fs {
 		fs, err := blobfs.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)

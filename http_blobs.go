@@ -212,6 +212,19 @@ func (s *Server) handleBlobGet(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
 	h.Set("Vary", "Authorization, Accept-Encoding")
+	if ps, ok := blobs.(store.BlobPresigner); ok && s.cfg.BlobStorePresignTTL > 0 {
+		// The provider enforces its expiry with no skew: announce the
+		// instant it was minted for, rounded down to a second.
+		ttl := s.cfg.BlobStorePresignTTL
+		exp := (s.cfg.Now() + ttl.Milliseconds()) / 1000 * 1000
+		u, err := ps.PresignBlobGet(r.Context(), auth.Partition, id, ttl)
+		if err != nil {
+			s.writeError(w, route, err)
+			return
+		}
+		writeJSONBody(w, map[string]any{"url": u, "urlExpiresAtMs": exp})
+		return
+	}
 	if s.blobPresign.Load() {
 		u, exp, err := s.urls.blobURL(id, auth.Partition, s.cfg.Now())
 		if err != nil {

@@ -227,6 +227,14 @@ type Config struct {
 	// grants answer a signed PUT URL (§5.9.3). It needs SignedURLs;
 	// Server.SetBlobPresign changes it at run time.
 	BlobPresign bool
+	// BlobStorePresignTTL, when positive, makes blob downloads answer a
+	// URL the blob store itself signs (§5.4 delegated presign: an object
+	// store's presigned GET, valid this long; the spec's bound is 15
+	// minutes) instead of the bytes, so the bytes never pass through this
+	// server. The blob store must implement store.BlobPresigner (package
+	// blobs3 does). It takes precedence over BlobPresign for downloads;
+	// upload grants are unchanged.
+	BlobStorePresignTTL time.Duration
 	// BlobSweepInterval is how often unreferenced blobs older than
 	// Limits.BlobGracePeriod are deleted. Default 1 hour; negative
 	// disables it.
@@ -446,6 +454,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, errors.New("syncgo: Config.BlobPresign needs Config.SignedURLs")
 		}
 		s.blobPresign.Store(true)
+	}
+	if cfg.BlobStorePresignTTL > 0 {
+		if _, ok := s.eng.Blobs().(store.BlobPresigner); !ok {
+			return nil, errors.New("syncgo: Config.BlobStorePresignTTL needs a blob store that presigns (store.BlobPresigner)")
+		}
 	}
 	s.handler = s.mux
 	if s.origins != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"time"
 )
 
 // BlobInfo describes a stored blob (§5.9.2).
@@ -99,4 +100,13 @@ func ValidBlobID(id string) bool {
 		}
 	}
 	return true
+}
+
+// BlobPresigner is implemented by blob stores that can mint a download
+// URL of their own (an object store's presigned GET, §5.4 delegated
+// presign): the server answers it instead of a URL of its own.
+type BlobPresigner interface {
+	// PresignBlobGet returns a URL that yields the blob's bytes with a
+	// GET until ttl passes.
+	PresignBlobGet(ctx context.Context, partition, blobID string, ttl time.Duration) (string, error)
 }

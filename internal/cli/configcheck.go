@@ -102,6 +102,13 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if n := len(cfg.Operations.Queries); n > 0 {
 		summary = append(summary, fmt.Sprintf("operations: %d scoped quer(ies)", n))
 	}
+	if cfg.Blobs.IsS3() {
+		line, err := s3Summary(cfg.Blobs)
+		if err != nil {
+			return nil, nil, err
+		}
+		summary = append(summary, line)
+	}
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/blobfs"
+	"github.com/syncgo/syncgo/blobs3"
 	"github.com/syncgo/syncgo/internal/config"
 )
 
@@ -33,7 +35,7 @@ func bindSegmentFlags(fs *flag.FlagSet) func(c *config.Config) {
 	fs.StringVar(&prevUntil, "previous-signing-key-until", "", "RFC 3339 time until which the previous signing key is accepted (signed_urls.previous_key_until)")
 	fs.StringVar(&publicURL, "public-url", "", "URL clients reach the protocol routes at (the mount), under which signed URLs are minted; default http://<listen><mount> (signed_urls.public_url)")
 	fs.DurationVar(&urlTTL, "signed-url-ttl", 0, "lifetime of a signed URL; default 15m, the spec's upper bound (signed_urls.ttl)")
-	fs.StringVar(&blobStore, "blob-store", "", `where uploaded blobs live: "db" (the database; default), "fs:<directory>" or "none" (blobs.store)`)
+	fs.StringVar(&blobStore, "blob-store", "", `where uploaded blobs live: "db" (the database; default), "fs:<directory>", "s3://<bucket>[/<prefix>]" (with the blobs.s3 settings) or "none" (blobs.store)`)
 	fs.Int64Var(&maxBytes, "blob-max-bytes", 0, "largest blob accepted; default 64 MiB (blobs.max_bytes)")
 	fs.DurationVar(&grace, "blob-grace", 0, "how long a blob no row references is kept before it is deleted; default 24h (blobs.grace)")
 	fs.DurationVar(&blobSweep, "blob-sweep-interval", 0, "how often unreferenced blobs are deleted; default 1h, negative disables (blobs.sweep_interval)")
@@ -84,6 +86,30 @@ func readKey(path string) ([]byte, error) {
 	return b, nil
 }
 
+// openS3Blobs opens the object store of an s3:// blobs.store and checks
+// that its bucket is reachable.
+func openS3Blobs(b config.Blobs) (*blobs3.Store, error) {
+	loc, err := b.S3Location()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := b.S3Secret()
+	if err != nil {
+		return nil, err
+	}
+	bs, err := blobs3.Open(blobs3.Options{Endpoint: loc.Endpoint, Insecure: loc.Insecure, Region: b.S3.Region,
+		AccessKey: b.S3.AccessKeyID, SecretKey: secret, PathStyle: b.S3.PathStyle, Bucket: loc.Bucket, Prefix: loc.Prefix})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := bs.Check(ctx); err != nil {
+		return nil, fmt.Errorf("blobs.store %s: %w", b.Store, err)
+	}
+	return bs, nil
+}
+
 // applySegmentConfig sets the segment store, signed URL and blob settings
 // of c on sc; addr and mount make the default public URL.
 func applySegmentConfig(sc *syncgo.Config, c config.Config, addr net.Addr, mount string) error {
@@ -102,8 +128,15 @@ func applySegmentConfig(sc *syncgo.Config, c config.Config, addr net.Addr, mount
 			return err
 		}
 		sc.Blobs = fs
+	case c.Blobs.IsS3():
+		bs, err := openS3Blobs(c.Blobs)
+		if err != nil {
+			return err
+		}
+		sc.Blobs = bs
+		sc.BlobStorePresignTTL = c.Blobs.S3.PresignTTL
 	default:
-		return fmt.Errorf(`blobs.store %q: want "db", "fs:<directory>" or "none"`, store)
+		return fmt.Errorf(`blobs.store %q: want "db", "fs:<directory>", "s3://<bucket>[/<prefix>]" or "none"`, store)
 	}
 	su := c.SignedURLs
 	if su.KeyFile == "" {
@@ -131,4 +164,33 @@ func applySegmentConfig(sc *syncgo.Config, c config.Config, addr net.Addr, mount
 	sc.SignedURLs = out
 	sc.BlobPresign = c.Blobs.Presign
 	return nil
+}
+
+// s3Summary checks an s3:// blob store's settings and secret file without
+// contacting it, and describes it (never the secret).
+func s3Summary(b config.Blobs) (string, error) {
+	loc, err := b.S3Location()
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.S3Secret(); err != nil {
+		return "", err
+	}
+	scheme := "https"
+	if loc.Insecure {
+		scheme = "http"
+	}
+	creds := "anonymous"
+	if b.S3.AccessKeyID != "" {
+		creds = "access key " + b.S3.AccessKeyID
+	}
+	line := fmt.Sprintf("blobs in S3 bucket %q, prefix %q at %s://%s (%s; bucket not contacted by check)",
+		loc.Bucket, loc.Prefix, scheme, loc.Endpoint, creds)
+	if b.S3.PathStyle {
+		line += ", path-style"
+	}
+	if b.S3.PresignTTL > 0 {
+		line += fmt.Sprintf(", presigned downloads valid %s", b.S3.PresignTTL)
+	}
+	return line, nil
 }

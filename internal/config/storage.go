@@ -1,6 +1,10 @@
 package config
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -36,9 +40,12 @@ type SignedURLs struct {
 
 // Blobs configures the blob store.
 type Blobs struct {
-	// Store is "db" (the database; the default), "fs:<directory>" or
-	// "none".
+	// Store is "db" (the database; the default), "fs:<directory>",
+	// "s3://<bucket>[/<prefix>]" (an S3-compatible object store, set up
+	// by S3) or "none".
 	Store string `yaml:"store"`
+	// S3 is the object store of an s3:// Store.
+	S3 BlobS3 `yaml:"s3"`
 	// MaxBytes caps a blob (default 64 MiB).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// Grace is how long a blob no row references is kept (default 24h).
@@ -51,6 +58,117 @@ type Blobs struct {
 	Presign bool `yaml:"presign"`
 }
 
+// BlobS3 configures the S3-compatible object store of blobs.store
+// s3://bucket/prefix.
+type BlobS3 struct {
+	// Endpoint is the object store's URL, "https://host[:port]" (or
+	// "http://" for a local server); a bare host means https. Required.
+	Endpoint string `yaml:"endpoint"`
+	// Region is the bucket's region; empty: discovered by the client.
+	Region string `yaml:"region"`
+	// AccessKeyID and the secret access key (SecretAccessKey, better
+	// given by SecretAccessKeyFile or the environment) authenticate;
+	// none at all means anonymous requests.
+	AccessKeyID         string `yaml:"access_key_id"`
+	SecretAccessKey     string `yaml:"secret_access_key"`
+	SecretAccessKeyFile string `yaml:"secret_access_key_file"`
+	// PathStyle addresses the bucket in the URL path instead of the host
+	// name (MinIO, Ceph, most self-hosted servers need it).
+	PathStyle bool `yaml:"path_style"`
+	// PresignTTL, when positive, makes blob downloads answer the object
+	// store's presigned GET URL, valid this long (at most 15m), instead
+	// of streaming the bytes through the server.
+	PresignTTL time.Duration `yaml:"presign_ttl"`
+}
+
+// BlobS3Location is the bucket and key prefix of an s3:// blob store.
+type BlobS3Location struct {
+	Bucket, Prefix string
+	// Endpoint is the host[:port] and Insecure whether it is plain HTTP.
+	Endpoint string
+	Insecure bool
+}
+
+// IsS3 reports whether the blob store is an S3-compatible object store.
+func (b Blobs) IsS3() bool { return strings.HasPrefix(b.Store, "s3://") }
+
+// S3Location checks the settings of an s3:// blob store and returns
+// where it is (not the secret, which S3Secret reads).
+func (b Blobs) S3Location() (BlobS3Location, error) {
+	rest, ok := strings.CutPrefix(b.Store, "s3://")
+	if !ok {
+		return BlobS3Location{}, fmt.Errorf("blobs.store %q is not s3://<bucket>[/<prefix>]", b.Store)
+	}
+	bucket, prefix, _ := strings.Cut(rest, "/")
+	if !validBucket(bucket) {
+		return BlobS3Location{}, fmt.Errorf("blobs.store %q: %q is not an S3 bucket name (3 to 63 of a-z 0-9 . -)", b.Store, bucket)
+	}
+	prefix = strings.Trim(prefix, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	loc := BlobS3Location{Bucket: bucket, Prefix: prefix}
+	ep := b.S3.Endpoint
+	switch {
+	case ep == "":
+		return BlobS3Location{}, errors.New("blobs.s3.endpoint is required with an s3:// blobs.store")
+	case strings.Contains(ep, "://"):
+		u, err := url.Parse(ep)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" ||
+			u.RawQuery != "" || u.User != nil {
+			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port] and nothing more", ep)
+		}
+		loc.Endpoint, loc.Insecure = u.Host, u.Scheme == "http"
+	default:
+		if strings.ContainsAny(ep, "/?@ ") {
+			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port]", ep)
+		}
+		loc.Endpoint = ep
+	}
+	s3 := b.S3
+	if s3.SecretAccessKey != "" && s3.SecretAccessKeyFile != "" {
+		return BlobS3Location{}, errors.New("blobs.s3: set secret_access_key or secret_access_key_file, not both")
+	}
+	hasSecret := s3.SecretAccessKey != "" || s3.SecretAccessKeyFile != ""
+	if (s3.AccessKeyID == "") != !hasSecret {
+		return BlobS3Location{}, errors.New("blobs.s3: access_key_id and a secret access key go together")
+	}
+	if s3.PresignTTL < 0 || s3.PresignTTL > 15*time.Minute {
+		return BlobS3Location{}, fmt.Errorf("blobs.s3.presign_ttl %s: want 0 (off) up to 15m", s3.PresignTTL)
+	}
+	return loc, nil
+}
+
+// S3Secret returns the secret access key of an s3:// blob store, read
+// from its file when one is named.
+func (b Blobs) S3Secret() (string, error) {
+	if f := b.S3.SecretAccessKeyFile; f != "" {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("blobs.s3.secret_access_key_file: %w", err)
+		}
+		k := strings.TrimSpace(string(data))
+		if k == "" {
+			return "", errors.New("blobs.s3.secret_access_key_file is empty")
+		}
+		return k, nil
+	}
+	return b.S3.SecretAccessKey, nil
+}
+
+// validBucket reports whether name is an S3 bucket name.
+func validBucket(name string) bool {
+	if len(name) < 3 || len(name) > 63 || name[0] == '.' || name[0] == '-' || name[len(name)-1] == '.' || name[len(name)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
 // storageRelativeTo makes the storage settings' relative paths relative
 // to dir.
 func (c *Config) storageRelativeTo(dir string) {
@@ -61,6 +179,7 @@ func (c *Config) storageRelativeTo(dir string) {
 	}
 	abs(&c.SignedURLs.KeyFile)
 	abs(&c.SignedURLs.PreviousKeyFile)
+	abs(&c.Blobs.S3.SecretAccessKeyFile)
 	if d, ok := strings.CutPrefix(c.Blobs.Store, "fs:"); ok && d != "" && !filepath.IsAbs(d) {
 		c.Blobs.Store = "fs:" + filepath.Join(dir, d)
 	}

@@ -1,0 +1,210 @@
+package blobs3
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/store/storetest"
+)
+
+// fakeS3 starts an S3-compatible server on 127.0.0.1 with one bucket and
+// returns options that reach it.
+func fakeS3(tb testing.TB) Options {
+	tb.Helper()
+	backend := s3mem.New()
+	if err := backend.CreateBucket("blobs"); err != nil {
+		tb.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(backend).Server())
+	tb.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return Options{Endpoint: u.Host, Insecure: true, Region: "us-east-1", AccessKey: "test-key", SecretKey: "test-secret",
+		PathStyle: true, Bucket: "blobs", Prefix: "syncgo/"}
+}
+
+func mustOpen(tb testing.TB, o Options) *Store {
+	tb.Helper()
+	s, err := Open(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+func TestContract(t *testing.T) {
+	storetest.RunBlobStore(t, func(tb testing.TB) (store.BlobStore, func(testing.TB) store.BlobStore) {
+		o := fakeS3(tb)
+		return mustOpen(tb, o), func(tb testing.TB) store.BlobStore { return mustOpen(tb, o) }
+	})
+}
+
+func blob(n int) ([]byte, string) {
+	b := bytes.Repeat([]byte("syncgo-s3-"), n/10+1)[:n]
+	sum := sha256.Sum256(b)
+	return b, "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// A presigned GET is answered by the object store itself with the bytes,
+// and stops working once it expired; another blob's key cannot be reached
+// with it.
+func TestPresignedGet(t *testing.T) {
+	s := mustOpen(t, fakeS3(t))
+	ctx := context.Background()
+	b, id := blob(300 << 10)
+	if err := s.PutBlob(ctx, "part-1", id, "image/png", bytes.NewReader(b), 10); err != nil {
+		t.Fatal(err)
+	}
+	u, err := s.PresignBlobGet(ctx, "part-1", id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Equal(got, b) {
+		t.Fatalf("presigned GET: %d, %d bytes; want 200 and the blob's %d", resp.StatusCode, len(got), len(b))
+	}
+	_, other := blob(7)
+	u2, _ := s.PresignBlobGet(ctx, "part-1", other, time.Minute)
+	if resp, err := http.Get(u2); err != nil || resp.StatusCode != 404 {
+		t.Fatalf("presigned GET of a missing blob: %v, %v; want 404", resp, err)
+	}
+	if _, err := s.PresignBlobGet(ctx, "part-1", "../x", time.Minute); err == nil {
+		t.Fatal("presigned a key that is not a blob id")
+	}
+}
+
+// An upload interrupted by a crash (a temporary object or an open
+// multipart upload left behind) is swept by its start time; the media
+// type round-trips; ids that are not content addresses never become keys.
+func TestSweepAndKeys(t *testing.T) {
+	o := fakeS3(t)
+	s := mustOpen(t, o)
+	ctx := context.Background()
+	for _, k := range []string{"tmp/upload-100-aa", "tmp/upload-900-bb", "tmp/unrelated"} {
+		if _, err := s.c.PutObject(ctx, o.Bucket, o.Prefix+k, strings.NewReader("x"), 1, minioPut()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := s.SweepUploads(ctx, 500); err != nil || n != 1 {
+		t.Fatalf("SweepUploads(500) = %d, %v; want 1", n, err)
+	}
+	if _, err := s.c.StatObject(ctx, o.Bucket, o.Prefix+"tmp/upload-900-bb", minioStat()); err != nil {
+		t.Fatal("a newer upload was swept")
+	}
+	b, id := blob(1000)
+	if err := s.PutBlob(ctx, "p/../q", id, "text/plain; charset=utf-8", bytes.NewReader(b), 5); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.StatBlob(ctx, "p/../q", id)
+	if err != nil || info.MediaType != "text/plain; charset=utf-8" || info.Partition != "p/../q" {
+		t.Fatalf("StatBlob = %+v, %v", info, err)
+	}
+	for _, bad := range []string{"../../etc/passwd", "sha256:" + strings.Repeat("A", 64)} {
+		if err := s.PutBlob(ctx, "p", bad, "", bytes.NewReader(nil), 1); err == nil {
+			t.Fatalf("PutBlob accepted the id %q", bad)
+		}
+		if _, err := s.StatBlob(ctx, "p", bad); err == nil || errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("StatBlob of the id %q: %v", bad, err)
+		}
+	}
+}
+
+type failAfter struct {
+	r   io.Reader
+	n   int
+	err error
+}
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, f.err
+	}
+	if len(p) > f.n {
+		p = p[:f.n]
+	}
+	n, err := f.r.Read(p)
+	f.n -= n
+	return n, err
+}
+
+// A blob larger than a part streams as a multipart upload; a reader that
+// fails after the first part was sent leaves no blob, no object and no
+// open multipart upload behind.
+func TestMultipart(t *testing.T) {
+	o := fakeS3(t)
+	s := mustOpen(t, o)
+	ctx := context.Background()
+	b, id := blob(2*partSize + 123)
+	boom := errors.New("hash mismatch (test)")
+	if err := s.PutBlob(ctx, "p", id, "", &failAfter{r: bytes.NewReader(b), n: partSize + 1000, err: boom}, 7); !errors.Is(err, boom) {
+		t.Fatalf("PutBlob with a reader failing in the second part: %v; want its error", err)
+	}
+	if _, err := s.StatBlob(ctx, "p", id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("StatBlob after an aborted multipart upload: %v", err)
+	}
+	for u := range s.c.ListIncompleteUploads(ctx, o.Bucket, o.Prefix, true) {
+		if u.Err == nil {
+			t.Fatalf("an aborted upload left the multipart upload %q open", u.Key)
+		}
+	}
+	for oi := range s.c.ListObjects(ctx, o.Bucket, minioList(o.Prefix)) {
+		t.Fatalf("an aborted upload left the object %q (%v)", oi.Key, oi.Err)
+	}
+	if err := s.PutBlob(ctx, "p", id, "", bytes.NewReader(b), 8); err != nil {
+		t.Fatal(err)
+	}
+	info, rc, err := s.OpenBlob(ctx, "p", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 8 {
+		t.Fatalf("multipart blob: %d bytes (%v), info %+v", len(got), err, info)
+	}
+	n := 0
+	for oi := range s.c.ListObjects(ctx, o.Bucket, minioList(o.Prefix)) {
+		if oi.Err != nil || !strings.HasPrefix(oi.Key, o.Prefix+"b/") {
+			t.Fatalf("after an upload the bucket holds %q (%v)", oi.Key, oi.Err)
+		}
+		n++
+	}
+	if n != 1 {
+		t.Fatalf("after one upload the bucket holds %d objects", n)
+	}
+}
+
+// A bucket that does not exist fails Check (serve's start) and every
+// upload. (A HEAD answer has no body, so a stat cannot tell a missing
+// bucket from a missing object: Check is what catches it.)
+func TestMissingBucket(t *testing.T) {
+	o := fakeS3(t)
+	o.Bucket = "no-such-bucket"
+	s := mustOpen(t, o)
+	ctx := context.Background()
+	b, id := blob(10)
+	if err := s.Check(ctx); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("Check of a missing bucket: %v", err)
+	}
+	if err := s.PutBlob(ctx, "p", id, "", bytes.NewReader(b), 1); err == nil {
+		t.Fatal("PutBlob into a missing bucket reported no error")
+	}
+}
