@@ -39,30 +39,37 @@ func (s *Segments) segKey(id string) (string, error) {
 	return s.Objects.prefix + "s/" + id, nil
 }
 
-// PublishSegment implements store.SegmentStore: the bytes go to the
-// object store first (content addressed, so a rewrite is harmless), then
-// to the index.
+// segGrace is how old an object of a segment the index no longer holds
+// must be before a sweep deletes it; a publication re-writes an object
+// older than half of it, so a sweep racing with a publisher does not
+// delete bytes the index just started to hold again.
+const segGrace = 10 * time.Minute
+
+// PublishSegment implements store.SegmentStore: the index first (it
+// detects hash collisions), then the bytes to the object store (content
+// addressed: rewriting them is harmless).
 func (s *Segments) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
-	if b != nil {
-		k, err := s.segKey(id)
-		if err != nil {
-			return err
-		}
-		st, err := s.Objects.c.StatObject(ctx, s.Objects.bucket, k, minio.StatObjectOptions{})
-		switch {
-		case err == nil && st.Size != int64(len(b)):
-			return fmt.Errorf("blobs3: segment %s stored with %d bytes, not %d (hash collision)", id, st.Size, len(b))
-		case err == nil:
-		case minio.ToErrorResponse(err).Code == "NoSuchKey" || minio.ToErrorResponse(err).StatusCode == 404:
-			if _, err := s.Objects.c.PutObject(ctx, s.Objects.bucket, k, bytes.NewReader(b), int64(len(b)),
-				minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true, SendContentMd5: true}); err != nil {
-				return fmt.Errorf("blobs3: put segment: %w", err)
-			}
-		default:
-			return fmt.Errorf("blobs3: stat segment: %w", err)
-		}
+	k, err := s.segKey(id)
+	if err != nil {
+		return err
 	}
-	return s.Index.PublishSegment(ctx, id, b, pub)
+	if err := s.Index.PublishSegment(ctx, id, b, pub); err != nil || b == nil {
+		return err
+	}
+	st, err := s.Objects.c.StatObject(ctx, s.Objects.bucket, k, minio.StatObjectOptions{})
+	switch {
+	case err == nil && st.Size != int64(len(b)):
+		return fmt.Errorf("blobs3: segment %s stored with %d bytes, not %d (hash collision)", id, st.Size, len(b))
+	case err == nil && time.Since(st.LastModified) < segGrace/2:
+		return nil
+	case err != nil && minio.ToErrorResponse(err).StatusCode != 404:
+		return fmt.Errorf("blobs3: stat segment: %w", err)
+	}
+	if _, err := s.Objects.c.PutObject(ctx, s.Objects.bucket, k, bytes.NewReader(b), int64(len(b)),
+		minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true, SendContentMd5: true}); err != nil {
+		return fmt.Errorf("blobs3: put segment: %w", err)
+	}
+	return nil
 }
 
 // Segment implements store.SegmentStore from the index.
@@ -76,7 +83,8 @@ func (s *Segments) FindSegment(ctx context.Context, key store.SegmentKey, nowMs 
 }
 
 // SweepSegments implements store.SegmentStore: it sweeps the index, then
-// deletes the objects of segments the index no longer holds.
+// deletes the objects, older than beforeMs less a grace of 10 minutes, of
+// segments the index no longer holds.
 func (s *Segments) SweepSegments(ctx context.Context, beforeMs int64) (store.SegmentSweep, error) {
 	sw, err := s.Index.SweepSegments(ctx, beforeMs)
 	if err != nil {
@@ -86,6 +94,9 @@ func (s *Segments) SweepSegments(ctx context.Context, beforeMs int64) (store.Seg
 	for oi := range s.Objects.c.ListObjects(ctx, s.Objects.bucket, minio.ListObjectsOptions{Prefix: pfx, Recursive: true}) {
 		if oi.Err != nil {
 			return sw, fmt.Errorf("blobs3: sweep segments: %w", oi.Err)
+		}
+		if oi.LastModified.After(time.UnixMilli(beforeMs).Add(-segGrace)) {
+			continue
 		}
 		_, err := s.Index.Segment(ctx, strings.TrimPrefix(oi.Key, pfx))
 		if !errors.Is(err, store.ErrNotFound) {
