@@ -1,13 +1,23 @@
 package syncgo_test
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/blobs3"
+	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -86,4 +96,102 @@ func TestE2ESegmentStorePresign(t *testing.T) {
 		}
 		sameRows(t, "direct bootstrap", clientRows(t, c2, "tasks"), rows)
 	})
+}
+
+// `syncgo serve` with segments.store s3://…: a bootstrap that accepts URLs
+// fetches every segment from the object store (the key under the
+// configured prefix), none from the server, and gets every row.
+func TestBinaryS3Segments(t *testing.T) {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("segs"); err != nil {
+		t.Fatal(err)
+	}
+	objects := httptest.NewServer(gofakes3.New(backend).Server())
+	t.Cleanup(objects.Close)
+	bin := binarytest.Build(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	schemaFile := write("schema.json", fleetSchemaJSON)
+	configFile := write("syncgo.yaml", `limits:
+  inline_segment_max_bytes: -1
+segments:
+  store: s3://segs/deploy-2/
+blobs:
+  s3:
+    endpoint: `+objects.URL+`
+    region: us-east-1
+    access_key_id: AKIDTEST
+    secret_access_key: secret
+    path_style: true
+    presign_ttl: 5m
+`)
+	p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", configFile, "-db", filepath.Join(dir, "s.db"),
+		"-listen", "127.0.0.1:0", "-schema", schemaFile)
+	ir, err := schema.ParseJSON([]byte(fleetSchemaJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schema.Compile(ir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := sspclient.New(p.URL, "writer", sc, sspclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 25 {
+		if _, err := w.Upsert("tasks", map[string]any{"id": fmt.Sprintf("t%02d", i), "project_id": "p1", "title": "row"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syncQuiet(t, w)
+	rec := &recorder{}
+	r, err := sspclient.New(p.URL, "reader", sc, sspclient.Options{Accept: wire.AcceptExternalRows | wire.AcceptSignedURLs,
+		LimitSnapshotRows: 10, HTTPClient: &http.Client{Transport: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Subscribe("s", "tasks", map[string][]string{"project_id": {"p1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var refs []wire.SegmentRef
+	for _, res := range syncQuiet(t, r) {
+		for _, s := range res.Sections {
+			refs = append(refs, s.Refs...)
+		}
+	}
+	if len(refs) != 3 || len(r.Rows("tasks")) != 25 {
+		t.Fatalf("bootstrap: %d descriptors, %d rows; want 3 and 25", len(refs), len(r.Rows("tasks")))
+	}
+	for _, ref := range refs {
+		if ref.URL == nil || !strings.HasPrefix(*ref.URL, objects.URL+"/segs/deploy-2/s/") {
+			t.Fatalf("descriptor URL %v; want the object store's", ref.URL)
+		}
+	}
+	var fromStore, fromServer int
+	for _, q := range rec.reqs {
+		switch {
+		case strings.Contains(q.path, "/segments/"):
+			fromServer++
+		case strings.Contains(q.path, "/deploy-2/s/"):
+			fromStore++
+		}
+	}
+	if fromStore != 3 || fromServer != 0 {
+		t.Fatalf("%d object-store fetches, %d server segment requests; want 3 and 0", fromStore, fromServer)
+	}
+	out, errOut, code := binarytest.Run(t, bin, nil, "config", "check", configFile)
+	if code != 0 || !strings.Contains(out, `segment bytes in S3 bucket "segs", prefix "deploy-2/"`) {
+		t.Fatalf("config check: exit %d\n%s\n%s", code, out, errOut)
+	}
+	bad := write("bad.yaml", "segments:\n  store: s3:/nope\n")
+	if _, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad); code == 0 || !strings.Contains(errOut, "segments.store") {
+		t.Fatalf("config check of a bad segments.store: exit %d: %s", code, errOut)
+	}
 }
