@@ -195,3 +195,21 @@ blobs:
 		t.Fatalf("config check of a bad segments.store: exit %d: %s", code, errOut)
 	}
 }
+
+// Config.SegmentStorePresignTTL needs a presigning segment store and at
+// most 15 minutes.
+func TestSegmentStorePresignConfig(t *testing.T) {
+	e := &e2eEnv{t: t, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
+	st := e2eDrivers[0].open(t)
+	base := syncgo.Config{Store: st, Schema: e.schema, Authenticate: bearerAuth, ResolveScopes: e.resolve}
+	c := base
+	c.SegmentStorePresignTTL = time.Minute
+	if _, err := syncgo.New(c); err == nil || !strings.Contains(err.Error(), "SegmentPresigner") {
+		t.Fatalf("no presigning segment store: %v", err)
+	}
+	c.Segments = &blobs3.Segments{Index: st.(store.SegmentStorer).SegmentStore(), Objects: fakeS3Blobs(t)}
+	c.SegmentStorePresignTTL = 16 * time.Minute
+	if _, err := syncgo.New(c); err == nil || !strings.Contains(err.Error(), "15 minutes") {
+		t.Fatalf("a 16-minute TTL: %v", err)
+	}
+}
