@@ -235,6 +235,14 @@ type Config struct {
 	// blobs3 does). It takes precedence over BlobPresign for downloads;
 	// upload grants are unchanged.
 	BlobStorePresignTTL time.Duration
+	// SegmentStorePresignTTL, when positive, makes SEGMENT_REFs sent to
+	// clients that accept URLs (accept bit 3) carry a URL the segment
+	// store itself signs (§5.4 delegated presign: an object store's
+	// presigned GET, valid this long, at most 15 minutes) instead of a
+	// signed URL of this server, so the bytes never pass through it.
+	// Segments must implement store.SegmentPresigner (blobs3.Segments
+	// does); SignedURLs is not needed.
+	SegmentStorePresignTTL time.Duration
 	// BlobSweepInterval is how often unreferenced blobs older than
 	// Limits.BlobGracePeriod are deleted. Default 1 hour; negative
 	// disables it.
@@ -403,6 +411,16 @@ func New(cfg Config) (*Server, error) {
 		if !cfg.SignedURLs.NoSegmentURLs {
 			issuer = u
 		}
+	}
+	if ttl := cfg.SegmentStorePresignTTL; ttl > 0 {
+		p, ok := cfg.Segments.(store.SegmentPresigner)
+		if !ok {
+			return nil, errors.New("syncgo: Config.SegmentStorePresignTTL needs Config.Segments that presigns (store.SegmentPresigner)")
+		}
+		if ttl > 15*time.Minute {
+			return nil, errors.New("syncgo: Config.SegmentStorePresignTTL exceeds 15 minutes (§5.4)")
+		}
+		issuer = segmentPresignIssuer{p: p, ttl: ttl}
 	}
 	if err := s.initReactions(); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)

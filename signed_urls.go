@@ -1,6 +1,7 @@
 package syncgo
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -83,6 +84,24 @@ func (s *urlSigner) SegmentURL(segmentID, partition, scopeDigest string, nowMs i
 		return "", 0, err
 	}
 	return s.base + "/segments/" + url.PathEscape(segmentID) + "?st=" + tok, exp * 1000, nil
+}
+
+// segmentPresignIssuer is the engine.URLIssuer of delegated presign
+// (§5.4): the segment store's own URL of the bytes.
+type segmentPresignIssuer struct {
+	p   store.SegmentPresigner
+	ttl time.Duration
+}
+
+// SegmentURL implements engine.URLIssuer. The URL's lifetime is counted
+// from the wall clock the object store checks it by, so its expiry is
+// reported from nowMs minus a second of margin.
+func (i segmentPresignIssuer) SegmentURL(segmentID, _, _ string, nowMs int64) (string, int64, error) {
+	u, err := i.p.PresignSegmentGet(context.Background(), segmentID, i.ttl)
+	if err != nil {
+		return "", 0, err
+	}
+	return u, nowMs + i.ttl.Milliseconds() - 1000, nil
 }
 
 // SetSignedURLTTL changes the lifetime of the signed URLs minted from now

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/syncgo/syncgo/wire"
 )
@@ -159,4 +160,15 @@ type SegmentStorer interface {
 	// SegmentStore returns the driver's segment store; it lives as long
 	// as the driver.
 	SegmentStore() SegmentStore
+}
+
+// SegmentPresigner is implemented by segment stores whose bytes another
+// origin serves (an object store): it mints that origin's URL of a
+// segment (§5.4 delegated presign), so the bytes never pass through the
+// server.
+type SegmentPresigner interface {
+	// PresignSegmentGet returns a URL that answers the segment's bytes
+	// without further authentication until ttl passes; the URL embeds the
+	// segment id.
+	PresignSegmentGet(ctx context.Context, segmentID string, ttl time.Duration) (string, error)
 }

@@ -109,6 +109,15 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		}
 		summary = append(summary, line)
 	}
+	if st := cfg.Segments.Store; strings.HasPrefix(st, "s3://") {
+		line, err := s3Summary(config.Blobs{Store: st, S3: cfg.Blobs.S3})
+		if err != nil {
+			return nil, nil, fmt.Errorf("segments.store: %w", err)
+		}
+		summary = append(summary, strings.Replace(line, "blobs in", "segment bytes in", 1))
+	} else if st != "" && st != "db" {
+		return nil, nil, fmt.Errorf(`segments.store %q: want "db" or "s3://<bucket>[/<prefix>]"`, st)
+	}
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

@@ -14,6 +14,7 @@ import (
 	"github.com/syncgo/syncgo/blobfs"
 	"github.com/syncgo/syncgo/blobs3"
 	"github.com/syncgo/syncgo/internal/config"
+	"github.com/syncgo/syncgo/store"
 )
 
 // bindSegmentFlags declares the flags of the segment store, signed URL
@@ -137,6 +138,25 @@ func applySegmentConfig(sc *syncgo.Config, c config.Config, addr net.Addr, mount
 		sc.BlobStorePresignTTL = c.Blobs.S3.PresignTTL
 	default:
 		return fmt.Errorf(`blobs.store %q: want "db", "fs:<directory>", "s3://<bucket>[/<prefix>]" or "none"`, store)
+	}
+	switch st := c.Segments.Store; {
+	case st == "db" || st == "":
+	case strings.HasPrefix(st, "s3://"):
+		idx, ok := sc.Store.(store.SegmentStorer)
+		if !ok {
+			return fmt.Errorf("segments.store %s needs a database driver with a segment store", st)
+		}
+		objs, err := openS3Blobs(config.Blobs{Store: st, S3: c.Blobs.S3})
+		if err != nil {
+			return fmt.Errorf("segments.store: %w", err)
+		}
+		sc.Segments = &blobs3.Segments{Index: idx.SegmentStore(), Objects: objs}
+		sc.SegmentStorePresignTTL = c.Blobs.S3.PresignTTL
+		if sc.SegmentStorePresignTTL <= 0 {
+			sc.SegmentStorePresignTTL = 15 * time.Minute
+		}
+	default:
+		return fmt.Errorf(`segments.store %q: want "db" or "s3://<bucket>[/<prefix>]" (with the blobs.s3 settings)`, st)
 	}
 	su := c.SignedURLs
 	if su.KeyFile == "" {

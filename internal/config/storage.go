@@ -19,6 +19,12 @@ type Segments struct {
 	// SweepInterval is how often expired segments are deleted; negative
 	// disables it.
 	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// Store is "db" (the database; the default) or
+	// "s3://<bucket>[/<prefix>]": the segments' bytes are also written to
+	// that S3-compatible object store (reached with the blobs.s3
+	// settings), and clients that accept URLs fetch them from it by
+	// presigned URL (valid blobs.s3.presign_ttl, default 15m).
+	Store string `yaml:"store"`
 }
 
 // SignedURLs configures signed segment and blob URLs; they are off
