@@ -136,6 +136,10 @@ type Config struct {
 	MaxConcurrentRequests int
 	MaxQueuedRequests     int
 	QueueTimeout          time.Duration
+	// RateLimit limits the rate of POST /sync requests and socket rounds,
+	// per actor and in total (sync.rate_limited, HTTP 429 and
+	// Retry-After). Nil: no rate limit.
+	RateLimit *RateLimitConfig
 	// Limits are the protocol limits (operation cap, inline segment size,
 	// segment TTL).
 	Limits Limits
@@ -328,6 +332,7 @@ type Server struct {
 	mux    *http.ServeMux
 	codecs *codecPools
 	admit  *admission
+	rates  *rateLimiter
 	ops    *registry // remote operations (remote.go)
 	watch  *watchHub // their live query watches (remote_watch.go)
 	// handler is mux behind the CORS and observer middlewares.
@@ -382,7 +387,8 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
-		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
+		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout),
+		rates: newRateLimiter(cfg.RateLimit, nil)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("syncgo: operations: %w", err)
@@ -457,7 +463,7 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval, Admit: s.admit.acquire})
+		ReresolveInterval: rc.ReresolveInterval, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))
