@@ -113,6 +113,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	apply := bindServeFlags(fs)
 	applyObserve := bindObserveFlags(fs)  // serve_observe.go
 	applySegments := bindSegmentFlags(fs) // serve_segments.go
+	applyLimits := bindLimitFlags(fs)     // serve_limits.go
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -128,6 +129,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	apply(&cfg)
 	applyObserve(&cfg)
 	applySegments(&cfg)
+	applyLimits(&cfg)
 	secrets := cfg.Secrets()
 	stdout = config.NewRedactingWriter(stdout, secrets)
 	stderr = config.NewRedactingWriter(stderr, secrets)
@@ -303,6 +305,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		},
 	}
 	obs.apply(&scfg, logger)
+	applyLimitConfig(&scfg, cfg) // serve_limits.go
 	if err := applySegmentConfig(&scfg, cfg, ln.Addr(), cfg.Mount); err != nil {
 		return err
 	}

@@ -164,6 +164,14 @@ type Limits struct {
 	MaxSubscriptionsPerRequest int           `yaml:"max_subscriptions_per_request"`
 	InlineSegmentMaxBytes      int           `yaml:"inline_segment_max_bytes"`
 	SegmentTTL                 time.Duration `yaml:"segment_ttl"`
+	// RatePerActor and RateGlobal are request rates (per second) of POST
+	// /sync and socket rounds, per actor and in total; zero: no limit
+	// (syncgo.RateLimitConfig).
+	RatePerActor      float64 `yaml:"rate_per_actor"`
+	RatePerActorBurst int     `yaml:"rate_per_actor_burst"`
+	RateGlobal        float64 `yaml:"rate_global"`
+	RateGlobalBurst   int     `yaml:"rate_global_burst"`
+	RateMaxActors     int     `yaml:"rate_max_actors"`
 }
 
 // Realtime tunes the realtime channel (syncgo.RealtimeConfig); zero
@@ -379,6 +387,12 @@ func setScalar(v reflect.Value, raw string) error {
 			return err
 		}
 		v.SetBool(b)
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return err
+		}
+		v.SetFloat(f)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -460,6 +474,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("max_conns is negative"))
+	}
+	if l := c.Limits; l.RatePerActor < 0 || l.RateGlobal < 0 || l.RatePerActorBurst < 0 || l.RateGlobalBurst < 0 || l.RateMaxActors < 0 {
+		errs = append(errs, errors.New("limits: rate_per_actor, rate_global, their bursts and rate_max_actors must not be negative"))
 	}
 	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 || c.ShutdownDelay < 0 {
 		errs = append(errs, errors.New("idle_timeout, read_header_timeout and shutdown_delay must not be negative"))

@@ -1,0 +1,49 @@
+package cli
+
+import (
+	"flag"
+
+	"golang.org/x/time/rate"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/config"
+)
+
+// bindLimitFlags declares the flags of the rate limits; the returned
+// function applies those given on the command line over c.
+func bindLimitFlags(fs *flag.FlagSet) func(c *config.Config) {
+	var (
+		perActor, global           float64
+		perActorBurst, globalBurst int
+	)
+	fs.Float64Var(&perActor, "rate-per-actor", 0, "requests per second one actor may make, POST /sync and socket rounds together; 0: no limit (limits.rate_per_actor, SYNCGO_LIMITS_RATE_PER_ACTOR)")
+	fs.IntVar(&perActorBurst, "rate-per-actor-burst", 0, "requests one actor may make at once; default the rate rounded up (limits.rate_per_actor_burst, SYNCGO_LIMITS_RATE_PER_ACTOR_BURST)")
+	fs.Float64Var(&global, "rate-global", 0, "requests per second of all actors together; 0: no limit (limits.rate_global, SYNCGO_LIMITS_RATE_GLOBAL)")
+	fs.IntVar(&globalBurst, "rate-global-burst", 0, "requests of all actors at once; default the rate rounded up (limits.rate_global_burst, SYNCGO_LIMITS_RATE_GLOBAL_BURST)")
+	return func(c *config.Config) {
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "rate-per-actor":
+				c.Limits.RatePerActor = perActor
+			case "rate-per-actor-burst":
+				c.Limits.RatePerActorBurst = perActorBurst
+			case "rate-global":
+				c.Limits.RateGlobal = global
+			case "rate-global-burst":
+				c.Limits.RateGlobalBurst = globalBurst
+			}
+		})
+	}
+}
+
+// applyLimitConfig sets the library's rate limits from the config.
+func applyLimitConfig(scfg *syncgo.Config, cfg config.Config) {
+	l := cfg.Limits
+	if l.RatePerActor > 0 || l.RateGlobal > 0 {
+		scfg.RateLimit = &syncgo.RateLimitConfig{
+			PerActor: rate.Limit(l.RatePerActor), PerActorBurst: l.RatePerActorBurst,
+			Global: rate.Limit(l.RateGlobal), GlobalBurst: l.RateGlobalBurst,
+			MaxActors: l.RateMaxActors,
+		}
+	}
+}

@@ -1,0 +1,40 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// The rate limits load from the file with the environment over it (a
+// float rate from the environment included), and negative ones fail
+// Validate.
+func TestRateLimitSettings(t *testing.T) {
+	path := writeFile(t, `
+limits:
+  rate_per_actor: 5
+  rate_per_actor_burst: 10
+  rate_global: 100
+`)
+	c, err := Load(path, env(map[string]string{
+		"SYNCGO_LIMITS_RATE_PER_ACTOR":    "2.5",
+		"SYNCGO_LIMITS_RATE_GLOBAL_BURST": "50",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := c.Limits
+	if l.RatePerActor != 2.5 || l.RatePerActorBurst != 10 || l.RateGlobal != 100 || l.RateGlobalBurst != 50 {
+		t.Fatalf("loaded %+v", l)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path, env(map[string]string{"SYNCGO_LIMITS_RATE_GLOBAL": "fast"})); err == nil ||
+		!strings.Contains(err.Error(), "SYNCGO_LIMITS_RATE_GLOBAL") {
+		t.Fatalf("a malformed rate: %v", err)
+	}
+	c.Limits.RateGlobal = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "rate_global") {
+		t.Fatalf("a negative rate: %v", err)
+	}
+}
