@@ -78,6 +78,12 @@ type RealtimeConfig struct {
 	// RevokeActor. Default 60 s; negative disables the periodic pass (the
 	// scopes are still re-resolved on each HTTP round of the client).
 	ReresolveInterval time.Duration
+	// MaxSockets caps the realtime sockets open at once on this server,
+	// and MaxSocketsPerActor those of one actor (in one partition): an
+	// upgrade beyond either is refused before the upgrade with
+	// sync.websocket_connection_limit (HTTP 429). Zero: no cap.
+	MaxSockets         int
+	MaxSocketsPerActor int
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
@@ -333,8 +339,10 @@ type Server struct {
 	codecs *codecPools
 	admit  *admission
 	rates  *rateLimiter
-	ops    *registry // remote operations (remote.go)
-	watch  *watchHub // their live query watches (remote_watch.go)
+	// sockets caps the open realtime sockets.
+	sockets *socketLimiter
+	ops     *registry // remote operations (remote.go)
+	watch   *watchHub // their live query watches (remote_watch.go)
 	// handler is mux behind the CORS and observer middlewares.
 	handler http.Handler
 	metrics *metrics
@@ -387,8 +395,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
-		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout),
-		rates: newRateLimiter(cfg.RateLimit, nil)}
+		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout),
+		rates:   newRateLimiter(cfg.RateLimit, nil),
+		sockets: newSocketLimiter(cfg.Realtime.MaxSockets, cfg.Realtime.MaxSocketsPerActor)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("syncgo: operations: %w", err)

@@ -9,17 +9,20 @@ import (
 	"github.com/syncgo/syncgo/internal/config"
 )
 
-// bindLimitFlags declares the flags of the rate limits; the returned
+// bindLimitFlags declares the flags of the rate limits and socket caps; the returned
 // function applies those given on the command line over c.
 func bindLimitFlags(fs *flag.FlagSet) func(c *config.Config) {
 	var (
-		perActor, global           float64
-		perActorBurst, globalBurst int
+		perActor, global            float64
+		perActorBurst, globalBurst  int
+		maxSockets, maxActorSockets int
 	)
 	fs.Float64Var(&perActor, "rate-per-actor", 0, "requests per second one actor may make, POST /sync and socket rounds together; 0: no limit (limits.rate_per_actor, SYNCGO_LIMITS_RATE_PER_ACTOR)")
 	fs.IntVar(&perActorBurst, "rate-per-actor-burst", 0, "requests one actor may make at once; default the rate rounded up (limits.rate_per_actor_burst, SYNCGO_LIMITS_RATE_PER_ACTOR_BURST)")
 	fs.Float64Var(&global, "rate-global", 0, "requests per second of all actors together; 0: no limit (limits.rate_global, SYNCGO_LIMITS_RATE_GLOBAL)")
 	fs.IntVar(&globalBurst, "rate-global-burst", 0, "requests of all actors at once; default the rate rounded up (limits.rate_global_burst, SYNCGO_LIMITS_RATE_GLOBAL_BURST)")
+	fs.IntVar(&maxSockets, "max-sockets", 0, "cap on open /realtime sockets; 0: no cap (realtime.max_sockets, SYNCGO_REALTIME_MAX_SOCKETS)")
+	fs.IntVar(&maxActorSockets, "max-sockets-per-actor", 0, "cap on the open /realtime sockets of one actor; 0: no cap (realtime.max_sockets_per_actor, SYNCGO_REALTIME_MAX_SOCKETS_PER_ACTOR)")
 	return func(c *config.Config) {
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
@@ -31,13 +34,20 @@ func bindLimitFlags(fs *flag.FlagSet) func(c *config.Config) {
 				c.Limits.RateGlobal = global
 			case "rate-global-burst":
 				c.Limits.RateGlobalBurst = globalBurst
+			case "max-sockets":
+				c.Realtime.MaxSockets = maxSockets
+			case "max-sockets-per-actor":
+				c.Realtime.MaxSocketsPerActor = maxActorSockets
 			}
 		})
 	}
 }
 
-// applyLimitConfig sets the library's rate limits from the config.
+// applyLimitConfig sets the library's rate limits and socket caps from
+// the config.
 func applyLimitConfig(scfg *syncgo.Config, cfg config.Config) {
+	scfg.Realtime.MaxSockets = cfg.Realtime.MaxSockets
+	scfg.Realtime.MaxSocketsPerActor = cfg.Realtime.MaxSocketsPerActor
 	l := cfg.Limits
 	if l.RatePerActor > 0 || l.RateGlobal > 0 {
 		scfg.RateLimit = &syncgo.RateLimitConfig{

@@ -183,6 +183,10 @@ type Realtime struct {
 	QueueBytes        int           `yaml:"queue_bytes"`
 	MaxDeltaBytes     int           `yaml:"max_delta_bytes"`
 	MaxPresenceBytes  int           `yaml:"max_presence_bytes"`
+	// MaxSockets and MaxSocketsPerActor cap the open /realtime sockets, in
+	// total and per actor; zero: no cap.
+	MaxSockets         int `yaml:"max_sockets"`
+	MaxSocketsPerActor int `yaml:"max_sockets_per_actor"`
 }
 
 // Default returns the defaults.
@@ -477,6 +481,9 @@ func (c Config) Validate() error {
 	}
 	if l := c.Limits; l.RatePerActor < 0 || l.RateGlobal < 0 || l.RatePerActorBurst < 0 || l.RateGlobalBurst < 0 || l.RateMaxActors < 0 {
 		errs = append(errs, errors.New("limits: rate_per_actor, rate_global, their bursts and rate_max_actors must not be negative"))
+	}
+	if c.Realtime.MaxSockets < 0 || c.Realtime.MaxSocketsPerActor < 0 {
+		errs = append(errs, errors.New("realtime: max_sockets and max_sockets_per_actor must not be negative"))
 	}
 	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 || c.ShutdownDelay < 0 {
 		errs = append(errs, errors.New("idle_timeout, read_header_timeout and shutdown_delay must not be negative"))

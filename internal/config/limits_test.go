@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The rate limits load from the file with the environment over it (a
+// The rate limits and socket caps load from the file with the environment over it (a
 // float rate from the environment included), and negative ones fail
 // Validate.
 func TestRateLimitSettings(t *testing.T) {
@@ -14,10 +14,13 @@ limits:
   rate_per_actor: 5
   rate_per_actor_burst: 10
   rate_global: 100
+realtime:
+  max_sockets: 1000
 `)
 	c, err := Load(path, env(map[string]string{
-		"SYNCGO_LIMITS_RATE_PER_ACTOR":    "2.5",
-		"SYNCGO_LIMITS_RATE_GLOBAL_BURST": "50",
+		"SYNCGO_LIMITS_RATE_PER_ACTOR":          "2.5",
+		"SYNCGO_LIMITS_RATE_GLOBAL_BURST":       "50",
+		"SYNCGO_REALTIME_MAX_SOCKETS_PER_ACTOR": "4",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -26,6 +29,9 @@ limits:
 	if l.RatePerActor != 2.5 || l.RatePerActorBurst != 10 || l.RateGlobal != 100 || l.RateGlobalBurst != 50 {
 		t.Fatalf("loaded %+v", l)
 	}
+	if c.Realtime.MaxSockets != 1000 || c.Realtime.MaxSocketsPerActor != 4 {
+		t.Fatalf("loaded %+v", c.Realtime)
+	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -33,6 +39,11 @@ limits:
 		!strings.Contains(err.Error(), "SYNCGO_LIMITS_RATE_GLOBAL") {
 		t.Fatalf("a malformed rate: %v", err)
 	}
+	c.Realtime.MaxSockets = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "max_sockets") {
+		t.Fatalf("a negative socket cap: %v", err)
+	}
+	c.Realtime.MaxSockets = 0
 	c.Limits.RateGlobal = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "rate_global") {
 		t.Fatalf("a negative rate: %v", err)
