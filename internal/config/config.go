@@ -63,6 +63,11 @@ type Config struct {
 	// ShutdownDelay is how long, after SIGTERM or SIGINT, /readyz answers
 	// 503 while the server still serves, before it stops. Default 0.
 	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
+	// TLSCertFile and TLSKeyFile are PEM files of the main listener's
+	// certificate (chain) and private key: with both set it serves HTTPS
+	// (and wss for /realtime); SIGHUP reloads them.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 	// Limits are the server's request limits.
 	Limits Limits `yaml:"limits"`
 	// Realtime tunes the realtime channel.
@@ -427,6 +432,8 @@ func (c *Config) relativeTo(dir string) {
 	c.storageRelativeTo(dir)
 	abs(&c.Schema)
 	abs(&c.DBPasswordFile)
+	abs(&c.TLSCertFile)
+	abs(&c.TLSKeyFile)
 	abs(&c.Auth.HS256SecretFile)
 	for i := range c.Auth.PublicKeys {
 		abs(&c.Auth.PublicKeys[i].PEMFile)
@@ -481,6 +488,9 @@ func (c Config) Validate() error {
 	}
 	if l := c.Limits; l.RatePerActor < 0 || l.RateGlobal < 0 || l.RatePerActorBurst < 0 || l.RateGlobalBurst < 0 || l.RateMaxActors < 0 {
 		errs = append(errs, errors.New("limits: rate_per_actor, rate_global, their bursts and rate_max_actors must not be negative"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("tls_cert_file and tls_key_file must be set together"))
 	}
 	if c.Realtime.MaxSockets < 0 || c.Realtime.MaxSocketsPerActor < 0 {
 		errs = append(errs, errors.New("realtime: max_sockets and max_sockets_per_actor must not be negative"))

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,25 @@ realtime:
 	c.Limits.RateGlobal = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "rate_global") {
 		t.Fatalf("a negative rate: %v", err)
+	}
+}
+
+// The TLS files load from the environment, are made relative to the
+// config file's directory, and one without the other fails Validate.
+func TestTLSSettings(t *testing.T) {
+	path := writeFile(t, "tls_cert_file: cert.pem\n")
+	c, err := Load(path, env(map[string]string{"SYNCGO_TLS_KEY_FILE": "/etc/syncgo/key.pem"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(c.TLSCertFile) || filepath.Base(c.TLSCertFile) != "cert.pem" || c.TLSKeyFile != "/etc/syncgo/key.pem" {
+		t.Fatalf("loaded %q %q", c.TLSCertFile, c.TLSKeyFile)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.TLSKeyFile = ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "tls_key_file") {
+		t.Fatalf("a certificate without a key: %v", err)
 	}
 }
