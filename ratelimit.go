@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -51,6 +52,10 @@ type rateLimiter struct {
 	perActor      rate.Limit
 	perActorBurst int
 	maxActors     int
+
+	// refusedActor and refusedGlobal count the requests refused by the
+	// per-actor and the global limit.
+	refusedActor, refusedGlobal atomic.Int64
 
 	mu     sync.Mutex
 	actors map[string]*list.Element // of *actorLimiter
@@ -112,6 +117,15 @@ func (l *rateLimiter) actor(partition, actorID string) *rate.Limiter {
 	return a.lim
 }
 
+// refused returns the requests refused by the per-actor and the global
+// limit.
+func (l *rateLimiter) refused() (actor, global int64) {
+	if l == nil {
+		return 0, 0
+	}
+	return l.refusedActor.Load(), l.refusedGlobal.Load()
+}
+
 // actorCount is the number of per-actor limiters kept.
 func (l *rateLimiter) actorCount() int {
 	l.mu.Lock()
@@ -132,6 +146,7 @@ func (l *rateLimiter) allow(partition, actorID string) (*syncerr.Error, time.Dur
 		mine = l.actor(partition, actorID).ReserveN(now, 1)
 		if d := mine.DelayFrom(now); d > 0 {
 			mine.CancelAt(now)
+			l.refusedActor.Add(1)
 			return rateLimited(d, "too many requests from this actor; retry later"), d
 		}
 	}
@@ -142,6 +157,7 @@ func (l *rateLimiter) allow(partition, actorID string) (*syncerr.Error, time.Dur
 			if mine != nil {
 				mine.CancelAt(now)
 			}
+			l.refusedGlobal.Add(1)
 			return rateLimited(d, "too many requests; retry later"), d
 		}
 	}

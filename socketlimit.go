@@ -3,6 +3,7 @@ package syncgo
 import (
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"github.com/syncgo/syncgo/syncerr"
 )
@@ -13,6 +14,10 @@ import (
 // *socketLimiter admits all.
 type socketLimiter struct {
 	max, maxPerActor int
+
+	// refusedTotal and refusedActor count the upgrades refused by the
+	// total and the per-actor cap.
+	refusedTotal, refusedActor atomic.Int64
 
 	mu       sync.Mutex
 	total    int
@@ -37,9 +42,11 @@ func (l *socketLimiter) acquire(partition, actorID string) (release func(), refu
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.max > 0 && l.total >= l.max {
+		l.refusedTotal.Add(1)
 		return nil, socketLimit("the server has as many realtime connections open as it allows")
 	}
 	if l.maxPerActor > 0 && l.perActor[key] >= l.maxPerActor {
+		l.refusedActor.Add(1)
 		return nil, socketLimit("this actor has as many realtime connections open as it is allowed")
 	}
 	l.total++
@@ -65,6 +72,15 @@ func (l *socketLimiter) open() (total, actors int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.total, len(l.perActor)
+}
+
+// refused returns the upgrades refused by the total and the per-actor
+// cap.
+func (l *socketLimiter) refused() (total, actor int64) {
+	if l == nil {
+		return 0, 0
+	}
+	return l.refusedTotal.Load(), l.refusedActor.Load()
 }
 
 func socketLimit(msg string) *syncerr.Error {
