@@ -1,7 +1,10 @@
 package syncgo_test
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -11,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -115,5 +119,39 @@ func TestRateLimitSocketRounds(t *testing.T) {
 	}
 	if ef := m.Frames[1].(*wire.ErrorFrame); ef.Code != syncerr.CodeRateLimited || !ef.Retryable {
 		t.Fatalf("a round over the rate: ERROR %s retryable=%v", ef.Code, ef.Retryable)
+	}
+}
+
+// POST /operations counts under the actor's rate too: the request over it
+// is an encoded sync.rate_limited error (HTTP 200, as REMOTE.md answers
+// every refusal after the body) with Retry-After.
+func TestRateLimitOperations(t *testing.T) {
+	ops := syncgo.Operations{Queries: []syncgo.Query{{ID: "taskCount", SQL: "SELECT count(*) AS n FROM tasks",
+		Columns: []syncgo.ResultColumn{{Name: "n", Type: wire.TypeInteger}}, MaxRows: 1,
+		Authorize: func(context.Context, syncgo.Caller, syncgo.Params) (bool, error) { return true, nil }}}}
+	e := newOpsEnv(t, openSQLite(t), ops, func(c *syncgo.Config) {
+		c.RateLimit = &syncgo.RateLimitConfig{PerActor: rate.Every(time.Minute), PerActorBurst: 1}
+	})
+	if r := postOp(t, e, "alice", query("c1", "taskCount", nil)); r.status != http.StatusOK || r.code() != "" {
+		t.Fatalf("within the burst: %d %v", r.status, r.msg)
+	}
+	hr, _ := http.NewRequest(http.MethodPost, e.url+"/operations", nil)
+	body, _ := remotewire.Encode(nil, query("c1", "taskCount", nil))
+	hr.Body = io.NopCloser(bytes.NewReader(body))
+	hr.Header.Set("Content-Type", remotewire.ContentType)
+	hr.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if ra := resp.Header.Get("Retry-After"); ra != "60" {
+		t.Fatalf("Retry-After %q, want 60 at one request a minute", ra)
+	}
+	if r := postOp(t, e, "alice", query("c1", "taskCount", nil)); r.status != http.StatusOK || r.code() != syncerr.CodeRateLimited || r.msg["retryable"] != true {
+		t.Fatalf("over the rate: %d %v, want a retryable %s", r.status, r.msg, syncerr.CodeRateLimited)
+	}
+	if r := postOp(t, e, "bob", query("c2", "taskCount", nil)); r.status != http.StatusOK || r.code() != "" {
+		t.Fatalf("another actor: %d %v", r.status, r.msg)
 	}
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/syncgo/syncgo/syncerr"
 )
 
-// RateLimitConfig limits the rate of requests: POST /sync and socket
-// rounds (§8.7) together, counted per actor and for the whole server.
-// A request over either limit is refused after authentication and before
-// any storage work with sync.rate_limited, HTTP 429 and a Retry-After
-// header (on a socket, an ERROR frame in the round's response); the
-// refusal's details carry retryAfterMs, the wait until the limiter would
-// admit it.
+// RateLimitConfig limits the rate of requests: POST /sync, socket rounds
+// (§8.7) and POST /operations together, counted per actor and for the
+// whole server. A request over either limit is refused after
+// authentication and before any storage work with sync.rate_limited,
+// HTTP 429 and a Retry-After header (on a socket, an ERROR frame in the
+// round's response; on /operations an encoded error with Retry-After, as
+// REMOTE.md answers every refusal after the body); the /sync refusal's
+// details carry retryAfterMs, the wait until the limiter would admit it.
 //
 // A zero rate leaves that limit off. The per-actor limiters live in a
 // bounded table (MaxActors, the least recently seen actor is forgotten

@@ -142,8 +142,8 @@ type Config struct {
 	MaxConcurrentRequests int
 	MaxQueuedRequests     int
 	QueueTimeout          time.Duration
-	// RateLimit limits the rate of POST /sync requests and socket rounds,
-	// per actor and in total (sync.rate_limited, HTTP 429 and
+	// RateLimit limits the rate of POST /sync requests, socket rounds and
+	// POST /operations, per actor and in total (sync.rate_limited, HTTP 429 and
 	// Retry-After). Nil: no rate limit.
 	RateLimit *RateLimitConfig
 	// Limits are the protocol limits (operation cap, inline segment size,

@@ -17,7 +17,7 @@ func bindLimitFlags(fs *flag.FlagSet) func(c *config.Config) {
 		perActorBurst, globalBurst  int
 		maxSockets, maxActorSockets int
 	)
-	fs.Float64Var(&perActor, "rate-per-actor", 0, "requests per second one actor may make, POST /sync and socket rounds together; 0: no limit (limits.rate_per_actor, SYNCGO_LIMITS_RATE_PER_ACTOR)")
+	fs.Float64Var(&perActor, "rate-per-actor", 0, "requests per second one actor may make, POST /sync, socket rounds and /operations together; 0: no limit (limits.rate_per_actor, SYNCGO_LIMITS_RATE_PER_ACTOR)")
 	fs.IntVar(&perActorBurst, "rate-per-actor-burst", 0, "requests one actor may make at once; default the rate rounded up (limits.rate_per_actor_burst, SYNCGO_LIMITS_RATE_PER_ACTOR_BURST)")
 	fs.Float64Var(&global, "rate-global", 0, "requests per second of all actors together; 0: no limit (limits.rate_global, SYNCGO_LIMITS_RATE_GLOBAL)")
 	fs.IntVar(&globalBurst, "rate-global-burst", 0, "requests of all actors at once; default the rate rounded up (limits.rate_global_burst, SYNCGO_LIMITS_RATE_GLOBAL_BURST)")
