@@ -139,4 +139,15 @@ func TestBinaryTLS(t *testing.T) {
 		t.Fatal("the process exited on SIGHUP")
 	default:
 	}
+	// config check loads the pair: a good one is summarized, a key that
+	// is not the certificate's fails.
+	cfgFile := filepath.Join(dir, "tls.yaml")
+	must(t, os.WriteFile(cfgFile, []byte("tls_cert_file: cert.pem\ntls_key_file: key.pem\n"), 0o600))
+	if out, errOut, code := binarytest.Run(t, bin, nil, "config", "check", cfgFile); code != 0 || !strings.Contains(out, "TLS: certificate") {
+		t.Fatalf("config check of a good pair: %d %s %s", code, out, errOut)
+	}
+	writeSelfSigned(t, filepath.Join(dir, "other.pem"), keyFile, 3) // a new key: cert.pem no longer matches it
+	if _, errOut, code := binarytest.Run(t, bin, nil, "config", "check", cfgFile); code != 1 || !strings.Contains(errOut, "tls_cert_file") {
+		t.Fatalf("config check of a mismatched pair: %d %s", code, errOut)
+	}
 }

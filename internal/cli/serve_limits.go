@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"crypto/tls"
 	"flag"
+	"fmt"
+	"math"
 
 	"golang.org/x/time/rate"
 
@@ -56,4 +59,42 @@ func applyLimitConfig(scfg *syncgo.Config, cfg config.Config) {
 			MaxActors: l.RateMaxActors,
 		}
 	}
+}
+
+// limitSummary describes the TLS files (loaded, so that a bad pair fails
+// the check), the rate limits and the socket caps for config check.
+func limitSummary(cfg config.Config) ([]string, error) {
+	var out []string
+	if cfg.TLSCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile); err != nil {
+			return nil, fmt.Errorf("tls_cert_file, tls_key_file: %w", err)
+		}
+		out = append(out, "TLS: certificate "+cfg.TLSCertFile+" (HTTPS and wss on the listener)")
+	}
+	l := cfg.Limits
+	rates := "rate limits off"
+	if l.RatePerActor > 0 || l.RateGlobal > 0 {
+		rates = fmt.Sprintf("rate limits: per actor %s, global %s", rateString(l.RatePerActor, l.RatePerActorBurst),
+			rateString(l.RateGlobal, l.RateGlobalBurst))
+	}
+	out = append(out, rates+fmt.Sprintf("; realtime sockets: %s in total, %s per actor",
+		capString(cfg.Realtime.MaxSockets), capString(cfg.Realtime.MaxSocketsPerActor)))
+	return out, nil
+}
+
+func rateString(r float64, burst int) string {
+	if r <= 0 {
+		return "off"
+	}
+	if burst <= 0 {
+		burst = max(1, int(math.Ceil(r)))
+	}
+	return fmt.Sprintf("%g/s (burst %d)", r, burst)
+}
+
+func capString(n int) string {
+	if n <= 0 {
+		return "no cap"
+	}
+	return fmt.Sprint(n)
 }
