@@ -52,7 +52,7 @@ func wantRateLimited(t *testing.T, r rawResponse) time.Duration {
 // actor again once the announced wait has passed.
 func TestRateLimitPerActor(t *testing.T) {
 	e := newE2EEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
-		c.RateLimit = &syncgo.RateLimitConfig{PerActor: 2, PerActorBurst: 2}
+		c.RateLimit = &syncgo.RateLimitConfig{PerActor: 0.5, PerActorBurst: 2}
 	})
 	for i := range 2 {
 		if r, err := e.postAs("alice", ratePull(t, "a1")); err != nil || r.status != http.StatusOK {
@@ -64,8 +64,8 @@ func TestRateLimitPerActor(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := wantRateLimited(t, r)
-	if wait > time.Second {
-		t.Fatalf("retryAfterMs %v, want at most 1s at 2 requests/s", wait)
+	if wait > 2*time.Second {
+		t.Fatalf("retryAfterMs %v, want at most 2s at 0.5 requests/s", wait)
 	}
 	if r, err := e.postAs("bob", ratePull(t, "b1")); err != nil || r.status != http.StatusOK {
 		t.Fatalf("another actor was limited: %v %d %s", err, r.status, r.body)
@@ -79,7 +79,7 @@ func TestRateLimitPerActor(t *testing.T) {
 // A global rate limit counts every actor's requests together.
 func TestRateLimitGlobal(t *testing.T) {
 	e := newE2EEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
-		c.RateLimit = &syncgo.RateLimitConfig{Global: 0.5, GlobalBurst: 2}
+		c.RateLimit = &syncgo.RateLimitConfig{Global: rate.Every(10 * time.Second), GlobalBurst: 2}
 	})
 	for _, a := range []string{"alice", "bob"} {
 		if r, err := e.postAs(a, ratePull(t, a+"1")); err != nil || r.status != http.StatusOK {
@@ -90,11 +90,8 @@ func TestRateLimitGlobal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if wait := wantRateLimited(t, r); wait <= time.Second {
-		t.Fatalf("retryAfterMs %v, want more than 1s at 0.5 requests/s", wait)
-	}
-	if r.header.Get("Retry-After") != "2" {
-		t.Fatalf("Retry-After %q, want 2", r.header.Get("Retry-After"))
+	if wait := wantRateLimited(t, r); wait <= 5*time.Second || wait > 10*time.Second {
+		t.Fatalf("retryAfterMs %v, want up to 10s at one request per 10s", wait)
 	}
 }
 
