@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,4 +90,48 @@ func TestSocketCaps(t *testing.T) {
 	for _, s := range socks {
 		_ = s.nc.Close()
 	}
+}
+
+// Watch sockets (/operations/realtime) count under the same caps as
+// /realtime sockets, and free their place when they close.
+func TestSocketCapsWatch(t *testing.T) {
+	e := newOpsEnv(t, openSQLite(t), syncgo.Operations{}, func(c *syncgo.Config) {
+		c.Realtime.MaxSocketsPerActor = 1
+	})
+	base := "ws" + strings.TrimPrefix(e.url, "http")
+	refused := func(path string) (int, string) {
+		t.Helper()
+		status, code := 0, ""
+		d := rtDialer("alice")
+		d.OnStatusError = func(st int, _ []byte, resp io.Reader) {
+			status = st
+			if r, err := http.ReadResponse(bufio.NewReader(resp), nil); err == nil {
+				b, _ := io.ReadAll(r.Body)
+				r.Body.Close()
+				if pe, err := syncerr.ParseJSON(b); err == nil {
+					code = pe.Code
+				}
+			}
+		}
+		if c, _, _, err := d.Dial(context.Background(), base+path); err == nil {
+			c.Close()
+			t.Fatalf("%s: accepted over the cap", path)
+		}
+		return status, code
+	}
+	w := dialWatch(t, e, "alice")
+	for _, path := range []string{"/operations/realtime", "/realtime?clientId=a1"} {
+		if st, code := refused(path); st != http.StatusTooManyRequests || code != syncerr.CodeWebsocketConnectionLimit {
+			t.Fatalf("%s beside an open watch socket: HTTP %d %q, want 429 %s", path, st, code, syncerr.CodeWebsocketConnectionLimit)
+		}
+	}
+	_ = w.conn.Close()
+	eventually(t, "a watch socket accepted after the first closed", func() bool {
+		c, _, _, err := rtDialer("alice").Dial(context.Background(), base+"/operations/realtime")
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
 }

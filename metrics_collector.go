@@ -65,7 +65,7 @@ func newServerCollector(s *Server) *serverCollector {
 		admQueued:   d("syncgo_admission_queue_depth", "/sync requests waiting for a slot now."),
 		admRefused: d("syncgo_admission_rate_limited_total", "/sync requests refused with sync.rate_limited, by reason "+
 			"(queue_full, queue_timeout, actor_rate, global_rate).", "reason"),
-		socketsRefused: d("syncgo_realtime_sockets_refused_total", "Realtime upgrades refused with sync.websocket_connection_limit, "+
+		socketsRefused: d("syncgo_realtime_sockets_refused_total", "Socket upgrades (/realtime, /operations/realtime) refused with sync.websocket_connection_limit, "+
 			"by the cap reached (total, actor).", "cap"),
 
 		ready: d("syncgo_ready", "1 when the server is ready to serve (as /readyz answers), 0 otherwise."),

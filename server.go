@@ -78,10 +78,11 @@ type RealtimeConfig struct {
 	// RevokeActor. Default 60 s; negative disables the periodic pass (the
 	// scopes are still re-resolved on each HTTP round of the client).
 	ReresolveInterval time.Duration
-	// MaxSockets caps the realtime sockets open at once on this server,
-	// and MaxSocketsPerActor those of one actor (in one partition): an
-	// upgrade beyond either is refused before the upgrade with
-	// sync.websocket_connection_limit (HTTP 429). Zero: no cap.
+	// MaxSockets caps the sockets open at once on this server (/realtime
+	// and /operations/realtime together), and MaxSocketsPerActor those of
+	// one actor (in one partition): an upgrade beyond either is refused
+	// before the upgrade with sync.websocket_connection_limit (HTTP 429).
+	// Zero: no cap.
 	MaxSockets         int
 	MaxSocketsPerActor int
 }

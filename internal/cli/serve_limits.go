@@ -24,8 +24,8 @@ func bindLimitFlags(fs *flag.FlagSet) func(c *config.Config) {
 	fs.IntVar(&perActorBurst, "rate-per-actor-burst", 0, "requests one actor may make at once; default the rate rounded up (limits.rate_per_actor_burst, SYNCGO_LIMITS_RATE_PER_ACTOR_BURST)")
 	fs.Float64Var(&global, "rate-global", 0, "requests per second of all actors together; 0: no limit (limits.rate_global, SYNCGO_LIMITS_RATE_GLOBAL)")
 	fs.IntVar(&globalBurst, "rate-global-burst", 0, "requests of all actors at once; default the rate rounded up (limits.rate_global_burst, SYNCGO_LIMITS_RATE_GLOBAL_BURST)")
-	fs.IntVar(&maxSockets, "max-sockets", 0, "cap on open /realtime sockets; 0: no cap (realtime.max_sockets, SYNCGO_REALTIME_MAX_SOCKETS)")
-	fs.IntVar(&maxActorSockets, "max-sockets-per-actor", 0, "cap on the open /realtime sockets of one actor; 0: no cap (realtime.max_sockets_per_actor, SYNCGO_REALTIME_MAX_SOCKETS_PER_ACTOR)")
+	fs.IntVar(&maxSockets, "max-sockets", 0, "cap on open sockets (/realtime and /operations/realtime); 0: no cap (realtime.max_sockets, SYNCGO_REALTIME_MAX_SOCKETS)")
+	fs.IntVar(&maxActorSockets, "max-sockets-per-actor", 0, "cap on the open sockets of one actor; 0: no cap (realtime.max_sockets_per_actor, SYNCGO_REALTIME_MAX_SOCKETS_PER_ACTOR)")
 	return func(c *config.Config) {
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {

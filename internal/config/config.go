@@ -188,8 +188,8 @@ type Realtime struct {
 	QueueBytes        int           `yaml:"queue_bytes"`
 	MaxDeltaBytes     int           `yaml:"max_delta_bytes"`
 	MaxPresenceBytes  int           `yaml:"max_presence_bytes"`
-	// MaxSockets and MaxSocketsPerActor cap the open /realtime sockets, in
-	// total and per actor; zero: no cap.
+	// MaxSockets and MaxSocketsPerActor cap the open sockets (/realtime
+	// and /operations/realtime), in total and per actor; zero: no cap.
 	MaxSockets         int `yaml:"max_sockets"`
 	MaxSocketsPerActor int `yaml:"max_sockets_per_actor"`
 }
