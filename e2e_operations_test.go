@@ -139,12 +139,17 @@ func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
 	return f
 }
 
-// newOpsEnv is newE2EEnv with the operations schema and registry.
-func newOpsEnv(t *testing.T, st store.Store, ops syncgo.Operations) *e2eEnv {
+// newOpsEnv is newE2EEnv with the operations schema and registry; tweak
+// adjusts its Config.
+func newOpsEnv(t *testing.T, st store.Store, ops syncgo.Operations, tweak ...func(*syncgo.Config)) *e2eEnv {
 	t.Helper()
 	e := &e2eEnv{t: t, store: st, schema: opsSchema(t), allowed: map[string]map[string][]string{}}
-	srv, err := syncgo.New(syncgo.Config{Store: e.store, Schema: e.schema, Authenticate: bearerAuth,
-		ResolveScopes: e.resolve, RetentionInterval: -1, Operations: ops})
+	cfg := syncgo.Config{Store: e.store, Schema: e.schema, Authenticate: bearerAuth,
+		ResolveScopes: e.resolve, RetentionInterval: -1, Operations: ops}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	srv, err := syncgo.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

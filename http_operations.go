@@ -49,6 +49,11 @@ func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 		s.writeOperation(w, route, http.StatusOK, errorResponse(opError(codeOpInvalidRequest, err.Error())))
 		return
 	}
+	if pe, wait := s.rates.allow(auth.Partition, auth.ActorID); pe != nil {
+		w.Header().Set("Retry-After", retryAfterSeconds(wait))
+		s.writeOperation(w, route, http.StatusOK, errorResponse(pe))
+		return
+	}
 	release, refusal := s.admit.acquire(r.Context())
 	if refusal != nil {
 		if pe := syncerr.As(refusal); pe != nil {

@@ -37,12 +37,18 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidClientID, "clientId "+p))
 		return
 	}
+	release, refusal := s.sockets.acquire(auth.Partition, auth.ActorID)
+	if refusal != nil {
+		s.writeError(w, route, refusal)
+		return
+	}
 	upgrader := ws.HTTPUpgrader{}
 	if p := auth.WebSocketProtocol; p != "" {
 		upgrader.Protocol = func(offered string) bool { return offered == p }
 	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
+		release()
 		noteUpgradeFailed(w)
 		return // the upgrader answered the HTTP error
 	}
@@ -52,10 +58,12 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		buffered = append([]byte(nil), buffered...)
 	}
 	err = s.hub.Attach(r.Context(), realtime.Conn{NetConn: conn, Buffered: buffered,
-		Auth: engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, ClientID: clientID, ExpiresAt: auth.ExpiresAt})
+		Auth: engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, ClientID: clientID, ExpiresAt: auth.ExpiresAt,
+		OnClose: release})
 	if err != nil {
 		s.cfg.Logger.Error("realtime attach failed", "err", err)
 		_ = conn.Close()
+		release()
 	}
 }
 

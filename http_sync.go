@@ -63,6 +63,11 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteActor(w, auth.ActorID)
+	if refusal, wait := s.rates.allow(auth.Partition, auth.ActorID); refusal != nil {
+		w.Header().Set("Retry-After", retryAfterSeconds(wait))
+		s.writeError(w, route, refusal)
+		return
+	}
 	rc := http.NewResponseController(w)
 	// Deadlines set here are per request: cleared before the connection
 	// goes back to keep-alive (and before serving, for the read side: a

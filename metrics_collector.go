@@ -24,6 +24,7 @@ type serverCollector struct {
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
 	pageCache, images                                         *prometheus.Desc
 	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
+	socketsRefused                                            *prometheus.Desc
 	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
 }
 
@@ -63,7 +64,9 @@ func newServerCollector(s *Server) *serverCollector {
 		admInFlight: d("syncgo_admission_in_flight", "/sync requests being served now."),
 		admQueued:   d("syncgo_admission_queue_depth", "/sync requests waiting for a slot now."),
 		admRefused: d("syncgo_admission_rate_limited_total", "/sync requests refused with sync.rate_limited, by reason "+
-			"(queue_full, queue_timeout).", "reason"),
+			"(queue_full, queue_timeout, actor_rate, global_rate).", "reason"),
+		socketsRefused: d("syncgo_realtime_sockets_refused_total", "Socket upgrades (/realtime, /operations/realtime) refused with sync.websocket_connection_limit, "+
+			"by the cap reached (total, actor).", "cap"),
 
 		ready: d("syncgo_ready", "1 when the server is ready to serve (as /readyz answers), 0 otherwise."),
 		readyPhase: d("syncgo_readiness_phase", "1 for the phase a server that is not ready is in (starting, storage_migration, "+
@@ -78,7 +81,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused,
+		c.pageCache, c.images, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -142,6 +145,12 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.admQueued, float64(adm.queued))
 	counter(c.admRefused, adm.refusedFull, "queue_full")
 	counter(c.admRefused, adm.refusedWait, "queue_timeout")
+	rateActor, rateGlobal := s.rates.refused()
+	counter(c.admRefused, rateActor, "actor_rate")
+	counter(c.admRefused, rateGlobal, "global_rate")
+	sockTotal, sockActor := s.sockets.refused()
+	counter(c.socketsRefused, sockTotal, "total")
+	counter(c.socketsRefused, sockActor, "actor")
 
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeReadyTimeout)
 	defer cancel()

@@ -276,6 +276,13 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteActor(w, auth.ActorID)
+	// A watch socket counts under the same socket caps as /realtime.
+	release, refusal := s.sockets.acquire(auth.Partition, auth.ActorID)
+	if refusal != nil {
+		s.writeError(w, route, refusal)
+		return
+	}
+	defer release()
 	upgrader := ws.HTTPUpgrader{}
 	if p := auth.WebSocketProtocol; p != "" {
 		upgrader.Protocol = func(offered string) bool { return offered == p }

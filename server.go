@@ -78,6 +78,13 @@ type RealtimeConfig struct {
 	// RevokeActor. Default 60 s; negative disables the periodic pass (the
 	// scopes are still re-resolved on each HTTP round of the client).
 	ReresolveInterval time.Duration
+	// MaxSockets caps the sockets open at once on this server (/realtime
+	// and /operations/realtime together), and MaxSocketsPerActor those of
+	// one actor (in one partition): an upgrade beyond either is refused
+	// before the upgrade with sync.websocket_connection_limit (HTTP 429).
+	// Zero: no cap.
+	MaxSockets         int
+	MaxSocketsPerActor int
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
@@ -136,6 +143,10 @@ type Config struct {
 	MaxConcurrentRequests int
 	MaxQueuedRequests     int
 	QueueTimeout          time.Duration
+	// RateLimit limits the rate of POST /sync requests, socket rounds and
+	// POST /operations, per actor and in total (sync.rate_limited, HTTP 429 and
+	// Retry-After). Nil: no rate limit.
+	RateLimit *RateLimitConfig
 	// Limits are the protocol limits (operation cap, inline segment size,
 	// segment TTL).
 	Limits Limits
@@ -328,8 +339,11 @@ type Server struct {
 	mux    *http.ServeMux
 	codecs *codecPools
 	admit  *admission
-	ops    *registry // remote operations (remote.go)
-	watch  *watchHub // their live query watches (remote_watch.go)
+	rates  *rateLimiter
+	// sockets caps the open realtime sockets.
+	sockets *socketLimiter
+	ops     *registry // remote operations (remote.go)
+	watch   *watchHub // their live query watches (remote_watch.go)
 	// handler is mux behind the CORS and observer middlewares.
 	handler http.Handler
 	metrics *metrics
@@ -382,7 +396,9 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(),
-		admit: newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout)}
+		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout),
+		rates:   newRateLimiter(cfg.RateLimit, nil),
+		sockets: newSocketLimiter(cfg.Realtime.MaxSockets, cfg.Realtime.MaxSocketsPerActor)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
 	if err != nil {
 		return nil, fmt.Errorf("syncgo: operations: %w", err)
@@ -457,7 +473,7 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval, Admit: s.admit.acquire})
+		ReresolveInterval: rc.ReresolveInterval, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

@@ -56,7 +56,8 @@ type Process struct {
 	Cmd *exec.Cmd
 	// URL is the base URL of the protocol routes, from the startup line.
 	URL string
-	// Line is the startup line ("syncgo listening on http://…").
+	// Line is the startup line ("syncgo listening on http://…", or
+	// https:// when serving TLS).
 	Line string
 	// Stdout and Stderr are the process's output so far.
 	Stdout, Stderr *Log
@@ -143,7 +144,7 @@ func Start(tb testing.TB, bin string, opts Options, args ...string) (*Process, e
 	}
 	_, rest, ok := strings.Cut(p.Line, "listening on ")
 	url, _, _ := strings.Cut(rest, " ")
-	if !ok || !strings.HasPrefix(url, "http://") {
+	if !ok || (!strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://")) {
 		p.Stop()
 		return nil, errors.New(opts.Name + " printed " + p.Line + "; stderr:\n" + p.Stderr.String())
 	}

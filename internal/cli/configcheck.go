@@ -118,6 +118,11 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	} else if st != "" && st != "db" {
 		return nil, nil, fmt.Errorf(`segments.store %q: want "db" or "s3://<bucket>[/<prefix>]"`, st)
 	}
+	lim, err := limitSummary(cfg) // serve_limits.go
+	if err != nil {
+		return nil, nil, err
+	}
+	summary = append(summary, lim...)
 	mode := cfg.Auth.Mode
 	if mode == "" {
 		if cfg.Auth.Configured() {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
 	_ "embed"
 	"errors"
 	"flag"
@@ -113,6 +114,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	apply := bindServeFlags(fs)
 	applyObserve := bindObserveFlags(fs)  // serve_observe.go
 	applySegments := bindSegmentFlags(fs) // serve_segments.go
+	applyLimits := bindLimitFlags(fs)     // serve_limits.go
+	applyTLS := bindTLSFlags(fs)          // serve_tls.go
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -128,6 +131,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	apply(&cfg)
 	applyObserve(&cfg)
 	applySegments(&cfg)
+	applyLimits(&cfg)
+	applyTLS(&cfg)
 	secrets := cfg.Secrets()
 	stdout = config.NewRedactingWriter(stdout, secrets)
 	stderr = config.NewRedactingWriter(stderr, secrets)
@@ -190,6 +195,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		return err
 	}
 	defer ln.Close()
+	var certs *certReloader
+	if cfg.TLSCertFile != "" {
+		if certs, err = newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, logger); err != nil {
+			return err
+		}
+		defer certs.close()
+	}
 	var obs observability // serve_observe.go: admin listener, metrics, access log, CORS
 	if err := obs.listen(cfg, logger); err != nil {
 		return err
@@ -303,6 +315,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		},
 	}
 	obs.apply(&scfg, logger)
+	applyLimitConfig(&scfg, cfg) // serve_limits.go
 	if err := applySegmentConfig(&scfg, cfg, ln.Addr(), cfg.Mount); err != nil {
 		return err
 	}
@@ -332,7 +345,13 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	// WriteTimeout here, which would cut off a slow mobile client that is
 	// making progress, and a socket's life.
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout}
-	fmt.Fprintf(stdout, "syncgo listening on http://%s%s (database %s, auth %s)\n", ln.Addr(), strings.TrimSuffix(mount, "/"), config.RedactDSN(cfg.DB), mode)
+	scheme := "http"
+	if certs != nil { // serve_tls.go
+		hs.TLSConfig = certs.tlsConfig()
+		ln = tls.NewListener(ln, hs.TLSConfig)
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "syncgo listening on %s://%s%s (database %s, auth %s)\n", scheme, ln.Addr(), strings.TrimSuffix(mount, "/"), config.RedactDSN(cfg.DB), mode)
 	obs.serve(srv, logger, stdout)
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

@@ -63,6 +63,11 @@ type Config struct {
 	// ShutdownDelay is how long, after SIGTERM or SIGINT, /readyz answers
 	// 503 while the server still serves, before it stops. Default 0.
 	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
+	// TLSCertFile and TLSKeyFile are PEM files of the main listener's
+	// certificate (chain) and private key: with both set it serves HTTPS
+	// (and wss for /realtime); SIGHUP reloads them.
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
 	// Limits are the server's request limits.
 	Limits Limits `yaml:"limits"`
 	// Realtime tunes the realtime channel.
@@ -164,6 +169,14 @@ type Limits struct {
 	MaxSubscriptionsPerRequest int           `yaml:"max_subscriptions_per_request"`
 	InlineSegmentMaxBytes      int           `yaml:"inline_segment_max_bytes"`
 	SegmentTTL                 time.Duration `yaml:"segment_ttl"`
+	// RatePerActor and RateGlobal are request rates (per second) of POST
+	// /sync and socket rounds, per actor and in total; zero: no limit
+	// (syncgo.RateLimitConfig).
+	RatePerActor      float64 `yaml:"rate_per_actor"`
+	RatePerActorBurst int     `yaml:"rate_per_actor_burst"`
+	RateGlobal        float64 `yaml:"rate_global"`
+	RateGlobalBurst   int     `yaml:"rate_global_burst"`
+	RateMaxActors     int     `yaml:"rate_max_actors"`
 }
 
 // Realtime tunes the realtime channel (syncgo.RealtimeConfig); zero
@@ -175,6 +188,10 @@ type Realtime struct {
 	QueueBytes        int           `yaml:"queue_bytes"`
 	MaxDeltaBytes     int           `yaml:"max_delta_bytes"`
 	MaxPresenceBytes  int           `yaml:"max_presence_bytes"`
+	// MaxSockets and MaxSocketsPerActor cap the open sockets (/realtime
+	// and /operations/realtime), in total and per actor; zero: no cap.
+	MaxSockets         int `yaml:"max_sockets"`
+	MaxSocketsPerActor int `yaml:"max_sockets_per_actor"`
 }
 
 // Default returns the defaults.
@@ -379,6 +396,12 @@ func setScalar(v reflect.Value, raw string) error {
 			return err
 		}
 		v.SetBool(b)
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return err
+		}
+		v.SetFloat(f)
 	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
 		n, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
@@ -409,6 +432,8 @@ func (c *Config) relativeTo(dir string) {
 	c.storageRelativeTo(dir)
 	abs(&c.Schema)
 	abs(&c.DBPasswordFile)
+	abs(&c.TLSCertFile)
+	abs(&c.TLSKeyFile)
 	abs(&c.Auth.HS256SecretFile)
 	for i := range c.Auth.PublicKeys {
 		abs(&c.Auth.PublicKeys[i].PEMFile)
@@ -460,6 +485,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("max_conns is negative"))
+	}
+	if l := c.Limits; l.RatePerActor < 0 || l.RateGlobal < 0 || l.RatePerActorBurst < 0 || l.RateGlobalBurst < 0 || l.RateMaxActors < 0 {
+		errs = append(errs, errors.New("limits: rate_per_actor, rate_global, their bursts and rate_max_actors must not be negative"))
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		errs = append(errs, errors.New("tls_cert_file and tls_key_file must be set together"))
+	}
+	if c.Realtime.MaxSockets < 0 || c.Realtime.MaxSocketsPerActor < 0 {
+		errs = append(errs, errors.New("realtime: max_sockets and max_sockets_per_actor must not be negative"))
 	}
 	if c.IdleTimeout < 0 || c.ReadHeaderTimeout < 0 || c.ShutdownDelay < 0 {
 		errs = append(errs, errors.New("idle_timeout, read_header_timeout and shutdown_delay must not be negative"))

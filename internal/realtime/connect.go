@@ -27,6 +27,10 @@ type Conn struct {
 	ClientID string
 	// ExpiresAt, when set, closes the socket when the credentials expire.
 	ExpiresAt time.Time
+	// OnClose, when set, is called once the socket is closed and its
+	// session removed (or at once when Attach refuses the socket because
+	// the hub is closed). It is not called when Attach returns an error.
+	OnClose func()
 }
 
 func newSessionID() string {
@@ -51,11 +55,14 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	wc := newConn(c.NetConn, h.cfg.QueueMessages, h.cfg.QueueBytes, h.cfg.WriteTimeout, &h.stats.closedSlow)
 	if h.isClosed() {
 		h.refuse(wc)
+		if c.OnClose != nil {
+			c.OnClose()
+		}
 		return nil
 	}
 	p := h.part(c.Auth.Partition, true)
 	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
-		expires: c.ExpiresAt, starting: true, observed: -1}
+		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
 	p.mu.Lock()
 	p.sessions[s] = struct{}{}
 	p.mu.Unlock()
@@ -260,4 +267,7 @@ func (h *Hub) detach(s *session) {
 			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
 	}
 	h.stats.sessions.Add(-1)
+	if s.onClose != nil {
+		s.onClose()
+	}
 }

@@ -56,7 +56,7 @@ type Config struct {
 	// Admit, when set, admits a socket round under the same cap as POST
 	// /sync requests: it returns the slot's release, or a refusal
 	// (sync.rate_limited) that the round answers with an ERROR frame.
-	Admit func(ctx context.Context) (release func(), refusal error)
+	Admit func(ctx context.Context, auth engine.Auth) (release func(), refusal error)
 }
 
 func (c Config) withDefaults() Config {

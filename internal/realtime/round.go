@@ -191,7 +191,7 @@ func (s *session) runRound(body []byte) {
 		s.failRound(ctx, w, version, syncerr.New(syncerr.CodeInvalidClientID, "the round's clientId differs from the connection's"))
 	default:
 		if h.cfg.Admit != nil {
-			release, refusal := h.cfg.Admit(ctx)
+			release, refusal := h.cfg.Admit(ctx, s.auth)
 			if refusal != nil {
 				pe := syncerr.As(refusal)
 				if pe == nil {

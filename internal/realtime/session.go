@@ -50,6 +50,7 @@ type session struct {
 	auth     engine.Auth
 	clientID string
 	expires  time.Time
+	onClose  func() // Conn.OnClose, called by detach
 
 	mu       sync.Mutex
 	starting bool // attached, hello not sent yet: nothing is delivered
