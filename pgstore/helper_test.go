@@ -6,34 +6,23 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// envURL names the variable with the URL of the test database.
-const envURL = "SYNCGO_TEST_POSTGRES_URL"
-
-// testURL returns the test database URL. Without one the test skips,
-// except under CI=true, where the Postgres tests are required.
+// testURL returns the test database URL (pgtest.URL: without one the test
+// skips, except under CI=true, where the Postgres tests are required).
 func testURL(tb testing.TB) string {
 	tb.Helper()
-	url := os.Getenv(envURL)
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s is not set; CI=true requires the Postgres driver tests", envURL)
-		}
-		tb.Skipf("%s is not set: skipping the Postgres driver tests "+
-			"(e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", envURL, envURL)
-	}
-	return url
+	return pgtest.URL(tb)
 }
 
 // newSchema creates a fresh Postgres schema, dropped at cleanup, and

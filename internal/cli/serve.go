@@ -304,6 +304,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 			MaxSubscriptionsPerRequest: l.MaxSubscriptionsPerRequest,
 			InlineSegmentMaxBytes:      l.InlineSegmentMaxBytes,
 			SegmentTTL:                 l.SegmentTTL,
+			MaxCRDTBytes:               l.MaxCRDTBytes,
 		},
 		Realtime: syncgo.RealtimeConfig{
 			Heartbeat:         cfg.Realtime.Heartbeat,

@@ -169,6 +169,9 @@ type Limits struct {
 	MaxSubscriptionsPerRequest int           `yaml:"max_subscriptions_per_request"`
 	InlineSegmentMaxBytes      int           `yaml:"inline_segment_max_bytes"`
 	SegmentTTL                 time.Duration `yaml:"segment_ttl"`
+	// MaxCRDTBytes bounds a crdt column value, pushed or merged (0: the
+	// default, 8 MiB).
+	MaxCRDTBytes int `yaml:"max_crdt_bytes"`
 	// RatePerActor and RateGlobal are request rates (per second) of POST
 	// /sync and socket rounds, per actor and in total; zero: no limit
 	// (syncgo.RateLimitConfig).
@@ -485,6 +488,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("max_conns is negative"))
+	}
+	if c.Limits.MaxCRDTBytes < 0 {
+		errs = append(errs, errors.New("limits.max_crdt_bytes must not be negative"))
 	}
 	if l := c.Limits; l.RatePerActor < 0 || l.RateGlobal < 0 || l.RatePerActorBurst < 0 || l.RateGlobalBurst < 0 || l.RateMaxActors < 0 {
 		errs = append(errs, errors.New("limits: rate_per_actor, rate_global, their bursts and rate_max_actors must not be negative"))

@@ -252,3 +252,22 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+func TestMaxCRDTBytes(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(path, []byte("limits:\n  max_crdt_bytes: 1024\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits.MaxCRDTBytes != 1024 || c.Validate() != nil {
+		t.Fatalf("max_crdt_bytes: %d, %v", c.Limits.MaxCRDTBytes, c.Validate())
+	}
+	c.Limits.MaxCRDTBytes = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "max_crdt_bytes") {
+		t.Fatalf("a negative bound: %v", err)
+	}
+}

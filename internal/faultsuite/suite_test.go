@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
@@ -43,11 +43,10 @@ var (
 )
 
 const (
-	postgresURLEnv = "SYNCGO_TEST_POSTGRES_URL"
-	partition      = "fault"
-	projects       = 6
-	rowPool        = 80 // row ids are drawn from r0..r79, so writers collide
-	pgMaxConns     = 8  // the server's Postgres pool
+	partition  = "fault"
+	projects   = 6
+	rowPool    = 80 // row ids are drawn from r0..r79, so writers collide
+	pgMaxConns = 8  // the server's Postgres pool
 )
 
 // TestFaultSuite runs many clients with seeded random operations, offline
@@ -296,13 +295,7 @@ func (s *suite) resolve(_ context.Context, q syncgo.ScopeRequest) (map[string][]
 // openPostgres opens a pgstore on a fresh schema with its own
 // application_name, and returns a function that terminates its backends.
 func openPostgres(t *testing.T) (store.Store, func(context.Context, bool) (int, error)) {
-	base := os.Getenv(postgresURLEnv)
-	if base == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set; CI=true requires the Postgres run", postgresURLEnv)
-		}
-		t.Skipf("%s is not set: skipping the Postgres run", postgresURLEnv)
-	}
+	base := pgtest.URL(t)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	name := "syncgo_fault_" + hex.EncodeToString(b[:])

@@ -7,8 +7,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ func URL(tb testing.TB) string {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("%s is not set; CI=true requires the Postgres tests", Env)
 		}
+		noticeSkip()
 		tb.Skipf("%s is not set: skipping the Postgres run (e.g. %s='postgres://postgres@127.0.0.1:5432/syncgo_test?sslmode=disable')", Env, Env)
 	}
 	return base
@@ -79,4 +82,25 @@ func Exec(tb testing.TB, dsn, sql string) {
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		tb.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// noticeSkip tells the developer at the terminal, once per go test run,
+// that the Postgres tests are skipped: go test shows a passing package's
+// output (its skips included) only with -v, so the line goes to the
+// controlling terminal, when there is one. The test binaries of one run
+// are children of one go command: a marker file named after it makes the
+// line appear once, whichever package skips first.
+func noticeSkip() {
+	marker := filepath.Join(os.TempDir(), fmt.Sprintf("syncgo-pgtest-skip-%d", os.Getppid()))
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // told already in this run, or no temp dir
+	}
+	f.Close()
+	tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0)
+	if err != nil {
+		return // no terminal (CI sets the variable anyway)
+	}
+	defer tty.Close()
+	fmt.Fprintf(tty, "syncgo: %s is not set: the Postgres tests are skipped (README, \"Tests\")\n", Env)
 }
