@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/internal/reactor"
 	"github.com/syncgo/syncgo/internal/realtime"
@@ -39,13 +40,19 @@ type Auth struct {
 }
 
 // ScopeRequest is the input of Config.ResolveScopes.
-type ScopeRequest = engine.ScopeRequest
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.ScopeRequest
+type ScopeRequest = hostapi.ScopeRequest
 
 // CommitNotice describes an applied commit (for realtime fan-out hooks).
-type CommitNotice = engine.CommitNotice
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.CommitNotice
+type CommitNotice = hostapi.CommitNotice
 
 // Limits are the protocol limits a host may configure.
-type Limits = engine.Limits
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.Limits
+type Limits = hostapi.Limits
 
 // MaxIdentifierBytes bounds actor ids, partitions, client ids, commit ids,
 // row ids and scope values, in UTF-8 bytes.
@@ -88,7 +95,9 @@ type RealtimeConfig struct {
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
-type RetentionPolicy = engine.RetentionPolicy
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.RetentionPolicy
+type RetentionPolicy = hostapi.RetentionPolicy
 
 // Config configures a Server. Store, Schema, Authenticate and ResolveScopes
 // are required; every other field has a default (see withDefaults).
@@ -272,7 +281,9 @@ type Config struct {
 }
 
 // LeaseConfig configures auth leases (§7.3).
-type LeaseConfig = engine.LeaseConfig
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.LeaseConfig
+type LeaseConfig = hostapi.LeaseConfig
 
 // ErrAuthorityUnavailable is what ResolveScopes returns (or wraps) when the
 // host's live authority is unreachable: an outage, in which a lease, when
@@ -666,4 +677,6 @@ func (s *Server) SweepBlobs(ctx context.Context) (BlobSweep, error) {
 }
 
 // BlobSweep reports a sweep of the blob store.
-type BlobSweep = engine.BlobSweep
+//
+// Its fields: go doc github.com/syncgo/syncgo/hostapi.BlobSweep
+type BlobSweep = hostapi.BlobSweep

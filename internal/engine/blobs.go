@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
@@ -149,12 +150,8 @@ func rowAuthorized(t *schema.CompiledTable, stored wire.StoredScopes, allowed ma
 	return true
 }
 
-// BlobSweep reports a sweep of the blob store.
-type BlobSweep struct {
-	// Blobs and Bytes count the unreferenced blobs deleted; Uploads what
-	// interrupted uploads had left.
-	Blobs, Bytes, Uploads int64
-}
+// BlobSweep is hostapi.BlobSweep.
+type BlobSweep = hostapi.BlobSweep
 
 // blobSweepPage is the page of blobs a sweep lists at a time.
 const blobSweepPage = 500

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -23,26 +24,16 @@ type Auth struct {
 	Partition string
 }
 
-// ScopeRequest is the input of the host's scope resolver.
-type ScopeRequest struct {
-	Partition string
-	ActorID   string
-	ClientID  string
-}
+// ScopeRequest is hostapi.ScopeRequest.
+type ScopeRequest = hostapi.ScopeRequest
 
 // ScopeResolver returns the allowed scopes of an actor: variable to
 // values, where "*" allows any value (§3.2). An error fails closed:
 // subscriptions revoke and writes are forbidden.
 type ScopeResolver func(ctx context.Context, req ScopeRequest) (map[string][]string, error)
 
-// CommitNotice describes an applied commit for realtime fan-out.
-type CommitNotice struct {
-	Partition   string
-	Seq         int64
-	CreatedAtMs int64
-	ActorID     string
-	Changes     []store.Change
-}
+// CommitNotice is hostapi.CommitNotice.
+type CommitNotice = hostapi.CommitNotice
 
 // Config configures an Engine. Zero fields take the defaults of
 // withDefaults.
@@ -122,50 +113,8 @@ type URLIssuer interface {
 // rows segment by reference to clients that accept external segments.
 const NeverInline = -1
 
-// Limits are the host-configured limits of the protocol.
-type Limits struct {
-	// MaxOperationsPerRequest caps the operations across all commits of a
-	// request (§6.1). Default 500.
-	MaxOperationsPerRequest int
-	// InlineSegmentMaxBytes is the largest rows segment sent inline
-	// (§5.7) to a client that also accepts external segments. 0 means the
-	// default, 256 KiB; NeverInline (any negative value) sends every
-	// segment as a SEGMENT_REF to such clients.
-	InlineSegmentMaxBytes int
-	// SegmentTTL is how long a stored segment stays downloadable.
-	// Default 24 h.
-	SegmentTTL time.Duration
-	// SegmentForgetAfter is how long an expired segment publication is
-	// kept (its download answers sync.segment_expired) before a sweep
-	// deletes it (sync.not_found from then on). Default 1 h.
-	SegmentForgetAfter time.Duration
-	// MaxBlobBytes caps an uploaded blob (§5.9.3). Default 64 MiB.
-	MaxBlobBytes int64
-	// BlobGracePeriod is how long an uploaded blob that no row references
-	// is kept before a sweep deletes it (§5.9.2), and so how long a client
-	// may take from upload to push. Default 24 h.
-	BlobGracePeriod time.Duration
-	// MaxCascadeOperations caps the operations declared references may
-	// append to one commit (§6.11). Default 1000.
-	MaxCascadeOperations int
-	// TouchInterval is how often a partition's last-authenticated time is
-	// written per process. Default 1 s.
-	TouchInterval time.Duration
-	// SQLiteImageMaxBytes is the largest sqlite image served (§5.3); a
-	// bigger snapshot is served on the rows lane. Default 64 MiB; negative
-	// disables the sqlite lane.
-	SQLiteImageMaxBytes int64
-	// MaxSubscriptionsPerRequest caps the subscriptions of one pull, and
-	// so the subscriptions a client has registered (the spec sets no
-	// number; each subscription is a section of the response, a stored
-	// registration and a socket registration). A request over it is
-	// refused as a whole with sync.invalid_subscription. Default 1000.
-	MaxSubscriptionsPerRequest int
-	// MaxCRDTBytes bounds a crdt column value (§5.10): a pushed value or
-	// a merge result larger than it fails the operation with
-	// sync.crdt_merge_failed. Default 8 MiB.
-	MaxCRDTBytes int
-}
+// Limits is hostapi.Limits.
+type Limits = hostapi.Limits
 
 func (c Config) withDefaults() Config {
 	if c.Now == nil {

@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
-	"time"
 
+	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -17,11 +17,8 @@ import (
 // resolver error.
 var ErrAuthorityUnavailable = errors.New("the scope authority is unavailable")
 
-// LeaseConfig turns auth leases on (§7.3).
-type LeaseConfig struct {
-	// TTL is a lease's validity after its issuance or latest refresh.
-	TTL time.Duration
-}
+// LeaseConfig is hostapi.LeaseConfig.
+type LeaseConfig = hostapi.LeaseConfig
 
 // leaseAllowed authorizes against the stored lease of (partition,
 // clientID) during an outage: the lease's allowed scopes when it is valid

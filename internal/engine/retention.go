@@ -5,22 +5,12 @@ import (
 	"errors"
 	"time"
 
+	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/store"
 )
 
-// RetentionPolicy is the pruning policy of §4.6. Zero fields take the
-// normative defaults; a host may only raise them.
-type RetentionPolicy struct {
-	// ActiveWindow: clients whose cursor record was updated within it hold
-	// the horizon back. Default (and floor) 14 days.
-	ActiveWindow time.Duration
-	// AgeForce: commits older than this may be pruned regardless of
-	// laggard cursors. Default (and floor) 30 days.
-	AgeForce time.Duration
-	// MinRetainedCommits: the newest commits always kept. Default (and
-	// floor) 1000.
-	MinRetainedCommits int64
-}
+// RetentionPolicy is hostapi.RetentionPolicy.
+type RetentionPolicy = hostapi.RetentionPolicy
 
 // Floors of §4.6.
 const (
@@ -31,7 +21,7 @@ const (
 
 // withFloors applies the defaults and refuses values below the normative
 // floors by raising them.
-func (p RetentionPolicy) withFloors() RetentionPolicy {
+func withFloors(p RetentionPolicy) RetentionPolicy {
 	p.ActiveWindow = max(p.ActiveWindow, minActiveWindow)
 	p.AgeForce = max(p.AgeForce, minAgeForce)
 	p.MinRetainedCommits = max(p.MinRetainedCommits, minRetainedCommit)
@@ -43,7 +33,7 @@ func (p RetentionPolicy) withFloors() RetentionPolicy {
 // concurrent restore rotation makes the prune fail instead of deleting
 // across timelines.
 func (e *Engine) Prune(ctx context.Context, partition string, pol RetentionPolicy) (int64, error) {
-	return e.prune(ctx, partition, pol.withFloors())
+	return e.prune(ctx, partition, withFloors(pol))
 }
 
 // PruneUnchecked is Prune without the normative floors, for conformance

@@ -1,0 +1,101 @@
+// Package hostapi holds the types a host's configuration and callbacks
+// use: the protocol limits, the scope request a ScopeResolver answers, the
+// commit notice of OnCommit, the retention policy, the lease settings and
+// the blob sweep counts. Package syncgo names each of them (syncgo.Limits
+// is hostapi.Limits, and so on); they live here so that go doc shows
+// their fields.
+package hostapi
+
+import (
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// ScopeRequest is the input of the host's scope resolver.
+type ScopeRequest struct {
+	Partition string
+	ActorID   string
+	ClientID  string
+}
+
+// CommitNotice describes an applied commit for realtime fan-out.
+type CommitNotice struct {
+	Partition   string
+	Seq         int64
+	CreatedAtMs int64
+	ActorID     string
+	Changes     []store.Change
+}
+
+// Limits are the host-configured limits of the protocol.
+type Limits struct {
+	// MaxOperationsPerRequest caps the operations across all commits of a
+	// request (§6.1). Default 500.
+	MaxOperationsPerRequest int
+	// InlineSegmentMaxBytes is the largest rows segment sent inline
+	// (§5.7) to a client that also accepts external segments. 0 means the
+	// default, 256 KiB; syncgo.NeverInline (any negative value) sends every
+	// segment as a SEGMENT_REF to such clients.
+	InlineSegmentMaxBytes int
+	// SegmentTTL is how long a stored segment stays downloadable.
+	// Default 24 h.
+	SegmentTTL time.Duration
+	// SegmentForgetAfter is how long an expired segment publication is
+	// kept (its download answers sync.segment_expired) before a sweep
+	// deletes it (sync.not_found from then on). Default 1 h.
+	SegmentForgetAfter time.Duration
+	// MaxBlobBytes caps an uploaded blob (§5.9.3). Default 64 MiB.
+	MaxBlobBytes int64
+	// BlobGracePeriod is how long an uploaded blob that no row references
+	// is kept before a sweep deletes it (§5.9.2), and so how long a client
+	// may take from upload to push. Default 24 h.
+	BlobGracePeriod time.Duration
+	// MaxCascadeOperations caps the operations declared references may
+	// append to one commit (§6.11). Default 1000.
+	MaxCascadeOperations int
+	// TouchInterval is how often a partition's last-authenticated time is
+	// written per process. Default 1 s.
+	TouchInterval time.Duration
+	// SQLiteImageMaxBytes is the largest sqlite image served (§5.3); a
+	// bigger snapshot is served on the rows lane. Default 64 MiB; negative
+	// disables the sqlite lane.
+	SQLiteImageMaxBytes int64
+	// MaxSubscriptionsPerRequest caps the subscriptions of one pull, and
+	// so the subscriptions a client has registered (the spec sets no
+	// number; each subscription is a section of the response, a stored
+	// registration and a socket registration). A request over it is
+	// refused as a whole with sync.invalid_subscription. Default 1000.
+	MaxSubscriptionsPerRequest int
+	// MaxCRDTBytes bounds a crdt column value (§5.10): a pushed value or
+	// a merge result larger than it fails the operation with
+	// sync.crdt_merge_failed. Default 8 MiB.
+	MaxCRDTBytes int
+}
+
+// RetentionPolicy is the pruning policy of §4.6. Zero fields take the
+// normative defaults; a host may only raise them.
+type RetentionPolicy struct {
+	// ActiveWindow: clients whose cursor record was updated within it hold
+	// the horizon back. Default (and floor) 14 days.
+	ActiveWindow time.Duration
+	// AgeForce: commits older than this may be pruned regardless of
+	// laggard cursors. Default (and floor) 30 days.
+	AgeForce time.Duration
+	// MinRetainedCommits: the newest commits always kept. Default (and
+	// floor) 1000.
+	MinRetainedCommits int64
+}
+
+// LeaseConfig turns auth leases on (§7.3).
+type LeaseConfig struct {
+	// TTL is a lease's validity after its issuance or latest refresh.
+	TTL time.Duration
+}
+
+// BlobSweep reports a sweep of the blob store.
+type BlobSweep struct {
+	// Blobs and Bytes count the unreferenced blobs deleted; Uploads what
+	// interrupted uploads had left.
+	Blobs, Bytes, Uploads int64
+}
