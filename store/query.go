@@ -364,7 +364,7 @@ func QueryValue(t wire.ColumnType, v any) (wire.Value, error) {
 		}
 		return wire.Value{Str: s}, nil
 	case wire.TypeInteger:
-		if n, ok := toInt64(v); ok {
+		if n, ok := wire.Int64Of(v); ok {
 			return wire.Value{Int: n}, nil
 		}
 	case wire.TypeFloat:
@@ -378,7 +378,7 @@ func QueryValue(t wire.ColumnType, v any) (wire.Value, error) {
 				return wire.Value{Float: float64(x)}, nil
 			}
 		default:
-			if n, ok := toInt64(v); ok {
+			if n, ok := wire.Int64Of(v); ok {
 				return wire.Value{Float: float64(n)}, nil
 			}
 		}
@@ -392,36 +392,6 @@ func QueryValue(t wire.ColumnType, v any) (wire.Value, error) {
 		}
 	}
 	return fail()
-}
-
-func toInt64(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint:
-		if uint64(x) <= math.MaxInt64 {
-			return int64(x), true
-		}
-	case uint64:
-		if x <= math.MaxInt64 {
-			return int64(x), true
-		}
-	}
-	return 0, false
 }
 
 func invalidQuery(reason, table, column string) *Error {

@@ -1,5 +1,7 @@
 package wire
 
+import "math"
+
 // ColumnType is a column type tag of the schema IR (§2.4). The tag is what
 // travels in a rows-segment column table.
 type ColumnType uint8
@@ -94,4 +96,36 @@ func GoValue(t ColumnType, v Value) any {
 		return v.Bytes
 	}
 	return v.Str
+}
+
+// Int64Of is v as an int64 when v is a Go integer of any size that fits;
+// false for anything else (floats and strings included).
+func Int64Of(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int8:
+		return int64(x), true
+	case int16:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint8:
+		return int64(x), true
+	case uint16:
+		return int64(x), true
+	case uint32:
+		return int64(x), true
+	case uint:
+		if uint64(x) <= math.MaxInt64 {
+			return int64(x), true
+		}
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x), true
+		}
+	}
+	return 0, false
 }

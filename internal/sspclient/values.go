@@ -3,7 +3,6 @@ package sspclient
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
@@ -67,7 +66,7 @@ func WireValue(t wire.ColumnType, v any) (wire.Value, error) {
 		}
 		return wire.Value{Str: string(b)}, nil
 	case wire.TypeInteger:
-		if n, ok := toInt64(v); ok {
+		if n, ok := wire.Int64Of(v); ok {
 			return wire.Value{Int: n}, nil
 		}
 	case wire.TypeFloat:
@@ -77,7 +76,7 @@ func WireValue(t wire.ColumnType, v any) (wire.Value, error) {
 		case float32:
 			return wire.Value{Float: float64(x)}, nil
 		}
-		if n, ok := toInt64(v); ok {
+		if n, ok := wire.Int64Of(v); ok {
 			return wire.Value{Float: float64(n)}, nil
 		}
 	case wire.TypeBoolean:
@@ -90,36 +89,6 @@ func WireValue(t wire.ColumnType, v any) (wire.Value, error) {
 		}
 	}
 	return wire.Value{}, fmt.Errorf("a %T cannot be stored in a %s column", v, t)
-}
-
-func toInt64(v any) (int64, bool) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), true
-	case int8:
-		return int64(x), true
-	case int16:
-		return int64(x), true
-	case int32:
-		return int64(x), true
-	case int64:
-		return x, true
-	case uint8:
-		return int64(x), true
-	case uint16:
-		return int64(x), true
-	case uint32:
-		return int64(x), true
-	case uint64:
-		if x <= math.MaxInt64 {
-			return int64(x), true
-		}
-	case uint:
-		if uint64(x) <= math.MaxInt64 {
-			return int64(x), true
-		}
-	}
-	return 0, false
 }
 
 // sparseValues converts the values of an upsert, a column-name map or a
