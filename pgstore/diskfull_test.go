@@ -102,6 +102,13 @@ func fullTablespace(tb testing.TB, size string) (name, dir string) {
 			tb.Errorf("drop tablespace %s: %v", name, err)
 			return
 		}
+		// And one after: a crash recovery replays the WAL from the last
+		// checkpoint, and replaying the tablespace's creation needs its
+		// directory, which the unmount takes away.
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			tb.Errorf("checkpoint after dropping tablespace %s: %v", name, err)
+			return
+		}
 		dropped = true
 	})
 	return name, dir
