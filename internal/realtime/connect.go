@@ -197,6 +197,10 @@ func (h *Hub) readLoop(s *session, r *bufio.Reader) {
 			s.conn.closeWith(ws.StatusNormalClosure, "")
 			return
 		case ws.OpText:
+			if cursor, ok := wire.ParseAckFast(m.payload); ok {
+				s.ack(cursor) // the common message, without a JSON decoder
+				continue
+			}
 			if !utf8.Valid(m.payload) {
 				// RFC 6455 §8.1: a text message that is not UTF-8 fails
 				// the connection with 1007.
