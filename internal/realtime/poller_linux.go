@@ -16,6 +16,11 @@ type poller struct {
 	mu     sync.Mutex
 	next   int32
 	tokens map[int32]*session
+	// fds guards the descriptors: registrations hold it shared, and
+	// closing them (when run ends) exclusively, so no registration
+	// reaches a closed (or reused) descriptor number.
+	fds    sync.RWMutex
+	closed bool
 }
 
 const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
@@ -42,6 +47,9 @@ func newPoller() *poller {
 }
 
 func (p *poller) closeFDs() {
+	p.fds.Lock()
+	defer p.fds.Unlock()
+	p.closed = true
 	_ = syscall.Close(p.epfd)
 	_ = syscall.Close(p.wake[0])
 	_ = syscall.Close(p.wake[1])
@@ -75,7 +83,11 @@ func (p *poller) run(wake func(*session)) {
 
 // stop ends run; the poller is unusable afterwards.
 func (p *poller) stop() {
-	_, _ = syscall.Write(p.wake[1], []byte{0})
+	p.fds.RLock()
+	defer p.fds.RUnlock()
+	if !p.closed {
+		_, _ = syscall.Write(p.wake[1], []byte{0})
+	}
 }
 
 // add registers a connection, armed: the caller has marked it parked.
@@ -93,13 +105,17 @@ func (p *poller) add(s *session) bool {
 	tok := p.next
 	p.tokens[tok] = s
 	p.mu.Unlock()
-	var err error
-	if cerr := s.conn.rc.Control(func(fd uintptr) {
-		ev := syscall.EpollEvent{Events: pollEvents, Fd: tok}
-		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
-	}); cerr != nil {
-		err = cerr
+	var err error = syscall.EBADF
+	p.fds.RLock()
+	if !p.closed {
+		if cerr := s.conn.rc.Control(func(fd uintptr) {
+			ev := syscall.EpollEvent{Events: pollEvents, Fd: tok}
+			err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		}); cerr != nil {
+			err = cerr
+		}
 	}
+	p.fds.RUnlock()
 	if err != nil {
 		p.mu.Lock()
 		delete(p.tokens, tok)
@@ -113,6 +129,11 @@ func (p *poller) add(s *session) bool {
 // rearm waits for the connection's next bytes (one-shot). An event
 // already pending fires at once.
 func (p *poller) rearm(c *wsConn) bool {
+	p.fds.RLock()
+	defer p.fds.RUnlock()
+	if p.closed {
+		return false
+	}
 	var err error
 	if cerr := c.rc.Control(func(fd uintptr) {
 		ev := syscall.EpollEvent{Events: pollEvents, Fd: c.pollToken}
