@@ -104,6 +104,7 @@ func (p *poller) add(s *session) bool {
 	}
 	tok := p.next
 	p.tokens[tok] = s
+	s.conn.pollToken = tok // before the registration: its event may come at once
 	p.mu.Unlock()
 	var err error = syscall.EBADF
 	p.fds.RLock()
@@ -122,7 +123,6 @@ func (p *poller) add(s *session) bool {
 		p.mu.Unlock()
 		return false
 	}
-	s.conn.pollToken = tok
 	return true
 }
 
