@@ -316,8 +316,11 @@ func (c *wsConn) linger() {
 
 // wakeReader gives a parked connection a reader goroutine.
 func (c *wsConn) wakeReader() {
-	if c.kick != nil {
-		c.kick()
+	c.mu.Lock()
+	kick := c.kick
+	c.mu.Unlock()
+	if kick != nil {
+		kick()
 	}
 }
 

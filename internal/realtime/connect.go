@@ -86,16 +86,30 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	}
 	if h.poll != nil && wc.rc != nil && len(c.Buffered) == 0 {
 		// Parked at once: the poller starts a reader when bytes arrive.
+		// A connection already closing (expired credentials, the hub's
+		// Close) is read by a goroutine until its end instead.
 		wc.mu.Lock()
-		wc.parked = true
-		wc.kick = func() { h.wakeReader(s) }
-		wc.mu.Unlock()
-		if h.poll.add(s) {
-			return nil
+		park := !wc.closing && !wc.closed
+		if park {
+			wc.parked = true
+			wc.kick = func() { h.wakeReader(s) }
 		}
-		wc.mu.Lock()
-		wc.parked, wc.kick = false, nil
 		wc.mu.Unlock()
+		if park {
+			if h.poll.add(s) {
+				if wc.isClosing() {
+					h.wakeReader(s) // it began closing meanwhile: read it to its end
+				}
+				return nil
+			}
+			wc.mu.Lock()
+			still := wc.parked
+			wc.parked, wc.kick = false, nil
+			wc.mu.Unlock()
+			if !still {
+				return nil // a close started its reader meanwhile
+			}
+		}
 	}
 	var src io.Reader = c.NetConn
 	if len(c.Buffered) > 0 {
