@@ -289,13 +289,16 @@ func (h *Hub) loop() {
 			now := h.cfg.Now()
 			f := textFrame(wire.Heartbeat{Timestamp: now}.AppendJSON(nil))
 			for _, s := range h.allSessions() {
+				if !s.ready() {
+					// Starting: hello goes first (a close here would
+					// drop it); Attach's expiry timer follows it.
+					continue
+				}
 				if s.expired(time.Now()) {
 					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
 					continue
 				}
-				if s.ready() {
-					_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
-				}
+				_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
 			}
 		case <-ack.C:
 			h.flushAcks()
