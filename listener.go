@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"syscall"
 )
 
 // LimitListener returns a listener that accepts at most n simultaneous
@@ -65,4 +66,14 @@ func (c *limitConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// SyscallConn exposes the underlying connection's descriptor (the wrapper
+// buffers nothing): the realtime channel parks idle sockets in epoll and
+// writes to them without a goroutine through it.
+func (c *limitConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -78,6 +79,7 @@ var errQueueFull = errors.New("send queue full")
 // goroutine that exists only while frames are queued.
 type wsConn struct {
 	nc       net.Conn
+	rc       syscall.RawConn // nc's descriptor, for writes that do not wait; nil when nc has none
 	maxMsgs  int
 	maxBytes int
 	writeTO  time.Duration
@@ -92,11 +94,22 @@ type wsConn struct {
 	closed   bool
 	sent     chan struct{} // closed once the close frame is written, or the socket closed
 	drained  chan struct{} // signalled when the queue empties (backpressure)
+
+	// A polled connection (see poller) has no reader goroutine while it
+	// is parked; kick starts one when the connection must be read
+	// without client bytes (its close linger, a close).
+	pollToken int32
+	parked    bool
+	kick      func()
 }
 
 func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *atomic.Int64) *wsConn {
-	return &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO, slow: slow, wakeAt: -1,
+	c := &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO, slow: slow, wakeAt: -1,
 		sent: make(chan struct{}), drained: make(chan struct{}, 1)}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
+	}
+	return c
 }
 
 // send queues f. It never blocks: a frame over the bounds is refused. A
@@ -129,10 +142,75 @@ func (c *wsConn) send(f frame) error {
 	start := !c.flushing
 	c.flushing = true
 	c.mu.Unlock()
-	if start {
+	if start && !c.writeNow() {
 		go c.flush()
 	}
 	return nil
+}
+
+// writeNow is the fast path of a send to an idle connection: the frame
+// is written on the caller's goroutine by one write that does not wait
+// (the socket's buffer takes it, as it nearly always does), so a fan-out
+// costs no goroutine per socket. It reports false, with the queue as it
+// was, when it cannot try (no descriptor, more than one frame queued, a
+// close frame); after a short write the rest goes first in the queue and
+// a flusher is started. The caller has set flushing: no other writer runs.
+func (c *wsConn) writeNow() bool {
+	if c.rc == nil {
+		return false
+	}
+	c.mu.Lock()
+	if c.closed || c.closing || len(c.queue) != 1 {
+		c.mu.Unlock()
+		return false
+	}
+	f := c.queue[0]
+	c.queue, c.wakeAt = nil, -1
+	c.mu.Unlock()
+	n, err := 0, error(nil)
+	if rerr := c.rc.Write(func(fd uintptr) bool {
+		for {
+			var m int
+			m, err = syscall.Write(int(fd), f.b[n:])
+			if m > 0 {
+				n += m
+			}
+			if err == syscall.EINTR || (err == nil && m > 0 && n < len(f.b)) {
+				continue
+			}
+			return true // never wait for the descriptor here
+		}
+	}); rerr != nil {
+		err = rerr
+	} else if err == syscall.EAGAIN {
+		err = nil // the socket's buffer is full: the flusher waits for it
+	}
+	c.mu.Lock()
+	c.queued -= n
+	switch {
+	case err != nil:
+		c.flushing = false
+		c.mu.Unlock()
+		c.close()
+		return true
+	case n < len(f.b):
+		// A short write: the rest of the frame goes out first.
+		c.queue = append([]frame{{b: f.b[n:], prio: prioData}}, c.queue...)
+		if c.wakeAt >= 0 {
+			c.wakeAt++
+		}
+	case len(c.queue) == 0:
+		c.flushing = false
+		c.mu.Unlock()
+		select {
+		case c.drained <- struct{}{}:
+		default:
+		}
+		return true
+	}
+	c.mu.Unlock()
+	go c.flush() // frames queued meanwhile, or the rest of this one
+	return true
 }
 
 // sendWait queues f, waiting while the queue is over its bounds, for a
@@ -230,9 +308,20 @@ func (c *wsConn) linger() {
 		c.mu.Lock()
 		_ = c.nc.SetReadDeadline(time.Now().Add(closeLinger))
 		c.mu.Unlock()
+		c.wakeReader()
 		return
 	}
 	c.close()
+}
+
+// wakeReader gives a parked connection a reader goroutine.
+func (c *wsConn) wakeReader() {
+	c.mu.Lock()
+	kick := c.kick
+	c.mu.Unlock()
+	if kick != nil {
+		kick()
+	}
 }
 
 func (c *wsConn) markSent() {
@@ -295,6 +384,7 @@ func (c *wsConn) close() {
 	}
 	c.mu.Unlock()
 	_ = c.nc.Close()
+	c.wakeReader() // it ends the session
 }
 
 // message is one complete client message.

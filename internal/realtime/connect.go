@@ -77,25 +77,125 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	if h.isClosed() {
 		wc.closeWith(ws.StatusGoingAway, "server shutting down") // Close ran meanwhile
 	}
+	// The socket closes when its credentials expire, at that moment
+	// rather than at the next heartbeat (which also checks).
+	if !c.ExpiresAt.IsZero() {
+		s.expiry = time.AfterFunc(time.Until(c.ExpiresAt), func() {
+			wc.closeWith(ws.StatusPolicyViolation, "credentials expired")
+		})
+	}
+	if h.poll != nil && wc.rc != nil && len(c.Buffered) == 0 {
+		// Parked at once: the poller starts a reader when bytes arrive.
+		// A connection already closing (expired credentials, the hub's
+		// Close) is read by a goroutine until its end instead.
+		wc.mu.Lock()
+		park := !wc.closing && !wc.closed
+		if park {
+			wc.parked = true
+			wc.kick = func() { h.wakeReader(s) }
+		}
+		wc.mu.Unlock()
+		if park {
+			if h.poll.add(s) {
+				if wc.isClosing() {
+					h.wakeReader(s) // it began closing meanwhile: read it to its end
+				}
+				return nil
+			}
+			wc.mu.Lock()
+			still := wc.parked
+			wc.parked, wc.kick = false, nil
+			wc.mu.Unlock()
+			if !still {
+				return nil // a close started its reader meanwhile
+			}
+		}
+	}
 	var src io.Reader = c.NetConn
 	if len(c.Buffered) > 0 {
 		src = io.MultiReader(&sliceReader{b: c.Buffered}, c.NetConn)
 	}
-	// The socket closes when its credentials expire, at that moment
-	// rather than at the next heartbeat (which also checks).
-	var expiry *time.Timer
-	if !c.ExpiresAt.IsZero() {
-		expiry = time.AfterFunc(time.Until(c.ExpiresAt), func() {
-			wc.closeWith(ws.StatusPolicyViolation, "credentials expired")
-		})
-	}
-	go func() {
-		h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
-		if expiry != nil {
-			expiry.Stop()
-		}
-	}()
+	go h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
 	return nil
+}
+
+// wakeReader starts a reader goroutine for a parked connection: bytes
+// arrived, or it must be read to its end (a close).
+func (h *Hub) wakeReader(s *session) {
+	c := s.conn
+	c.mu.Lock()
+	if !c.parked {
+		c.mu.Unlock()
+		return
+	}
+	c.parked = false
+	c.mu.Unlock()
+	go h.readPolled(s)
+}
+
+// readPolled reads a polled connection's messages with a pooled buffer
+// while bytes keep coming, then parks it again and returns: between
+// bursts the connection holds neither a goroutine nor a buffer.
+func (h *Hub) readPolled(s *session) {
+	r := h.getReader(s.conn.nc)
+	for {
+		if h.readOne(s, r) {
+			h.putReader(r)
+			h.poll.remove(s.conn)
+			h.end(s)
+			return
+		}
+		if r.Buffered() == 0 && h.park(s) {
+			h.putReader(r)
+			return
+		}
+	}
+}
+
+// park re-arms the poller for a connection that has nothing buffered. A
+// closing connection is not parked: it is read until its end.
+func (h *Hub) park(s *session) bool {
+	if h.isClosed() {
+		return false
+	}
+	c := s.conn
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing || c.closed {
+		return false
+	}
+	c.parked = true
+	if !h.poll.rearm(c) {
+		c.parked = false
+		return false
+	}
+	return true
+}
+
+func (h *Hub) getReader(nc net.Conn) *bufio.Reader {
+	select {
+	case r := <-h.readers:
+		r.Reset(nc)
+		return r
+	default:
+		return bufio.NewReaderSize(nc, readBufferSize)
+	}
+}
+
+func (h *Hub) putReader(r *bufio.Reader) {
+	r.Reset(nil)
+	select {
+	case h.readers <- r:
+	default:
+	}
+}
+
+// end detaches a session whose reading ended.
+func (h *Hub) end(s *session) {
+	h.detach(s)
+	if s.expiry != nil {
+		s.expiry.Stop()
+	}
 }
 
 // refuse answers an upgrade that arrived after Close with a going-away
@@ -174,47 +274,54 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 // Once the connection is closing it discards what still arrives, until
 // the peer closes its side or the close linger ends.
 func (h *Hub) readLoop(s *session, r *bufio.Reader) {
-	defer h.detach(s)
-	for {
-		m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout)
-		if err != nil {
-			switch {
-			case errors.Is(err, errTooLarge):
-				s.conn.closeWith(ws.StatusMessageTooBig, "message too large")
-			case errors.Is(err, errProtocol):
-				h.protocolClose(s, "websocket protocol violation")
-			}
-			return
+	for !h.readOne(s, r) {
+	}
+	h.end(s)
+}
+
+// readOne reads and handles one client message; it reports whether the
+// connection's reading has ended.
+func (h *Hub) readOne(s *session, r *bufio.Reader) (end bool) {
+	m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout)
+	if err != nil {
+		switch {
+		case errors.Is(err, errTooLarge):
+			s.conn.closeWith(ws.StatusMessageTooBig, "message too large")
+		case errors.Is(err, errProtocol):
+			h.protocolClose(s, "websocket protocol violation")
 		}
-		if s.conn.isClosing() {
-			if m.op == ws.OpClose {
-				return // the peer answered our close frame
-			}
-			continue
+		return true
+	}
+	if s.conn.isClosing() {
+		return m.op == ws.OpClose // the peer answered our close frame
+	}
+	switch m.op {
+	case ws.OpClose:
+		s.conn.closeWith(ws.StatusNormalClosure, "")
+		return true
+	case ws.OpText:
+		if cursor, ok := wire.ParseAckFast(m.payload); ok {
+			s.ack(cursor) // the common message, without a JSON decoder
+			return false
 		}
-		switch m.op {
-		case ws.OpClose:
-			s.conn.closeWith(ws.StatusNormalClosure, "")
-			return
-		case ws.OpText:
-			if !utf8.Valid(m.payload) {
-				// RFC 6455 §8.1: a text message that is not UTF-8 fails
-				// the connection with 1007.
-				h.stats.closedProtocol.Add(1)
-				s.conn.closeWith(ws.StatusInvalidFramePayloadData, "text message is not UTF-8")
-				return
-			}
-			h.onText(s, m.payload)
-		case ws.OpBinary:
-			if len(m.payload) == 0 || m.payload[0] != wire.ChannelTagRound {
-				h.protocolClose(s, "unknown channel tag")
-				return
-			}
-			if !s.roundChunk(m.payload[1:]) {
-				return
-			}
+		if !utf8.Valid(m.payload) {
+			// RFC 6455 §8.1: a text message that is not UTF-8 fails
+			// the connection with 1007.
+			h.stats.closedProtocol.Add(1)
+			s.conn.closeWith(ws.StatusInvalidFramePayloadData, "text message is not UTF-8")
+			return true
+		}
+		h.onText(s, m.payload)
+	case ws.OpBinary:
+		if len(m.payload) == 0 || m.payload[0] != wire.ChannelTagRound {
+			h.protocolClose(s, "unknown channel tag")
+			return true
+		}
+		if !s.roundChunk(m.payload[1:]) {
+			return true
 		}
 	}
+	return false
 }
 
 func (h *Hub) protocolClose(s *session, reason string) {

@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"bufio"
 	"context"
 	"log/slog"
 	"sort"
@@ -57,6 +58,11 @@ type Config struct {
 	// /sync requests: it returns the slot's release, or a refusal
 	// (sync.rate_limited) that the round answers with an ERROR frame.
 	Admit func(ctx context.Context, auth engine.Auth) (release func(), refusal error)
+	// ReaderPerSocket keeps a reader goroutine (and its read buffer) on
+	// every socket for its lifetime, as on systems without epoll. By
+	// default, on Linux, an idle socket is parked in the hub's epoll set
+	// and gets a reader only while client bytes arrive.
+	ReaderPerSocket bool
 }
 
 func (c Config) withDefaults() Config {
@@ -143,6 +149,10 @@ type counters struct {
 	closedSlow, closedProtocol, gaps, narrowed atomic.Int64
 }
 
+// pooledReaders is how many idle read buffers the hub keeps for the
+// reader goroutines of polled sockets.
+const pooledReaders = 64
+
 // Hub holds the connected sessions and fans commits out to them.
 type Hub struct {
 	cfg   Config
@@ -154,6 +164,12 @@ type Hub struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// poll parks idle sockets (nil: a reader goroutine per socket);
+	// readers is a free list of read buffers for the polled sockets'
+	// reader goroutines.
+	poll    *poller
+	readers chan *bufio.Reader
 
 	// beforeFanout, when set (by tests, before the first notification),
 	// runs on the fan-out goroutine before a commit is delivered: a test
@@ -192,6 +208,16 @@ type partition struct {
 // NewHub returns a Hub and starts its heartbeat and ack flusher.
 func NewHub(cfg Config) *Hub {
 	h := &Hub{cfg: cfg.withDefaults(), parts: map[string]*partition{}, stop: make(chan struct{})}
+	if !h.cfg.ReaderPerSocket {
+		if h.poll = newPoller(); h.poll != nil {
+			h.readers = make(chan *bufio.Reader, pooledReaders)
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				h.poll.run(h.wakeReader)
+			}()
+		}
+	}
 	h.wg.Add(1)
 	go h.loop()
 	if h.cfg.ReresolveInterval > 0 {
@@ -263,13 +289,16 @@ func (h *Hub) loop() {
 			now := h.cfg.Now()
 			f := textFrame(wire.Heartbeat{Timestamp: now}.AppendJSON(nil))
 			for _, s := range h.allSessions() {
+				if !s.ready() {
+					// Starting: hello goes first (a close here would
+					// drop it); Attach's expiry timer follows it.
+					continue
+				}
 				if s.expired(time.Now()) {
 					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
 					continue
 				}
-				if s.ready() {
-					_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
-				}
+				_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
 			}
 		case <-ack.C:
 			h.flushAcks()
@@ -305,6 +334,9 @@ func (h *Hub) Close() {
 	h.closed = true
 	h.mu.Unlock()
 	close(h.stop)
+	if h.poll != nil {
+		h.poll.stop() // parked sockets are woken by their close below
+	}
 	h.wg.Wait()
 	sessions := h.allSessions()
 	for _, s := range sessions {

@@ -50,7 +50,8 @@ type session struct {
 	auth     engine.Auth
 	clientID string
 	expires  time.Time
-	onClose  func() // Conn.OnClose, called by detach
+	onClose  func()      // Conn.OnClose, called by detach
+	expiry   *time.Timer // closes the socket when its credentials expire
 
 	mu       sync.Mutex
 	starting bool // attached, hello not sent yet: nothing is delivered
@@ -199,12 +200,15 @@ func (s *session) sendWakeLocked(reason wire.WakeReason, cursor int64, spaced bo
 	s.lastWakeMs = now
 	f := textFrame(wire.Wake{Cursor: cursor, Reason: reason, Timestamp: now}.AppendJSON(nil))
 	f.prio = prioWake
+	s.hub.stats.wakes.Add(1) // before the send: the frame may be on the wire when it returns
 	switch err := s.conn.send(f); err {
 	case nil:
-		s.hub.stats.wakes.Add(1)
 	case errQueueFull:
+		s.hub.stats.wakes.Add(-1)
 		s.hub.stats.closedSlow.Add(1)
 		s.conn.closeWith(ws.StatusPolicyViolation, "consumer too slow")
+	default:
+		s.hub.stats.wakes.Add(-1)
 	}
 }
 
@@ -352,13 +356,17 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCa
 			s.wakeLocked(wire.WakeDeltaTooLarge)
 			return
 		}
+		// Counted before the send: the frame may be on the wire when
+		// send returns.
+		h.stats.deltas.Add(1)
 		switch err := s.conn.send(f); err {
 		case nil:
-			h.stats.deltas.Add(1)
 			return
 		case errQueueFull:
+			h.stats.deltas.Add(-1)
 			h.stats.dropsQueueFull.Add(1)
 		default:
+			h.stats.deltas.Add(-1)
 			return // closed
 		}
 	}

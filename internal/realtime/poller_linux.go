@@ -1,0 +1,155 @@
+package realtime
+
+import (
+	"sync"
+	"syscall"
+)
+
+// poller waits for client bytes on idle connections without a goroutine
+// per connection: one epoll instance of the hub holds every parked
+// connection (one-shot), and a readable one gets a reader goroutine that
+// reads what arrived and parks the connection again. An idle socket
+// then holds no goroutine stack and no read buffer.
+type poller struct {
+	epfd   int
+	wake   [2]int // a pipe: a byte on wake[1] ends run
+	mu     sync.Mutex
+	next   int32
+	tokens map[int32]*session
+	// fds guards the descriptors: registrations hold it shared, and
+	// closing them (when run ends) exclusively, so no registration
+	// reaches a closed (or reused) descriptor number.
+	fds    sync.RWMutex
+	closed bool
+}
+
+const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
+
+// wakeToken marks the wake pipe's event.
+const wakeToken = -1
+
+func newPoller() *poller {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	p := &poller{epfd: epfd, tokens: map[int32]*session{}}
+	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		_ = syscall.Close(epfd)
+		return nil
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: wakeToken}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p.wake[0], &ev); err != nil {
+		p.closeFDs()
+		return nil
+	}
+	return p
+}
+
+func (p *poller) closeFDs() {
+	p.fds.Lock()
+	defer p.fds.Unlock()
+	p.closed = true
+	_ = syscall.Close(p.epfd)
+	_ = syscall.Close(p.wake[0])
+	_ = syscall.Close(p.wake[1])
+}
+
+// run waits for readable connections and hands each to wake, until stop.
+func (p *poller) run(wake func(*session)) {
+	defer p.closeFDs()
+	evs := make([]syscall.EpollEvent, 128)
+	for {
+		n, err := syscall.EpollWait(p.epfd, evs, -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			return
+		}
+		for _, ev := range evs[:n] {
+			if ev.Fd == wakeToken {
+				return
+			}
+			p.mu.Lock()
+			s := p.tokens[ev.Fd]
+			p.mu.Unlock()
+			if s != nil {
+				wake(s)
+			}
+		}
+	}
+}
+
+// stop ends run; the poller is unusable afterwards.
+func (p *poller) stop() {
+	p.fds.RLock()
+	defer p.fds.RUnlock()
+	if !p.closed {
+		_, _ = syscall.Write(p.wake[1], []byte{0})
+	}
+}
+
+// add registers a connection, armed: the caller has marked it parked.
+func (p *poller) add(s *session) bool {
+	p.mu.Lock()
+	for {
+		p.next++
+		if p.next < 0 {
+			p.next = 0
+		}
+		if _, used := p.tokens[p.next]; !used {
+			break
+		}
+	}
+	tok := p.next
+	p.tokens[tok] = s
+	s.conn.pollToken = tok // before the registration: its event may come at once
+	p.mu.Unlock()
+	var err error = syscall.EBADF
+	p.fds.RLock()
+	if !p.closed {
+		if cerr := s.conn.rc.Control(func(fd uintptr) {
+			ev := syscall.EpollEvent{Events: pollEvents, Fd: tok}
+			err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		}); cerr != nil {
+			err = cerr
+		}
+	}
+	p.fds.RUnlock()
+	if err != nil {
+		p.mu.Lock()
+		delete(p.tokens, tok)
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// rearm waits for the connection's next bytes (one-shot). An event
+// already pending fires at once.
+func (p *poller) rearm(c *wsConn) bool {
+	p.fds.RLock()
+	defer p.fds.RUnlock()
+	if p.closed {
+		return false
+	}
+	var err error
+	if cerr := c.rc.Control(func(fd uintptr) {
+		ev := syscall.EpollEvent{Events: pollEvents, Fd: c.pollToken}
+		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
+	}); cerr != nil {
+		return false
+	}
+	return err == nil
+}
+
+// remove forgets a connection whose session is detached (its descriptor
+// leaves the epoll set when it is closed).
+func (p *poller) remove(c *wsConn) {
+	p.mu.Lock()
+	if s := p.tokens[c.pollToken]; s != nil && s.conn == c {
+		delete(p.tokens, c.pollToken)
+	}
+	p.mu.Unlock()
+}
