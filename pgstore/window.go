@@ -2,7 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -58,6 +63,155 @@ type windowReader struct {
 	changes int
 	// full is set when a matching commit did not fit.
 	full bool
+	scan windowScan
+}
+
+// windowRow is one row of sqlCommitWindow: a candidate commit (commit
+// false when it was pruned while the window was read) and one of its
+// changes (change false when it has none of the table).
+type windowRow struct {
+	seq                         int64
+	commit, change              bool
+	createdAt, rowVersion       int64
+	actor, client, clientCommit string
+	rowID                       string
+	op                          wire.Op
+	scopes, payload             []byte
+}
+
+// scan reads the row through pgx's Scan (any result format).
+func (r *windowRow) scan(rows pgx.Rows) error {
+	var (
+		createdAt, rowVersion              *int64
+		actor, client, clientCommit, rowID *string
+		op                                 *int16
+	)
+	if err := rows.Scan(&r.seq, &createdAt, &actor, &client, &clientCommit, &rowID, &op, &rowVersion, &r.scopes, &r.payload); err != nil {
+		return err
+	}
+	if r.commit = createdAt != nil; r.commit {
+		r.createdAt, r.actor, r.client, r.clientCommit = *createdAt, *actor, *client, *clientCommit
+	}
+	if r.change = rowID != nil; r.change {
+		r.rowID, r.op = *rowID, wire.Op(*op)
+		if rowVersion != nil {
+			r.rowVersion = *rowVersion
+		}
+	}
+	return nil
+}
+
+// The OIDs of sqlCommitWindow's columns, in order.
+var windowColumnOIDs = [...]uint32{pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID,
+	pgtype.TextOID, pgtype.Int2OID, pgtype.Int8OID, pgtype.JSONBOID, pgtype.ByteaOID}
+
+// rawWindowFormats reports whether the result has sqlCommitWindow's
+// columns with the integers and the bytea in binary format (what pgx asks
+// for with a prepared statement), which fromRaw reads, and the format of
+// the JSONB (pgx asks for text).
+func rawWindowFormats(fds []pgconn.FieldDescription) (ok, jsonbBinary bool) {
+	if len(fds) != len(windowColumnOIDs) {
+		return false, false
+	}
+	for i, fd := range fds {
+		if fd.DataTypeOID != windowColumnOIDs[i] {
+			return false, false
+		}
+		switch fd.DataTypeOID {
+		case pgtype.TextOID:
+		case pgtype.JSONBOID:
+			jsonbBinary = fd.Format == pgtype.BinaryFormatCode
+		default:
+			if fd.Format != pgtype.BinaryFormatCode {
+				return false, false
+			}
+		}
+	}
+	return true, jsonbBinary
+}
+
+// fromRaw reads the row from its raw values (rawWindowFormats):
+// no Scan through interfaces and pointers, and one string for a run of
+// equal actors and clients. The scopes and payload slices are copies.
+func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error {
+	int8At := func(i int) (int64, bool, error) {
+		switch len(v[i]) {
+		case 8:
+			return int64(binary.BigEndian.Uint64(v[i])), true, nil
+		case 0:
+			if v[i] == nil {
+				return 0, false, nil
+			}
+		}
+		return 0, false, fmt.Errorf("read commit window: column %d: %d bytes for an int8", i, len(v[i]))
+	}
+	var err error
+	if r.seq, _, err = int8At(0); err != nil {
+		return err
+	}
+	if r.createdAt, r.commit, err = int8At(1); err != nil {
+		return err
+	}
+	if r.commit {
+		ws.actor, ws.client = intern(v[2], ws.actor), intern(v[3], ws.client)
+		r.actor, r.client, r.clientCommit = ws.actor, ws.client, string(v[4])
+	}
+	if r.change = v[5] != nil; !r.change {
+		return nil
+	}
+	r.rowID = string(v[5])
+	if len(v[6]) != 2 {
+		return fmt.Errorf("read commit window: %d bytes for an int2", len(v[6]))
+	}
+	r.op = wire.Op(int16(binary.BigEndian.Uint16(v[6])))
+	if r.rowVersion, _, err = int8At(7); err != nil {
+		return err
+	}
+	// only read before the next row (decodeScopes copies)
+	r.scopes = v[8]
+	if jsonbBinary {
+		// A version byte (1), then the JSON text.
+		if len(v[8]) == 0 || v[8][0] != 1 {
+			return fmt.Errorf("read commit window: scopes: JSONB binary version %v", v[8][:min(len(v[8]), 1)])
+		}
+		r.scopes = v[8][1:]
+	}
+	if v[9] != nil {
+		r.payload = append([]byte{}, v[9]...)
+	}
+	return nil
+}
+
+// intern returns prev when b spells it, else a new string.
+func intern(b []byte, prev string) string {
+	if string(b) == prev {
+		return prev
+	}
+	return string(b)
+}
+
+// windowScan is what a window read reuses from row to row: the last
+// stored scopes and their decoding (the changes of one scope mostly store
+// the same scopes, so they share one decoded, read-only StoredScopes) and
+// the last actor and client.
+type windowScan struct {
+	scopesRaw     []byte
+	scopes        wire.StoredScopes
+	actor, client string
+}
+
+// decodeScopes decodes a scopes column, or returns the last decoding
+// when the bytes are the same.
+func (ws *windowScan) decodeScopes(b []byte) (wire.StoredScopes, error) {
+	if ws.scopes != nil && string(b) == string(ws.scopesRaw) {
+		return ws.scopes, nil
+	}
+	sc, err := decodeScopes(b)
+	if err != nil {
+		return nil, err
+	}
+	ws.scopesRaw, ws.scopes = append(ws.scopesRaw[:0], b...), sc
+	return sc, nil
 }
 
 // readPage reads the candidates of one page and adds the matching commits
@@ -86,39 +240,39 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		w.commits = append(w.commits, *cur)
 		w.changes += len(cur.Changes)
 	}
+	raw, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
 	for rows.Next() {
 		var (
-			seq                                int64
-			createdAt, rowVersion              *int64
-			actor, client, clientCommit, rowID *string
-			op                                 *int16
-			scopes, payload                    []byte
+			row windowRow
+			err error
 		)
-		if err := rows.Scan(&seq, &createdAt, &actor, &client, &clientCommit, &rowID, &op, &rowVersion, &scopes, &payload); err != nil {
+		if raw {
+			err = row.fromRaw(rows.RawValues(), jsonbBinary, &w.scan)
+		} else {
+			err = row.scan(rows)
+		}
+		if err != nil {
 			return 0, 0, err
 		}
-		if cur == nil || seq != last {
+		if cur == nil || row.seq != last {
 			flush()
 			if w.full {
 				return candidates, last, nil
 			}
 			candidates++
-			last = seq
+			last = row.seq
 			// A commit pruned while the window was read has no row.
-			valid = createdAt != nil
-			cur = &store.Commit{Seq: seq}
+			valid = row.commit
+			cur = &store.Commit{Seq: row.seq}
 			if valid {
-				cur.CreatedAtMs, cur.ActorID, cur.ClientID, cur.ClientCommitID = *createdAt, *actor, *client, *clientCommit
+				cur.CreatedAtMs, cur.ActorID, cur.ClientID, cur.ClientCommitID = row.createdAt, row.actor, row.client, row.clientCommit
 			}
 		}
-		if rowID == nil || !valid {
+		if !row.change || !valid {
 			continue
 		}
-		ch := store.Change{Table: table, RowID: *rowID, Op: wire.Op(*op), Payload: payload}
-		if rowVersion != nil {
-			ch.RowVersion = *rowVersion
-		}
-		if ch.Scopes, err = decodeScopes(scopes); err != nil {
+		ch := store.Change{Table: table, RowID: row.rowID, Op: row.op, RowVersion: row.rowVersion, Payload: row.payload}
+		if ch.Scopes, err = w.scan.decodeScopes(row.scopes); err != nil {
 			return 0, 0, err
 		}
 		if store.MatchScopes(ch.Scopes, w.scopes) {
