@@ -161,6 +161,31 @@ const sqlCommitWindow = `SELECT c.commit_seq, m.created_at_ms, m.actor_id, m.cli
     OFFSET 0) ch ON TRUE
  ORDER BY c.commit_seq, ch.idx`
 
+// sqlWindowCandidates is the candidate part of sqlCommitWindow alone: the
+// page's candidate sequences, in order (an index-only walk per value).
+const sqlWindowCandidates = `SELECT DISTINCT x.commit_seq
+  FROM unnest($4::text[]) AS v(value)
+  CROSS JOIN LATERAL (
+    SELECT cs.commit_seq FROM sync_change_scopes cs
+     WHERE cs.partition = $1 AND cs.tbl = $2 AND cs.var = $3 AND cs.value = v.value
+       AND cs.commit_seq > $5 AND cs.commit_seq <= $6
+     ORDER BY cs.commit_seq
+     LIMIT $7) x
+ ORDER BY x.commit_seq
+ LIMIT $7`
+
+// sqlCommitRange reads every commit of a range of the log with its
+// changes of the table, in sqlCommitWindow's columns and order: two
+// primary-key range scans, merged (the range bounds are repeated on
+// sync_changes so that its scan is bounded too), in order without a sort.
+const sqlCommitRange = `SELECT m.commit_seq, m.created_at_ms, m.actor_id, m.client_id, m.client_commit_id,
+       ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM sync_commits m
+  JOIN sync_changes ch ON ch.partition = $1 AND ch.commit_seq = m.commit_seq AND ch.tbl = $2
+ WHERE m.partition = $1 AND m.commit_seq >= $3 AND m.commit_seq <= $4
+   AND ch.commit_seq >= $3 AND ch.commit_seq <= $4
+ ORDER BY m.commit_seq, ch.idx`
+
 // sqlLatestScopedChangeSeq is the newest sequence in the change scope
 // index for any of the values: one backward index probe per value.
 const sqlLatestScopedChangeSeq = `SELECT coalesce(max(x.seq), 0)

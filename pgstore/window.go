@@ -62,8 +62,9 @@ type windowReader struct {
 	commits []store.Commit
 	changes int
 	// full is set when a matching commit did not fit.
-	full bool
-	scan windowScan
+	full  bool
+	scan  windowScan
+	cands []int64
 }
 
 // windowRow is one row of sqlCommitWindow: a candidate commit (commit
@@ -216,12 +217,62 @@ func (ws *windowScan) decodeScopes(b []byte) (wire.StoredScopes, error) {
 
 // readPage reads the candidates of one page and adds the matching commits
 // until one does not fit. It returns the number of candidates and the
-// last candidate sequence.
+// last candidate sequence. The candidates are read first (an index-only
+// walk); when they are dense in their range of the log, as in the
+// catch-up of a scope that most commits touch, the commits and changes
+// are read by two ordered range scans merged (sqlCommitRange, some 50
+// buffer reads for 1,000 commits), else by a probe per candidate
+// (sqlCommitWindow, 8 buffer reads per candidate), which stays
+// proportional to the candidates however sparse they are.
 func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64, page int) (int, int64, error) {
-	rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
+	cands, err := w.candidates(ctx, s, partition, table, first, after, through, page)
+	if err != nil || len(cands) == 0 {
+		return 0, 0, err
+	}
+	lo, hi := cands[0], cands[len(cands)-1]
+	if hi-lo+1 > int64(rangeDensity*len(cands)) {
+		rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
+		if err != nil {
+			return 0, 0, err
+		}
+		return w.readRows(rows, table, nil)
+	}
+	rows, err := s.pool.Query(ctx, sqlCommitRange, partition, table, lo, hi)
 	if err != nil {
 		return 0, 0, err
 	}
+	return w.readRows(rows, table, cands)
+}
+
+// rangeDensity: the candidates are read by range when their range of the
+// log is at most this many times their number.
+const rangeDensity = 4
+
+// candidates reads the page's candidate sequences, in order.
+func (w *windowReader) candidates(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64, page int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, sqlWindowCandidates, partition, table, first.Key, first.Values, after, through, page)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	w.cands = w.cands[:0]
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, err
+		}
+		w.cands = append(w.cands, seq)
+	}
+	return w.cands, rows.Err()
+}
+
+// readRows adds the commits of rows: the rows of sqlCommitWindow (cands
+// nil: every row's commit is a candidate, a commit row missing when it was
+// pruned), or of sqlCommitRange over the range of cands, whose commits
+// outside cands are skipped and whose candidates without rows (pruned)
+// count all the same. It returns the number of candidates and the last
+// one read.
+func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int, int64, error) {
 	defer rows.Close()
 	var (
 		candidates int
@@ -240,6 +291,7 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		w.commits = append(w.commits, *cur)
 		w.changes += len(cur.Changes)
 	}
+	next := 0 // the next candidate of cands
 	raw, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
 	for rows.Next() {
 		var (
@@ -253,6 +305,15 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		}
 		if err != nil {
 			return 0, 0, err
+		}
+		if cands != nil {
+			// Candidates below the row have no rows: pruned.
+			for next < len(cands) && cands[next] < row.seq {
+				next++
+			}
+			if next == len(cands) || cands[next] != row.seq {
+				continue // not a candidate
+			}
 		}
 		if cur == nil || row.seq != last {
 			flush()
@@ -283,5 +344,8 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		return 0, 0, err
 	}
 	flush()
+	if cands != nil && !w.full {
+		return len(cands), cands[len(cands)-1], nil
+	}
 	return candidates, last, nil
 }

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -95,4 +96,87 @@ func TestWindowRawEqualsScan(t *testing.T) {
 	if n != 7 || pruned != 2 || deletes != 1 {
 		t.Errorf("%d rows, %d of a pruned commit, %d deletes; want 7, 2, 1", n, pruned, deletes)
 	}
+}
+
+// TestWindowRangeAndProbe: a scope whose commits are dense in the log is
+// read by range (sqlCommitRange), skipping the other scopes' commits in
+// between and a pruned candidate; a sparse one by probes; both give the
+// scope's commits in order, whole, within the change limit.
+func TestWindowRangeAndProbe(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	want := map[string][]int64{}
+	var pruned int64
+	for i := range 40 {
+		project := "a"
+		switch {
+		case i%10 == 9:
+			project = "c" // sparse: 4 commits over 31 sequences
+		case i%3 == 2:
+			project = "b"
+		}
+		id := fmt.Sprintf("r%d", i)
+		seq := apply(t, s, p, task{id: id, project: project, owner: "o"}.write(t, c, 1),
+			task{id: id + "x", project: project, owner: "o"}.write(t, c, 1))
+		if project == "a" && i == 7 {
+			pruned = seq
+			continue
+		}
+		want[project] = append(want[project], seq)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sync_commits WHERE commit_seq = $1`, pruned); err != nil {
+		t.Fatal(err)
+	}
+	through := queryInt(t, s, `SELECT max(commit_seq) FROM sync_commits`)
+	for _, project := range []string{"a", "b", "c"} {
+		for _, limit := range []int{0, 2, 5, 7} {
+			var got []int64
+			cursor := int64(0)
+			for range 100 {
+				w, err := s.ReadCommitWindow(ctx, p, store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", project),
+					AfterSeq: cursor, ThroughSeq: through, LimitChanges: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				changes := 0
+				for _, cm := range w.Commits {
+					got = append(got, cm.Seq)
+					changes += len(cm.Changes)
+					if len(cm.Changes) != 2 || cm.ActorID != "a1" || cm.ClientID != "c1" {
+						t.Errorf("%s: commit %d: %d changes, actor %q, client %q", project, cm.Seq, len(cm.Changes), cm.ActorID, cm.ClientID)
+					}
+					for _, ch := range cm.Changes {
+						if v, _ := lookup(ch.Scopes, "project_id"); v != project {
+							t.Errorf("%s: commit %d: a change of scope %v", project, cm.Seq, ch.Scopes)
+						}
+					}
+				}
+				if limit > 0 && changes > max(limit, 2) {
+					t.Errorf("%s limit %d: %d changes in a window", project, limit, changes)
+				}
+				if w.Complete {
+					break
+				}
+				if len(w.Commits) == 0 {
+					t.Fatalf("%s limit %d: an incomplete empty window after %d", project, limit, cursor)
+				}
+				cursor = w.Commits[len(w.Commits)-1].Seq
+			}
+			if !slices.Equal(got, want[project]) {
+				t.Errorf("%s limit %d: commits %v, want %v", project, limit, got, want[project])
+			}
+		}
+	}
+}
+
+func lookup(sc wire.StoredScopes, key string) (string, bool) {
+	for _, e := range sc {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return "", false
 }
