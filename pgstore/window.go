@@ -65,6 +65,7 @@ type windowReader struct {
 	full  bool
 	scan  windowScan
 	cands []int64
+	heads []commitHead
 }
 
 // windowRow is one row of sqlCommitWindow: a candidate commit (commit
@@ -220,8 +221,8 @@ func (ws *windowScan) decodeScopes(b []byte) (wire.StoredScopes, error) {
 // last candidate sequence. The candidates are read first (an index-only
 // walk); when they are dense in their range of the log, as in the
 // catch-up of a scope that most commits touch, the commits and changes
-// are read by two ordered range scans merged (sqlCommitRange, some 50
-// buffer reads for 1,000 commits), else by a probe per candidate
+// are read by two ordered range scans merged (sqlRangeCommits and
+// sqlRangeChanges, some 50 buffer reads for 1,000 commits), else by a probe per candidate
 // (sqlCommitWindow, 8 buffer reads per candidate), which stays
 // proportional to the candidates however sparse they are.
 func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64, page int) (int, int64, error) {
@@ -237,11 +238,57 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		}
 		return w.readRows(rows, table, nil)
 	}
-	rows, err := s.pool.Query(ctx, sqlCommitRange, partition, table, lo, hi)
+	b := &pgx.Batch{}
+	b.Queue(sqlRangeCommits, partition, lo, hi)
+	b.Queue(sqlRangeChanges, partition, table, lo, hi)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if err := w.readHeads(br, cands); err != nil {
+		return 0, 0, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return 0, 0, err
 	}
 	return w.readRows(rows, table, cands)
+}
+
+// commitHead is a commit's row without its changes.
+type commitHead struct {
+	seq, createdAt              int64
+	actor, client, clientCommit string
+}
+
+// readHeads reads the result of sqlRangeCommits into w.heads, the
+// candidates' only.
+func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	w.heads = w.heads[:0]
+	next := 0
+	for rows.Next() {
+		var (
+			h                   commitHead
+			actor, client, ccid []byte
+		)
+		if err := rows.Scan(&h.seq, &h.createdAt, &actor, &client, &ccid); err != nil {
+			return err
+		}
+		for next < len(cands) && cands[next] < h.seq {
+			next++
+		}
+		if next == len(cands) || cands[next] != h.seq {
+			continue
+		}
+		ws := &w.scan
+		ws.actor, ws.client = intern(actor, ws.actor), intern(client, ws.client)
+		h.actor, h.client, h.clientCommit = ws.actor, ws.client, string(ccid)
+		w.heads = append(w.heads, h)
+	}
+	return rows.Err()
 }
 
 // rangeDensity: the candidates are read by range when their range of the
@@ -268,7 +315,8 @@ func (w *windowReader) candidates(ctx context.Context, s *Store, partition, tabl
 
 // readRows adds the commits of rows: the rows of sqlCommitWindow (cands
 // nil: every row's commit is a candidate, a commit row missing when it was
-// pruned), or of sqlCommitRange over the range of cands, whose commits
+// pruned), or of sqlRangeChanges over the range of cands (their commit
+// rows in w.heads), whose commits
 // outside cands are skipped and whose candidates without rows (pruned)
 // count all the same. It returns the number of candidates and the last
 // one read.
@@ -291,7 +339,7 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int
 		w.commits = append(w.commits, *cur)
 		w.changes += len(cur.Changes)
 	}
-	next := 0 // the next candidate of cands
+	next, head := 0, 0 // the next candidate of cands, of w.heads
 	raw, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
 	for rows.Next() {
 		var (
@@ -313,6 +361,14 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int
 			}
 			if next == len(cands) || cands[next] != row.seq {
 				continue // not a candidate
+			}
+			for head < len(w.heads) && w.heads[head].seq < row.seq {
+				head++
+			}
+			// A candidate without a commit row was pruned.
+			if row.commit = head < len(w.heads) && w.heads[head].seq == row.seq; row.commit {
+				h := &w.heads[head]
+				row.createdAt, row.actor, row.client, row.clientCommit = h.createdAt, h.actor, h.client, h.clientCommit
 			}
 		}
 		if cur == nil || row.seq != last {

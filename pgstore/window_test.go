@@ -99,7 +99,7 @@ func TestWindowRawEqualsScan(t *testing.T) {
 }
 
 // TestWindowRangeAndProbe: a scope whose commits are dense in the log is
-// read by range (sqlCommitRange), skipping the other scopes' commits in
+// read by range (sqlRangeCommits, sqlRangeChanges), skipping the other scopes' commits in
 // between and a pruned candidate; a sparse one by probes; both give the
 // scope's commits in order, whole, within the change limit.
 func TestWindowRangeAndProbe(t *testing.T) {
