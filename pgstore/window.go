@@ -68,9 +68,10 @@ type windowReader struct {
 	heads []commitHead
 }
 
-// windowRow is one row of sqlCommitWindow: a candidate commit (commit
-// false when it was pruned while the window was read) and one of its
-// changes (change false when it has none of the table).
+// windowRow is one row of sqlCommitWindow or sqlRangeChanges: a
+// candidate commit (commit false when it was pruned while the window was
+// read, and always in sqlRangeChanges, whose commit columns are NULL) and
+// one of its changes (change false when it has none of the table).
 type windowRow struct {
 	seq                         int64
 	commit, change              bool
@@ -134,7 +135,9 @@ func rawWindowFormats(fds []pgconn.FieldDescription) (ok, jsonbBinary bool) {
 
 // fromRaw reads the row from its raw values (rawWindowFormats):
 // no Scan through interfaces and pointers, and one string for a run of
-// equal actors and clients. The scopes and payload slices are copies.
+// equal actors and clients. The payload is a copy; the scopes are the
+// raw value itself, valid until the next row (decodeScopes copies what it
+// keeps).
 func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error {
 	int8At := func(i int) (int64, bool, error) {
 		switch len(v[i]) {
@@ -169,7 +172,6 @@ func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error 
 	if r.rowVersion, _, err = int8At(7); err != nil {
 		return err
 	}
-	// only read before the next row (decodeScopes copies)
 	r.scopes = v[8]
 	if jsonbBinary {
 		// A version byte (1), then the JSON text.
