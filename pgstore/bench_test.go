@@ -21,7 +21,7 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkCommitWindow is the catch-up read at growing log sizes.
 func BenchmarkCommitWindow(b *testing.B) {
 	testURL(b)
-	storetest.BenchmarkCommitWindow(b, func(tb testing.TB) store.Store { return openStore(tb) })
+	storetest.BenchmarkCommitWindow(b, openTest)
 }
 
 // BenchmarkRawCommit is the database's own commit rate on this machine,

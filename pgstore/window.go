@@ -2,7 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -57,17 +62,267 @@ type windowReader struct {
 	commits []store.Commit
 	changes int
 	// full is set when a matching commit did not fit.
-	full bool
+	full  bool
+	scan  windowScan
+	cands []int64
+	heads []commitHead
+}
+
+// windowRow is one row of sqlCommitWindow or sqlRangeChanges: a
+// candidate commit (commit false when it was pruned while the window was
+// read, and always in sqlRangeChanges, whose commit columns are NULL) and
+// one of its changes (change false when it has none of the table).
+type windowRow struct {
+	seq                         int64
+	commit, change              bool
+	createdAt, rowVersion       int64
+	actor, client, clientCommit string
+	rowID                       string
+	op                          wire.Op
+	scopes, payload             []byte
+}
+
+// scan reads the row through pgx's Scan (any result format).
+func (r *windowRow) scan(rows pgx.Rows) error {
+	var (
+		createdAt, rowVersion              *int64
+		actor, client, clientCommit, rowID *string
+		op                                 *int16
+	)
+	if err := rows.Scan(&r.seq, &createdAt, &actor, &client, &clientCommit, &rowID, &op, &rowVersion, &r.scopes, &r.payload); err != nil {
+		return err
+	}
+	if r.commit = createdAt != nil; r.commit {
+		r.createdAt, r.actor, r.client, r.clientCommit = *createdAt, *actor, *client, *clientCommit
+	}
+	if r.change = rowID != nil; r.change {
+		r.rowID, r.op = *rowID, wire.Op(*op)
+		if rowVersion != nil {
+			r.rowVersion = *rowVersion
+		}
+	}
+	return nil
+}
+
+// The OIDs of sqlCommitWindow's columns, in order.
+var windowColumnOIDs = [...]uint32{pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID,
+	pgtype.TextOID, pgtype.Int2OID, pgtype.Int8OID, pgtype.JSONBOID, pgtype.ByteaOID}
+
+// rawWindowFormats reports whether the result has sqlCommitWindow's
+// columns with the integers and the bytea in binary format (what pgx asks
+// for with a prepared statement), which fromRaw reads, and the format of
+// the JSONB (pgx asks for text).
+func rawWindowFormats(fds []pgconn.FieldDescription) (ok, jsonbBinary bool) {
+	if len(fds) != len(windowColumnOIDs) {
+		return false, false
+	}
+	for i, fd := range fds {
+		if fd.DataTypeOID != windowColumnOIDs[i] {
+			return false, false
+		}
+		switch fd.DataTypeOID {
+		case pgtype.TextOID:
+		case pgtype.JSONBOID:
+			jsonbBinary = fd.Format == pgtype.BinaryFormatCode
+		default:
+			if fd.Format != pgtype.BinaryFormatCode {
+				return false, false
+			}
+		}
+	}
+	return true, jsonbBinary
+}
+
+// fromRaw reads the row from its raw values (rawWindowFormats):
+// no Scan through interfaces and pointers, and one string for a run of
+// equal actors and clients. The payload is a copy; the scopes are the
+// raw value itself, valid until the next row (decodeScopes copies what it
+// keeps).
+func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error {
+	int8At := func(i int) (int64, bool, error) {
+		switch len(v[i]) {
+		case 8:
+			return int64(binary.BigEndian.Uint64(v[i])), true, nil
+		case 0:
+			if v[i] == nil {
+				return 0, false, nil
+			}
+		}
+		return 0, false, fmt.Errorf("read commit window: column %d: %d bytes for an int8", i, len(v[i]))
+	}
+	var err error
+	if r.seq, _, err = int8At(0); err != nil {
+		return err
+	}
+	if r.createdAt, r.commit, err = int8At(1); err != nil {
+		return err
+	}
+	if r.commit {
+		ws.actor, ws.client = intern(v[2], ws.actor), intern(v[3], ws.client)
+		r.actor, r.client, r.clientCommit = ws.actor, ws.client, string(v[4])
+	}
+	if r.change = v[5] != nil; !r.change {
+		return nil
+	}
+	r.rowID = string(v[5])
+	if len(v[6]) != 2 {
+		return fmt.Errorf("read commit window: %d bytes for an int2", len(v[6]))
+	}
+	r.op = wire.Op(int16(binary.BigEndian.Uint16(v[6])))
+	if r.rowVersion, _, err = int8At(7); err != nil {
+		return err
+	}
+	r.scopes = v[8]
+	if jsonbBinary {
+		// A version byte (1), then the JSON text.
+		if len(v[8]) == 0 || v[8][0] != 1 {
+			return fmt.Errorf("read commit window: scopes: JSONB binary version %v", v[8][:min(len(v[8]), 1)])
+		}
+		r.scopes = v[8][1:]
+	}
+	if v[9] != nil {
+		r.payload = append([]byte{}, v[9]...)
+	}
+	return nil
+}
+
+// intern returns prev when b spells it, else a new string.
+func intern(b []byte, prev string) string {
+	if string(b) == prev {
+		return prev
+	}
+	return string(b)
+}
+
+// windowScan is what a window read reuses from row to row: the last
+// stored scopes and their decoding (the changes of one scope mostly store
+// the same scopes, so they share one decoded, read-only StoredScopes) and
+// the last actor and client.
+type windowScan struct {
+	scopesRaw     []byte
+	scopes        wire.StoredScopes
+	actor, client string
+}
+
+// decodeScopes decodes a scopes column, or returns the last decoding
+// when the bytes are the same.
+func (ws *windowScan) decodeScopes(b []byte) (wire.StoredScopes, error) {
+	if ws.scopes != nil && string(b) == string(ws.scopesRaw) {
+		return ws.scopes, nil
+	}
+	sc, err := decodeScopes(b)
+	if err != nil {
+		return nil, err
+	}
+	ws.scopesRaw, ws.scopes = append(ws.scopesRaw[:0], b...), sc
+	return sc, nil
 }
 
 // readPage reads the candidates of one page and adds the matching commits
 // until one does not fit. It returns the number of candidates and the
-// last candidate sequence.
+// last candidate sequence. The candidates are read first (an index-only
+// walk); when they are dense in their range of the log, as in the
+// catch-up of a scope that most commits touch, the commits and changes
+// are read by two ordered range scans merged (sqlRangeCommits and
+// sqlRangeChanges, some 50 buffer reads for 1,000 commits), else by a probe per candidate
+// (sqlCommitWindow, 8 buffer reads per candidate), which stays
+// proportional to the candidates however sparse they are.
 func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64, page int) (int, int64, error) {
-	rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
+	cands, err := w.candidates(ctx, s, partition, table, first, after, through, page)
+	if err != nil || len(cands) == 0 {
+		return 0, 0, err
+	}
+	lo, hi := cands[0], cands[len(cands)-1]
+	if hi-lo+1 > int64(rangeDensity*len(cands)) {
+		rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
+		if err != nil {
+			return 0, 0, err
+		}
+		return w.readRows(rows, table, nil)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlRangeCommits, partition, lo, hi)
+	b.Queue(sqlRangeChanges, partition, table, lo, hi)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if err := w.readHeads(br, cands); err != nil {
+		return 0, 0, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return 0, 0, err
 	}
+	return w.readRows(rows, table, cands)
+}
+
+// commitHead is a commit's row without its changes.
+type commitHead struct {
+	seq, createdAt              int64
+	actor, client, clientCommit string
+}
+
+// readHeads reads the result of sqlRangeCommits into w.heads, the
+// candidates' only.
+func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	w.heads = w.heads[:0]
+	next := 0
+	for rows.Next() {
+		var (
+			h                   commitHead
+			actor, client, ccid []byte
+		)
+		if err := rows.Scan(&h.seq, &h.createdAt, &actor, &client, &ccid); err != nil {
+			return err
+		}
+		for next < len(cands) && cands[next] < h.seq {
+			next++
+		}
+		if next == len(cands) || cands[next] != h.seq {
+			continue
+		}
+		ws := &w.scan
+		ws.actor, ws.client = intern(actor, ws.actor), intern(client, ws.client)
+		h.actor, h.client, h.clientCommit = ws.actor, ws.client, string(ccid)
+		w.heads = append(w.heads, h)
+	}
+	return rows.Err()
+}
+
+// rangeDensity: the candidates are read by range when their range of the
+// log is at most this many times their number.
+const rangeDensity = 4
+
+// candidates reads the page's candidate sequences, in order.
+func (w *windowReader) candidates(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64, page int) ([]int64, error) {
+	rows, err := s.pool.Query(ctx, sqlWindowCandidates, partition, table, first.Key, first.Values, after, through, page)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	w.cands = w.cands[:0]
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return nil, err
+		}
+		w.cands = append(w.cands, seq)
+	}
+	return w.cands, rows.Err()
+}
+
+// readRows adds the commits of rows: the rows of sqlCommitWindow (cands
+// nil: every row's commit is a candidate, a commit row missing when it was
+// pruned), or of sqlRangeChanges over the range of cands (their commit
+// rows in w.heads), whose commits
+// outside cands are skipped and whose candidates without rows (pruned)
+// count all the same. It returns the number of candidates and the last
+// one read.
+func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int, int64, error) {
 	defer rows.Close()
 	var (
 		candidates int
@@ -86,39 +341,57 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		w.commits = append(w.commits, *cur)
 		w.changes += len(cur.Changes)
 	}
+	next, head := 0, 0 // the next candidate of cands, of w.heads
+	raw, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
 	for rows.Next() {
 		var (
-			seq                                int64
-			createdAt, rowVersion              *int64
-			actor, client, clientCommit, rowID *string
-			op                                 *int16
-			scopes, payload                    []byte
+			row windowRow
+			err error
 		)
-		if err := rows.Scan(&seq, &createdAt, &actor, &client, &clientCommit, &rowID, &op, &rowVersion, &scopes, &payload); err != nil {
+		if raw {
+			err = row.fromRaw(rows.RawValues(), jsonbBinary, &w.scan)
+		} else {
+			err = row.scan(rows)
+		}
+		if err != nil {
 			return 0, 0, err
 		}
-		if cur == nil || seq != last {
+		if cands != nil {
+			// Candidates below the row have no rows: pruned.
+			for next < len(cands) && cands[next] < row.seq {
+				next++
+			}
+			if next == len(cands) || cands[next] != row.seq {
+				continue // not a candidate
+			}
+			for head < len(w.heads) && w.heads[head].seq < row.seq {
+				head++
+			}
+			// A candidate without a commit row was pruned.
+			if row.commit = head < len(w.heads) && w.heads[head].seq == row.seq; row.commit {
+				h := &w.heads[head]
+				row.createdAt, row.actor, row.client, row.clientCommit = h.createdAt, h.actor, h.client, h.clientCommit
+			}
+		}
+		if cur == nil || row.seq != last {
 			flush()
 			if w.full {
 				return candidates, last, nil
 			}
 			candidates++
-			last = seq
+			last = row.seq
 			// A commit pruned while the window was read has no row.
-			valid = createdAt != nil
-			cur = &store.Commit{Seq: seq}
+			valid = row.commit
+			cur = &store.Commit{Seq: row.seq}
 			if valid {
-				cur.CreatedAtMs, cur.ActorID, cur.ClientID, cur.ClientCommitID = *createdAt, *actor, *client, *clientCommit
+				cur.CreatedAtMs, cur.ActorID, cur.ClientID, cur.ClientCommitID = row.createdAt, row.actor, row.client, row.clientCommit
 			}
 		}
-		if rowID == nil || !valid {
+		if !row.change || !valid {
 			continue
 		}
-		ch := store.Change{Table: table, RowID: *rowID, Op: wire.Op(*op), Payload: payload}
-		if rowVersion != nil {
-			ch.RowVersion = *rowVersion
-		}
-		if ch.Scopes, err = decodeScopes(scopes); err != nil {
+		ch := store.Change{Table: table, RowID: row.rowID, Op: row.op, RowVersion: row.rowVersion, Payload: row.payload}
+		if ch.Scopes, err = w.scan.decodeScopes(row.scopes); err != nil {
 			return 0, 0, err
 		}
 		if store.MatchScopes(ch.Scopes, w.scopes) {
@@ -129,5 +402,8 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		return 0, 0, err
 	}
 	flush()
+	if cands != nil && !w.full {
+		return len(cands), cands[len(cands)-1], nil
+	}
 	return candidates, last, nil
 }

@@ -182,4 +182,44 @@ func TestWindowChunkInline(t *testing.T) {
 	if !strings.Contains(windowSQL, "LIMIT "+strconv.Itoa(windowChunk)+")") {
 		t.Fatalf("windowSQL's LIMIT differs from windowChunk %d", windowChunk)
 	}
+	if !strings.Contains(windowOneSQL, "LIMIT 1 OFFSET "+strconv.Itoa(windowChunk-1)+")") {
+		t.Fatalf("windowOneSQL's OFFSET differs from windowChunk-1 %d", windowChunk-1)
+	}
+}
+
+// TestWindowOnePlan pins the plan of the one-value window query on the
+// bundled SQLite: the change-scope index walk drives, each candidate's
+// commit and changes are equality probes, and no temporary b-tree sorts
+// the rows (the query's cost must stay per candidate, not per log).
+func TestWindowOnePlan(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	var plan []string
+	err := s.read(t.Context(), func(c *conn) error {
+		r, err := c.query("EXPLAIN QUERY PLAN "+windowOneSQL, "p", "tasks", "project_id", "a", int64(0), int64(10))
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			plan = append(plan, r.st.ColumnText(3))
+		}
+		return r.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(plan, "\n")
+	for _, want := range []string{
+		"SEARCH s USING COVERING INDEX",
+		"SEARCH c USING INDEX sqlite_autoindex_sync_commits_1 (partition=? AND commit_seq=?)",
+		"SEARCH ch USING INDEX sync_changes_by_table (partition=? AND commit_seq=? AND tbl=?)",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("plan lacks %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "TEMP B-TREE") || !strings.HasPrefix(plan[0], "SEARCH s ") {
+		t.Errorf("plan sorts or does not start from the change scopes:\n%s", all)
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 
+	"zombiezen.com/go/sqlite"
+
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -97,7 +99,15 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if _, err := s.table(q.Table); err != nil {
 		return store.CommitWindow{}, err
 	}
-	w := &windowReader{q: q, values: jsonList(q.Scopes[0].Values)}
+	w := &windowReader{q: q}
+	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
+		w.one = values[0]
+	} else {
+		w.values = jsonList(values)
+	}
+	if q.LimitChanges > 0 {
+		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, windowChunk))
+	}
 	after := q.AfterSeq
 	for {
 		var (
@@ -125,11 +135,14 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 
 // windowReader accumulates a commit window across chunks.
 type windowReader struct {
-	q       store.CommitWindowQuery
-	values  string
-	out     store.CommitWindow
-	changes int
-	full    bool // the change limit stopped the window
+	q store.CommitWindowQuery
+	// one is the first key's value when it has one (windowOneSQL);
+	// values is the JSON list of its values otherwise (windowSQL).
+	one, values string
+	out         store.CommitWindow
+	changes     int
+	full        bool // the change limit stopped the window
+	scan        windowScan
 }
 
 // add offers one candidate commit with its matching changes; it reports
@@ -177,51 +190,124 @@ SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commi
   CROSS JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=cand.commit_seq AND ch.tbl=?2
  ORDER BY cand.commit_seq, ch.idx`
 
+// windowOneSQL is windowSQL for a first key of one value (a catch-up of
+// one scope, the common case): the change-scope index walk itself drives
+// the join, in commit order, up to the 512th candidate (one walk of at
+// most 512 entries bounds it), so there is no candidate set to collect
+// and deduplicate, and the rows come out in the ORDER BY's order without
+// a sort (windowSQL sorts every row of the chunk, payloads included, in a
+// temporary b-tree). The unary + on the join columns keeps the planner
+// from deriving a commit_seq range on sync_changes from the walk's range
+// (it then searched sync_changes by range for every candidate) and pins
+// the equality probes.
+const windowOneSQL = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
+       ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM sync_change_scopes s
+  CROSS JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=+s.commit_seq
+  CROSS JOIN sync_changes ch ON ch.partition=?1 AND ch.commit_seq=+s.commit_seq AND ch.tbl=?2
+ WHERE s.partition=?1 AND s.tbl=?2 AND s.var=?3 AND s.value=?4 AND s.commit_seq > ?5
+   AND s.commit_seq <= coalesce((SELECT x.commit_seq FROM sync_change_scopes x
+     WHERE x.partition=?1 AND x.tbl=?2 AND x.var=?3 AND x.value=?4
+       AND x.commit_seq > ?5 AND x.commit_seq <= ?6
+     ORDER BY x.commit_seq LIMIT 1 OFFSET 511), ?6)
+ ORDER BY s.commit_seq, ch.idx`
+
+// windowScan is what a window read reuses from row to row: a buffer for
+// the text columns, the last change's stored scopes with their decoding
+// (the changes of one scope mostly store the same scopes, so they share
+// one decoded, read-only StoredScopes) and the last commit's actor and
+// client (one string for a run of commits of one client).
+type windowScan struct {
+	buf           []byte
+	scopesRaw     []byte
+	scopes        wire.StoredScopes
+	actor, client string
+}
+
+// column copies column i's bytes into the scan buffer; the slice is valid
+// until the next call.
+func (ws *windowScan) column(st *sqlite.Stmt, i int) []byte {
+	n := st.ColumnLen(i)
+	if cap(ws.buf) < n {
+		ws.buf = make([]byte, n, max(n, 2*cap(ws.buf)))
+	}
+	b := ws.buf[:n]
+	st.ColumnBytes(i, b)
+	return b
+}
+
+// text reads column i as a string, prev when it is equal.
+func (ws *windowScan) text(st *sqlite.Stmt, i int, prev string) string {
+	if b := ws.column(st, i); string(b) != prev {
+		return string(b)
+	}
+	return prev
+}
+
+// decodeScopes decodes column i's stored scopes, or returns the last
+// decoding when the bytes are the same.
+func (ws *windowScan) decodeScopes(st *sqlite.Stmt, i int) (wire.StoredScopes, error) {
+	b := ws.column(st, i)
+	if ws.scopes != nil && string(b) == string(ws.scopesRaw) {
+		return ws.scopes, nil
+	}
+	sc, err := store.DecodeScopes(b)
+	if err != nil {
+		return nil, err
+	}
+	ws.scopesRaw, ws.scopes = append(ws.scopesRaw[:0], b...), sc
+	return sc, nil
+}
+
 // readWindowChunk reads up to windowChunk candidate commits after `after`. It
-// returns how many candidates it read and the last one.
+// returns how many candidates it read and the last one. The columns are
+// read from the statement directly (no Scan through interfaces: this is
+// the catch-up's inner loop).
 func readWindowChunk(c *conn, partition string, w *windowReader, after int64) (int, int64, error) {
-	rows, err := c.query(windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values,
-		after, w.q.ThroughSeq)
+	var (
+		r   *rows
+		err error
+	)
+	if w.values == "" {
+		r, err = c.query(windowOneSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
+	} else {
+		r, err = c.query(windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values, after, w.q.ThroughSeq)
+	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("read commit window: %w", err)
 	}
-	defer rows.Close()
+	defer r.Close()
+	if n := r.st.ColumnCount(); n != 10 {
+		return 0, 0, fmt.Errorf("read commit window: %d columns", n)
+	}
 	var (
 		n   int
 		cur store.Commit
+		ws  = &w.scan
+		st  = r.st
 	)
 	cur.Seq = -1
-	for rows.Next() {
-		var (
-			seq, created  int64
-			actor, client string
-			commitID      string
-			ch            store.Change
-			op            int
-			version       nullInt64
-			scopes        []byte
-		)
-		if err := rows.Scan(&seq, &created, &actor, &client, &commitID, &ch.RowID, &op, &version, &scopes, &ch.Payload); err != nil {
-			return 0, 0, fmt.Errorf("read commit window: %w", err)
-		}
+	for r.Next() {
+		seq := st.ColumnInt64(0)
 		if seq != cur.Seq {
 			if cur.Seq >= 0 && !w.add(cur) {
 				return n, cur.Seq, nil
 			}
 			n++
-			cur = store.Commit{Seq: seq, CreatedAtMs: created, ActorID: actor, ClientID: client, ClientCommitID: commitID}
+			ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
+			cur = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
+				ClientCommitID: st.ColumnText(4)}
 		}
-		ch.Table = w.q.Table
-		ch.Op = wire.Op(op)
-		ch.RowVersion = version.Int64
-		if ch.Scopes, err = store.DecodeScopes(scopes); err != nil {
+		ch := store.Change{Table: w.q.Table, RowID: st.ColumnText(5), Op: wire.Op(st.ColumnInt64(6)),
+			RowVersion: st.ColumnInt64(7), Payload: columnBytes(st, 9)}
+		if ch.Scopes, err = ws.decodeScopes(st, 8); err != nil {
 			return 0, 0, err
 		}
 		if store.MatchScopes(ch.Scopes, w.q.Scopes) {
 			cur.Changes = append(cur.Changes, ch)
 		}
 	}
-	if err := rows.Err(); err != nil {
+	if err := r.Err(); err != nil {
 		return 0, 0, fmt.Errorf("read commit window: %w", err)
 	}
 	if cur.Seq >= 0 {

@@ -175,15 +175,24 @@ func DecodeScopes(b []byte) (wire.StoredScopes, error) {
 }
 
 // decodeFlatScopes is the fast path of DecodeScopes for what the servers
-// write: an object of string values, compact, without escapes, in valid
-// UTF-8, with distinct keys. Anything else reports false and takes the
+// write: an object of string values, without escapes, in valid UTF-8,
+// with distinct keys, compact (as sqlitestore and the reference store it)
+// or with JSON whitespace between the tokens (as Postgres prints a JSONB
+// object: {"list_id": "work"}). Anything else reports false and takes the
 // general decoder, so both give the same answer (FuzzDecodeScopes).
 func decodeFlatScopes(b []byte) (wire.StoredScopes, bool) {
-	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' || !utf8.Valid(b) {
+	if !utf8.Valid(b) {
 		return nil, false
 	}
-	body := b[1 : len(b)-1]
-	if len(body) == 0 {
+	p := skipSpace(b)
+	if len(p) == 0 || p[0] != '{' {
+		return nil, false
+	}
+	p = skipSpace(p[1:])
+	if len(p) > 0 && p[0] == '}' {
+		if len(skipSpace(p[1:])) != 0 {
+			return nil, false
+		}
 		return wire.StoredScopes{}, true
 	}
 	// str reads a quoted string without escapes at the start of p.
@@ -194,7 +203,7 @@ func decodeFlatScopes(b []byte) (wire.StoredScopes, bool) {
 		for i := 1; i < len(p); i++ {
 			switch c := p[i]; {
 			case c == '"':
-				return string(p[1:i]), p[i+1:], true
+				return string(p[1:i]), skipSpace(p[i+1:]), true
 			case c == '\\' || c < 0x20:
 				return "", nil, false
 			}
@@ -203,12 +212,12 @@ func decodeFlatScopes(b []byte) (wire.StoredScopes, bool) {
 	}
 	out := make(wire.StoredScopes, 0, 2)
 	for {
-		k, rest, ok := str(body)
+		k, rest, ok := str(p)
 		if !ok || len(rest) == 0 || rest[0] != ':' {
 			return nil, false
 		}
-		v, rest, ok := str(rest[1:])
-		if !ok {
+		v, rest, ok := str(skipSpace(rest[1:]))
+		if !ok || len(rest) == 0 {
 			return nil, false
 		}
 		for _, e := range out {
@@ -217,18 +226,29 @@ func decodeFlatScopes(b []byte) (wire.StoredScopes, bool) {
 			}
 		}
 		out = append(out, wire.StoredScope{Key: k, Value: v})
-		if len(rest) == 0 {
+		if rest[0] == '}' {
+			if len(skipSpace(rest[1:])) != 0 {
+				return nil, false
+			}
 			break
 		}
 		if rest[0] != ',' {
 			return nil, false
 		}
-		body = rest[1:]
+		p = skipSpace(rest[1:])
 	}
 	if len(out) > 1 {
 		slices.SortFunc(out, func(a, b wire.StoredScope) int { return wire.CompareKeys(a.Key, b.Key) })
 	}
 	return out, true
+}
+
+// skipSpace drops the JSON whitespace at the start of p.
+func skipSpace(p []byte) []byte {
+	for len(p) > 0 && (p[0] == ' ' || p[0] == '\t' || p[0] == '\n' || p[0] == '\r') {
+		p = p[1:]
+	}
+	return p
 }
 
 // ScopesFromMap returns stored scopes in canonical key order.

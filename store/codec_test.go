@@ -10,7 +10,7 @@ import (
 // answers, and DecodeScopes never fails on what the general decoder reads.
 func FuzzDecodeScopes(f *testing.F) {
 	for _, s := range []string{`{}`, `{"list_id":"work"}`, `{"b":"2","a":"1"}`, `{"a":"1","a":"2"}`,
-		`{"a":"\u00e9"}`, `{ "a" : "1" }`, `{"a":1}`, `"{\"a\":\"1\"}"`, `{"a":"x\"y"}`, `{"é":"ü"}`, "{\"a\":\"\xff\"}"} {
+		`{"a":"\u00e9"}`, `{ "a" : "1" }`, `{"list_id": "work", "b": "x"}`, " {\"a\":\"1\"}\n", `{"a":"1",}`, `{"a":1}`, `"{\"a\":\"1\"}"`, `{"a":"x\"y"}`, `{"é":"ü"}`, "{\"a\":\"\xff\"}"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -36,12 +36,15 @@ func FuzzDecodeScopes(f *testing.F) {
 }
 
 func TestDecodeScopesFastPath(t *testing.T) {
-	for _, s := range []string{`{}`, `{"list_id":"work"}`, `{"b":"2","a":"1"}`} {
+	// Compact (sqlitestore, the reference) and as Postgres prints JSONB.
+	for _, s := range []string{`{}`, `{"list_id":"work"}`, `{"b":"2","a":"1"}`, `{"list_id": "work"}`,
+		`{"b": "2", "a": "1"}`, " {\n\t\"a\" :\r\"1\" } ", `{ }`} {
 		if _, ok := decodeFlatScopes([]byte(s)); !ok {
 			t.Errorf("%s: not on the fast path", s)
 		}
 	}
-	for _, s := range []string{`{"a":"1","a":"2"}`, `{ "a":"1"}`, `{"a":"x\"y"}`, `{"a":1}`, "{\"a\":\"\xff\"}"} {
+	for _, s := range []string{`{"a":"1","a":"2"}`, `{"a":"x\"y"}`, `{"a":1}`, "{\"a\":\"\xff\"}",
+		`{"a":"1",}`, `{"a":"1"} x`, `{"a" "1"}`, `{,}`, "{\"a\":\"1\"}\v", `{"a":"1"`} {
 		if _, ok := decodeFlatScopes([]byte(s)); ok {
 			t.Errorf("%s: taken by the fast path", s)
 		}

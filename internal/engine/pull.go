@@ -91,18 +91,22 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	}
 	tables := []string{sub.Table}
 	client, current, _ := r.tables(sub.Table)
+	// One frame and one change slice for the whole window: Encode
+	// serializes a frame before it returns and keeps no reference to it.
+	f := &wire.Commit{Tables: tables}
+	var changes []wire.Change
 	for _, c := range win.Commits {
-		f := &wire.Commit{CommitSeq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: WireActorID(c.ActorID), Tables: tables,
-			Changes: make([]wire.Change, len(c.Changes))}
-		for j, ch := range c.Changes {
+		changes = changes[:0]
+		for _, ch := range c.Changes {
 			row := ch.Payload
 			if row != nil && r.old() {
 				if row, err = narrowPayload(current, client, row); err != nil {
 					return subOutcome{}, err
 				}
 			}
-			f.Changes[j] = wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: row}
+			changes = append(changes, wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: row})
 		}
+		f.CommitSeq, f.CreatedAtMs, f.ActorID, f.Changes = c.Seq, c.CreatedAtMs, WireActorID(c.ActorID), changes
 		if err := r.enc.Encode(f); err != nil {
 			return subOutcome{}, err
 		}

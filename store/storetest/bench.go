@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -91,10 +92,20 @@ func benchAppend(b *testing.B, open Opener, ops, writers int, distinct bool) {
 
 // BenchmarkCommitWindow measures a catch-up read: a window of 1,000
 // one-change commits of one scope value, read from the start and from the
-// middle of logs of 1k, 10k and 100k commits. The cost per window must not
-// grow with the log (ns/op flat across log sizes).
+// middle of logs of 1k, 10k and 100k commits, and of 1M commits when the
+// environment variable SYNCGO_BENCH_WINDOW_1M is set (the 1M log takes a
+// while to build). The cost per window must not grow with the log (ns/op
+// flat across log sizes).
+//
+// The first 10,000 commits are written through the store (Write, 500 per
+// transaction); a longer log is built from them by copying the log's rows
+// in SQL (extendLog) when the store is a RawExecer, else written too.
 func BenchmarkCommitWindow(b *testing.B, open Opener) {
-	for _, size := range []int{1_000, 10_000, 100_000} {
+	sizes := []int{1_000, 10_000, 100_000}
+	if os.Getenv("SYNCGO_BENCH_WINDOW_1M") != "" {
+		sizes = append(sizes, 1_000_000)
+	}
+	for _, size := range sizes {
 		b.Run(fmt.Sprintf("log=%d", size), func(b *testing.B) {
 			s := open(b)
 			ctx := b.Context()
@@ -105,10 +116,15 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 			if _, err := s.TouchPartition(ctx, partition, 1000, epochOf(partition)); err != nil {
 				b.Fatalf("TouchPartition: %v", err)
 			}
+			written := size
+			rx, bulk := s.(RawExecer)
+			if bulk {
+				written = min(size, 10_000)
+			}
 			const perWrite = 500
-			for done := 0; done < size; done += perWrite {
+			for done := 0; done < written; done += perWrite {
 				err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
-					for i := done; i < min(done+perWrite, size); i++ {
+					for i := done; i < min(done+perWrite, written); i++ {
 						r := Task{ID: fmt.Sprintf("r%07d", i), ProjectID: "bench", Title: ptr("a benchmark row")}.RowWrite(b, 1)
 						if err := tx.UpsertRow(ctx, r); err != nil {
 							return err
@@ -123,6 +139,11 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 					b.Fatalf("seed: %v", err)
 				}
 			}
+			if written < size {
+				if err := extendLog(ctx, rx, partition, int64(written), int64(size)); err != nil {
+					b.Fatalf("extend the log: %v", err)
+				}
+			}
 			for _, from := range []struct {
 				name  string
 				after int64
@@ -130,9 +151,10 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 				b.Run(from.name, func(b *testing.B) {
 					q := store.CommitWindowQuery{Table: TableTasks, Scopes: projectScope("bench"),
 						AfterSeq: from.after, ThroughSeq: int64(size), LimitChanges: 1000}
+					want := min(1000, int64(size)-from.after)
 					for b.Loop() {
 						w, err := s.ReadCommitWindow(ctx, partition, q)
-						if err != nil || len(w.Commits) == 0 {
+						if err != nil || int64(len(w.Commits)) != want || w.Commits[want-1].Seq != from.after+want {
 							b.Fatalf("ReadCommitWindow = %d commits, %v", len(w.Commits), err)
 						}
 					}
@@ -140,4 +162,29 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 			}
 		})
 	}
+}
+
+// extendLog grows a partition's dense log of commits 1..n to 1..size by
+// copying its rows in SQL, doubling it per pass: commit k+m is commit k
+// again (its changes, their scope index entries; row and client commit
+// ids suffixed). The statements are the same on SQLite and Postgres.
+func extendLog(ctx context.Context, rx RawExecer, partition string, n, size int64) error {
+	for m := n; m < size; {
+		k := min(m, size-m)
+		script := fmt.Sprintf(`INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+ SELECT partition, commit_seq + %[2]d, client_id, client_commit_id || '+%[2]d', actor_id, created_at_ms, writer_version
+   FROM sync_commits WHERE partition = '%[1]s' AND commit_seq <= %[3]d;
+INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+ SELECT partition, commit_seq + %[2]d, idx, tbl, row_id || '+%[2]d', op, row_version, scopes, payload
+   FROM sync_changes WHERE partition = '%[1]s' AND commit_seq <= %[3]d;
+INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
+ SELECT partition, tbl, var, value, commit_seq + %[2]d
+   FROM sync_change_scopes WHERE partition = '%[1]s' AND commit_seq <= %[3]d;
+UPDATE sync_partitions SET max_commit_seq = %[4]d WHERE partition = '%[1]s'`, partition, m, k, m+k)
+		if err := rx.ExecRaw(ctx, script); err != nil {
+			return err
+		}
+		m += k
+	}
+	return nil
 }

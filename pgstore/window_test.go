@@ -1,0 +1,182 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// TestWindowRawEqualsScan: the window read's raw fast path (fromRaw)
+// is taken for the real statement, and reads every row as pgx's Scan
+// does: commits and changes, a delete without payload or version, scopes
+// in both stored forms, and a commit pruned under the window (no commit
+// row).
+func TestWindowRawEqualsScan(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	var seqs []int64
+	for i, id := range []string{"t1", "t2", "t3"} {
+		seqs = append(seqs, apply(t, s, p,
+			task{id: id, project: "a", owner: "o1", title: ptr("title " + id), rank: ptr(int64(i))}.write(t, c, 1),
+			task{id: id + "x", project: "a", owner: "o2"}.write(t, c, 1)))
+	}
+	del := task{id: "t1", project: "a", owner: "o1"}.write(t, c, 2)
+	err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+		seq, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c2", ClientCommitID: "del", ActorID: "a2", CreatedAtMs: 2000,
+			Changes: []store.Change{{Table: "tasks", RowID: "t1", Op: wire.OpDelete, Scopes: del.Scopes}}})
+		seqs = append(seqs, seq)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reference's form: the JSON text as a JSONB string.
+	if _, err := s.pool.Exec(ctx, `UPDATE sync_changes SET scopes = to_jsonb(scopes::text) WHERE commit_seq = $1 AND idx = 1`, seqs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sync_commits WHERE commit_seq = $1`, seqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := s.pool.Query(ctx, sqlCommitWindow, p, "tasks", "project_id", []string{"a"}, int64(0), seqs[len(seqs)-1], 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	ok, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
+	if !ok {
+		t.Fatalf("the window statement's result is not in the binary formats fromRaw reads: %+v", rows.FieldDescriptions())
+	}
+	var ws windowScan
+	n, pruned, deletes := 0, 0, 0
+	for rows.Next() {
+		var raw, scanned windowRow
+		if err := raw.fromRaw(rows.RawValues(), jsonbBinary, &ws); err != nil {
+			t.Fatal(err)
+		}
+		rawScopes := bytes.Clone(raw.scopes)
+		if err := scanned.scan(rows); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		if !raw.commit {
+			pruned++
+		}
+		if raw.change && raw.op == wire.OpDelete {
+			deletes++
+			if raw.payload != nil || raw.rowVersion != 0 {
+				t.Errorf("delete read with payload %x, version %d", raw.payload, raw.rowVersion)
+			}
+		}
+		if raw.seq != scanned.seq || raw.commit != scanned.commit || raw.change != scanned.change ||
+			raw.createdAt != scanned.createdAt || raw.actor != scanned.actor || raw.client != scanned.client ||
+			raw.clientCommit != scanned.clientCommit || raw.rowID != scanned.rowID || raw.op != scanned.op ||
+			raw.rowVersion != scanned.rowVersion || !bytes.Equal(raw.payload, scanned.payload) ||
+			(raw.payload == nil) != (scanned.payload == nil) {
+			t.Errorf("row %d: raw %+v, scanned %+v", n, raw, scanned)
+		}
+		if raw.change {
+			a, err1 := decodeScopes(rawScopes)
+			b, err2 := decodeScopes(scanned.scopes)
+			if err1 != nil || err2 != nil || !slices.Equal(a, b) || len(a) != 2 {
+				t.Errorf("row %d: scopes %v (%v) from raw %q, %v (%v) scanned", n, a, err1, rawScopes, b, err2)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 7 || pruned != 2 || deletes != 1 {
+		t.Errorf("%d rows, %d of a pruned commit, %d deletes; want 7, 2, 1", n, pruned, deletes)
+	}
+}
+
+// TestWindowRangeAndProbe: a scope whose commits are dense in the log is
+// read by range (sqlRangeCommits, sqlRangeChanges), skipping the other scopes' commits in
+// between and a pruned candidate; a sparse one by probes; both give the
+// scope's commits in order, whole, within the change limit.
+func TestWindowRangeAndProbe(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	want := map[string][]int64{}
+	var pruned int64
+	for i := range 40 {
+		project := "a"
+		switch {
+		case i%10 == 9:
+			project = "c" // sparse: 4 commits over 31 sequences
+		case i%3 == 2:
+			project = "b"
+		}
+		id := fmt.Sprintf("r%d", i)
+		seq := apply(t, s, p, task{id: id, project: project, owner: "o"}.write(t, c, 1),
+			task{id: id + "x", project: project, owner: "o"}.write(t, c, 1))
+		if project == "a" && i == 7 {
+			pruned = seq
+			continue
+		}
+		want[project] = append(want[project], seq)
+	}
+	if _, err := s.pool.Exec(ctx, `DELETE FROM sync_commits WHERE commit_seq = $1`, pruned); err != nil {
+		t.Fatal(err)
+	}
+	through := queryInt(t, s, `SELECT max(commit_seq) FROM sync_commits`)
+	for _, project := range []string{"a", "b", "c"} {
+		for _, limit := range []int{0, 2, 5, 7} {
+			var got []int64
+			cursor := int64(0)
+			for range 100 {
+				w, err := s.ReadCommitWindow(ctx, p, store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", project),
+					AfterSeq: cursor, ThroughSeq: through, LimitChanges: limit})
+				if err != nil {
+					t.Fatal(err)
+				}
+				changes := 0
+				for _, cm := range w.Commits {
+					got = append(got, cm.Seq)
+					changes += len(cm.Changes)
+					if len(cm.Changes) != 2 || cm.ActorID != "a1" || cm.ClientID != "c1" {
+						t.Errorf("%s: commit %d: %d changes, actor %q, client %q", project, cm.Seq, len(cm.Changes), cm.ActorID, cm.ClientID)
+					}
+					for _, ch := range cm.Changes {
+						if v, _ := lookup(ch.Scopes, "project_id"); v != project {
+							t.Errorf("%s: commit %d: a change of scope %v", project, cm.Seq, ch.Scopes)
+						}
+					}
+				}
+				if limit > 0 && changes > max(limit, 2) {
+					t.Errorf("%s limit %d: %d changes in a window", project, limit, changes)
+				}
+				if w.Complete {
+					break
+				}
+				if len(w.Commits) == 0 {
+					t.Fatalf("%s limit %d: an incomplete empty window after %d", project, limit, cursor)
+				}
+				cursor = w.Commits[len(w.Commits)-1].Seq
+			}
+			if !slices.Equal(got, want[project]) {
+				t.Errorf("%s limit %d: commits %v, want %v", project, limit, got, want[project])
+			}
+		}
+	}
+}
+
+func lookup(sc wire.StoredScopes, key string) (string, bool) {
+	for _, e := range sc {
+		if e.Key == key {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
