@@ -288,7 +288,7 @@ func (r *request) sqliteLane(ctx context.Context, t *schema.CompiledTable, eff w
 	case !errors.Is(err, store.ErrNotFound):
 		return false, nil, fmt.Errorf("find sqlite image: %w", err)
 	}
-	first, err := e.cfg.Store.ScanRows(ctx, r.auth.Partition, store.RowScanQuery{Table: t.Name(), Scopes: eff, Limit: lim.rows + 1})
+	first, err := e.cfg.Store.ScanRows(ctx, r.auth.Partition, store.RowScanQuery{Table: t.Name(), Scopes: eff, Limit: lim.rows + 1, NoScopes: true})
 	if err != nil {
 		return false, nil, err
 	}
@@ -373,7 +373,7 @@ func (e *Engine) buildImage(ctx context.Context, key imageKey, t *schema.Compile
 			}
 			after := batch[len(batch)-1].RowID
 			var err error
-			batch, err = e.cfg.Store.ScanRows(ctx, key.partition, store.RowScanQuery{Table: key.table, Scopes: eff, After: &after, Limit: imageScanBatch})
+			batch, err = e.cfg.Store.ScanRows(ctx, key.partition, store.RowScanQuery{Table: key.table, Scopes: eff, After: &after, Limit: imageScanBatch, NoScopes: true})
 			if err != nil {
 				yield(nil, err)
 				return
