@@ -61,6 +61,12 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	if q.After != nil {
 		sql, args = ts.scanAfter, append(args, *q.After)
 	}
+	if len(q.Scopes) == 1 {
+		sql = ts.scanFirstOne
+		if q.After != nil {
+			sql = ts.scanAfterOne
+		}
+	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
