@@ -2,6 +2,7 @@ package syncgo
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
@@ -48,7 +49,29 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 	if enc != "" {
 		h.Set("Content-Encoding", enc)
 	}
-	s.writeBody(w, body, enc)
+	s.writeSegment(w, id, body, enc)
+}
+
+// writeSegment writes a segment's 200 response: with an encoding, the
+// compressed body is shared across the downloads of the segment.
+func (s *Server) writeSegment(w http.ResponseWriter, id string, body []byte, enc string) {
+	if enc == "" {
+		s.writeBody(w, body, enc)
+		return
+	}
+	b, err := s.bodies.body(s.codecs, id, body, enc)
+	if err != nil {
+		s.writeBody(w, body, enc)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
+	if _, err := (&deadlineWriter{w: w, rc: rc, timeout: s.cfg.WriteTimeout}).Write(b); err == nil {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+		_ = rc.Flush()
+	}
 }
 
 // writeBody writes a 200 response body in chunks under the write

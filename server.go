@@ -349,6 +349,8 @@ type Server struct {
 	hub    *realtime.Hub
 	mux    *http.ServeMux
 	codecs *codecPools
+	// bodies keeps compressed segment bodies (segment_bodies.go).
+	bodies segmentBodies
 	admit  *admission
 	rates  *rateLimiter
 	// sockets caps the open realtime sockets.

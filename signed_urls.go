@@ -158,7 +158,7 @@ func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, tok
 	if enc != "" {
 		h.Set("Content-Encoding", enc)
 	}
-	s.writeBody(w, body, enc)
+	s.writeSegment(w, id, body, enc)
 }
 
 // blobURL mints the signed download URL of a blob after its download was

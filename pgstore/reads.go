@@ -61,11 +61,20 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	if q.After != nil {
 		sql, args = ts.scanAfter, append(args, *q.After)
 	}
+	if len(q.Scopes) == 1 {
+		sql = ts.scanFirstOne
+		if q.After != nil {
+			sql = ts.scanAfterOne
+		}
+	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
-	out, err := collectRows(rows, q.Table)
+	// With one key (rest is empty) every row comes from the index entry
+	// of one of its values: a caller that does not read the scopes
+	// (NoScopes) gets them undecoded.
+	out, err := collectRowsOpt(rows, q.Table, q.NoScopes && len(q.Scopes) == 1)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
@@ -114,10 +123,15 @@ func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table stri
 
 // collectRows reads the rows of a scan or listing.
 func collectRows(rows pgx.Rows, table string) ([]store.Row, error) {
+	return collectRowsOpt(rows, table, false)
+}
+
+// collectRowsOpt is collectRows, leaving Row.Scopes nil with noScopes.
+func collectRowsOpt(rows pgx.Rows, table string, noScopes bool) ([]store.Row, error) {
 	defer rows.Close()
 	var out []store.Row // grows with the rows found: an empty scan allocates nothing
 	for rows.Next() {
-		r, err := scanRow(rows, table)
+		r, err := scanRowOpt(rows, table, noScopes)
 		if err != nil {
 			return nil, err
 		}
@@ -158,6 +172,11 @@ func scanRequiresScope() error {
 
 // scanRow reads the columns rowColumns lists; no row is store.ErrNotFound.
 func scanRow(r pgx.Row, table string) (store.Row, error) {
+	return scanRowOpt(r, table, false)
+}
+
+// scanRowOpt is scanRow, leaving Row.Scopes nil with noScopes.
+func scanRowOpt(r pgx.Row, table string, noScopes bool) (store.Row, error) {
 	var (
 		row    = store.Row{Table: table}
 		scopes []byte
@@ -168,9 +187,11 @@ func scanRow(r pgx.Row, table string) (store.Row, error) {
 		}
 		return store.Row{}, err
 	}
-	var err error
-	if row.Scopes, err = decodeScopes(scopes); err != nil {
-		return store.Row{}, err
+	if !noScopes {
+		var err error
+		if row.Scopes, err = decodeScopes(scopes); err != nil {
+			return store.Row{}, err
+		}
 	}
 	if len(row.ColumnVersions) == 0 {
 		row.ColumnVersions = nil

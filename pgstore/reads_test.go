@@ -274,6 +274,10 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
 		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
 	}
+	if plan := explain(ts.scanAfterOne, "p", "tasks", vals, "project_id", []byte(`{}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
+		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
+	}
 	for _, after := range []bool{false, true} {
 		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}
 		if after {

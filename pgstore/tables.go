@@ -68,8 +68,12 @@ type tableSQL struct {
 	selectRows string
 	scanFirst  string
 	scanAfter  string
-	listFirst  string
-	listAfter  string
+	// scanFirstOne and scanAfterOne are the scans of a single key: no
+	// other keys to check on each row.
+	scanFirstOne string
+	scanAfterOne string
+	listFirst    string
+	listAfter    string
 }
 
 // rowColumns are the columns a read returns, in scanRow order.
@@ -128,8 +132,10 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 	order := " ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $2`
 	ts.listFirst = list + order
 	ts.listAfter = list + " AND " + quoteIdent(colRowID) + ` COLLATE "C" > $3` + order
-	ts.scanFirst = scanSQL(ts.quoted, false)
-	ts.scanAfter = scanSQL(ts.quoted, true)
+	ts.scanFirst = scanSQL(ts.quoted, false, true)
+	ts.scanAfter = scanSQL(ts.quoted, true, true)
+	ts.scanFirstOne = scanSQL(ts.quoted, false, false)
+	ts.scanAfterOne = scanSQL(ts.quoted, true, false)
 	return ts
 }
 
@@ -147,11 +153,22 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 // key. The join to the app table compares under the collation of its
 // primary key ("default"), or Postgres, seeing two collations, could not
 // use that key and would filter the partition's rows instead.
-func scanSQL(table string, after bool) string {
+//
+// Without others (a single key) the per-row check of the other keys is
+// left out: $5 is then only tested once for NULL (it is never NULL), which
+// keeps the parameters the same.
+func scanSQL(table string, after, others bool) string {
 	rid := "s.row_id COLLATE \"C\""
 	cond := ""
 	if after {
 		cond = " AND " + rid + " > $7"
+	}
+	check := `
+       AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
+                        WHERE NOT coalesce(f.value ? (` + sqlJSONDocument("t."+quoteIdent(colScopes)) + ` ->> f.key), FALSE))`
+	if !others {
+		check = `
+       AND $5::jsonb IS NOT NULL`
 	}
 	return `SELECT r.row_id, r.server_version, r.scopes, r.payload, r.column_versions
   FROM unnest($3::text[]) AS v(value)
@@ -162,9 +179,7 @@ func scanSQL(table string, after bool) string {
       FROM sync_row_scopes s
       JOIN ` + table + ` t ON t.` + quoteIdent(colPartition) + ` = s.partition
                           AND t.` + quoteIdent(colRowID) + ` = s.row_id COLLATE "default"
-     WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $4 AND s.value = v.value` + cond + `
-       AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
-                        WHERE NOT coalesce(f.value ? (` + sqlJSONDocument("t."+quoteIdent(colScopes)) + ` ->> f.key), FALSE))
+     WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $4 AND s.value = v.value` + cond + check + `
      ORDER BY ` + rid + `
      LIMIT $6) r
  ORDER BY r.row_id COLLATE "C"

@@ -358,7 +358,9 @@ ORDER BY s.row_id LIMIT ?`
 			return nil, err
 		}
 		for _, r := range page {
-			if store.MatchScopes(r.Scopes, q.Scopes) {
+			// Without decoded scopes (NoScopes, one key) the row came
+			// from the index entry of the key's value: it matches.
+			if r.Scopes == nil && skipScopes(q) || store.MatchScopes(r.Scopes, q.Scopes) {
 				out = append(out, r)
 			}
 		}
@@ -376,6 +378,7 @@ ORDER BY s.row_id LIMIT ?`
 func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
 	var all []store.Row
 	more := false
+	skip := skipScopes(q)
 	for _, v := range dedupe(first.Values) {
 		rows, err := c.query(query, partition, q.Table, first.Key, v, after, limit)
 		if err != nil {
@@ -389,9 +392,11 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 				rows.Close()
 				return nil, false, fmt.Errorf("scan rows: %w", err)
 			}
-			if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
-				rows.Close()
-				return nil, false, err
+			if !skip {
+				if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
+					rows.Close()
+					return nil, false, err
+				}
 			}
 			all = append(all, r)
 			n++
@@ -414,6 +419,11 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 	}
 	return all, more, nil
 }
+
+// skipScopes reports a scan whose rows' scopes need not be decoded: the
+// caller does not read them and the one key's index lookup proves the
+// match.
+func skipScopes(q store.RowScanQuery) bool { return q.NoScopes && len(q.Scopes) == 1 }
 
 func dedupe(values []string) []string {
 	if len(values) < 2 {

@@ -111,6 +111,12 @@ type RowScanQuery struct {
 	After *string
 	// Limit bounds the page; it must be positive.
 	Limit int
+	// NoScopes tells the store that the caller does not read Row.Scopes
+	// (a bootstrap page encodes ids, versions and payloads only): with a
+	// single effective key, whose index lookup alone proves the match, a
+	// store may leave Row.Scopes nil instead of decoding them. With more
+	// keys the scopes are decoded for the match and returned.
+	NoScopes bool
 }
 
 // PushRecord is the durable outcome of a push commit, kept in the

@@ -122,6 +122,12 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	}
 	accept := r.req.Pull.Accept
 	complete := false
+	// The segment store write of a page by reference runs while the next
+	// page is built; its SEGMENT_REF goes out when the write has landed,
+	// before anything of the next page, so a descriptor never names a
+	// segment the store does not hold yet.
+	var inflight *pendingRef
+	defer func() { inflight.wait() }()
 	for n := 0; n < lim.pages; n++ {
 		key := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
 			schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
@@ -137,21 +143,18 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		if err != nil {
 			return 0, err
 		}
+		if err := r.finishRef(inflight); err != nil {
+			return 0, err
+		}
+		inflight = nil
 		inline := accept&wire.AcceptInlineRows != 0 &&
 			(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
 		if inline {
-			err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
-		} else {
-			err = r.segmentRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
-			if errors.Is(err, store.ErrStorageFull) && accept&wire.AcceptInlineRows != 0 {
-				// A segment is a cache entry: when the store is full, a
-				// client that accepts inline segments gets the page
-				// inline rather than no bootstrap.
-				err = r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes})
+			if err := r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes}); err != nil {
+				return 0, err
 			}
-		}
-		if err != nil {
-			return 0, err
+		} else {
+			inflight = r.startRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
 		}
 		after = pg.last
 		if pg.last == nil {
@@ -159,6 +162,10 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			break
 		}
 	}
+	if err := r.finishRef(inflight); err != nil {
+		return 0, err
+	}
+	inflight = nil
 	end := &wire.SubEnd{NextCursor: asOf}
 	if !complete {
 		b, err := json.Marshal(bootstrapToken{AsOfCommitSeq: asOf, Tables: []string{sub.Table}, TableIndex: 0, RowCursor: after})
@@ -171,22 +178,59 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	return asOf, r.enc.Encode(end)
 }
 
-func (r *request) segmentRef(ctx context.Context, table string, pg page, after *string, asOf int64, digest, epoch string) error {
+// pendingRef is a page by reference whose segment store write is in
+// flight.
+type pendingRef struct {
+	pg   page
+	ref  *wire.SegmentRef
+	done chan struct{}
+	err  error
+}
+
+// wait waits for the write; a nil pendingRef has none.
+func (p *pendingRef) wait() {
+	if p != nil {
+		<-p.done
+	}
+}
+
+// startRef starts the segment store write of a page served by reference.
+func (r *request) startRef(ctx context.Context, table string, pg page, after *string, asOf int64, digest, epoch string) *pendingRef {
 	now := r.e.cfg.Now()
 	pub := Publication{Partition: r.auth.Partition, LogEpoch: epoch, Table: table,
 		SchemaVersion: r.cs.Version(), MediaType: wire.MediaRows, ScopeDigest: digest,
 		AsOfCommitSeq: asOf, RowCursor: after, NextRowCursor: pg.last, RowCount: int64(pg.rowCount),
 		CreatedAtMs: now, ExpiresAtMs: now + r.e.cfg.Limits.SegmentTTL.Milliseconds()}
-	if err := r.e.publish(ctx, pg.id, pg.bytes, pub); err != nil {
-		return err
-	}
 	ref := &wire.SegmentRef{SegmentID: pg.id, MediaType: wire.MediaRows, Table: table,
 		ByteLength: int64(len(pg.bytes)), RowCount: int64(pg.rowCount), AsOfCommitSeq: asOf,
 		ScopeDigest: digest, RowCursor: after, NextRowCursor: pg.last}
-	if err := r.signRef(ref); err != nil {
+	p := &pendingRef{pg: pg, ref: ref, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		p.err = r.e.publish(ctx, pg.id, pg.bytes, pub)
+	}()
+	return p
+}
+
+// finishRef waits for a page's segment store write and writes its
+// SEGMENT_REF, or, when the store is full and the client accepts inline
+// segments, the page inline (a segment is a cache entry: a full store
+// does not fail the bootstrap). A nil pendingRef writes nothing.
+func (r *request) finishRef(p *pendingRef) error {
+	if p == nil {
+		return nil
+	}
+	p.wait()
+	if p.err != nil {
+		if errors.Is(p.err, store.ErrStorageFull) && r.req.Pull.Accept&wire.AcceptInlineRows != 0 {
+			return r.enc.Encode(&wire.SegmentInline{Payload: p.pg.bytes})
+		}
+		return p.err
+	}
+	if err := r.signRef(p.ref); err != nil {
 		return err
 	}
-	return r.enc.Encode(ref)
+	return r.enc.Encode(p.ref)
 }
 
 // signRef gives a descriptor its signed URL when the client accepts one
@@ -216,7 +260,7 @@ type pageLayout struct {
 // buildPage scans one page of rows and encodes it as an SSG2 segment.
 func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, limit int) (page, error) {
 	table := l.table
-	rows, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1})
+	rows, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true})
 	if err != nil {
 		return page{}, err
 	}

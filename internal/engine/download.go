@@ -14,7 +14,16 @@ import (
 // resolved afresh, the effective scopes of the requested map are computed,
 // and their digest must belong to a publication of the segment in the
 // caller's partition and live log epoch.
+//
+// A segment this process published lately is authorized against the
+// publications it remembers (hotSegments) without reading its bytes back;
+// any other outcome is decided by the segment store's record.
 func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) ([]byte, error) {
+	if seg, ok := e.hot.get(segmentID); ok {
+		if b, err := e.authorizeDownload(ctx, auth, seg, requested); err == nil {
+			return b, nil
+		}
+	}
 	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
@@ -22,6 +31,12 @@ func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requ
 	if err != nil {
 		return nil, err
 	}
+	return e.authorizeDownload(ctx, auth, seg, requested)
+}
+
+// authorizeDownload runs the §5.5 re-authorization of a download against
+// the publications of seg and returns its bytes.
+func (e *Engine) authorizeDownload(ctx context.Context, auth Auth, seg Segment, requested map[string][]string) ([]byte, error) {
 	p, err := e.cfg.Store.Partition(ctx, auth.Partition)
 	if err != nil {
 		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
@@ -117,14 +132,25 @@ func (e *Engine) predatesCheckpoint(ctx context.Context, pub Publication) bool {
 // not reach is sync.not_found (no existence leak), another digest
 // sync.forbidden, an expired publication sync.segment_expired.
 func (e *Engine) DownloadSigned(ctx context.Context, segmentID, aud, scopeDigest string, audienceOf func(partition string) string) ([]byte, error) {
-	notFound := syncerr.New(syncerr.CodeNotFound, "segment not found")
+	if seg, ok := e.hot.get(segmentID); ok {
+		if b, err := e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf); err == nil {
+			return b, nil
+		}
+	}
 	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFound
+		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	if err != nil {
 		return nil, err
 	}
+	return e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf)
+}
+
+// authorizeSigned checks a verified token's audience and digest against
+// the publications of seg (DownloadSigned) and returns its bytes.
+func (e *Engine) authorizeSigned(ctx context.Context, seg Segment, aud, scopeDigest string, audienceOf func(partition string) string) ([]byte, error) {
+	notFound := syncerr.New(syncerr.CodeNotFound, "segment not found")
 	epochs := map[string]string{}
 	reached, expired := false, false
 	for _, pub := range seg.Publications {

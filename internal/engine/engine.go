@@ -175,6 +175,9 @@ type Engine struct {
 	images  imageIndex
 	// published remembers recent segment publications (segments.go).
 	published recentPublications
+	// hot serves the downloads of the segments published lately
+	// (hotsegments.go).
+	hot hotSegments
 }
 
 type touchState struct {

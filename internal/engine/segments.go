@@ -229,5 +229,6 @@ func (e *Engine) publish(ctx context.Context, id string, b []byte, pub Publicati
 		return err
 	}
 	e.published.record(key, now, pub.ExpiresAtMs)
+	e.hot.add(id, b, pub)
 	return nil
 }

@@ -288,7 +288,7 @@ func (r *request) sqliteLane(ctx context.Context, t *schema.CompiledTable, eff w
 	case !errors.Is(err, store.ErrNotFound):
 		return false, nil, fmt.Errorf("find sqlite image: %w", err)
 	}
-	first, err := e.cfg.Store.ScanRows(ctx, r.auth.Partition, store.RowScanQuery{Table: t.Name(), Scopes: eff, Limit: lim.rows + 1})
+	first, err := e.cfg.Store.ScanRows(ctx, r.auth.Partition, store.RowScanQuery{Table: t.Name(), Scopes: eff, Limit: lim.rows + 1, NoScopes: true})
 	if err != nil {
 		return false, nil, err
 	}
@@ -353,32 +353,65 @@ func (e *Engine) buildImage(ctx context.Context, key imageKey, t *schema.Compile
 	start := time.Now()
 	codec := t.RowCodec()
 	var rowCount int64
+	// The batches are scanned and decoded one ahead of the builder, on
+	// their own goroutine: the store read of a batch overlaps the image
+	// inserts of the one before (two cores do both at once).
 	rows := func(yield func([]sqliteimage.Row, error) bool) {
-		// The probe is a full page with a look-ahead row: more may follow.
-		batch, full := probe, true
-		var buf []sqliteimage.Row
-		for {
-			buf = buf[:0]
-			for _, row := range batch {
-				vals, err := codec.DecodeRow(row.Payload)
-				if err != nil {
-					yield(nil, fmt.Errorf("row %s: %w", row.RowID, err))
+		type scanned struct {
+			rows []sqliteimage.Row
+			err  error
+		}
+		ch := make(chan scanned, 1)
+		stop := make(chan struct{})
+		go func() {
+			defer close(ch)
+			send := func(b scanned) bool {
+				select {
+				case ch <- b:
+					return true
+				case <-stop:
+					return false
+				}
+			}
+			// The probe is a full page with a look-ahead row: more may follow.
+			batch, full := probe, true
+			for {
+				buf := make([]sqliteimage.Row, 0, len(batch))
+				for _, row := range batch {
+					vals, err := codec.DecodeRow(row.Payload)
+					if err != nil {
+						send(scanned{err: fmt.Errorf("row %s: %w", row.RowID, err)})
+						return
+					}
+					buf = append(buf, sqliteimage.Row{ServerVersion: row.ServerVersion, Values: vals})
+				}
+				if !send(scanned{rows: buf}) || !full || len(batch) == 0 {
 					return
 				}
-				buf = append(buf, sqliteimage.Row{ServerVersion: row.ServerVersion, Values: vals})
+				after := batch[len(batch)-1].RowID
+				var err error
+				batch, err = e.cfg.Store.ScanRows(ctx, key.partition, store.RowScanQuery{Table: key.table, Scopes: eff, After: &after, Limit: imageScanBatch, NoScopes: true})
+				if err != nil {
+					send(scanned{err: err})
+					return
+				}
+				full = len(batch) == imageScanBatch
 			}
-			rowCount += int64(len(buf))
-			if !yield(buf, nil) || !full || len(batch) == 0 {
+		}()
+		defer func() {
+			close(stop)
+			for range ch { // wait for the scanner to end
+			}
+		}()
+		for b := range ch {
+			if b.err != nil {
+				yield(nil, b.err)
 				return
 			}
-			after := batch[len(batch)-1].RowID
-			var err error
-			batch, err = e.cfg.Store.ScanRows(ctx, key.partition, store.RowScanQuery{Table: key.table, Scopes: eff, After: &after, Limit: imageScanBatch})
-			if err != nil {
-				yield(nil, err)
+			rowCount += int64(len(b.rows))
+			if !yield(b.rows, nil) {
 				return
 			}
-			full = len(batch) == imageScanBatch
 		}
 	}
 	meta := sqliteimage.Meta{Table: key.table, SchemaVersion: key.schemaVersion, AsOfCommitSeq: key.asOf, ScopeDigest: key.digest}
