@@ -62,7 +62,10 @@ type ClientWriteBehind struct {
 
 	mu      sync.Mutex
 	pending map[clientKey]*DeferredClient
-	closed  bool
+	// inflight is the batch being written: the records read meanwhile
+	// see it.
+	inflight map[clientKey]*DeferredClient
+	closed   bool
 
 	kick chan struct{}
 	stop chan struct{}
@@ -112,9 +115,10 @@ func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, 
 	}
 	k := clientKey{partition, rec.ClientID}
 	if d, ok := w.pending[k]; ok && d.ActorID == rec.ActorID && d.WireVersion == rec.WireVersion &&
-		d.LogEpoch == logEpoch && SubscriptionsEqual(d.subs, rec.Subscriptions) {
-		// The stored record is still the one the first deferred write
-		// read: keep its base, move forward only.
+		d.LogEpoch == logEpoch && SubscriptionsEqual(d.subs, rec.Subscriptions) &&
+		(baseCursor == d.BaseCursor || baseCursor == d.Cursor) {
+		// The caller read the record the pending write started from, or
+		// the pending write itself: keep its base, move forward only.
 		d.Cursor = max(d.Cursor, rec.Cursor)
 		d.UpdatedAtMs = max(d.UpdatedAtMs, rec.UpdatedAtMs)
 		return nil
@@ -134,8 +138,13 @@ func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, 
 func (w *ClientWriteBehind) Overlay(partition string, rec *ClientRecord) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	d, ok := w.pending[clientKey{partition, rec.ClientID}]
-	if !ok || d.ActorID != rec.ActorID || d.WireVersion != rec.WireVersion || d.BaseCursor != rec.Cursor ||
+	k := clientKey{partition, rec.ClientID}
+	overlay(w.inflight[k], rec) // written, but maybe not committed yet
+	overlay(w.pending[k], rec)
+}
+
+func overlay(d *DeferredClient, rec *ClientRecord) {
+	if d == nil || d.ActorID != rec.ActorID || d.WireVersion != rec.WireVersion || d.BaseCursor != rec.Cursor ||
 		!SubscriptionsEqual(d.subs, rec.Subscriptions) {
 		return
 	}
@@ -196,7 +205,7 @@ func (w *ClientWriteBehind) Flush(ctx context.Context) error {
 	for _, d := range w.pending {
 		batch = append(batch, *d)
 	}
-	clear(w.pending)
+	w.inflight, w.pending = w.pending, map[clientKey]*DeferredClient{}
 	w.mu.Unlock()
 	// One order for every batch: two processes writing overlapping
 	// batches lock the rows in the same order.
@@ -207,12 +216,13 @@ func (w *ClientWriteBehind) Flush(ctx context.Context) error {
 		return strings.Compare(a.ClientID, b.ClientID)
 	})
 	err := w.write(ctx, batch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight = nil
 	if err == nil || errors.Is(err, ErrStorageFull) {
 		return err
 	}
 	// Queue the batch again where nothing newer was queued meanwhile.
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.closed {
 		return err
 	}
