@@ -13,7 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncgo/syncgo/schema"
@@ -38,39 +40,70 @@ func fullTablespace(tb testing.TB, size string) (name, dir string) {
 	if err != nil {
 		tb.Skipf("no postgres user on this machine (%v): skipping the real disk-full test", err)
 	}
-	dir = filepath.Join(tb.TempDir(), "full")
+	// Not a t.TempDir: the directory must outlive a tablespace that could
+	// not be dropped (a server whose tablespace files vanish panics at its
+	// next checkpoint), so it is removed only after the drop.
+	base, err := os.MkdirTemp("", "syncgo-diskfull-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir = filepath.Join(base, "full")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		_ = os.RemoveAll(base)
 		tb.Skipf("mount tmpfs: %v %s: skipping the real disk-full test", err, out)
-	}
-	tb.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			tb.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	uid, _ := strconv.Atoi(pg.Uid)
-	gid, _ := strconv.Atoi(pg.Gid)
-	// The server walks into the tablespace's directory: the test's
-	// temporary directories above it must let it through.
-	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
-		if d == dir {
-			if err := os.Chown(d, uid, gid); err != nil {
-				tb.Fatal(err)
-			}
-			continue
-		}
-		if fi, err := os.Stat(d); err == nil {
-			_ = os.Chmod(d, fi.Mode().Perm()|0o711)
-		}
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name = "syncgo_full_" + hex.EncodeToString(b[:])
+	dropped := false
+	tb.Cleanup(func() {
+		if !dropped {
+			tb.Errorf("tablespace %s was not dropped: %s stays mounted so that the server keeps its files; "+
+				"drop the tablespace, then umount and remove it", name, dir)
+			return
+		}
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			tb.Errorf("umount %s: %v %s", dir, err, out)
+			return
+		}
+		_ = os.RemoveAll(base)
+	})
+	uid, _ := strconv.Atoi(pg.Uid)
+	gid, _ := strconv.Atoi(pg.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		tb.Fatal(err)
+	}
+	// The server walks into the tablespace's directory.
+	if err := os.Chmod(base, 0o711); err != nil {
+		tb.Fatal(err)
+	}
 	admin(tb, url, fmt.Sprintf("CREATE TABLESPACE %s LOCATION '%s'", name, dir))
-	// Registered after the unmount's cleanup, so run before it.
-	tb.Cleanup(func() { admin(tb, url, "DROP TABLESPACE IF EXISTS "+name) })
+	// Registered after the unmount's cleanup, so run before it (and after
+	// the schema's drop, registered later). A checkpoint first: the drop
+	// needs the files of dropped relations gone, which a checkpoint does;
+	// on a loaded machine it can take long, hence the generous bound.
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			tb.Errorf("drop tablespace %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			tb.Errorf("checkpoint before dropping tablespace %s: %v", name, err)
+			return
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLESPACE IF EXISTS "+name); err != nil {
+			tb.Errorf("drop tablespace %s: %v", name, err)
+			return
+		}
+		dropped = true
+	})
 	return name, dir
 }
 

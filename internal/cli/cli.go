@@ -29,6 +29,9 @@ commands:
   reactions backlog | list | retry | drop
             durable reactions: the backlog, dead letters, an operator's
             retry or drop (syncgo reactions help)
+  epoch rotate
+            give partitions a new log epoch after a restore of a backup:
+            their clients bootstrap again (syncgo epoch help)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -67,6 +70,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runBench(ctx, args[1:], stdout, stderr)
 	case "reactions":
 		return runReactions(ctx, args[1:], stdout, stderr)
+	case "epoch":
+		return runEpoch(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":
