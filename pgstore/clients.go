@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -32,6 +33,9 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 	if rec.Subscriptions, err = decodeSubscriptions(subs); err != nil {
 		return store.ClientRecord{}, fmt.Errorf("client: %w", err)
 	}
+	if s.clients != nil {
+		s.clients.Overlay(partition, &rec)
+	}
 	return rec, nil
 }
 
@@ -44,13 +48,54 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	if err != nil {
 		return fmt.Errorf("put client: %w", err)
 	}
-	tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
-		rec.Cursor, subs, rec.UpdatedAtMs)
-	if err != nil {
-		return fmt.Errorf("put client: %w", storageFull(err))
+	return s.syncClient(partition, rec.ClientID, func() error {
+		tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
+			rec.Cursor, subs, rec.UpdatedAtMs)
+		if err != nil {
+			return fmt.Errorf("put client: %w", storageFull(err))
+		}
+		if tag.RowsAffected() == 0 {
+			return store.ErrClientBound
+		}
+		return nil
+	})
+}
+
+// clientWriteBehind bounds how long a deferred client record waits.
+const clientWriteBehind = 25 * time.Millisecond
+
+// syncClient runs a synchronous write of a client record (every record of
+// the partition with clientID ""), ordered with the deferred ones.
+func (s *Store) syncClient(partition, clientID string, fn func() error) error {
+	if s.clients == nil {
+		return fn()
 	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrClientBound
+	return s.clients.Sync(partition, clientID, fn)
+}
+
+// DeferClient queues a cursor-only change of a client record
+// (store.ClientDeferrer); a read-only store refuses it as PutClient does.
+func (s *Store) DeferClient(_ context.Context, partition, logEpoch string, rec store.ClientRecord, baseCursor int64) error {
+	if err := s.checkWrite(); err != nil {
+		return err
+	}
+	return s.clients.Defer(partition, logEpoch, rec, baseCursor)
+}
+
+// writeDeferredClients writes a batch of deferred client records in one
+// statement (its own implicit transaction): each moves only a record that
+// is still the one its request read, in a partition still in its epoch.
+func (s *Store) writeDeferredClients(ctx context.Context, batch []store.DeferredClient) error {
+	n := len(batch)
+	parts, ids, actors, epochs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	wires := make([]int32, n)
+	bases, cursors, ats := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, d := range batch {
+		parts[i], ids[i], actors[i], epochs[i] = d.Partition, d.ClientID, d.ActorID, d.LogEpoch
+		wires[i], bases[i], cursors[i], ats[i] = int32(d.WireVersion), d.BaseCursor, d.Cursor, d.UpdatedAtMs
+	}
+	if _, err := s.pool.Exec(ctx, sqlWriteDeferredClients, parts, ids, actors, wires, epochs, bases, cursors, ats); err != nil {
+		return fmt.Errorf("write deferred client records: %w", storageFull(err))
 	}
 	return nil
 }
@@ -85,19 +130,25 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 	if err := s.checkWrite(); err != nil {
 		return false, err
 	}
-	var (
-		epochOK bool
-		updated int64
-	)
-	err := s.pool.QueryRow(ctx, sqlAdvanceCursor, partition, a.ClientID, a.ActorID, a.Cursor, a.AtMs, a.LogEpoch).
-		Scan(&epochOK, &updated)
-	if err != nil {
-		return false, fmt.Errorf("advance client cursor: %w", storageFull(err))
+	advance := func() (bool, error) {
+		var (
+			epochOK bool
+			updated int64
+		)
+		err := s.pool.QueryRow(ctx, sqlAdvanceCursor, partition, a.ClientID, a.ActorID, a.Cursor, a.AtMs, a.LogEpoch).
+			Scan(&epochOK, &updated)
+		if err != nil {
+			return false, fmt.Errorf("advance client cursor: %w", storageFull(err))
+		}
+		if !epochOK {
+			return false, store.ErrEpochMismatch
+		}
+		return updated > 0, nil
 	}
-	if !epochOK {
-		return false, store.ErrEpochMismatch
+	if s.clients == nil {
+		return advance()
 	}
-	return updated > 0, nil
+	return s.clients.Advance(partition, a.ClientID, a.Cursor, advance)
 }
 
 // ActiveCursorFloor returns the lowest cursor among the partition's
@@ -105,6 +156,12 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs int64) (int64, bool, error) {
 	if err := s.check(); err != nil {
 		return 0, false, err
+	}
+	if s.clients != nil {
+		// The deferred records of this process count.
+		if err := s.clients.Flush(ctx); err != nil {
+			return 0, false, fmt.Errorf("active cursor floor: %w", err)
+		}
 	}
 	var floor *int64
 	if err := s.pool.QueryRow(ctx, sqlActiveCursorFloor, partition, sinceMs).Scan(&floor); err != nil {

@@ -54,13 +54,15 @@ func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, 
 	if newEpoch == "" {
 		return errors.New("rotate log epoch: the new epoch is empty")
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlRotateEpoch, partition, newEpoch, nowMs)
-	b.Queue(sqlDeleteClients, partition)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("rotate log epoch: %w", err)
-	}
-	return nil
+	return s.syncClient(partition, "", func() error {
+		b := &pgx.Batch{}
+		b.Queue(sqlRotateEpoch, partition, newEpoch, nowMs)
+		b.Queue(sqlDeleteClients, partition)
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("rotate log epoch: %w", err)
+		}
+		return nil
+	})
 }
 
 // CommitSeqBefore returns the newest commit sequence created before

@@ -273,6 +273,17 @@ ON CONFLICT (partition, client_id) DO NOTHING`
 )
 SELECT (SELECT ok FROM cur), (SELECT count(*) FROM upd)`
 
+	// sqlWriteDeferredClients moves the cursors of a batch of deferred
+	// client records: only records still bound to the actor, at the wire
+	// version and the cursor the request read, in a partition whose epoch
+	// did not change; the update time only moves forward.
+	sqlWriteDeferredClients = `UPDATE sync_clients c SET cursor = u.cursor, updated_at_ms = GREATEST(c.updated_at_ms, u.at)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::bigint[], $8::bigint[])
+  AS u(partition, client_id, actor_id, wire_version, epoch, base, cursor, at)
+WHERE c.partition = u.partition AND c.client_id = u.client_id AND c.actor_id = u.actor_id
+  AND c.wire_version = u.wire_version AND c.cursor = u.base
+  AND EXISTS (SELECT 1 FROM sync_partition_registry r WHERE r.partition = u.partition AND r.log_epoch = u.epoch)`
+
 	sqlActiveCursorFloor = `SELECT min(cursor) FROM sync_clients WHERE partition = $1 AND updated_at_ms >= $2 AND cursor >= 0`
 )
 

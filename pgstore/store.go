@@ -37,6 +37,10 @@ type Store struct {
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
 
+	// clients is the write-behind of deferred client records
+	// (clients.go); nil on a read-only store.
+	clients *store.ClientWriteBehind
+
 	// groups are the group-commit queues of the partitions being written
 	// (group.go).
 	groups groups
@@ -87,6 +91,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("pgstore: open: %w", err)
 	}
+	if !cfg.ReadOnly {
+		s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
+	}
 	return s, nil
 }
 
@@ -124,6 +131,13 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.done)
+	if s.clients != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := s.clients.Close(ctx); err != nil {
+			s.log.Warn("deferred client records not written at close", "err", err)
+		}
+		cancel()
+	}
 	if s.ownsPool {
 		s.pool.Close()
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -34,6 +35,9 @@ FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
 	if rec.Subscriptions, err = store.DecodeSubscriptions(subs); err != nil {
 		return store.ClientRecord{}, err
 	}
+	if s.clients != nil {
+		s.clients.Overlay(partition, &rec)
+	}
 	return rec, nil
 }
 
@@ -46,7 +50,7 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 	// No cursor is -1, as the reference stores it: its sync_clients.cursor
 	// is NOT NULL (0.15 to 0.20), so NULL would fail there.
 	cursor := max(rec.Cursor, -1)
-	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+	return s.syncClient(ctx, partition, rec.ClientID, func(ctx context.Context, c *conn) error {
 		n, err := c.execChanges(`INSERT INTO sync_clients(partition, client_id, actor_id, wire_version, cursor, subscriptions, updated_at_ms)
 VALUES (?,?,?,?,?,?,?) ON CONFLICT(partition, client_id) DO UPDATE SET
   wire_version=excluded.wire_version, cursor=excluded.cursor, subscriptions=excluded.subscriptions,
@@ -96,6 +100,15 @@ FROM sync_clients WHERE partition=? AND client_id=?`, partition, rec.ClientID).
 
 // AdvanceClientCursor applies a realtime ack.
 func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
+	if s.clients == nil {
+		return s.advanceClientCursor(ctx, partition, a)
+	}
+	return s.clients.Advance(partition, a.ClientID, a.Cursor, func() (bool, error) {
+		return s.advanceClientCursor(ctx, partition, a)
+	})
+}
+
+func (s *Store) advanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	var updated bool
 	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		var epoch string
@@ -127,6 +140,12 @@ func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs
 	if s.closed.Load() {
 		return 0, false, store.ErrClosed
 	}
+	if s.clients != nil {
+		// The deferred records of this process count.
+		if err := s.clients.Flush(ctx); err != nil {
+			return 0, false, fmt.Errorf("active cursor floor: %w", err)
+		}
+	}
 	var floor nullInt64
 	err := s.read(ctx, func(c *conn) error {
 		return c.queryRow(`SELECT MIN(cursor) FROM sync_clients
@@ -136,4 +155,47 @@ WHERE partition=? AND updated_at_ms >= ? AND cursor IS NOT NULL AND cursor >= 0`
 		return 0, false, fmt.Errorf("active cursor floor: %w", err)
 	}
 	return floor.Int64, floor.Valid, nil
+}
+
+// clientWriteBehind bounds how long a deferred client record waits.
+const clientWriteBehind = 25 * time.Millisecond
+
+// syncClient runs fn as a writer job ordered with the deferred client
+// records: the pending one of the client (of every client of the
+// partition with clientID "") is dropped and no batch of them runs
+// meanwhile.
+func (s *Store) syncClient(ctx context.Context, partition, clientID string, fn writeFunc) error {
+	if s.clients == nil {
+		return s.w.do(ctx, fn)
+	}
+	return s.clients.Sync(partition, clientID, func() error { return s.w.do(ctx, fn) })
+}
+
+// DeferClient queues a cursor-only change of a client record
+// (store.ClientDeferrer).
+func (s *Store) DeferClient(_ context.Context, partition, logEpoch string, rec store.ClientRecord, baseCursor int64) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if s.clients == nil {
+		return ErrReadOnly
+	}
+	return s.clients.Defer(partition, logEpoch, rec, baseCursor)
+}
+
+// writeDeferredClients writes a batch of deferred client records in one
+// writer job: each moves only a record that is still the one its request
+// read, in a partition still in its epoch.
+func (s *Store) writeDeferredClients(ctx context.Context, batch []store.DeferredClient) error {
+	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		for _, d := range batch {
+			if err := c.exec(`UPDATE sync_clients SET cursor = ?, updated_at_ms = max(updated_at_ms, ?)
+WHERE partition=? AND client_id=? AND actor_id=? AND wire_version=? AND coalesce(cursor, -1) = ?
+  AND EXISTS (SELECT 1 FROM sync_partition_registry r WHERE r.partition = sync_clients.partition AND r.log_epoch = ?)`,
+				d.Cursor, d.UpdatedAtMs, d.Partition, d.ClientID, d.ActorID, int(d.WireVersion), d.BaseCursor, d.LogEpoch); err != nil {
+				return fmt.Errorf("write deferred client records: %w", err)
+			}
+		}
+		return nil
+	})
 }

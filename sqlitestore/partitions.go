@@ -62,7 +62,7 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 // RotateLogEpoch gives the partition a new log epoch, requires epochs from
 // now on and forgets its client records.
 func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, nowMs int64) error {
-	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+	return s.syncClient(ctx, partition, "", func(ctx context.Context, c *conn) error {
 		if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
 VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.log_epoch, epoch_required = 1`,
 			partition, newEpoch, nowMs); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -109,6 +110,9 @@ type Store struct {
 	tempDir string
 	readers *readPool // query-only connections
 	w       *writer   // owns the write connection
+	// clients is the write-behind of deferred client records
+	// (clients.go); nil without a writer.
+	clients *store.ClientWriteBehind
 
 	mu     sync.RWMutex
 	schema *compiledSchema
@@ -180,6 +184,7 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 	s.w = newWriter(s, wc)
+	s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
 	go s.w.run()
 	return s, nil
 }
@@ -266,6 +271,12 @@ func (s *Store) cleanup() {
 // database.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		if s.clients != nil {
+			// Written before the writer refuses work.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = s.clients.Close(ctx)
+			cancel()
+		}
 		s.closed.Store(true)
 		if s.w != nil {
 			s.w.stop()

@@ -146,7 +146,12 @@ func (r *request) saveClient(ctx context.Context) error {
 			}
 		}
 	}
-	err := r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+	var err error
+	if d, ok := r.e.cfg.Store.(store.ClientDeferrer); ok && r.deferrable(prev, rec) {
+		err = d.DeferClient(ctx, r.auth.Partition, r.partition.LogEpoch, rec, prev.Cursor)
+	} else {
+		err = r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+	}
 	switch {
 	case errors.Is(err, store.ErrClientBound):
 		return errClientBound()
@@ -158,6 +163,23 @@ func (r *request) saveClient(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// deferFreshFor is how recently a client record must have been written
+// for a cursor-only change of it to be deferred: a record that old is
+// inside any retention window, so the deferred update time cannot take
+// the client out of the active ones meanwhile.
+const deferFreshFor = 60_000 // ms
+
+// deferrable reports whether the new record only moves the stored one's
+// cursor forward and its update time: the same actor, wire version and
+// subscription list. Such a write may be deferred (store.ClientDeferrer);
+// any other is written before the response ends, so a socket that connects
+// to another server of the fleet right after reads it.
+func (r *request) deferrable(prev *store.ClientRecord, rec store.ClientRecord) bool {
+	return prev != nil && prev.ActorID == rec.ActorID && prev.WireVersion == rec.WireVersion &&
+		rec.Cursor >= prev.Cursor && rec.UpdatedAtMs-prev.UpdatedAtMs < deferFreshFor &&
+		store.SubscriptionsEqual(prev.Subscriptions, rec.Subscriptions)
 }
 
 // bootstrapToken is the resume token of §4.7.

@@ -95,6 +95,7 @@ var areas = []area{
 	{"Scopes", RunScopes},
 	{"PushResults", RunPushResults},
 	{"Clients", RunClients},
+	{"DeferredClients", RunDeferredClients},
 	{"Prune", RunPrune},
 	{"Epoch", RunEpoch},
 	{"Transactions", RunTransactions},

@@ -1,0 +1,279 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ClientDeferrer is implemented by drivers that can defer the write of a
+// client record whose only change is its cursor and update time (a pull
+// round of a client that keeps its actor, wire version and subscription
+// list). The engine calls it instead of Store.PutClient in that case.
+type ClientDeferrer interface {
+	// DeferClient queues rec for a write within a short bound. The write
+	// moves the stored cursor to rec.Cursor (and the update time forward)
+	// only while the stored record is still the one the caller read: the
+	// same actor and wire version, the cursor baseCursor, and the
+	// partition still in logEpoch. Any other write of the record in
+	// between (an ack, a record written synchronously, an epoch rotation,
+	// another process) wins and the deferred write is dropped. Until it
+	// is written, Client in this process returns the record with the
+	// deferred cursor; Close and ActiveCursorFloor write what is pending
+	// first.
+	DeferClient(ctx context.Context, partition, logEpoch string, rec ClientRecord, baseCursor int64) error
+}
+
+// DeferredClient is one pending deferred client write.
+type DeferredClient struct {
+	Partition   string
+	ClientID    string
+	ActorID     string
+	WireVersion uint16
+	LogEpoch    string
+	// BaseCursor is the stored cursor the write expects; Cursor and
+	// UpdatedAtMs are what it writes.
+	BaseCursor  int64
+	Cursor      int64
+	UpdatedAtMs int64
+
+	subs []SubscriptionRecord
+}
+
+type clientKey struct{ partition, clientID string }
+
+// ClientWriteBehind coalesces deferred client writes (the newest per
+// partition and client wins) and writes them in one batch per interval
+// from a goroutine of its own. Drivers use it to implement
+// ClientDeferrer; the writes that must not be reordered with a pending one
+// run through Sync.
+type ClientWriteBehind struct {
+	interval time.Duration
+	write    func(ctx context.Context, batch []DeferredClient) error
+
+	// flushing is held exclusively while a batch is written and shared by
+	// the synchronous writes of client records (Sync): a synchronous write
+	// never runs at the same time as a batch, so the one that takes a
+	// record's pending entry out is ordered after any batch that held it.
+	flushing sync.RWMutex
+
+	mu      sync.Mutex
+	pending map[clientKey]*DeferredClient
+	// inflight is the batch being written: the records read meanwhile
+	// see it.
+	inflight map[clientKey]*DeferredClient
+	closed   bool
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewClientWriteBehind starts a write-behind that writes its pending
+// records with write at most interval after the first of them was queued.
+// write gets every pending record; a batch that fails (except for lack of
+// space) is queued again unless a newer write superseded it.
+func NewClientWriteBehind(interval time.Duration, write func(ctx context.Context, batch []DeferredClient) error) *ClientWriteBehind {
+	w := &ClientWriteBehind{interval: interval, write: write, pending: map[clientKey]*DeferredClient{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+func (w *ClientWriteBehind) run() {
+	defer close(w.done)
+	t := time.NewTimer(w.interval)
+	t.Stop()
+	for {
+		select {
+		case <-w.kick:
+		case <-w.stop:
+			return
+		}
+		t.Reset(w.interval)
+		select {
+		case <-t.C:
+		case <-w.stop:
+			t.Stop()
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = w.Flush(ctx)
+		cancel()
+	}
+}
+
+// Defer queues a record (see ClientDeferrer.DeferClient).
+func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, baseCursor int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	k := clientKey{partition, rec.ClientID}
+	if d, ok := w.pending[k]; ok && d.ActorID == rec.ActorID && d.WireVersion == rec.WireVersion &&
+		d.LogEpoch == logEpoch && SubscriptionsEqual(d.subs, rec.Subscriptions) &&
+		(baseCursor == d.BaseCursor || baseCursor == d.Cursor) {
+		// The caller read the record the pending write started from, or
+		// the pending write itself: keep its base, move forward only.
+		d.Cursor = max(d.Cursor, rec.Cursor)
+		d.UpdatedAtMs = max(d.UpdatedAtMs, rec.UpdatedAtMs)
+		return nil
+	}
+	w.pending[k] = &DeferredClient{Partition: partition, ClientID: rec.ClientID, ActorID: rec.ActorID,
+		WireVersion: rec.WireVersion, LogEpoch: logEpoch, BaseCursor: baseCursor, Cursor: rec.Cursor,
+		UpdatedAtMs: rec.UpdatedAtMs, subs: rec.Subscriptions}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Overlay applies a pending write of the record to rec, a record just
+// read from the database, when the pending write would apply to it.
+func (w *ClientWriteBehind) Overlay(partition string, rec *ClientRecord) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := clientKey{partition, rec.ClientID}
+	overlay(w.inflight[k], rec) // written, but maybe not committed yet
+	overlay(w.pending[k], rec)
+}
+
+func overlay(d *DeferredClient, rec *ClientRecord) {
+	if d == nil || d.ActorID != rec.ActorID || d.WireVersion != rec.WireVersion || d.BaseCursor != rec.Cursor ||
+		!SubscriptionsEqual(d.subs, rec.Subscriptions) {
+		return
+	}
+	rec.Cursor = d.Cursor
+	rec.UpdatedAtMs = max(rec.UpdatedAtMs, d.UpdatedAtMs)
+}
+
+// Sync runs a synchronous write of a client record (or, with clientID "",
+// of every record of the partition): the pending write of the record is
+// dropped first, and no batch runs during fn.
+func (w *ClientWriteBehind) Sync(partition, clientID string, fn func() error) error {
+	w.flushing.RLock()
+	defer w.flushing.RUnlock()
+	w.mu.Lock()
+	for k := range w.pending {
+		if k.partition == partition && (clientID == "" || k.clientID == clientID) {
+			delete(w.pending, k)
+		}
+	}
+	w.mu.Unlock()
+	return fn()
+}
+
+// Advance runs a monotone cursor write (a realtime ack) that fn reports as
+// having set the stored cursor to cursor (updated) or not: no batch runs
+// during it, and a pending write the ack passed is dropped, while a
+// pending write ahead of it now expects the ack's cursor.
+func (w *ClientWriteBehind) Advance(partition, clientID string, cursor int64, fn func() (bool, error)) (bool, error) {
+	w.flushing.RLock()
+	defer w.flushing.RUnlock()
+	updated, err := fn()
+	if err != nil || !updated {
+		return updated, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := clientKey{partition, clientID}
+	if d, ok := w.pending[k]; ok {
+		if d.Cursor <= cursor {
+			delete(w.pending, k)
+		} else {
+			d.BaseCursor = cursor
+		}
+	}
+	return updated, nil
+}
+
+// Flush writes every pending record now.
+func (w *ClientWriteBehind) Flush(ctx context.Context) error {
+	w.flushing.Lock()
+	defer w.flushing.Unlock()
+	w.mu.Lock()
+	if len(w.pending) == 0 {
+		w.mu.Unlock()
+		return nil
+	}
+	batch := make([]DeferredClient, 0, len(w.pending))
+	for _, d := range w.pending {
+		batch = append(batch, *d)
+	}
+	w.inflight, w.pending = w.pending, map[clientKey]*DeferredClient{}
+	w.mu.Unlock()
+	// One order for every batch: two processes writing overlapping
+	// batches lock the rows in the same order.
+	slices.SortFunc(batch, func(a, b DeferredClient) int {
+		if c := strings.Compare(a.Partition, b.Partition); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ClientID, b.ClientID)
+	})
+	err := w.write(ctx, batch)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight = nil
+	if err == nil || errors.Is(err, ErrStorageFull) {
+		return err
+	}
+	// Queue the batch again where nothing newer was queued meanwhile.
+	if w.closed {
+		return err
+	}
+	for i := range batch {
+		k := clientKey{batch[i].Partition, batch[i].ClientID}
+		if _, ok := w.pending[k]; !ok {
+			w.pending[k] = &batch[i]
+		}
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+	return err
+}
+
+// Pending reports how many records wait to be written.
+func (w *ClientWriteBehind) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pending)
+}
+
+// Close stops the goroutine, refuses later Defer calls and writes what is
+// pending.
+func (w *ClientWriteBehind) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.stop)
+	<-w.done
+	return w.Flush(ctx)
+}
+
+// SubscriptionsEqual reports whether two subscription lists are the same,
+// in order, with the same scope values in the same order.
+func SubscriptionsEqual(a, b []SubscriptionRecord) bool {
+	return slices.EqualFunc(a, b, func(x, y SubscriptionRecord) bool {
+		if x.ID != y.ID || x.Table != y.Table || x.SchemaVersion != y.SchemaVersion || len(x.Scopes) != len(y.Scopes) {
+			return false
+		}
+		for k, xv := range x.Scopes {
+			yv, ok := y.Scopes[k]
+			if !ok || !slices.Equal(xv, yv) {
+				return false
+			}
+		}
+		return true
+	})
+}
