@@ -11,8 +11,22 @@ import (
 	"github.com/syncgo/syncgo/store"
 )
 
-// Client returns a client record.
+// Client returns a client record, with this process's deferred write of
+// it applied.
 func (s *Store) Client(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
+	if s.clients == nil {
+		return s.readClient(ctx, partition, clientID)
+	}
+	var rec store.ClientRecord
+	err := s.clients.Read(partition, &rec, func() (err error) {
+		rec, err = s.readClient(ctx, partition, clientID)
+		return err
+	})
+	return rec, err
+}
+
+// readClient reads a client record from the database.
+func (s *Store) readClient(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
 	if err := s.check(); err != nil {
 		return store.ClientRecord{}, err
 	}
@@ -32,9 +46,6 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 	rec.WireVersion = uint16(wireVersion)
 	if rec.Subscriptions, err = decodeSubscriptions(subs); err != nil {
 		return store.ClientRecord{}, fmt.Errorf("client: %w", err)
-	}
-	if s.clients != nil {
-		s.clients.Overlay(partition, &rec)
 	}
 	return rec, nil
 }

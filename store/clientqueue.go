@@ -133,6 +133,21 @@ func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, 
 	return nil
 }
 
+// Read runs read, which fills rec from the database, then applies the
+// pending write of the record to it (Overlay), with no batch running in
+// between: a batch that committed after the database read and before the
+// overlay would leave rec without its write either way (read before it,
+// and no longer pending or in flight after it).
+func (w *ClientWriteBehind) Read(partition string, rec *ClientRecord, read func() error) error {
+	w.flushing.RLock()
+	defer w.flushing.RUnlock()
+	if err := read(); err != nil {
+		return err
+	}
+	w.Overlay(partition, rec)
+	return nil
+}
+
 // Overlay applies a pending write of the record to rec, a record just
 // read from the database, when the pending write would apply to it.
 func (w *ClientWriteBehind) Overlay(partition string, rec *ClientRecord) {
