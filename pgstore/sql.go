@@ -141,16 +141,7 @@ RETURNING 1`
 // a log of 1,000, 8 ms with the probe).
 const sqlCommitWindow = `SELECT c.commit_seq, m.created_at_ms, m.actor_id, m.client_id, m.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
-  FROM (SELECT DISTINCT x.commit_seq
-          FROM unnest($4::text[]) AS v(value)
-          CROSS JOIN LATERAL (
-            SELECT cs.commit_seq FROM sync_change_scopes cs
-             WHERE cs.partition = $1 AND cs.tbl = $2 AND cs.var = $3 AND cs.value = v.value
-               AND cs.commit_seq > $5 AND cs.commit_seq <= $6
-             ORDER BY cs.commit_seq
-             LIMIT $7) x
-         ORDER BY x.commit_seq
-         LIMIT $7) c
+  FROM (` + sqlWindowCandidates + `) c
   LEFT JOIN LATERAL (
     SELECT created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
      WHERE partition = $1 AND commit_seq = c.commit_seq

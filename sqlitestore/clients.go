@@ -12,15 +12,9 @@ import (
 // Client returns a client record, with this process's deferred write of
 // it applied.
 func (s *Store) Client(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
-	if s.clients == nil {
+	return s.clients.ReadClient(partition, func() (store.ClientRecord, error) {
 		return s.readClient(ctx, partition, clientID)
-	}
-	var rec store.ClientRecord
-	err := s.clients.Read(partition, &rec, func() (err error) {
-		rec, err = s.readClient(ctx, partition, clientID)
-		return err
 	})
-	return rec, err
 }
 
 // readClient reads a client record from the database.

@@ -133,6 +133,21 @@ func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, 
 	return nil
 }
 
+// ReadClient returns the record that read gets from the database with
+// the pending write of it applied (see Read); a nil write-behind (a store
+// without one) returns read's answer as it is.
+func (w *ClientWriteBehind) ReadClient(partition string, read func() (ClientRecord, error)) (ClientRecord, error) {
+	if w == nil {
+		return read()
+	}
+	var rec ClientRecord
+	err := w.Read(partition, &rec, func() (err error) {
+		rec, err = read()
+		return err
+	})
+	return rec, err
+}
+
 // Read runs read, which fills rec from the database, then applies the
 // pending write of the record to it (Overlay), with no batch running in
 // between: a batch that committed after the database read and before the
