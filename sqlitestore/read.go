@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -106,17 +107,29 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		w.values = jsonList(values)
 	}
 	if q.LimitChanges > 0 {
-		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, windowChunk))
+		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, rangeChunk))
+		w.rng.chs = make([]store.Change, 0, min(q.LimitChanges, rangeChunk))
 	}
 	after := q.AfterSeq
 	for {
 		var (
 			n    int
 			last int64
+			more bool
 		)
-		err := s.read(ctx, func(c *conn) error {
+		read := s.read
+		if w.one != "" {
+			// The range read runs its statements in one snapshot.
+			read = s.readTx
+		}
+		err := read(ctx, func(c *conn) error {
 			var err error
-			n, last, err = readWindowChunk(c, partition, w, after)
+			if w.one != "" {
+				n, last, more, err = readWindowRange(c, partition, w, after)
+			} else {
+				n, last, err = readWindowChunk(c, partition, w, after)
+				more = n == windowChunk
+			}
 			return err
 		})
 		if err != nil {
@@ -125,7 +138,7 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		if w.full {
 			return w.out, nil
 		}
-		if n < windowChunk {
+		if !more {
 			w.out.Complete = true
 			return w.out, nil
 		}
@@ -143,6 +156,7 @@ type windowReader struct {
 	changes     int
 	full        bool // the change limit stopped the window
 	scan        windowScan
+	rng         rangeScan
 }
 
 // add offers one candidate commit with its matching changes; it reports
@@ -555,4 +569,207 @@ SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_i
 		last.Changes = append(last.Changes, ch)
 	}
 	return out, rows.Err()
+}
+
+// rangeChunk is how many candidates a range read takes at most; it is
+// inline in windowCandSQL (a bound LIMIT would re-prepare the statement).
+const rangeChunk = 1024
+
+// rangeDensity: the candidates are read by range when their stretch of
+// the log is at most this many times their number.
+const rangeDensity = 4
+
+// windowCandSQL reads the candidates of a one-value window: an index-only
+// walk of the change-scope index in commit order.
+const windowCandSQL = `SELECT commit_seq FROM sync_change_scopes
+ WHERE partition=?1 AND tbl=?2 AND var=?3 AND value=?4 AND commit_seq > ?5 AND commit_seq <= ?6
+ ORDER BY commit_seq LIMIT 1024`
+
+// rangeCommitsSQL and rangeChangesSQL read a stretch of the log by one
+// walk of each table's primary-key index (and of the rows it points to,
+// which are in the same order): no index descent per commit.
+const rangeCommitsSQL = `SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
+ WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 ORDER BY commit_seq`
+
+const rangeChangesSQL = `SELECT commit_seq, row_id, op, row_version, scopes, payload FROM sync_changes
+ WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 AND tbl=?4 ORDER BY commit_seq, idx`
+
+// rangeScan is what the range reads of a window reuse: the candidates,
+// their commits (Seq 0: none, pruned while the window was read), the
+// changes' backing array and a payload arena. The commits returned share
+// the backing array and the arena, so neither is ever cut back while a
+// window is read: earlier commits point into them.
+type rangeScan struct {
+	cands []int64
+	heads []store.Commit
+	chs   []store.Change
+	arena []byte
+}
+
+// arenaBlock is the size of a payload arena block.
+const arenaBlock = 32 << 10
+
+// payload copies column i's bytes into the arena (nil for NULL).
+func (rs *rangeScan) payload(st *sqlite.Stmt, i int) []byte {
+	if st.ColumnType(i) == sqlite.TypeNull {
+		return nil
+	}
+	n := st.ColumnLen(i)
+	if cap(rs.arena)-len(rs.arena) < n {
+		rs.arena = make([]byte, 0, max(n, arenaBlock))
+	}
+	start := len(rs.arena)
+	rs.arena = rs.arena[:start+n]
+	b := rs.arena[start : start+n : start+n]
+	st.ColumnBytes(i, b)
+	return b
+}
+
+// readWindowRange reads the next chunk of a one-value window: its
+// candidates first (windowCandSQL, at most as many as can still fit the
+// change limit, plus one). When they are dense in their stretch of the
+// log (a catch-up of a scope most commits touch), their commits and
+// changes are read by one walk of each table over the stretch, merged here
+// (rangeCommitsSQL, rangeChangesSQL); else by windowOneSQL's probes per
+// candidate, which stay proportional to the candidates however sparse.
+// It reports the candidates read, the last one, and whether more may
+// follow it.
+func readWindowRange(c *conn, partition string, w *windowReader, after int64) (int, int64, bool, error) {
+	rs := &w.rng
+	r, err := c.query(windowCandSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
+	}
+	rs.cands = rs.cands[:0]
+	for r.Next() {
+		rs.cands = append(rs.cands, r.st.ColumnInt64(0))
+	}
+	if err := r.Err(); err != nil {
+		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
+	}
+	cands := rs.cands
+	if len(cands) == 0 {
+		return 0, 0, false, nil
+	}
+	more := len(cands) == rangeChunk
+	if w.q.LimitChanges > 0 {
+		// Every candidate has a change of the table: the candidates past
+		// the first limit+1 cannot fit, unless other keys filter changes
+		// out; then the next chunk reads them.
+		if need := max(w.q.LimitChanges-w.changes+1, 1); need < len(cands) {
+			cands, more = cands[:need], true
+		}
+	}
+	lo, hi := cands[0], cands[len(cands)-1]
+	if hi-lo+1 > rangeDensity*int64(len(cands)) {
+		n, last, err := readWindowChunk(c, partition, w, after)
+		return n, last, n == windowChunk, err
+	}
+	if err := rs.readHeads(c, partition, cands, &w.scan); err != nil {
+		return 0, 0, false, err
+	}
+	if err := w.readRangeChanges(c, partition, cands); err != nil {
+		return 0, 0, false, err
+	}
+	return len(cands), hi, more, nil
+}
+
+// readHeads reads the commit rows of cands' stretch of the log into
+// rs.heads, one per candidate.
+func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *windowScan) error {
+	r, err := c.query(rangeCommitsSQL, partition, cands[0], cands[len(cands)-1])
+	if err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	defer r.Close()
+	rs.heads = slices.Grow(rs.heads[:0], len(cands))[:len(cands)]
+	clear(rs.heads)
+	next, st := 0, r.st
+	for r.Next() {
+		seq := st.ColumnInt64(0)
+		for next < len(cands) && cands[next] < seq {
+			next++
+		}
+		if next == len(cands) {
+			break
+		}
+		if cands[next] != seq {
+			continue // not a candidate
+		}
+		ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
+		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
+			ClientCommitID: st.ColumnText(4)}
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	return nil
+}
+
+// readRangeChanges reads the changes of the table in cands' stretch of
+// the log, keeps the candidates' changes inside the scopes, and adds the
+// commits in order until one does not fit.
+func (w *windowReader) readRangeChanges(c *conn, partition string, cands []int64) error {
+	rs := &w.rng
+	r, err := c.query(rangeChangesSQL, partition, cands[0], cands[len(cands)-1], w.q.Table)
+	if err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	defer r.Close()
+	var (
+		st   = r.st
+		ws   = &w.scan
+		next = -1 // the candidate whose changes are being read
+		from = len(rs.chs)
+	)
+	// add offers the current candidate's commit with the changes read
+	// since from; it reports false when the commit did not fit.
+	add := func() bool {
+		if next < 0 || rs.heads[next].Seq == 0 {
+			return true // none yet, or pruned
+		}
+		cm := rs.heads[next]
+		cm.Changes = rs.chs[from:len(rs.chs):len(rs.chs)]
+		if !w.add(cm) {
+			return false
+		}
+		from = len(rs.chs)
+		return true
+	}
+	i := 0
+	for r.Next() {
+		seq := st.ColumnInt64(0)
+		for i < len(cands) && cands[i] < seq {
+			i++
+		}
+		if i == len(cands) {
+			break
+		}
+		if cands[i] != seq {
+			continue // not a candidate
+		}
+		if i != next {
+			if !add() {
+				return nil
+			}
+			next = i
+		}
+		if rs.heads[i].Seq == 0 {
+			continue // pruned
+		}
+		ch := store.Change{Table: w.q.Table, Op: wire.Op(st.ColumnInt64(2)), RowVersion: st.ColumnInt64(3)}
+		if ch.Scopes, err = ws.decodeScopes(st, 4); err != nil {
+			return err
+		}
+		if !store.MatchScopes(ch.Scopes, w.q.Scopes) {
+			continue
+		}
+		ch.RowID, ch.Payload = st.ColumnText(1), rs.payload(st, 5)
+		rs.chs = append(rs.chs, ch)
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	add()
+	return nil
 }
