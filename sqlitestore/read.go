@@ -102,7 +102,7 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	}
 	w := &windowReader{q: q}
 	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
-		w.one = values[0]
+		w.one, w.single = values[0], true
 	} else {
 		w.values = jsonList(values)
 	}
@@ -118,13 +118,13 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 			more bool
 		)
 		read := s.read
-		if w.one != "" {
+		if w.single {
 			// The range read runs its statements in one snapshot.
 			read = s.readTx
 		}
 		err := read(ctx, func(c *conn) error {
 			var err error
-			if w.one != "" {
+			if w.single {
 				n, last, more, err = readWindowRange(c, partition, w, after)
 			} else {
 				n, last, err = readWindowChunk(c, partition, w, after)
@@ -149,9 +149,11 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 // windowReader accumulates a commit window across chunks.
 type windowReader struct {
 	q store.CommitWindowQuery
-	// one is the first key's value when it has one (windowOneSQL);
-	// values is the JSON list of its values otherwise (windowSQL).
+	// one is the first key's value when it has one (single: the range
+	// read, or windowOneSQL); values is the JSON list of its values
+	// otherwise (windowSQL).
 	one, values string
+	single      bool
 	out         store.CommitWindow
 	changes     int
 	full        bool // the change limit stopped the window
