@@ -97,6 +97,24 @@ type Store interface {
 	Close() error
 }
 
+// RequestStateReader is implemented by stores that read, in one go, what
+// a sync request checks before it runs: the partition's state, its serve
+// gate at the running schema version, and the client's record (with any
+// deferred write of it applied, as Client returns it). On SQLite that is
+// one read connection, on Postgres one round trip, instead of three.
+type RequestStateReader interface {
+	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
+}
+
+// RequestState is the answer to ReadRequestState. A partition the store
+// does not know is ErrNotFound, as with Partition.
+type RequestState struct {
+	Partition Partition
+	Gate      ServeGate
+	// Client is the client's record; nil when the partition holds none.
+	Client *ClientRecord
+}
+
 // WriteTx is the view of a partition write transaction. It is valid only
 // inside the function passed to Store.Write, and must not be used from
 // other goroutines. A driver may send a write later than the call that

@@ -76,8 +76,13 @@ func (e *Engine) readGate(ctx context.Context, partition string) (*store.ServeGa
 
 // entryGate runs the serve gate at request entry.
 func (r *request) entryGate(ctx context.Context) error {
-	g, err := r.e.readGate(ctx, r.auth.Partition)
-	if err != nil || g == nil {
+	var (
+		g   *store.ServeGate
+		err error
+	)
+	if r.pre != nil {
+		g = &r.pre.Gate
+	} else if g, err = r.e.readGate(ctx, r.auth.Partition); err != nil || g == nil {
 		return err
 	}
 	if refusal := r.e.gateRefusal(*g); refusal != nil {

@@ -39,10 +39,13 @@ type subOutcome struct {
 
 // pull answers every subscription, in request order.
 func (r *request) pull(ctx context.Context) error {
-	p, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
-	if err != nil {
-		return err
-	}
+	// The partition as read at entry, not read again: every commit up to
+	// the newest one this request's push answered is durable and visible
+	// (sequences are taken under the partition's write boundary, in
+	// order), so the pull's high-water mark is the larger of the two.
+	// Pruning since entry is caught by the recheck after each window.
+	p := r.partition
+	p.MaxCommitSeq = max(p.MaxCommitSeq, r.lastSeq)
 	lim := clampLimits(r.req.Pull)
 	r.pulled = make([]subOutcome, len(r.req.Subscriptions))
 	for i, sub := range r.req.Subscriptions {
