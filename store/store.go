@@ -182,6 +182,14 @@ type ReadAheadWriter interface {
 	WriteReadAhead(ctx context.Context, partition string, reads WriteReads, fn func(ctx context.Context, tx WriteTx) error) error
 }
 
+// LocalWriter is implemented by stores whose write boundary is an
+// in-process writer (SQLite's single write connection): entering it costs
+// a request no more than a read, so the engine looks a pushed commit up
+// in the journal only inside the write, not also before it.
+type LocalWriter interface {
+	LocalWriter()
+}
+
 // CommitListener is implemented by stores that several server instances
 // share (Postgres): it reports every commit appended by any instance, so
 // that each instance fans it out to its own sockets.
