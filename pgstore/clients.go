@@ -63,7 +63,9 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 		b := &pgx.Batch{}
 		b.Queue(sqlPartition, partition)
 		b.Queue(sqlServeGate, partition, running)
-		b.Queue(sqlClient, partition, clientID)
+		if clientID != "" {
+			b.Queue(sqlClient, partition, clientID)
+		}
 		br := s.pool.SendBatch(ctx, b)
 		err := func() error {
 			p, err := scanPartitionRow(br.QueryRow(), partition)
@@ -71,7 +73,7 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 				return err
 			}
 			st.Partition = p
-			if st.Gate, err = readServeGate(br.QueryRow()); err != nil {
+			if st.Gate, err = readServeGate(br.QueryRow()); err != nil || clientID == "" {
 				return err
 			}
 			rec, err = scanClient(br.QueryRow(), clientID)

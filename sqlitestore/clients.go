@@ -62,7 +62,7 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
 				return err
 			}
-			if st.Gate, err = serveGateOn(c, partition, running); err != nil {
+			if st.Gate, err = serveGateOn(c, partition, running); err != nil || clientID == "" {
 				return err
 			}
 			rec, err = clientOn(c, partition, clientID)

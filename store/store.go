@@ -103,6 +103,8 @@ type Store interface {
 // deferred write of it applied, as Client returns it). On SQLite that is
 // one read connection, on Postgres one round trip, instead of three.
 type RequestStateReader interface {
+	// ReadRequestState reads the request state; with clientID "" it reads
+	// no client record.
 	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
 }
 

@@ -59,6 +59,7 @@ func (r *request) pull(ctx context.Context) error {
 }
 
 func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits) (subOutcome, error) {
+	r.gateAfterReads = nil // this section reads data after it
 	eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
 	if !active {
 		return subOutcome{nextCursor: sub.Cursor}, r.emptySection(sub, wire.SubRevoked, syncerr.CodeScopeRevoked)
@@ -77,7 +78,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		return subOutcome{}, err
 	}
 	// §4.6: recheck the horizon after reading the window.
-	now, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
+	now, err := r.recheck(ctx)
 	if err != nil {
 		return subOutcome{}, err
 	}

@@ -50,6 +50,10 @@ type request struct {
 	// pre is the request state read with the partition at entry (the
 	// serve gate and client record); nil when they are read one by one.
 	pre *store.RequestState
+	// gateAfterReads is a serve gate read after the last data this
+	// response holds (recheck); the next read-verify uses it instead of
+	// reading the gate again. Any section clears it before it reads.
+	gateAfterReads *store.ServeGate
 	// build makes the operations of a server command (command.go).
 	build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
