@@ -137,12 +137,39 @@ func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
 			HTTPStatus: http.StatusUnsupportedMediaType}
 	}
 	body = &limitedReader{r: body, n: s.cfg.MaxRequestBytes}
-	req, err := wire.ReadRequest(body, wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes})
+	opts := wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes}
+	if n := r.ContentLength; body != nil && n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
+		// A small body (a push+pull round's) is read whole and decoded
+		// in place: no 32 KiB read buffer per request.
+		b := make([]byte, 0, n+1)
+		for {
+			m, err := body.Read(b[len(b):cap(b)])
+			b = b[:len(b)+m]
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, badBody(err)
+			}
+			if len(b) == cap(b) { // longer than announced
+				return nil, badBody(io.ErrUnexpectedEOF)
+			}
+		}
+		req, err := wire.DecodeRequest(b, opts)
+		if err != nil {
+			return nil, badBody(err)
+		}
+		return req, nil
+	}
+	req, err := wire.ReadRequest(body, opts)
 	if err != nil {
 		return nil, badBody(err)
 	}
 	return req, nil
 }
+
+// smallRequest is the largest announced body read whole before decoding.
+const smallRequest = 16 << 10
 
 func badBody(err error) *syncerr.Error {
 	var mbe *http.MaxBytesError
