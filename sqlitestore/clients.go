@@ -57,7 +57,7 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 	var rec store.ClientRecord
 	found := false
 	err := s.clients.Read(partition, &rec, func() error {
-		return s.read(ctx, func(c *conn) error {
+		return s.readTx(ctx, func(c *conn) error {
 			var err error
 			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
 				return err

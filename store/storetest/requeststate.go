@@ -123,3 +123,49 @@ func testRequestStateDeferred(t *testing.T, open Opener) {
 		t.Errorf("ReadRequestState(p1, c1).Client = %v; want the deferred %s", st.Client, fmtClient(rec))
 	}
 }
+
+// BenchmarkRequestEntry measures what a sync request reads at entry: the
+// partition, the serve gate and the client record one by one
+// ("separate"), and in one ReadRequestState ("combined", skipped on a
+// store without it).
+func BenchmarkRequestEntry(b *testing.B, open Opener) {
+	s := open(b)
+	ctx := b.Context()
+	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
+		b.Fatalf("EnsureSchema: %v", err)
+	}
+	if _, err := s.TouchPartition(ctx, "p1", 1000, epochOf("p1")); err != nil {
+		b.Fatalf("TouchPartition: %v", err)
+	}
+	rec := deferBase("c1")
+	if err := s.PutClient(ctx, "p1", rec); err != nil {
+		b.Fatalf("PutClient: %v", err)
+	}
+	b.Run("separate", func(b *testing.B) {
+		bar, _ := s.(store.Barrier)
+		for b.Loop() {
+			if _, err := s.Partition(ctx, "p1"); err != nil {
+				b.Fatal(err)
+			}
+			if bar != nil {
+				if _, err := bar.ReadServeGate(ctx, "p1", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := s.Client(ctx, "p1", "c1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("combined", func(b *testing.B) {
+		rs, ok := s.(store.RequestStateReader)
+		if !ok {
+			b.Skip("no store.RequestStateReader")
+		}
+		for b.Loop() {
+			if st, err := rs.ReadRequestState(ctx, "p1", "c1", 1); err != nil || st.Client == nil {
+				b.Fatal(st.Client, err)
+			}
+		}
+	})
+}
