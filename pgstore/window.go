@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,10 +40,6 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		page = min(q.LimitChanges+1, defaultWindowPageCommits)
 	}
 	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
-	if q.LimitChanges > 0 {
-		w.commits = make([]store.Commit, 0, min(q.LimitChanges, defaultWindowPageCommits))
-		w.chs = make([]store.Change, 0, min(q.LimitChanges, defaultWindowPageCommits))
-	}
 	after := q.AfterSeq
 	for {
 		candidates, last, err := w.readPage(ctx, s, partition, ts.name, first, after, q.ThroughSeq, page)
@@ -77,8 +74,13 @@ type windowReader struct {
 	arena []byte
 }
 
-// arenaBlock is the size of a payload arena block.
-const arenaBlock = 32 << 10
+// arenaBlock is the largest payload arena block; the first is
+// arenaFirst, and each next one twice the last (a round's window of a
+// commit or two allocates little).
+const (
+	arenaFirst = 512
+	arenaBlock = 32 << 10
+)
 
 // payload copies b into the arena (nil stays nil).
 func (w *windowReader) payload(b []byte) []byte {
@@ -86,7 +88,7 @@ func (w *windowReader) payload(b []byte) []byte {
 		return nil
 	}
 	if cap(w.arena)-len(w.arena) < len(b) {
-		w.arena = make([]byte, 0, max(len(b), arenaBlock))
+		w.arena = make([]byte, 0, max(len(b), min(2*cap(w.arena), arenaBlock), arenaFirst))
 	}
 	start := len(w.arena)
 	w.arena = append(w.arena, b...)
@@ -254,6 +256,13 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	cands, err := w.candidates(ctx, s, partition, table, first, after, through, page)
 	if err != nil || len(cands) == 0 {
 		return 0, 0, err
+	}
+	// Room for every candidate's commit and one change each: a
+	// catch-up's window grows its slices once, a round's stays small.
+	w.commits = slices.Grow(w.commits, len(cands))
+	if cap(w.chs)-len(w.chs) < len(cands) {
+		// A new backing array: the commits added point into the old one.
+		w.chs = make([]store.Change, 0, len(cands))
 	}
 	lo, hi := cands[0], cands[len(cands)-1]
 	if hi-lo+1 > int64(rangeDensity*len(cands)) {

@@ -107,8 +107,10 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		w.values = jsonList(values)
 	}
 	if q.LimitChanges > 0 {
-		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, rangeChunk))
-		w.rng.chs = make([]store.Change, 0, min(q.LimitChanges, rangeChunk))
+		// Small at first: a push+pull round's window holds a commit or
+		// two, and a full-size slice was zeroed for each. A range read
+		// grows it to its candidates.
+		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
 	}
 	after := q.AfterSeq
 	for {
@@ -608,8 +610,13 @@ type rangeScan struct {
 	arena []byte
 }
 
-// arenaBlock is the size of a payload arena block.
-const arenaBlock = 32 << 10
+// arenaBlock is the largest payload arena block; the first is
+// arenaFirst, and each next one twice the last (a round's window of a
+// commit or two allocates little).
+const (
+	arenaFirst = 512
+	arenaBlock = 32 << 10
+)
 
 // payload copies column i's bytes into the arena (nil for NULL).
 func (rs *rangeScan) payload(st *sqlite.Stmt, i int) []byte {
@@ -618,7 +625,7 @@ func (rs *rangeScan) payload(st *sqlite.Stmt, i int) []byte {
 	}
 	n := st.ColumnLen(i)
 	if cap(rs.arena)-len(rs.arena) < n {
-		rs.arena = make([]byte, 0, max(n, arenaBlock))
+		rs.arena = make([]byte, 0, max(n, min(2*cap(rs.arena), arenaBlock), arenaFirst))
 	}
 	start := len(rs.arena)
 	rs.arena = rs.arena[:start+n]
@@ -666,6 +673,13 @@ func readWindowRange(c *conn, partition string, w *windowReader, after int64) (i
 	if hi-lo+1 > rangeDensity*int64(len(cands)) {
 		n, last, err := readWindowChunk(c, partition, w, after)
 		return n, last, n == windowChunk, err
+	}
+	// Room for every candidate's commit and one change each, so that a
+	// catch-up's window grows its slices once, and a round's stays small.
+	w.out.Commits = slices.Grow(w.out.Commits, len(cands))
+	if cap(rs.chs)-len(rs.chs) < len(cands) {
+		// A new backing array: the commits added point into the old one.
+		rs.chs = make([]store.Change, 0, len(cands))
 	}
 	if err := rs.readHeads(c, partition, cands, &w.scan); err != nil {
 		return 0, 0, false, err
