@@ -119,14 +119,17 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 			last int64
 			more bool
 		)
+		// A short window (a push+pull round's commit or two) stays one
+		// statement in an implicit transaction; a longer one takes the
+		// range read, whose statements run in one snapshot.
+		rng := w.single && q.ThroughSeq-after > rangeMin
 		read := s.read
-		if w.single {
-			// The range read runs its statements in one snapshot.
+		if rng {
 			read = s.readTx
 		}
 		err := read(ctx, func(c *conn) error {
 			var err error
-			if w.single {
+			if rng {
 				n, last, more, err = readWindowRange(c, partition, w, after)
 			} else {
 				n, last, err = readWindowChunk(c, partition, w, after)
@@ -582,6 +585,11 @@ const rangeChunk = 1024
 // rangeDensity: the candidates are read by range when their stretch of
 // the log is at most this many times their number.
 const rangeDensity = 4
+
+// rangeMin: a one-value window over at most this many commits of the log
+// is read by windowOneSQL alone (one statement, no read transaction to
+// begin and end), not by the range read's three.
+const rangeMin = 64
 
 // windowCandSQL reads the candidates of a one-value window: an index-only
 // walk of the change-scope index in commit order.
