@@ -185,6 +185,9 @@ func TestWindowChunkInline(t *testing.T) {
 	if !strings.Contains(windowOneSQL, "LIMIT 1 OFFSET "+strconv.Itoa(windowChunk-1)+")") {
 		t.Fatalf("windowOneSQL's OFFSET differs from windowChunk-1 %d", windowChunk-1)
 	}
+	if !strings.Contains(windowOneFirstSQL, "LIMIT 1 OFFSET "+strconv.Itoa(windowFirstChunk-1)+")") {
+		t.Fatalf("windowOneFirstSQL's OFFSET differs from windowFirstChunk-1 %d", windowFirstChunk-1)
+	}
 }
 
 // TestWindowOnePlan pins the plan of the one-value window query on the

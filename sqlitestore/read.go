@@ -112,31 +112,37 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		// grows it to its candidates.
 		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
 	}
-	after := q.AfterSeq
+	after, first := q.AfterSeq, true
 	for {
 		var (
 			n    int
 			last int64
 			more bool
 		)
-		// A short window (a push+pull round's commit or two) stays one
-		// statement in an implicit transaction; a longer one takes the
-		// range read, whose statements run in one snapshot.
-		rng := w.single && q.ThroughSeq-after > rangeMin
+		// A one-value window's first chunk is one statement in an
+		// implicit transaction (a push+pull round's window ends there);
+		// the next ones are range reads, whose statements run in one
+		// snapshot.
+		rng := w.single && !first
 		read := s.read
 		if rng {
 			read = s.readTx
 		}
 		err := read(ctx, func(c *conn) error {
 			var err error
-			if rng {
+			switch {
+			case rng:
 				n, last, more, err = readWindowRange(c, partition, w, after)
-			} else {
+			case w.single:
+				n, last, err = readWindowChunkOf(c, windowOneFirstSQL, partition, w, after)
+				more = n == windowFirstChunk
+			default:
 				n, last, err = readWindowChunk(c, partition, w, after)
 				more = n == windowChunk
 			}
 			return err
 		})
+		first = false
 		if err != nil {
 			return store.CommitWindow{}, err
 		}
@@ -221,7 +227,18 @@ SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commi
 // from deriving a commit_seq range on sync_changes from the walk's range
 // (it then searched sync_changes by range for every candidate) and pins
 // the equality probes.
-const windowOneSQL = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
+const windowOneSQL = windowOneHead + "511" + windowOneTail
+
+// windowOneFirstSQL is windowOneSQL with a chunk of windowFirstChunk
+// candidates: the first chunk of a one-value window. A push+pull round's
+// window (a commit or two) is this one statement; a longer window goes on
+// by range reads (readWindowRange).
+const windowOneFirstSQL = windowOneHead + "31" + windowOneTail
+
+// windowFirstChunk is windowOneFirstSQL's chunk (its OFFSET plus one).
+const windowFirstChunk = 32
+
+const windowOneHead = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
   FROM sync_change_scopes s
   CROSS JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=+s.commit_seq
@@ -230,7 +247,9 @@ const windowOneSQL = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client
    AND s.commit_seq <= coalesce((SELECT x.commit_seq FROM sync_change_scopes x
      WHERE x.partition=?1 AND x.tbl=?2 AND x.var=?3 AND x.value=?4
        AND x.commit_seq > ?5 AND x.commit_seq <= ?6
-     ORDER BY x.commit_seq LIMIT 1 OFFSET 511), ?6)
+     ORDER BY x.commit_seq LIMIT 1 OFFSET `
+
+const windowOneTail = `), ?6)
  ORDER BY s.commit_seq, ch.idx`
 
 // windowScan is what a window read reuses from row to row: a buffer for
@@ -285,12 +304,18 @@ func (ws *windowScan) decodeScopes(st *sqlite.Stmt, i int) (wire.StoredScopes, e
 // read from the statement directly (no Scan through interfaces: this is
 // the catch-up's inner loop).
 func readWindowChunk(c *conn, partition string, w *windowReader, after int64) (int, int64, error) {
+	return readWindowChunkOf(c, windowOneSQL, partition, w, after)
+}
+
+// readWindowChunkOf is readWindowChunk with the one-value statement one
+// (windowOneSQL or windowOneFirstSQL).
+func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after int64) (int, int64, error) {
 	var (
 		r   *rows
 		err error
 	)
 	if w.values == "" {
-		r, err = c.query(windowOneSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
+		r, err = c.query(one, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
 	} else {
 		r, err = c.query(windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values, after, w.q.ThroughSeq)
 	}
@@ -585,11 +610,6 @@ const rangeChunk = 1024
 // rangeDensity: the candidates are read by range when their stretch of
 // the log is at most this many times their number.
 const rangeDensity = 4
-
-// rangeMin: a one-value window over at most this many commits of the log
-// is read by windowOneSQL alone (one statement, no read transaction to
-// begin and end), not by the range read's three.
-const rangeMin = 64
 
 // windowCandSQL reads the candidates of a one-value window: an index-only
 // walk of the change-scope index in commit order.
