@@ -170,6 +170,9 @@ type Hub struct {
 	// reader goroutines.
 	poll    *poller
 	readers chan *bufio.Reader
+	// polledReaders counts the reader goroutines started for polled
+	// sockets (acks are read by the poller itself, without one).
+	polledReaders atomic.Int64
 
 	// beforeFanout, when set (by tests, before the first notification),
 	// runs on the fan-out goroutine before a commit is delivered: a test
@@ -214,7 +217,7 @@ func NewHub(cfg Config) *Hub {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				h.poll.run(h.wakeReader)
+				h.poll.run(h.readable)
 			}()
 		}
 	}
