@@ -65,7 +65,7 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 	if c.token != "" && h.Get("Authorization") == "" {
 		h.Set("Authorization", "Bearer "+c.token)
 	}
-	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h)}
+	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h), NetDial: c.opts.RealtimeNetDial}
 	conn, br, _, err := d.Dial(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("sspclient: realtime dial: %w", err)
