@@ -112,9 +112,9 @@ func runFanout(ctx context.Context, r *runner) error {
 	within := min(r.cfg.Timeout, 5*time.Second)
 	var (
 		fromResp, fromSend, spread, rxSpread, push []time.Duration
-		early, missed                    int
-		pushed                           atomic.Int64
-		rec                              recorder
+		early, missed                              int
+		pushed                                     atomic.Int64
+		rec                                        recorder
 	)
 	line := &rateLine{what: "fanout", unit: "commits"}
 	r.status(func(el time.Duration) string {
