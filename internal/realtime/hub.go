@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"log/slog"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -543,13 +544,35 @@ func (h *Hub) drain(p *partition) {
 	p.mu.Unlock()
 }
 
+// fanoutShare is the fewest sessions a fan-out goroutine takes: below it
+// one goroutine writes them all.
+const fanoutShare = 128
+
 // fanout delivers one commit to the sessions. A delta is encoded once per
 // distinct registration set and the same frame is queued on every session
-// that shares it.
+// that shares it. The sessions are split over up to GOMAXPROCS goroutines
+// (each write to an idle socket is a system call, and with one writer the
+// last socket waits for all the others' writes); fanout returns when all
+// are delivered, so every session still sees commits in order.
 func (h *Hub) fanout(sessions []*session, n notified) {
-	cache := map[string]*deltaCache{}
-	for _, s := range sessions {
-		woke, inRound := n.rounds[s]
-		s.deliverMarked(n.CommitNotice, cache, inRound, woke)
+	cache := &deltaCaches{}
+	deliver := func(part []*session) {
+		for _, s := range part {
+			woke, inRound := n.rounds[s]
+			s.deliverMarked(n.CommitNotice, cache, inRound, woke)
+		}
 	}
+	workers := min(runtime.GOMAXPROCS(0), len(sessions)/fanoutShare)
+	if workers <= 1 {
+		deliver(sessions)
+		return
+	}
+	var wg sync.WaitGroup
+	size := (len(sessions) + workers - 1) / workers
+	for lo := size; lo < len(sessions); lo += size {
+		part := sessions[lo:min(lo+size, len(sessions))]
+		wg.Go(func() { deliver(part) })
+	}
+	deliver(sessions[:size])
+	wg.Wait()
 }
