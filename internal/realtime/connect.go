@@ -68,6 +68,7 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	p.sessions[s] = struct{}{}
 	p.mu.Unlock()
 	h.stats.sessions.Add(1)
+	h.churn.Add(1)
 	if err := h.start(ctx, s); err != nil {
 		p.mu.Lock()
 		delete(p.sessions, s)
@@ -472,6 +473,7 @@ func (h *Hub) detach(s *session) {
 			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
 	}
 	h.stats.sessions.Add(-1)
+	h.churn.Add(1)
 	if s.onClose != nil {
 		s.onClose()
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,14 @@ type Config struct {
 	// default, on Linux, an idle socket is parked in the hub's epoll set
 	// and gets a reader only while client bytes arrive.
 	ReaderPerSocket bool
+	// ReleaseAfterChurn: after a burst of at least this many socket
+	// connects and disconnects, once no socket has come or gone for
+	// half a second, the hub returns the process's free memory to the
+	// system (debug.FreeOSMemory: a collection, then every free page
+	// released). A connect storm's garbage (each upgrade's HTTP buffers)
+	// otherwise stays resident until the runtime's scavenger slowly
+	// returns it. Default 500; negative disables.
+	ReleaseAfterChurn int
 }
 
 func (c Config) withDefaults() Config {
@@ -105,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReresolveInterval == 0 {
 		c.ReresolveInterval = time.Minute
+	}
+	if c.ReleaseAfterChurn == 0 {
+		c.ReleaseAfterChurn = 500
 	}
 	return c
 }
@@ -150,6 +162,13 @@ type counters struct {
 	closedSlow, closedProtocol, gaps, narrowed atomic.Int64
 }
 
+// churnQuiet is how long no socket comes or goes before a burst of them is
+// over; releaseSpacing is the least time between two memory releases.
+const (
+	churnQuiet     = 500 * time.Millisecond
+	releaseSpacing = 10 * time.Second
+)
+
 // pooledReaders is how many idle read buffers the hub keeps for the
 // reader goroutines of polled sockets.
 const pooledReaders = 64
@@ -174,6 +193,9 @@ type Hub struct {
 	// polledReaders counts the reader goroutines started for polled
 	// sockets (acks are read by the poller itself, without one).
 	polledReaders atomic.Int64
+	// churn counts socket attaches and detaches; releases counts the
+	// memory releases after bursts of them (Config.ReleaseAfterChurn).
+	churn, releases atomic.Int64
 
 	// beforeFanout, when set (by tests, before the first notification),
 	// runs on the fan-out goroutine before a commit is delivered: a test
@@ -284,8 +306,29 @@ func (h *Hub) loop() {
 	ack := time.NewTicker(h.cfg.AckFlush)
 	defer hb.Stop()
 	defer ack.Stop()
+	var quiet <-chan time.Time
+	if h.cfg.ReleaseAfterChurn > 0 {
+		t := time.NewTicker(churnQuiet)
+		defer t.Stop()
+		quiet = t.C
+	}
+	var lastChurn, burst int64
+	var lastRelease time.Time
 	for {
 		select {
+		case <-quiet:
+			c := h.churn.Load()
+			if c != lastChurn {
+				burst += c - lastChurn
+				lastChurn = c
+				continue
+			}
+			if burst >= int64(h.cfg.ReleaseAfterChurn) && time.Since(lastRelease) >= releaseSpacing {
+				debug.FreeOSMemory()
+				lastRelease = time.Now()
+				h.releases.Add(1)
+			}
+			burst = 0
 		case <-h.stop:
 			h.flushAcks()
 			return

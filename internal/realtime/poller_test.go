@@ -243,3 +243,33 @@ func TestParkedSocketAcksWithoutReader(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestReleaseAfterChurn: a burst of connects and disconnects at least
+// ReleaseAfterChurn long is followed, once quiet, by one memory release;
+// a smaller one by none.
+func TestReleaseAfterChurn(t *testing.T) {
+	for _, tc := range []struct {
+		threshold, sockets int
+		want               int64
+	}{{threshold: 6, sockets: 3, want: 1}, {threshold: 100, sockets: 3, want: 0}} {
+		e := newRaceEnv(t, func(c *Config) { c.ReleaseAfterChurn = tc.threshold })
+		for range tc.sockets {
+			c := e.attach()
+			if m := c.next(); !isHello(m) {
+				t.Fatalf("first message %q, want hello", m.data)
+			}
+			_ = c.nc.Close()
+		}
+		deadline := time.Now().Add(raceWait)
+		for e.hub.Stats().Sessions != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("sessions outlived their sockets")
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(3 * churnQuiet)
+		if got := e.hub.releases.Load(); got != tc.want {
+			t.Errorf("threshold %d, %d sockets: %d releases, want %d", tc.threshold, tc.sockets, got, tc.want)
+		}
+	}
+}
