@@ -153,19 +153,23 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 	}
 	c.parked = false // this goroutine reads it now
 	fast := !hup && !c.closing && !c.closed
+	held := c.partial
+	c.partial = nil
 	c.mu.Unlock()
 	if !fast {
-		go h.readPolled(s, nil)
+		go h.readPolled(s, held)
 		return
 	}
-	n, err := readNow(c.rc, buf)
+	k := copy(buf, held)
+	n, err := readNow(c.rc, buf[k:])
 	switch {
 	case err == syscall.EAGAIN:
 		n = 0 // nothing after all: park again
 	case err != nil || n == 0:
-		go h.readPolled(s, nil) // it meets the error or the end itself
+		go h.readPolled(s, held) // it meets the error or the end itself
 		return
 	}
+	n += k
 	used := 0
 	for used < n {
 		cursor, size, ok := maskedAck(buf[used:n])
@@ -175,13 +179,31 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 		s.ack(cursor)
 		used += size
 	}
+	var rest []byte
 	if used < n {
-		go h.readPolled(s, append([]byte(nil), buf[used:n]...))
-		return
+		rest = append([]byte(nil), buf[used:n]...)
+		if !ackPrefix(rest) {
+			go h.readPolled(s, rest)
+			return
+		}
 	}
-	if !h.park(s) {
-		go h.readPolled(s, nil)
+	if !h.parkHolding(s, rest) {
+		go h.readPolled(s, rest)
 	}
+}
+
+// ackPrefix reports whether b may be the start of a frame maskedAck
+// takes, cut short: the rest is still to come.
+func ackPrefix(b []byte) bool {
+	const finText, masked = 0x80 | byte(ws.OpText), 0x80
+	switch {
+	case len(b) == 0 || b[0] != finText:
+		return false
+	case len(b) == 1:
+		return true
+	}
+	n := int(b[1] &^ masked)
+	return b[1]&masked != 0 && n <= 125 && len(b) < 6+n
 }
 
 // maskedAck reads a complete client ack at the start of b: one unfragmented
@@ -230,6 +252,13 @@ func (p *prefixed) Read(q []byte) (int, error) {
 // holds bytes the poller read from the socket: they are read first.
 func (h *Hub) readPolled(s *session, first []byte) {
 	h.polledReaders.Add(1)
+	c := s.conn
+	c.mu.Lock()
+	if held := c.partial; len(held) > 0 {
+		first = append(held, first...)
+	}
+	c.partial = nil
+	c.mu.Unlock()
 	var src io.Reader = s.conn.nc
 	var pre *prefixed
 	if len(first) > 0 {
@@ -254,6 +283,12 @@ func (h *Hub) readPolled(s *session, first []byte) {
 // park re-arms the poller for a connection that has nothing buffered. A
 // closing connection is not parked: it is read until its end.
 func (h *Hub) park(s *session) bool {
+	return h.parkHolding(s, nil)
+}
+
+// parkHolding parks a connection with the start of a frame already read
+// from it (see wsConn.partial); the next reader gets it first.
+func (h *Hub) parkHolding(s *session, partial []byte) bool {
 	if h.isClosed() {
 		return false
 	}
@@ -264,11 +299,23 @@ func (h *Hub) park(s *session) bool {
 		return false
 	}
 	c.parked = true
+	if len(partial) > 0 {
+		c.partial, c.partialAt = partial, time.Now()
+	}
 	if !h.poll.rearm(c) {
-		c.parked = false
+		c.parked, c.partial = false, nil
 		return false
 	}
 	return true
+}
+
+// stalledPartial reports whether a parked connection has held the start
+// of a frame for longer than stall: its reader must apply the stall
+// timeout (the hub's heartbeat checks).
+func (c *wsConn) stalledPartial(now time.Time, stall time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.parked && len(c.partial) > 0 && now.Sub(c.partialAt) > stall
 }
 
 func (h *Hub) getReader(src io.Reader) *bufio.Reader {

@@ -345,6 +345,11 @@ func (h *Hub) loop() {
 					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
 					continue
 				}
+				if s.conn.stalledPartial(time.Now(), h.cfg.StallTimeout) {
+					// A frame begun and left unfinished: a reader
+					// applies the stall timeout to the rest of it.
+					h.wakeReader(s)
+				}
 				_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
 			}
 		case <-ack.C:

@@ -214,24 +214,28 @@ func TestParkedSocketAcksWithoutReader(t *testing.T) {
 	}
 	writeRaw(clientFrames(t, ackFrame(6), ackFrame(7), ackFrame(8)))
 	e.until("three acks in one write", func(s *session) bool { return s.ackCursor == 8 && parked(s) })
-	cut := clientFrames(t, ackFrame(9))
-	writeRaw(cut[:4])
-	time.Sleep(20 * time.Millisecond)
-	writeRaw(cut[4:])
-	e.until("an ack cut in two", func(s *session) bool { return s.ackCursor == 9 && parked(s) })
-	cutReaders := e.hub.polledReaders.Load() - readers
-	if cutReaders > 1 {
-		t.Fatalf("%d reader goroutines for a cut ack, want at most 1", cutReaders)
+	// Cut after its header, as a client writing header and payload apart
+	// sends it, and within the header.
+	for k, at := range []int{6, 1} {
+		cut := clientFrames(t, ackFrame(int64(10+k)))
+		writeRaw(cut[:at])
+		e.until("the start of an ack kept", func(s *session) bool {
+			s.conn.mu.Lock()
+			defer s.conn.mu.Unlock()
+			return s.conn.parked && len(s.conn.partial) == at
+		})
+		writeRaw(cut[at:])
+		e.until("a cut ack", func(s *session) bool { return s.ackCursor == int64(10+k) && parked(s) })
 	}
-	if n := e.hub.polledReaders.Load() - readers - cutReaders; n != 0 {
-		t.Fatalf("%d reader goroutines for whole acks, want 0", n)
+	if n := e.hub.polledReaders.Load() - readers; n != 0 {
+		t.Fatalf("%d reader goroutines for acks, want 0", n)
 	}
-	writeRaw(clientFrames(t, ackFrame(10), ackFrame(11), ws.NewPingFrame([]byte("p1")), ackFrame(12)))
+	writeRaw(clientFrames(t, ackFrame(20), ackFrame(21), ws.NewPingFrame([]byte("p1")), ackFrame(22)))
 	if m := c.next(); m.op != ws.OpPong || string(m.data) != "p1" {
 		t.Fatalf("got op %v %q, want the pong", m.op, m.data)
 	}
-	e.until("acks around a ping", func(s *session) bool { return s.ackCursor == 12 && parked(s) })
-	if n := e.hub.polledReaders.Load() - readers - cutReaders; n != 1 {
+	e.until("acks around a ping", func(s *session) bool { return s.ackCursor == 22 && parked(s) })
+	if n := e.hub.polledReaders.Load() - readers; n != 1 {
 		t.Fatalf("%d reader goroutines for the ping, want 1", n)
 	}
 	_ = c.nc.Close()
@@ -271,5 +275,36 @@ func TestReleaseAfterChurn(t *testing.T) {
 		if got := e.hub.releases.Load(); got != tc.want {
 			t.Errorf("threshold %d, %d sockets: %d releases, want %d", tc.threshold, tc.sockets, got, tc.want)
 		}
+	}
+}
+
+// TestParkedSocketStalledFrame: the start of a frame kept by the poller
+// and never finished ends the connection by the stall timeout (checked
+// at the heartbeat), as a reader goroutine would have.
+func TestParkedSocketStalledFrame(t *testing.T) {
+	e := newRaceEnv(t, func(c *Config) {
+		c.StallTimeout, c.Heartbeat = 100*time.Millisecond, 50*time.Millisecond
+	})
+	if e.hub.poll == nil {
+		t.Skip("no poller on this system")
+	}
+	c := e.attach()
+	if m := c.next(); !isHello(m) {
+		t.Fatalf("first message %q, want hello", m.data)
+	}
+	e.until("parked", func(s *session) bool {
+		s.conn.mu.Lock()
+		defer s.conn.mu.Unlock()
+		return s.conn.parked
+	})
+	if _, err := c.nc.Write(clientFrames(t, ackFrame(1))[:3]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(raceWait)
+	for e.hub.Stats().Sessions != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("a stalled frame kept the connection")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
