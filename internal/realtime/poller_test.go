@@ -1,7 +1,9 @@
 package realtime
 
 import (
+	"bufio"
 	"bytes"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -307,4 +309,38 @@ func TestParkedSocketStalledFrame(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// BenchmarkAckRead: taking one client ack off bytes already received, by
+// the poller (maskedAck, this branch) and by a reader goroutine's path
+// (readMessage through a bufio reader with the stall deadlines, as every
+// ack was read before). Neither counts the system calls or the goroutine
+// start around them.
+func BenchmarkAckRead(b *testing.B) {
+	frame := clientFrames(b, ackFrame(123456))
+	b.Run("poller", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, ok := maskedAck(frame); !ok {
+				b.Fatal("not an ack")
+			}
+		}
+	})
+	b.Run("reader", func(b *testing.B) {
+		sv, cl := net.Pipe()
+		defer sv.Close()
+		defer cl.Close()
+		c := newConn(sv, 8, 1<<20, time.Second, nil)
+		src := &prefixed{nc: sv}
+		r := bufio.NewReaderSize(src, readBufferSize)
+		for b.Loop() {
+			src.b = frame
+			m, err := c.readMessage(r, 1<<20, time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, ok := wire.ParseAckFast(m.payload); !ok {
+				b.Fatal("not an ack")
+			}
+		}
+	})
 }
