@@ -63,7 +63,7 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 	var (
 		out     []string
 		pending string // a page end waiting for the row after it
-		pendN   int64 = -1
+		pendN   int64  = -1
 	)
 	for rows.Next() {
 		var (
