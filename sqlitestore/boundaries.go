@@ -23,7 +23,7 @@ WHERE partition=? AND tbl=? AND var=? AND value=? AND row_id > ?
 ORDER BY row_id LIMIT ?`
 
 // PageBoundaries implements store.Store: one read transaction over the row
-// scope index, no row of the table read.
+// scope index, no row of the table read, on a scan connection.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
@@ -46,7 +46,7 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 	}
 	key, values := q.Scopes[0].Key, dedupe(q.Scopes[0].Values)
 	var out []string
-	err := s.readTx(ctx, func(c *conn) error {
+	err := s.readTxOn(ctx, s.scanners, func(c *conn) error {
 		out = nil
 		if len(values) == 1 {
 			var err error
