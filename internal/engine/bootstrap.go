@@ -59,7 +59,21 @@ type sharedEntry[V any] struct {
 	err  error
 }
 
+// A build fails with its builder's context: a waiter that did not start it
+// (another request) builds again rather than fail with that request's
+// cancellation (a client gone, a plan stopped).
 func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
+	for {
+		v, err, again := c.getOnce(key, build)
+		if !again {
+			return v, err
+		}
+	}
+}
+
+// getOnce is one look-up; again reports a waited build that failed with
+// its builder's cancellation.
+func (c *sharedCache[K, V]) getOnce(key K, build func() (V, error)) (V, error, bool) {
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = map[K]*sharedEntry[V]{}
@@ -68,7 +82,10 @@ func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
 		c.mu.Unlock()
 		c.hits.Add(1)
 		<-e.done
-		return e.v, e.err
+		if errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded) {
+			return e.v, e.err, true
+		}
+		return e.v, e.err, false
 	}
 	e := &sharedEntry[V]{done: make(chan struct{})}
 	c.m[key] = e
@@ -80,15 +97,16 @@ func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
 	c.mu.Unlock()
 	c.misses.Add(1)
 	e.v, e.err = build()
-	close(e.done)
 	if e.err != nil {
+		// Forgotten before the waiters wake, so that a retry builds anew.
 		c.mu.Lock()
 		if c.m[key] == e {
 			delete(c.m, key)
 		}
 		c.mu.Unlock()
 	}
-	return e.v, e.err
+	close(e.done)
+	return e.v, e.err, false
 }
 
 // pageCache shares built pages and coalesces concurrent builds.
