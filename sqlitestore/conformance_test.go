@@ -60,3 +60,5 @@ func TestConformance(t *testing.T) { storetest.Run(t, openTest) }
 func BenchmarkAppend(b *testing.B) { storetest.BenchmarkAppend(b, openTest) }
 
 func BenchmarkCommitWindow(b *testing.B) { storetest.BenchmarkCommitWindow(b, openTest) }
+
+func BenchmarkScanPages(b *testing.B) { storetest.BenchmarkScanPages(b, openTest) }
