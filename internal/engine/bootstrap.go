@@ -399,20 +399,25 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 // taken in order. The last page of a plan that found fewer boundaries
 // than pages is an ordinary page (limit rows after the last boundary).
 type pagePlan struct {
-	jobs   []*planJob
-	next   int
+	jobs []*planJob
+	next int
+	// sem holds a slot per page started and not taken yet: a plan keeps
+	// at most planParallel pages built ahead of the response.
+	sem    chan struct{}
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
 type planJob struct {
 	done chan struct{}
+	slot bool // it holds a slot of the plan's sem (set before it starts)
 	pg   page
 	err  error
 }
 
-// planParallel bounds the pages a plan builds at once: the scans share the
-// CPUs and the store's read connections with every other request.
+// planParallel bounds the pages a plan builds at once, or holds built and
+// not yet written: the scans share the CPUs and the store's read
+// connections with every other request.
 func planParallel() int { return min(runtime.GOMAXPROCS(0), 4) }
 
 // planPages plans the pages after `after`, at most pages of them; nil when
@@ -450,11 +455,11 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &pagePlan{cancel: cancel}
+	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel())}
 	for range specs {
 		p.jobs = append(p.jobs, &planJob{done: make(chan struct{})})
 	}
-	sem := make(chan struct{}, planParallel())
+	sem := p.sem
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -462,6 +467,7 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 			j := p.jobs[i]
 			select {
 			case sem <- struct{}{}:
+				j.slot = true
 			case <-ctx.Done():
 				j.err = ctx.Err()
 				close(j.done)
@@ -470,7 +476,6 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
-				defer func() { <-sem }()
 				j.pg, j.err = e.pages.get(sp.key, func() (page, error) {
 					if sp.through == nil {
 						return e.buildPage(ctx, base.partition, l, eff, sp.after, base.limit)
@@ -493,6 +498,9 @@ func (p *pagePlan) take() (page, error) {
 	j := p.jobs[p.next]
 	p.next++
 	<-j.done
+	if j.slot {
+		<-p.sem // the page leaves the plan: the next one may start
+	}
 	return j.pg, j.err
 }
 
