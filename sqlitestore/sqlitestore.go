@@ -58,7 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBatch bounds the writes that share one transaction. Default 128.
 	MaxBatch int
-	// ReadConns is the number of read connections. Default 4.
+	// ReadConns is the number of read connections. Default 4. As many
+	// scan connections (which map the file) serve the scans of bootstrap
+	// pages.
 	ReadConns int
 	// Synchronous is the SQLite synchronous setting: "FULL" (the default,
 	// durable at acknowledgement) or "NORMAL" (WAL-safe, but the last
