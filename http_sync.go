@@ -5,6 +5,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -136,12 +137,39 @@ func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
 			HTTPStatus: http.StatusUnsupportedMediaType}
 	}
 	body = &limitedReader{r: body, n: s.cfg.MaxRequestBytes}
-	req, err := wire.ReadRequest(body, wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes})
+	opts := wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes}
+	if n := r.ContentLength; body != nil && n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
+		// A small body (a push+pull round's) is read whole and decoded
+		// in place: no 32 KiB read buffer per request.
+		b := make([]byte, 0, n+1)
+		for {
+			m, err := body.Read(b[len(b):cap(b)])
+			b = b[:len(b)+m]
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, badBody(err)
+			}
+			if len(b) == cap(b) { // longer than announced
+				return nil, badBody(io.ErrUnexpectedEOF)
+			}
+		}
+		req, err := wire.DecodeRequest(b, opts)
+		if err != nil {
+			return nil, badBody(err)
+		}
+		return req, nil
+	}
+	req, err := wire.ReadRequest(body, opts)
 	if err != nil {
 		return nil, badBody(err)
 	}
 	return req, nil
 }
+
+// smallRequest is the largest announced body read whole before decoding.
+const smallRequest = 16 << 10
 
 func badBody(err error) *syncerr.Error {
 	var mbe *http.MaxBytesError
@@ -164,6 +192,7 @@ type httpResponder struct {
 	encoding string
 	started  bool
 	closeEnc func() error
+	held     *heldWriter
 }
 
 // Begin implements engine.Responder.
@@ -186,9 +215,9 @@ func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
 	if h.encoding != "" {
 		hd.Set("Content-Encoding", h.encoding)
 	}
-	h.w.WriteHeader(http.StatusOK)
 	h.started = true
-	dw := &deadlineWriter{w: h.w, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
+	h.held = &heldWriter{w: h.w}
+	dw := &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
 	out, closeEnc := h.s.codecs.writer(dw, h.encoding)
 	h.closeEnc = closeEnc
 	return &flushWriter{w: out, rw: h.w}, nil
@@ -199,9 +228,58 @@ var _ engine.StreamResponder = (*httpResponder)(nil)
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()
 	_ = h.rc.SetWriteDeadline(time.Now().Add(h.s.cfg.WriteTimeout))
+	if herr := h.held.end(); herr != nil && err == nil {
+		err = herr
+	}
 	if ferr := h.rc.Flush(); ferr != nil && err == nil && !errors.Is(ferr, http.ErrNotSupported) {
 		err = ferr
 	}
+	return err
+}
+
+// heldResponse is the size up to which a response body (as sent, after
+// compression) is held back whole and sent with a Content-Length in one
+// write; a larger one streams, chunked, from the moment it passes it. A
+// push+pull round's response is a few hundred bytes: held, it costs one
+// write (headers and body) instead of three (headers, the body's chunk
+// and the closing chunk).
+const heldResponse = 16 << 10
+
+// heldWriter holds a response's first heldResponse bytes before the
+// status line is written.
+type heldWriter struct {
+	w    http.ResponseWriter
+	buf  []byte
+	open bool // the status line is written: bytes go through
+}
+
+func (h *heldWriter) Write(p []byte) (int, error) {
+	if h.open {
+		return h.w.Write(p)
+	}
+	if len(h.buf)+len(p) <= heldResponse {
+		h.buf = append(h.buf, p...)
+		return len(p), nil
+	}
+	h.open = true
+	h.w.WriteHeader(http.StatusOK)
+	if _, err := h.w.Write(h.buf); err != nil {
+		return 0, err
+	}
+	h.buf = nil
+	return h.w.Write(p)
+}
+
+// end sends a held response whole, with its length.
+func (h *heldWriter) end() error {
+	if h.open {
+		return nil
+	}
+	h.open = true
+	h.w.Header().Set("Content-Length", strconv.Itoa(len(h.buf)))
+	h.w.WriteHeader(http.StatusOK)
+	_, err := h.w.Write(h.buf)
+	h.buf = nil
 	return err
 }
 

@@ -67,7 +67,25 @@ func TestServeGateReadVerify(t *testing.T) {
 	}
 }
 
+// ReadRequestState counts as a serve-gate read too: the stores read the
+// gate with the partition (at entry, and at the recheck after a window).
+func (g *gateTrap) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	st, err := g.Store.(store.RequestStateReader).ReadRequestState(ctx, partition, clientID, running)
+	if g.armed.Load() && g.reads.Add(1) == g.at {
+		g.fire()
+		g.fired.Store(true)
+	}
+	return st, err
+}
+
 func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket bool, at int32) {
+	trap, url := readVerifyServer(t, e, v1, v2, at)
+	testReadVerifyOn(t, trap, url, v1, socket, at)
+}
+
+// readVerifyServer serves v1 on e's store behind a gate trap that bumps
+// the schema to v2 from another store after the at-th gate read.
+func readVerifyServer(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, at int32) (*gateTrap, string) {
 	ctx := context.Background()
 	st := e.open()
 	trap := &gateTrap{Store: st, Barrier: st.(store.Barrier), at: at}
@@ -94,9 +112,13 @@ func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket
 	t.Cleanup(func() { srv.Stop(context.Background()) })
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
+	return trap, hs.URL
+}
 
+func testReadVerifyOn(t *testing.T, trap *gateTrap, url string, v1 *schema.Compiled, socket bool, at int32) {
+	ctx := context.Background()
 	// Enough rows for a response of several chunks.
-	w, err := sspclient.New(hs.URL, "writer", v1, sspclient.Options{})
+	w, err := sspclient.New(url, "writer", v1, sspclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +129,7 @@ func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket
 		}
 	}
 	syncQuiet(t, w)
-	status, body := post(t, hs.URL, pullReq(nil, 1))
+	status, body := post(t, url, pullReq(nil, 1))
 	m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
 	if status != 200 || err != nil {
 		t.Fatalf("acquire epoch: %d %v", status, err)
@@ -121,7 +143,7 @@ func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket
 	var frames []wire.Frame
 	if socket {
 		d := rtDialer("alice")
-		s, err := rtDial(ctx, d, "ws"+strings.TrimPrefix(hs.URL, "http")+"/realtime?clientId=c", 256)
+		s, err := rtDial(ctx, d, "ws"+strings.TrimPrefix(url, "http")+"/realtime?clientId=c", 256)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +158,7 @@ func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket
 		msg, _, _ := s.roundResponse()
 		frames = msg.Frames
 	} else {
-		status, body := post(t, hs.URL, req)
+		status, body := post(t, url, req)
 		if at == 1 {
 			wantNotReady(t, status, body, "storedSchemaVersion")
 			if !trap.fired.Load() {
@@ -184,5 +206,64 @@ func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket
 	}
 	if rows >= 600 {
 		t.Fatalf("all %d rows served although the gate changed while streaming", rows)
+	}
+}
+
+// An incremental pull (a commit window) is verified too: the serve gate
+// that its horizon recheck reads after the window stands for a read at
+// release, so a bump that lands after the entry gate and before the
+// recheck is refused before the first byte.
+func TestServeGateReadVerifyWindow(t *testing.T) {
+	v1, v2 := windowSchemas(t)
+	for _, d := range barrierDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			t.Parallel()
+			e := &barrierEnv{t: t, driver: d, db: d.database(t)}
+			trap, url := readVerifyServer(t, e, v1, v2, 1)
+			w, err := sspclient.New(url, "writer", v1, sspclient.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			upsert := func(from int) {
+				for i := from; i < from+5; i++ {
+					if _, err := w.Upsert("tasks", map[string]any{"id": fmt.Sprintf("r%04d", i), "project_id": "p1", "title": "t"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				syncQuiet(t, w)
+			}
+			upsert(0)
+			status, body := post(t, url, pullReq(nil, 1))
+			m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
+			if status != 200 || err != nil {
+				t.Fatalf("acquire epoch: %d %v", status, err)
+			}
+			epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+			req := pullReq(&epoch, 1)
+			status, body = post(t, url, req)
+			if m, err = wire.DecodeMessage(body, wire.DecoderOptions{Kind: wire.KindResponse}); status != 200 || err != nil {
+				t.Fatalf("bootstrap: %d %v", status, err)
+			}
+			cursor := int64(-1)
+			for _, f := range m.Frames {
+				if end, ok := f.(*wire.SubEnd); ok {
+					cursor = end.NextCursor
+				}
+			}
+			if cursor <= 0 {
+				t.Fatalf("bootstrap left cursor %d", cursor)
+			}
+			upsert(5)
+			req.Subscriptions[0].Cursor = cursor
+			trap.armed.Store(true)
+			status, body = post(t, url, req)
+			if !trap.fired.Load() {
+				t.Fatal("the bump never ran")
+			}
+			wantNotReady(t, status, body, "storedSchemaVersion")
+			if n := trap.reads.Load(); n < 2 {
+				t.Fatalf("%d gate reads after the entry's; want the recheck's (or the release's) after the window", n-1)
+			}
+		})
 	}
 }

@@ -72,3 +72,9 @@ func BenchmarkRawCommit(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRequestEntry measures a sync request's entry reads
+// (storetest.BenchmarkRequestEntry) on Postgres.
+func BenchmarkRequestEntry(b *testing.B) {
+	storetest.BenchmarkRequestEntry(b, openTest)
+}

@@ -24,13 +24,18 @@ func (s *Store) readClient(ctx context.Context, partition, clientID string) (sto
 	if err := s.check(); err != nil {
 		return store.ClientRecord{}, err
 	}
+	return scanClient(s.pool.QueryRow(ctx, sqlClient, partition, clientID), clientID)
+}
+
+// scanClient reads a client record from a sqlClient row; ErrNotFound when
+// absent.
+func scanClient(row pgx.Row, clientID string) (store.ClientRecord, error) {
 	rec := store.ClientRecord{ClientID: clientID}
 	var (
 		wireVersion int32
 		subs        []byte
 	)
-	err := s.pool.QueryRow(ctx, sqlClient, partition, clientID).
-		Scan(&rec.ActorID, &wireVersion, &rec.Cursor, &subs, &rec.UpdatedAtMs)
+	err := row.Scan(&rec.ActorID, &wireVersion, &rec.Cursor, &subs, &rec.UpdatedAtMs)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.ClientRecord{}, store.ErrNotFound
 	}
@@ -42,6 +47,55 @@ func (s *Store) readClient(ctx context.Context, partition, clientID string) (sto
 		return store.ClientRecord{}, fmt.Errorf("client: %w", err)
 	}
 	return rec, nil
+}
+
+// ReadRequestState reads the partition, its serve gate and the client
+// record in one round trip: three statements in one pipelined batch
+// (store.RequestStateReader).
+func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	if err := s.check(); err != nil {
+		return store.RequestState{}, err
+	}
+	var st store.RequestState
+	var rec store.ClientRecord
+	found := false
+	err := s.clients.Read(partition, &rec, func() error {
+		b := &pgx.Batch{}
+		b.Queue(sqlPartition, partition)
+		b.Queue(sqlServeGate, partition, running)
+		if clientID != "" {
+			b.Queue(sqlClient, partition, clientID)
+		}
+		br := s.pool.SendBatch(ctx, b)
+		err := func() error {
+			p, err := scanPartitionRow(br.QueryRow(), partition)
+			if err != nil {
+				return err
+			}
+			st.Partition = p
+			if st.Gate, err = readServeGate(br.QueryRow()); err != nil || clientID == "" {
+				return err
+			}
+			rec, err = scanClient(br.QueryRow(), clientID)
+			if errors.Is(err, store.ErrNotFound) {
+				rec.ClientID = clientID
+				return nil
+			}
+			found = err == nil
+			return err
+		}()
+		return errors.Join(err, br.Close())
+	})
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return store.RequestState{}, store.ErrNotFound
+		}
+		return store.RequestState{}, err
+	}
+	if found {
+		st.Client = &rec
+	}
+	return st, nil
 }
 
 // PutClient creates or replaces a client record.

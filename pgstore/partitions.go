@@ -31,9 +31,15 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 	if err := s.check(); err != nil {
 		return store.Partition{}, err
 	}
+	return scanPartitionRow(s.pool.QueryRow(ctx, sqlPartition, partition), partition)
+}
+
+// scanPartitionRow reads a partition's state from a sqlPartition row;
+// ErrNotFound when the partition is unknown.
+func scanPartitionRow(row pgx.Row, partition string) (store.Partition, error) {
 	p := store.Partition{ID: partition}
 	var registered, counted bool
-	err := s.pool.QueryRow(ctx, sqlPartition, partition).Scan(&registered, &p.LogEpoch, &p.EpochRequired,
+	err := row.Scan(&registered, &p.LogEpoch, &p.EpochRequired,
 		&p.LastAuthenticatedAtMs, &counted, &p.MaxCommitSeq, &p.HorizonSeq)
 	if err != nil {
 		return store.Partition{}, fmt.Errorf("partition: %w", err)

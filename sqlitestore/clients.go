@@ -18,18 +18,22 @@ func (s *Store) Client(ctx context.Context, partition, clientID string) (store.C
 }
 
 // readClient reads a client record from the database.
-func (s *Store) readClient(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
-	if s.closed.Load() {
-		return store.ClientRecord{}, store.ErrClosed
-	}
+func (s *Store) readClient(ctx context.Context, partition, clientID string) (rec store.ClientRecord, err error) {
+	err = s.read(ctx, func(c *conn) error {
+		rec, err = clientOn(c, partition, clientID)
+		return err
+	})
+	return rec, err
+}
+
+// clientOn reads a client record on c; ErrNotFound when absent.
+func clientOn(c *conn, partition, clientID string) (store.ClientRecord, error) {
 	rec := store.ClientRecord{ClientID: clientID}
 	var cursor nullInt64
 	var subs []byte
-	err := s.read(ctx, func(c *conn) error {
-		return c.queryRow(`SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
+	err := c.queryRow(`SELECT actor_id, wire_version, cursor, subscriptions, updated_at_ms
 FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
-			Scan(&rec.ActorID, &rec.WireVersion, &cursor, &subs, &rec.UpdatedAtMs)
-	})
+		Scan(&rec.ActorID, &rec.WireVersion, &cursor, &subs, &rec.UpdatedAtMs)
 	if errors.Is(err, errNoRows) {
 		return store.ClientRecord{}, store.ErrNotFound
 	}
@@ -44,6 +48,40 @@ FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
 		return store.ClientRecord{}, err
 	}
 	return rec, nil
+}
+
+// ReadRequestState reads the partition, its serve gate and the client
+// record on one read connection (store.RequestStateReader).
+func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	var st store.RequestState
+	var rec store.ClientRecord
+	found := false
+	err := s.clients.Read(partition, &rec, func() error {
+		return s.readTx(ctx, func(c *conn) error {
+			var err error
+			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
+				return err
+			}
+			if st.Gate, err = serveGateOn(c, partition, running); err != nil || clientID == "" {
+				return err
+			}
+			rec, err = clientOn(c, partition, clientID)
+			if errors.Is(err, store.ErrNotFound) {
+				// No record: the overlay below finds no key either.
+				rec.ClientID = clientID
+				return nil
+			}
+			found = err == nil
+			return err
+		})
+	})
+	if err != nil {
+		return store.RequestState{}, err
+	}
+	if found {
+		st.Client = &rec
+	}
+	return st, nil
 }
 
 // PutClient creates or replaces a client record.

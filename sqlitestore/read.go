@@ -106,7 +106,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		w.values = jsonList(values)
 	}
 	if q.LimitChanges > 0 {
-		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, windowChunk))
+		// Small at first: a push+pull round's window holds a commit or
+		// two, and a full-size slice was zeroed for each.
+		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
 	}
 	after := q.AfterSeq
 	for {

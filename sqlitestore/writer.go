@@ -32,6 +32,12 @@ type writer struct {
 	ended chan struct{}
 }
 
+var _ store.LocalWriter = (*Store)(nil)
+
+// LocalWriter marks the store's write boundary as this process's single
+// writer (store.LocalWriter).
+func (s *Store) LocalWriter() {}
+
 func newWriter(s *Store, c *conn) *writer {
 	return &writer{
 		s:     s,

@@ -154,6 +154,9 @@ func (w *ClientWriteBehind) ReadClient(partition string, read func() (ClientReco
 // overlay would leave rec without its write either way (read before it,
 // and no longer pending or in flight after it).
 func (w *ClientWriteBehind) Read(partition string, rec *ClientRecord, read func() error) error {
+	if w == nil {
+		return read()
+	}
 	w.flushing.RLock()
 	defer w.flushing.RUnlock()
 	if err := read(); err != nil {

@@ -107,6 +107,26 @@ type Store interface {
 	Close() error
 }
 
+// RequestStateReader is implemented by stores that read, in one go, what
+// a sync request checks before it runs: the partition's state, its serve
+// gate at the running schema version, and the client's record (with any
+// deferred write of it applied, as Client returns it). On SQLite that is
+// one read connection, on Postgres one round trip, instead of three.
+type RequestStateReader interface {
+	// ReadRequestState reads the request state; with clientID "" it reads
+	// no client record.
+	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
+}
+
+// RequestState is the answer to ReadRequestState. A partition the store
+// does not know is ErrNotFound, as with Partition.
+type RequestState struct {
+	Partition Partition
+	Gate      ServeGate
+	// Client is the client's record; nil when the partition holds none.
+	Client *ClientRecord
+}
+
 // WriteTx is the view of a partition write transaction. It is valid only
 // inside the function passed to Store.Write, and must not be used from
 // other goroutines. A driver may send a write later than the call that
@@ -172,6 +192,14 @@ type WriteReads struct {
 // without it, and a key it does not name is read when asked for.
 type ReadAheadWriter interface {
 	WriteReadAhead(ctx context.Context, partition string, reads WriteReads, fn func(ctx context.Context, tx WriteTx) error) error
+}
+
+// LocalWriter is implemented by stores whose write boundary is an
+// in-process writer (SQLite's single write connection): entering it costs
+// a request no more than a read, so the engine looks a pushed commit up
+// in the journal only inside the write, not also before it.
+type LocalWriter interface {
+	LocalWriter()
 }
 
 // CommitListener is implemented by stores that several server instances

@@ -212,6 +212,15 @@ func (e *Engine) Now() int64 { return e.cfg.Now() }
 // registry (at most once per TouchInterval per process) and returns the
 // partition state. The epoch and counters are re-read on every call.
 func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Partition, error) {
+	p, _, err := e.touchPartitionFor(ctx, partition, "")
+	return p, err
+}
+
+// touchPartitionFor is touchPartition for a request of clientID: when the
+// partition needs no touch and the store reads a request's state in one go
+// (store.RequestStateReader), it also returns the serve gate and client
+// record that the request checks next; nil otherwise.
+func (e *Engine) touchPartitionFor(ctx context.Context, partition, clientID string) (store.Partition, *store.RequestState, error) {
 	now := e.cfg.Now()
 	e.mu.Lock()
 	st, ok := e.touched[partition]
@@ -224,9 +233,13 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 	}
 	e.mu.Unlock()
 	if fresh {
-		p, err := e.cfg.Store.Partition(ctx, partition)
-		if err == nil {
-			return p, nil
+		if rs, ok := e.cfg.Store.(store.RequestStateReader); ok && clientID != "" {
+			st, err := rs.ReadRequestState(ctx, partition, clientID, e.cfg.Schema.Version())
+			if err == nil {
+				return st.Partition, &st, nil
+			}
+		} else if p, err := e.cfg.Store.Partition(ctx, partition); err == nil {
+			return p, nil, nil
 		}
 	}
 	p, err := e.cfg.Store.TouchPartition(ctx, partition, now, e.cfg.NewEpoch())
@@ -237,7 +250,7 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 		// Only a partition that does not exist yet needs the write.
 		rp, rerr := e.cfg.Store.Partition(ctx, partition)
 		if rerr != nil {
-			return store.Partition{}, err
+			return store.Partition{}, nil, err
 		}
 		e.cfg.Logger.WarnContext(ctx, "partition touch failed; serving without it", "partition", partition, "err", err)
 		p = rp
@@ -245,5 +258,5 @@ func (e *Engine) touchPartition(ctx context.Context, partition string) (store.Pa
 	e.mu.Lock()
 	e.touched[partition] = touchState{atMs: now, partition: p}
 	e.mu.Unlock()
-	return p, nil
+	return p, nil, nil
 }

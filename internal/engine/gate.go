@@ -76,8 +76,13 @@ func (e *Engine) readGate(ctx context.Context, partition string) (*store.ServeGa
 
 // entryGate runs the serve gate at request entry.
 func (r *request) entryGate(ctx context.Context) error {
-	g, err := r.e.readGate(ctx, r.auth.Partition)
-	if err != nil || g == nil {
+	var (
+		g   *store.ServeGate
+		err error
+	)
+	if r.pre != nil {
+		g = &r.pre.Gate
+	} else if g, err = r.e.readGate(ctx, r.auth.Partition); err != nil || g == nil {
 		return err
 	}
 	if refusal := r.e.gateRefusal(*g); refusal != nil {
@@ -103,6 +108,23 @@ func (r *request) txGate(ctx context.Context, tx store.WriteTx) error {
 		return refusal
 	}
 	return nil
+}
+
+// recheck reads the partition's state again after a section's window
+// (§4.6). With a store that reads the serve gate in the same go, that gate
+// is kept for the response's next read-verify: read after every row the
+// response holds so far, it verifies them as a read at release would.
+func (r *request) recheck(ctx context.Context) (store.Partition, error) {
+	rs, ok := r.e.cfg.Store.(store.RequestStateReader)
+	if !ok || r.gate == nil {
+		return r.e.cfg.Store.Partition(ctx, r.auth.Partition)
+	}
+	st, err := rs.ReadRequestState(ctx, r.auth.Partition, "", r.e.cfg.Schema.Version())
+	if err != nil {
+		return store.Partition{}, err
+	}
+	r.gateAfterReads = &st.Gate
+	return st.Partition, nil
 }
 
 // gateWriter re-reads the serve gate before each chunk of the response is
@@ -137,9 +159,13 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 
 func (g *gateWriter) verify() error {
 	entry := g.r.gate
-	now, err := g.r.e.readGate(g.ctx, g.r.auth.Partition)
-	if err != nil {
-		return err
+	now := g.r.gateAfterReads
+	g.r.gateAfterReads = nil
+	if now == nil {
+		var err error
+		if now, err = g.r.e.readGate(g.ctx, g.r.auth.Partition); err != nil {
+			return err
+		}
 	}
 	if now == nil || entry == nil {
 		return nil

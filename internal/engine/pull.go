@@ -39,10 +39,13 @@ type subOutcome struct {
 
 // pull answers every subscription, in request order.
 func (r *request) pull(ctx context.Context) error {
-	p, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
-	if err != nil {
-		return err
-	}
+	// The partition as read at entry, not read again: every commit up to
+	// the newest one this request's push answered is durable and visible
+	// (sequences are taken under the partition's write boundary, in
+	// order), so the pull's high-water mark is the larger of the two.
+	// Pruning since entry is caught by the recheck after each window.
+	p := r.partition
+	p.MaxCommitSeq = max(p.MaxCommitSeq, r.lastSeq)
 	lim := clampLimits(r.req.Pull)
 	r.pulled = make([]subOutcome, len(r.req.Subscriptions))
 	for i, sub := range r.req.Subscriptions {
@@ -56,6 +59,7 @@ func (r *request) pull(ctx context.Context) error {
 }
 
 func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits) (subOutcome, error) {
+	r.gateAfterReads = nil // this section reads data after it
 	eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
 	if !active {
 		return subOutcome{nextCursor: sub.Cursor}, r.emptySection(sub, wire.SubRevoked, syncerr.CodeScopeRevoked)
@@ -74,7 +78,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		return subOutcome{}, err
 	}
 	// §4.6: recheck the horizon after reading the window.
-	now, err := r.e.cfg.Store.Partition(ctx, r.auth.Partition)
+	now, err := r.recheck(ctx)
 	if err != nil {
 		return subOutcome{}, err
 	}

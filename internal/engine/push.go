@@ -26,11 +26,13 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
 	var out pushOutcome
 	ra, readAhead := st.(store.ReadAheadWriter)
+	_, local := st.(store.LocalWriter)
 	rec, err := store.PushRecord{}, store.ErrNotFound
-	if !readAhead {
+	if !readAhead && !local {
 		// A replay is answered without entering the write boundary. A
 		// driver that reads ahead reads the journal in the transaction's
-		// first round trip anyway (with the other pushes of its batch).
+		// first round trip anyway (with the other pushes of its batch),
+		// and a local writer's boundary costs no more than this read.
 		rec, err = st.PushResult(ctx, partition, clientID, pc.ClientCommitID)
 	}
 	switch {

@@ -47,6 +47,13 @@ type request struct {
 	gw        *gateWriter
 	cs        *schema.Compiled // the schema version the client speaks
 	lastSeq   int64            // the newest commitSeq a push of this request answered
+	// pre is the request state read with the partition at entry (the
+	// serve gate and client record); nil when they are read one by one.
+	pre *store.RequestState
+	// gateAfterReads is a serve gate read after the last data this
+	// response holds (recheck); the next read-verify uses it instead of
+	// reading the gate again. Any section clears it before it reads.
+	gateAfterReads *store.ServeGate
 	// build makes the operations of a server command (command.go).
 	build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
@@ -283,11 +290,11 @@ func (r *request) plan(ctx context.Context) (*wire.RespHeader, error) {
 	if err := checkRequestInput(req); err != nil {
 		return nil, err
 	}
-	p, err := e.touchPartition(ctx, r.auth.Partition)
+	p, pre, err := e.touchPartitionFor(ctx, r.auth.Partition, h.ClientID)
 	if err != nil {
 		return nil, err
 	}
-	r.partition = p
+	r.partition, r.pre = p, pre
 	if err := r.entryGate(ctx); err != nil {
 		return nil, err
 	}
@@ -332,12 +339,21 @@ func epochOf(version uint16, p store.Partition) string {
 // checkClient refuses a clientId bound to another actor (§1.5). A new
 // clientId is bound by bindClient once the request passed its checks.
 func (r *request) checkClient(ctx context.Context) error {
-	rec, err := r.e.cfg.Store.Client(ctx, r.auth.Partition, r.req.Header.ClientID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
+	var rec store.ClientRecord
+	if r.pre != nil { // read with the partition
+		if r.pre.Client == nil {
+			return nil
+		}
+		rec = *r.pre.Client
+	} else {
+		var err error
+		rec, err = r.e.cfg.Store.Client(ctx, r.auth.Partition, r.req.Header.ClientID)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
 	if rec.ActorID != r.auth.ActorID {
 		return errClientBound()

@@ -106,6 +106,7 @@ var areas = []area{
 	{"Segments", RunSegments},
 	{"Blobs", RunBlobs},
 	{"Reactions", RunReactions},
+	{"RequestState", RunRequestState},
 }
 
 // Run runs every area of the suite as parallel subtests.
