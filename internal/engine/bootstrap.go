@@ -59,9 +59,10 @@ type sharedEntry[V any] struct {
 	err  error
 }
 
-// A build fails with its builder's context: a waiter that did not start it
-// (another request) builds again rather than fail with that request's
-// cancellation (a client gone, a plan stopped).
+// get returns key's value, building it with build unless it is built or
+// building. A build fails with its builder's context: a waiter that did
+// not start it (another request) builds again rather than fail with that
+// request's cancellation (a client gone, a plan stopped).
 func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
 	for {
 		v, err, again := c.getOnce(key, build)
