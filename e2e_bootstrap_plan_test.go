@@ -34,8 +34,10 @@ func (s *racingBoundaries) PageBoundaries(ctx context.Context, partition string,
 // concurrently; rows written between the walk and the builds (new rows
 // inside a page's range, a boundary row deleted, a row updated) move no
 // row out of every page: each planned page holds the rows through its
-// boundary, however many, so the pages chain exactly and the client ends
-// with the server's rows.
+// boundary, and one that now holds more than the limit ends at the limit
+// and leaves the plan (the pages after it are built one by one), so no
+// page exceeds limitSnapshotRows and the client ends with the server's
+// rows.
 func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		var rs *racingBoundaries
@@ -64,7 +66,13 @@ func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 		}
 		c := e.client("alice", sspclient.Options{LimitSnapshotRows: 5, MaxSnapshotPages: 20})
 		mustSubscribe(t, c, "tasks-p1", "p1")
-		syncQuiet(t, c)
+		for _, round := range syncQuiet(t, c) {
+			for _, sec := range round.Sections {
+				if sec.MaxSegmentRows > 5 {
+					t.Fatalf("a page held %d rows; limitSnapshotRows is 5 (§4.7)", sec.MaxSegmentRows)
+				}
+			}
+		}
 		if rs.walks.Load() == 0 {
 			t.Fatal("the bootstrap walked no page boundaries")
 		}

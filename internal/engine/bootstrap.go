@@ -22,6 +22,10 @@ type page struct {
 	bytes    []byte
 	rowCount int
 	last     *string // the last row id, when more rows follow
+	// cut: a planned page whose range held more rows than the limit (rows
+	// written since its boundary was walked) ends at the limit, before
+	// its boundary; the plan's later pages do not follow it.
+	cut bool
 }
 
 // pageKey identifies a page for reuse across clients (§5.1): everything
@@ -188,7 +192,12 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			err error
 		)
 		if plan.more() {
-			pg, err = plan.take()
+			if pg, err = plan.take(); err == nil && pg.cut {
+				// The rest of the plan starts at a boundary this page did
+				// not reach: the pages after it are built one by one.
+				plan.stop()
+				plan = nil
+			}
 		} else {
 			key := base
 			if after != nil {
@@ -330,8 +339,8 @@ func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, 
 
 // buildRangePage scans the rows after `after` through `through` (a page
 // boundary) and encodes them as an SSG2 segment whose cursor is through,
-// however many rows the range holds now: the pages of a plan chain
-// exactly, whatever was written since the boundaries were walked.
+// or, when the range now holds more than limit rows (rows written since
+// the boundaries were walked), the first limit of them (page.cut).
 func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, through string, limit int) (page, error) {
 	var rows []store.Row
 	for {
@@ -342,6 +351,14 @@ func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLay
 		for _, row := range batch {
 			if row.RowID > through {
 				return encodeRows(l, rows, &through)
+			}
+			if len(rows) == limit {
+				// A page holds at most limit rows (§4.7): this one ends
+				// here, and the response leaves the plan.
+				last := rows[limit-1].RowID
+				pg, err := encodeRows(l, rows, &last)
+				pg.cut = true
+				return pg, err
 			}
 			rows = append(rows, row)
 		}
