@@ -24,6 +24,12 @@ func BenchmarkCommitWindow(b *testing.B) {
 	storetest.BenchmarkCommitWindow(b, openTest)
 }
 
+// BenchmarkScanPages is the page scan and boundary walk of a bootstrap.
+func BenchmarkScanPages(b *testing.B) {
+	testURL(b)
+	storetest.BenchmarkScanPages(b, openTest)
+}
+
 // BenchmarkRawCommit is the database's own commit rate on this machine,
 // the physical limit of durable appends: one-row INSERT transactions with
 // the server's default synchronous_commit, from 1 and from 16 clients.

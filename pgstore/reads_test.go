@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -277,6 +278,13 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 	if plan := explain(ts.scanAfterOne, "p", "tasks", vals, "project_id", []byte(`{}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
 		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
+	}
+	// The page boundary walk: the row scope key alone, in order per value
+	// (the table is not read): each value's range is limited straight off
+	// the index, only the merge of the values sorts.
+	if plan := explain(sqlPageBoundaries, "p", "tasks", "project_id", vals, "", int64(101), int64(10)); !regexp.MustCompile(`Limit[^\n]*\n\s*->  Index Only Scan using sync_row_scopes_pkey`).MatchString(plan) ||
+		strings.Contains(plan, "tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
+		t.Errorf("the page boundary walk does not read the row scope key alone, in order:\n%s", plan)
 	}
 	for _, after := range []bool{false, true} {
 		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}

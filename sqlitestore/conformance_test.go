@@ -61,4 +61,6 @@ func BenchmarkAppend(b *testing.B) { storetest.BenchmarkAppend(b, openTest) }
 
 func BenchmarkCommitWindow(b *testing.B) { storetest.BenchmarkCommitWindow(b, openTest) }
 
+func BenchmarkScanPages(b *testing.B) { storetest.BenchmarkScanPages(b, openTest) }
+
 func BenchmarkRequestEntry(b *testing.B) { storetest.BenchmarkRequestEntry(b, openTest) }

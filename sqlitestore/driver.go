@@ -104,6 +104,16 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 // are the common path.
 const mmapBytes = 0
 
+// scanMmapBytes is how much of the database file a scan connection maps.
+// The scans of bootstrap pages (ScanRows, PageBoundaries) run on their own
+// connections that map the file: a scan reads thousands of pages, in the
+// row-id order of the scope index, not the table's, and a mapped page is
+// read in place instead of through pread and a page cache slot (cold
+// 100,000-row bootstrap, server CPU 0.89-0.98 s -> 0.60-0.68 s, three
+// alternating pairs). The remap a growing file costs each read
+// transaction falls on these scans only, never on the pulls' reads.
+const scanMmapBytes = 256 << 20
+
 // useWAL puts the database in WAL mode (a no-op when it is).
 func useWAL(c *conn) error {
 	var mode string
@@ -539,10 +549,15 @@ type readPool struct {
 }
 
 // openReadPool opens n read connections.
-func openReadPool(path string, cfg Config, n int, role connRole) (*readPool, error) {
+func openReadPool(path string, cfg Config, n int, role connRole, mmap int) (*readPool, error) {
 	p := &readPool{free: make(chan *conn, n), closed: make(chan struct{})}
 	for range n {
 		c, err := openConn(path, cfg, role)
+		if err == nil && mmap > 0 {
+			if err = c.execOnce("PRAGMA mmap_size=" + strconv.Itoa(mmap)); err != nil {
+				c.close()
+			}
+		}
 		if err != nil {
 			p.close()
 			return nil, err
@@ -585,14 +600,19 @@ func (p *readPool) close() {
 
 // read runs fn on a read connection.
 func (s *Store) read(ctx context.Context, fn func(c *conn) error) error {
+	return s.readOn(ctx, s.readers, fn)
+}
+
+// readOn runs fn on a connection of pool.
+func (s *Store) readOn(ctx context.Context, pool *readPool, fn func(c *conn) error) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	c, err := s.readers.take(ctx)
+	c, err := pool.take(ctx)
 	if err != nil {
 		return err
 	}
-	defer s.readers.put(c)
+	defer pool.put(c)
 	err = fn(c)
 	if err != nil && sqlite.ErrCode(err) == sqlite.ResultInterrupt {
 		if cerr := ctx.Err(); cerr != nil {
@@ -602,10 +622,21 @@ func (s *Store) read(ctx context.Context, fn func(c *conn) error) error {
 	return err
 }
 
+// scan runs fn on a scan connection (a read connection that maps the
+// file, see scanMmapBytes): the reads of bootstrap pages.
+func (s *Store) scan(ctx context.Context, fn func(c *conn) error) error {
+	return s.readOn(ctx, s.scanners, fn)
+}
+
 // readTx runs fn on a read connection inside one read transaction, so
 // that its statements see one snapshot.
 func (s *Store) readTx(ctx context.Context, fn func(c *conn) error) error {
-	return s.read(ctx, func(c *conn) (err error) {
+	return s.readTxOn(ctx, s.readers, fn)
+}
+
+// readTxOn is readTx on a connection of pool.
+func (s *Store) readTxOn(ctx context.Context, pool *readPool, fn func(c *conn) error) error {
+	return s.readOn(ctx, pool, func(c *conn) (err error) {
 		if err := c.exec("BEGIN"); err != nil {
 			return err
 		}

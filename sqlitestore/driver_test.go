@@ -274,3 +274,38 @@ func TestWindowRangePlans(t *testing.T) {
 		t.Errorf("windowCandSQL's LIMIT differs from rangeChunk %d", rangeChunk)
 	}
 }
+
+// The page boundary walks read the covering primary key of
+// sync_row_scopes in row-id order: no table row, no sort (a sort would
+// read every entry of the value before the first boundary).
+func TestPageBoundariesPlan(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{boundarySQL, []any{"p", "tasks", "project_id", "a", "", int64(9)}},
+		{boundaryIDsSQL, []any{"p", "tasks", "project_id", "a", "", int64(10)}},
+	} {
+		var plan []string
+		err := s.read(t.Context(), func(c *conn) error {
+			r, err := c.query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			for r.Next() {
+				plan = append(plan, r.st.ColumnText(3))
+			}
+			return r.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Join(plan, "\n")
+		if len(plan) != 1 || !strings.Contains(all, "SEARCH sync_row_scopes USING COVERING INDEX sqlite_autoindex_sync_row_scopes_1 (partition=? AND tbl=? AND var=? AND value=? AND row_id>?)") {
+			t.Errorf("the boundary walk does not read the row scope key alone, in order:\n%s", all)
+		}
+	}
+}

@@ -362,10 +362,10 @@ func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after in
 	return n, cur.Seq, nil
 }
 
-// ScanRows reads a page of current rows inside the scopes, by row id. Each
-// value of the first effective key is read in row-id order from the row
-// scope index and the streams are merged; rows are checked against all
-// keys.
+// ScanRows reads a page of current rows inside the scopes, by row id, on a
+// scan connection (scanMmapBytes). Each value of the first effective key
+// is read in row-id order from the row scope index and the streams are
+// merged; rows are checked against all keys.
 func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
 	if s.closed.Load() {
 		return nil, store.ErrClosed
@@ -395,7 +395,7 @@ ORDER BY s.row_id LIMIT ?`
 			page []store.Row
 			more bool
 		)
-		err := s.read(ctx, func(c *conn) error {
+		err := s.scan(ctx, func(c *conn) error {
 			var err error
 			page, more, err = scanMerge(c, query, partition, q, first, after, q.Limit-len(out))
 			return err

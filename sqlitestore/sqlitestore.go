@@ -58,7 +58,9 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxBatch bounds the writes that share one transaction. Default 128.
 	MaxBatch int
-	// ReadConns is the number of read connections. Default 4.
+	// ReadConns is the number of read connections. Default 4. As many
+	// scan connections (which map the file) serve the scans of bootstrap
+	// pages.
 	ReadConns int
 	// Synchronous is the SQLite synchronous setting: "FULL" (the default,
 	// durable at acknowledgement) or "NORMAL" (WAL-safe, but the last
@@ -109,7 +111,10 @@ type Store struct {
 	path    string
 	tempDir string
 	readers *readPool // query-only connections
-	w       *writer   // owns the write connection
+	// scanners are query-only connections that map the file, for the
+	// scans of bootstrap pages (scanMmapBytes).
+	scanners *readPool
+	w        *writer // owns the write connection
 	// clients is the write-behind of deferred client records
 	// (clients.go); nil without a writer.
 	clients *store.ClientWriteBehind
@@ -178,7 +183,12 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	if s.readers, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader); err != nil {
+	if s.readers, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader, 0); err != nil {
+		wc.close()
+		s.cleanup()
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	if s.scanners, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader, scanMmapBytes); err != nil {
 		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -203,7 +213,11 @@ func (s *Store) openReadOnly(ctx context.Context) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 	var err error
-	if s.readers, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly); err != nil {
+	if s.readers, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly, 0); err != nil {
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
+	if s.scanners, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly, scanMmapBytes); err != nil {
+		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 	// Fail now on a file that is not a database.
@@ -261,6 +275,9 @@ func migrateCore(ctx context.Context, c *conn, hooks openHooks) (err error) {
 func (s *Store) cleanup() {
 	if s.readers != nil {
 		s.readers.close()
+	}
+	if s.scanners != nil {
+		s.scanners.close()
 	}
 	if s.tempDir != "" {
 		os.RemoveAll(s.tempDir)

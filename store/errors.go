@@ -35,6 +35,9 @@ var (
 	ErrUnknownTable = errors.New("store: unknown table")
 	// ErrScanRequiresScope: a row scan or commit window without scopes.
 	ErrScanRequiresScope = errors.New("store: scan requires a scope filter")
+	// ErrBoundariesOneKey: PageBoundaries of scopes of more than one key
+	// (whose rows only a read of each row's scopes could match).
+	ErrBoundariesOneKey = errors.New("store: page boundaries need exactly one scope key")
 	// ErrStorageFull: a write failed because the storage is full (the
 	// disk, or the database's size cap). Nothing of it was written; it may
 	// succeed once space is freed.

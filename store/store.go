@@ -48,6 +48,16 @@ type Store interface {
 	ReadCommits(ctx context.Context, partition string, afterSeq, throughSeq int64, limit int) ([]Commit, error)
 	// ScanRows reads a page of current rows inside scopes, by row id.
 	ScanRows(ctx context.Context, partition string, q RowScanQuery) ([]Row, error)
+	// PageBoundaries walks the rows a chain of ScanRows calls of q would
+	// read (q.Table, q.Scopes, q.After; q.Limit rows a page) from the
+	// scope index alone, no row read, and returns the row id that ends
+	// each full page another matching row follows, at most pages of them,
+	// in row-id order: the After cursors of the following pages, known
+	// ahead so that the pages can be read concurrently. q.Scopes must have
+	// exactly one key (ErrScanRequiresScope without one,
+	// ErrBoundariesOneKey with more). The walk is one consistent read; rows
+	// written after it may move the boundaries of a later scan.
+	PageBoundaries(ctx context.Context, partition string, q RowScanQuery, pages int) ([]string, error)
 	// ListRows reads a page of a table's current rows in a partition, by
 	// row id (bytewise), whatever their scopes: an operator and test read,
 	// never a client-facing one.

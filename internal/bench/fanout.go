@@ -20,7 +20,10 @@ type deliveries struct {
 
 type delivery struct {
 	arrivals []time.Time
-	all      chan struct{}
+	// rx holds the kernel's receive times of the same deliveries, where
+	// recorded.
+	rx  []time.Time
+	all chan struct{}
 }
 
 func (d *deliveries) entry(seq int64) *delivery {
@@ -32,19 +35,22 @@ func (d *deliveries) entry(seq int64) *delivery {
 	return e
 }
 
-func (d *deliveries) got(seq int64, at time.Time) {
+func (d *deliveries) got(seq int64, at, rx time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	e := d.entry(seq)
 	e.arrivals = append(e.arrivals, at)
+	if !rx.IsZero() {
+		e.rx = append(e.rx, rx)
+	}
 	if len(e.arrivals) == d.want {
 		close(e.all)
 	}
 }
 
-// wait returns the arrivals of seq once every socket has it, or at the
-// deadline.
-func (d *deliveries) wait(seq int64, within time.Duration) []time.Time {
+// wait returns the arrivals of seq (and their kernel receive times) once
+// every socket has it, or at the deadline.
+func (d *deliveries) wait(seq int64, within time.Duration) (arrivals, rx []time.Time) {
 	d.mu.Lock()
 	e := d.entry(seq)
 	d.mu.Unlock()
@@ -56,7 +62,24 @@ func (d *deliveries) wait(seq int64, within time.Duration) []time.Time {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]time.Time(nil), e.arrivals...)
+	return append([]time.Time(nil), e.arrivals...), append([]time.Time(nil), e.rx...)
+}
+
+// spreadOf appends each time's distance from the earliest of them.
+func spreadOf(out []time.Duration, times []time.Time) []time.Duration {
+	if len(times) == 0 {
+		return out
+	}
+	first := times[0]
+	for _, t := range times {
+		if t.Before(first) {
+			first = t
+		}
+	}
+	for _, t := range times {
+		out = append(out, t.Sub(first))
+	}
+	return out
 }
 
 // runFanout: Sockets subscribed sockets and one writer pushing Commits
@@ -65,12 +88,16 @@ func (d *deliveries) wait(seq int64, within time.Duration) []time.Time {
 // each socket receiving the delta (a delta that arrives before the
 // response counts as 0, and is counted), from the push request, and from
 // the first socket's delivery of the same commit (the fan-out spread,
-// which leaves out the commit's own latency).
+// which leaves out the commit's own latency). The spread is measured twice:
+// by when the tool's goroutines read the deltas (which includes the wait
+// for a CPU the tool shares with the server) and, on Linux, by when the
+// kernel received them (SO_TIMESTAMPNS: the server's fan-out as it reaches
+// the client machine).
 func runFanout(ctx context.Context, r *runner) error {
 	n, commits := r.cfg.Sockets, r.cfg.Commits
 	r.res.Params["sockets"], r.res.Params["commits"] = n, commits
 	d := &deliveries{want: n, seqs: map[int64]*delivery{}}
-	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at time.Time) { d.got(cursor, at) })
+	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at, rx time.Time) { d.got(cursor, at, rx) })
 	defer closeSockets(socks)
 	if err != nil {
 		return err
@@ -84,10 +111,10 @@ func runFanout(ctx context.Context, r *runner) error {
 	}
 	within := min(r.cfg.Timeout, 5*time.Second)
 	var (
-		fromResp, fromSend, spread, push []time.Duration
-		early, missed                    int
-		pushed                           atomic.Int64
-		rec                              recorder
+		fromResp, fromSend, spread, rxSpread, push []time.Duration
+		early, missed                              int
+		pushed                                     atomic.Int64
+		rec                                        recorder
 	)
 	line := &rateLine{what: "fanout", unit: "commits"}
 	r.status(func(el time.Duration) string {
@@ -111,8 +138,11 @@ func runFanout(ctx context.Context, r *runner) error {
 		}
 		pushed.Add(1)
 		push = append(push, resp.Sub(sent))
-		arrivals := d.wait(seq, within)
+		arrivals, rx := d.wait(seq, within)
 		missed += n - len(arrivals)
+		if len(rx) == len(arrivals) {
+			rxSpread = spreadOf(rxSpread, rx)
+		}
 		first := resp
 		for _, at := range arrivals {
 			if at.Before(first) {
@@ -137,6 +167,9 @@ func runFanout(ctx context.Context, r *runner) error {
 	r.res.addLatency("delivery latency from push response", summarize(fromResp))
 	r.res.addLatency("delivery latency from push request", summarize(fromSend))
 	r.res.addLatency("delivery spread after the first socket", summarize(spread))
+	if len(rxSpread) > 0 {
+		r.res.addLatency("delivery spread after the first socket, kernel receive time", summarize(rxSpread))
+	}
 	r.res.add("deliveries before push response", float64(early), "")
 	r.res.add("deliveries missed", float64(missed), "")
 	r.res.add("wake-ups", float64(r.sockets.wakes.Load()-wakes0), "")

@@ -23,8 +23,11 @@ type vsocket struct {
 	rt *sspclient.Realtime
 	// done is closed when the connection's read loop ends.
 	done chan struct{}
-	// onDelta observes each applied delta (nextCursor, arrival time).
-	onDelta func(s *vsocket, cursor int64, at time.Time)
+	// onDelta observes each applied delta: its nextCursor, when the tool
+	// read it, and when the kernel received it (zero when not recorded).
+	onDelta func(s *vsocket, cursor int64, at, rx time.Time)
+	// rx records the kernel's receive times of the realtime connection.
+	rx *rxClock
 }
 
 // socketCounters count realtime events across all sockets.
@@ -35,7 +38,8 @@ type socketCounters struct {
 // newSocket creates virtual client i and registers its subscription
 // with a pull.
 func (r *runner) newSocket(ctx context.Context, i int) (*vsocket, error) {
-	c, err := r.client(i, sspclient.Options{})
+	rx := &rxClock{}
+	c, err := r.client(i, sspclient.Options{RealtimeNetDial: rx.dial})
 	if err != nil {
 		return nil, err
 	}
@@ -45,11 +49,11 @@ func (r *runner) newSocket(ctx context.Context, i int) (*vsocket, error) {
 	if _, err := c.SyncUntilQuiet(ctx, 20); err != nil {
 		return nil, fmt.Errorf("client %d registration: %w", i, err)
 	}
-	return &vsocket{r: r, i: i, c: c}, nil
+	return &vsocket{r: r, i: i, c: c, rx: rx}, nil
 }
 
 // openSockets creates, registers and connects n sockets, 64 at a time.
-func (r *runner) openSockets(ctx context.Context, n int, onDelta func(*vsocket, int64, time.Time)) ([]*vsocket, error) {
+func (r *runner) openSockets(ctx context.Context, n int, onDelta func(s *vsocket, cursor int64, at, rx time.Time)) ([]*vsocket, error) {
 	socks := make([]*vsocket, n)
 	var opened atomic.Int64
 	r.status(func(time.Duration) string {
@@ -118,6 +122,7 @@ func (s *vsocket) readLoop(rt *sspclient.Realtime, done chan struct{}) {
 		switch {
 		case m.Delta != nil:
 			at := time.Now()
+			rx, _ := s.rx.last()
 			cursor, err := s.c.ApplyDelta(m.Delta)
 			if err != nil {
 				if !errors.Is(err, sspclient.ErrRoundInFlight) {
@@ -132,7 +137,7 @@ func (s *vsocket) readLoop(rt *sspclient.Realtime, done chan struct{}) {
 					return
 				}
 				if s.onDelta != nil {
-					s.onDelta(s, cursor, at)
+					s.onDelta(s, cursor, at, rx)
 				}
 			}
 		case m.Event != nil:

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -76,8 +78,23 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound of every wait for deliveries, convergence and server start")
 	fs.StringVar(&jsonPath, "json", "", "also write the result as JSON to this file")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "no live status line")
+	var cpuProfile string
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the bench tool's own CPU profile to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "syncgo bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "syncgo bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	names := make([]string, 0, len(bench.Workloads))
 	for name := range bench.Workloads {

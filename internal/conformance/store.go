@@ -103,6 +103,10 @@ func (s *instanceStore) ScanRows(ctx context.Context, partition string, q store.
 	return s.current().ScanRows(ctx, partition, q)
 }
 
+func (s *instanceStore) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
+	return s.current().PageBoundaries(ctx, partition, q, pages)
+}
+
 func (s *instanceStore) ListRows(ctx context.Context, partition, table string, after *string, limit int) ([]store.Row, error) {
 	return s.current().ListRows(ctx, partition, table, after, limit)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -21,6 +22,10 @@ type page struct {
 	bytes    []byte
 	rowCount int
 	last     *string // the last row id, when more rows follow
+	// cut: a planned page whose range held more rows than the limit (rows
+	// written since its boundary was walked) ends at the limit, before
+	// its boundary; the plan's later pages do not follow it.
+	cut bool
 }
 
 // pageKey identifies a page for reuse across clients (§5.1): everything
@@ -32,54 +37,91 @@ type pageKey struct {
 	after                           string
 	hasAfter                        bool
 	limit                           int
+	// through, with hasThrough, ends a page at a known boundary (the rows
+	// after `after` through this row id, however many): a page of a plan
+	// built ahead (pagePlan). Without it the page is the limit rows after
+	// `after`.
+	through    string
+	hasThrough bool
 }
 
-// pageCache shares built pages and coalesces concurrent builds.
-type pageCache struct {
+// sharedCache shares built values (pages, page boundaries) across
+// requests and coalesces concurrent builds of one key; the oldest keys are
+// forgotten first, and a failed build is not kept.
+type sharedCache[K comparable, V any] struct {
 	mu    sync.Mutex
-	pages map[pageKey]*pageEntry
-	order []pageKey
+	m     map[K]*sharedEntry[V]
+	order []K
 	max   int
 
 	hits, misses atomic.Int64 // look-ups that found an entry, or built one
 }
 
-type pageEntry struct {
+type sharedEntry[V any] struct {
 	done chan struct{}
-	p    page
+	v    V
 	err  error
 }
 
-func (c *pageCache) get(key pageKey, build func() (page, error)) (page, error) {
-	c.mu.Lock()
-	if c.pages == nil {
-		c.pages = map[pageKey]*pageEntry{}
+// get returns key's value, building it with build unless it is built or
+// building. A build fails with its builder's context: a waiter that did
+// not start it (another request) builds again rather than fail with that
+// request's cancellation (a client gone, a plan stopped).
+func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
+	for {
+		v, err, again := c.getOnce(key, build)
+		if !again {
+			return v, err
+		}
 	}
-	if e, ok := c.pages[key]; ok {
+}
+
+// getOnce is one look-up; again reports a waited build that failed with
+// its builder's cancellation.
+func (c *sharedCache[K, V]) getOnce(key K, build func() (V, error)) (V, error, bool) {
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[K]*sharedEntry[V]{}
+	}
+	if e, ok := c.m[key]; ok {
 		c.mu.Unlock()
 		c.hits.Add(1)
 		<-e.done
-		return e.p, e.err
+		if errors.Is(e.err, context.Canceled) || errors.Is(e.err, context.DeadlineExceeded) {
+			return e.v, e.err, true
+		}
+		return e.v, e.err, false
 	}
-	e := &pageEntry{done: make(chan struct{})}
-	c.pages[key] = e
+	e := &sharedEntry[V]{done: make(chan struct{})}
+	c.m[key] = e
 	c.order = append(c.order, key)
 	for len(c.order) > c.max {
-		delete(c.pages, c.order[0])
+		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
 	c.mu.Unlock()
 	c.misses.Add(1)
-	e.p, e.err = build()
-	close(e.done)
+	e.v, e.err = build()
 	if e.err != nil {
+		// Forgotten before the waiters wake, so that a retry builds anew.
 		c.mu.Lock()
-		if c.pages[key] == e {
-			delete(c.pages, key)
+		if c.m[key] == e {
+			delete(c.m, key)
 		}
 		c.mu.Unlock()
 	}
-	return e.p, e.err
+	close(e.done)
+	return e.v, e.err, false
+}
+
+// pageCache shares built pages and coalesces concurrent builds.
+type pageCache = sharedCache[pageKey, page]
+
+// boundsKey identifies the page boundaries of a scan: those of the pages
+// that would follow key's after cursor, at most pages of them.
+type boundsKey struct {
+	pageKey
+	pages int
 }
 
 // bootstrap serves a bootstrapping subscription (§4.7): pinned, paged and
@@ -128,18 +170,46 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	// segment the store does not hold yet.
 	var inflight *pendingRef
 	defer func() { inflight.wait() }()
+	base := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
+		schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
+	// With one scope key, the pages still to serve are planned from the
+	// scope index (their boundaries) and built concurrently; the plan's
+	// pages are served in order, and a plan that ends early (rows written
+	// since the walk) leaves the rest to the page-by-page loop.
+	var plan *pagePlan
+	defer func() { plan.stop() }()
+	planned := false
 	for n := 0; n < lim.pages; n++ {
-		key := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
-			schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
-		if after != nil {
-			key.after, key.hasAfter = *after, true
-		}
-		pg, err := r.e.pages.get(key, func() (page, error) {
-			if n == 0 && probe != nil {
-				return encodePage(layout, *probe, lim.rows)
+		if !planned && len(eff) == 1 && lim.pages-n > 1 && !(n == 0 && probe != nil) {
+			planned = true
+			var err error
+			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n); err != nil {
+				return 0, err
 			}
-			return r.e.buildPage(ctx, r.auth.Partition, layout, eff, after, lim.rows)
-		})
+		}
+		var (
+			pg  page
+			err error
+		)
+		if plan.more() {
+			if pg, err = plan.take(); err == nil && pg.cut {
+				// The rest of the plan starts at a boundary this page did
+				// not reach: the pages after it are built one by one.
+				plan.stop()
+				plan = nil
+			}
+		} else {
+			key := base
+			if after != nil {
+				key.after, key.hasAfter = *after, true
+			}
+			pg, err = r.e.pages.get(key, func() (page, error) {
+				if n == 0 && probe != nil {
+					return encodePage(layout, *probe, lim.rows)
+				}
+				return r.e.buildPage(ctx, r.auth.Partition, layout, eff, after, lim.rows)
+			})
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -267,15 +337,54 @@ func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, 
 	return encodePage(l, rows, limit)
 }
 
+// buildRangePage scans the rows after `after` through `through` (a page
+// boundary) and encodes them as an SSG2 segment whose cursor is through,
+// or, when the range now holds more than limit rows (rows written since
+// the boundaries were walked), the first limit of them (page.cut).
+func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, through string, limit int) (page, error) {
+	var rows []store.Row
+	for {
+		batch, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true})
+		if err != nil {
+			return page{}, err
+		}
+		for _, row := range batch {
+			if row.RowID > through {
+				return encodeRows(l, rows, &through)
+			}
+			if len(rows) == limit {
+				// A page holds at most limit rows (§4.7): this one ends
+				// here, and the response leaves the plan.
+				last := rows[limit-1].RowID
+				pg, err := encodeRows(l, rows, &last)
+				pg.cut = true
+				return pg, err
+			}
+			rows = append(rows, row)
+		}
+		if len(batch) <= limit {
+			return encodeRows(l, rows, &through)
+		}
+		after = &batch[len(batch)-1].RowID
+	}
+}
+
 // encodePage encodes the rows of a page scan (limit rows and a look-ahead
 // row when more follow) as an SSG2 segment.
 func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
-	var pg page
+	var last *string
 	if len(rows) > limit {
 		rows = rows[:limit]
-		last := rows[limit-1].RowID
-		pg.last = &last
+		id := rows[limit-1].RowID
+		last = &id
 	}
+	return encodeRows(l, rows, last)
+}
+
+// encodeRows encodes rows as an SSG2 segment whose next cursor is last
+// (nil: the last page).
+func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
+	pg := page{last: last}
 	var buf bytes.Buffer
 	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
@@ -300,4 +409,125 @@ func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
 	sum := sha256.Sum256(pg.bytes)
 	pg.id = "sha256:" + hex.EncodeToString(sum[:])
 	return pg, nil
+}
+
+// pagePlan is the pages of a bootstrap still to serve, their boundaries
+// walked from the scope index ahead (store.PageBoundaries), built
+// concurrently (at most planParallel at a time, started in order) and
+// taken in order. The last page of a plan that found fewer boundaries
+// than pages is an ordinary page (limit rows after the last boundary).
+type pagePlan struct {
+	jobs []*planJob
+	next int
+	// sem holds a slot per page started and not taken yet: a plan keeps
+	// at most planParallel pages built ahead of the response.
+	sem    chan struct{}
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type planJob struct {
+	done chan struct{}
+	slot bool // it holds a slot of the plan's sem (set before it starts)
+	pg   page
+	err  error
+}
+
+// planParallel bounds the pages a plan builds at once, or holds built and
+// not yet written: the scans share the CPUs and the store's read
+// connections with every other request.
+func planParallel() int { return min(runtime.GOMAXPROCS(0), 4) }
+
+// planPages plans the pages after `after`, at most pages of them; nil when
+// the scope index holds no full page after it (one page left: nothing to
+// build ahead).
+func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) (*pagePlan, error) {
+	bk := boundsKey{pageKey: base, pages: pages}
+	if after != nil {
+		bk.after, bk.hasAfter = *after, true
+	}
+	bounds, err := e.bounds.get(bk, func() ([]string, error) {
+		return e.cfg.Store.PageBoundaries(ctx, base.partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: base.limit}, pages)
+	})
+	if err != nil || len(bounds) == 0 {
+		return nil, err
+	}
+	type spec struct {
+		key     pageKey
+		after   *string
+		through *string
+	}
+	var specs []spec
+	for i := 0; i <= len(bounds) && len(specs) < pages; i++ {
+		sp := spec{key: base, after: after}
+		if after != nil {
+			sp.key.after, sp.key.hasAfter = *after, true
+		}
+		if i < len(bounds) {
+			sp.through = &bounds[i]
+			sp.key.through, sp.key.hasThrough = bounds[i], true
+		}
+		specs = append(specs, sp)
+		if i < len(bounds) {
+			after = &bounds[i]
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel())}
+	for range specs {
+		p.jobs = append(p.jobs, &planJob{done: make(chan struct{})})
+	}
+	sem := p.sem
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for i, sp := range specs {
+			j := p.jobs[i]
+			select {
+			case sem <- struct{}{}:
+				j.slot = true
+			case <-ctx.Done():
+				j.err = ctx.Err()
+				close(j.done)
+				continue
+			}
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				j.pg, j.err = e.pages.get(sp.key, func() (page, error) {
+					if sp.through == nil {
+						return e.buildPage(ctx, base.partition, l, eff, sp.after, base.limit)
+					}
+					return e.buildRangePage(ctx, base.partition, l, eff, sp.after, *sp.through, base.limit)
+				})
+				close(j.done)
+			}()
+		}
+	}()
+	return p, nil
+}
+
+// more reports whether the plan has a page left to take; a nil plan has
+// none.
+func (p *pagePlan) more() bool { return p != nil && p.next < len(p.jobs) }
+
+// take waits for the plan's next page.
+func (p *pagePlan) take() (page, error) {
+	j := p.jobs[p.next]
+	p.next++
+	<-j.done
+	if j.slot {
+		<-p.sem // the page leaves the plan: the next one may start
+	}
+	return j.pg, j.err
+}
+
+// stop cancels the builds not taken and waits for them; a nil plan has
+// none.
+func (p *pagePlan) stop() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	p.wg.Wait()
 }

@@ -172,7 +172,9 @@ type Engine struct {
 	mu      sync.Mutex
 	touched map[string]touchState
 	pages   pageCache
-	images  imageIndex
+	// bounds shares the page boundaries of bootstrap scans (pagePlan).
+	bounds sharedCache[boundsKey, []string]
+	images imageIndex
 	// published remembers recent segment publications (segments.go).
 	published recentPublications
 	// hot serves the downloads of the segments published lately
@@ -187,7 +189,8 @@ type touchState struct {
 
 // New returns an Engine.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024}}
+	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024},
+		bounds: sharedCache[boundsKey, []string]{max: 256}}
 }
 
 // Schema returns the served schema.

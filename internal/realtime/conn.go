@@ -101,6 +101,12 @@ type wsConn struct {
 	pollToken int32
 	parked    bool
 	kick      func()
+	// partial holds the start of a client frame the poller read from a
+	// parked connection (an ack whose header and payload came in separate
+	// segments), taken by whoever reads the connection next; partialAt is
+	// when it was kept.
+	partial   []byte
+	partialAt time.Time
 }
 
 func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *atomic.Int64) *wsConn {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -67,6 +68,7 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	p.sessions[s] = struct{}{}
 	p.mu.Unlock()
 	h.stats.sessions.Add(1)
+	h.churn.Add(1)
 	if err := h.start(ctx, s); err != nil {
 		p.mu.Lock()
 		delete(p.sessions, s)
@@ -130,14 +132,140 @@ func (h *Hub) wakeReader(s *session) {
 	}
 	c.parked = false
 	c.mu.Unlock()
-	go h.readPolled(s)
+	go h.readPolled(s, nil)
+}
+
+// readable runs on the poller's goroutine when a parked connection's
+// socket has bytes. The common client message, an ack, is handled right
+// there: the bytes are read without waiting into the poller's buffer, the
+// complete masked ack frames at their start are applied (an ack only
+// takes the session's lock), and the connection is parked again, with no
+// goroutine started. Anything else (another message, a frame cut by the
+// segment boundary, a control frame, the end of the stream, a hang-up, a
+// closing connection) is left to a reader goroutine, which gets the bytes
+// already read first.
+func (h *Hub) readable(s *session, hup bool, buf []byte) {
+	c := s.conn
+	c.mu.Lock()
+	if !c.parked {
+		c.mu.Unlock()
+		return // a close started its reader meanwhile
+	}
+	c.parked = false // this goroutine reads it now
+	fast := !hup && !c.closing && !c.closed
+	held := c.partial
+	c.partial = nil
+	c.mu.Unlock()
+	if !fast {
+		go h.readPolled(s, held)
+		return
+	}
+	k := copy(buf, held)
+	n, err := readNow(c.rc, buf[k:])
+	switch {
+	case err == syscall.EAGAIN:
+		n = 0 // nothing after all: park again
+	case err != nil || n == 0:
+		go h.readPolled(s, held) // it meets the error or the end itself
+		return
+	}
+	n += k
+	used := 0
+	for used < n {
+		cursor, size, ok := maskedAck(buf[used:n])
+		if !ok {
+			break
+		}
+		s.ack(cursor)
+		used += size
+	}
+	var rest []byte
+	if used < n {
+		rest = append([]byte(nil), buf[used:n]...)
+		if !ackPrefix(rest) {
+			go h.readPolled(s, rest)
+			return
+		}
+	}
+	if !h.parkHolding(s, rest) {
+		go h.readPolled(s, rest)
+	}
+}
+
+// ackPrefix reports whether b may be the start of a frame maskedAck
+// takes, cut short: the rest is still to come.
+func ackPrefix(b []byte) bool {
+	const finText, masked = 0x80 | byte(ws.OpText), 0x80
+	switch {
+	case len(b) == 0 || b[0] != finText:
+		return false
+	case len(b) == 1:
+		return true
+	}
+	n := int(b[1] &^ masked)
+	return b[1]&masked != 0 && n <= 125 && len(b) < 6+n
+}
+
+// maskedAck reads a complete client ack at the start of b: one unfragmented
+// masked text frame of at most 125 bytes whose payload ParseAckFast accepts.
+// It returns the cursor and the frame's size; false for anything else.
+func maskedAck(b []byte) (cursor int64, size int, ok bool) {
+	const finText, masked = 0x80 | byte(ws.OpText), 0x80
+	if len(b) < 6 || b[0] != finText || b[1]&masked == 0 {
+		return 0, 0, false
+	}
+	n := int(b[1] &^ masked)
+	if n > 125 || len(b) < 6+n {
+		return 0, 0, false
+	}
+	var payload [125]byte
+	p := payload[:n]
+	copy(p, b[6:6+n])
+	for i := range p {
+		p[i] ^= b[2+i%4]
+	}
+	cursor, ok = wire.ParseAckFast(p)
+	if !ok {
+		return 0, 0, false
+	}
+	return cursor, 6 + n, true
+}
+
+// prefixed reads bytes already taken from a socket, then the socket.
+type prefixed struct {
+	b  []byte
+	nc net.Conn
+}
+
+func (p *prefixed) Read(q []byte) (int, error) {
+	if len(p.b) > 0 {
+		n := copy(q, p.b)
+		p.b = p.b[n:]
+		return n, nil
+	}
+	return p.nc.Read(q)
 }
 
 // readPolled reads a polled connection's messages with a pooled buffer
 // while bytes keep coming, then parks it again and returns: between
-// bursts the connection holds neither a goroutine nor a buffer.
-func (h *Hub) readPolled(s *session) {
-	r := h.getReader(s.conn.nc)
+// bursts the connection holds neither a goroutine nor a buffer. first
+// holds bytes the poller read from the socket: they are read first.
+func (h *Hub) readPolled(s *session, first []byte) {
+	h.polledReaders.Add(1)
+	c := s.conn
+	c.mu.Lock()
+	if held := c.partial; len(held) > 0 {
+		first = append(held, first...)
+	}
+	c.partial = nil
+	c.mu.Unlock()
+	var src io.Reader = s.conn.nc
+	var pre *prefixed
+	if len(first) > 0 {
+		pre = &prefixed{b: first, nc: s.conn.nc}
+		src = pre
+	}
+	r := h.getReader(src)
 	for {
 		if h.readOne(s, r) {
 			h.putReader(r)
@@ -145,7 +273,7 @@ func (h *Hub) readPolled(s *session) {
 			h.end(s)
 			return
 		}
-		if r.Buffered() == 0 && h.park(s) {
+		if r.Buffered() == 0 && (pre == nil || len(pre.b) == 0) && h.park(s) {
 			h.putReader(r)
 			return
 		}
@@ -155,6 +283,12 @@ func (h *Hub) readPolled(s *session) {
 // park re-arms the poller for a connection that has nothing buffered. A
 // closing connection is not parked: it is read until its end.
 func (h *Hub) park(s *session) bool {
+	return h.parkHolding(s, nil)
+}
+
+// parkHolding parks a connection with the start of a frame already read
+// from it (see wsConn.partial); the next reader gets it first.
+func (h *Hub) parkHolding(s *session, partial []byte) bool {
 	if h.isClosed() {
 		return false
 	}
@@ -165,20 +299,32 @@ func (h *Hub) park(s *session) bool {
 		return false
 	}
 	c.parked = true
+	if len(partial) > 0 {
+		c.partial, c.partialAt = partial, time.Now()
+	}
 	if !h.poll.rearm(c) {
-		c.parked = false
+		c.parked, c.partial = false, nil
 		return false
 	}
 	return true
 }
 
-func (h *Hub) getReader(nc net.Conn) *bufio.Reader {
+// stalledPartial reports whether a parked connection has held the start
+// of a frame for longer than stall: its reader must apply the stall
+// timeout (the hub's heartbeat checks).
+func (c *wsConn) stalledPartial(now time.Time, stall time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.parked && len(c.partial) > 0 && now.Sub(c.partialAt) > stall
+}
+
+func (h *Hub) getReader(src io.Reader) *bufio.Reader {
 	select {
 	case r := <-h.readers:
-		r.Reset(nc)
+		r.Reset(src)
 		return r
 	default:
-		return bufio.NewReaderSize(nc, readBufferSize)
+		return bufio.NewReaderSize(src, readBufferSize)
 	}
 }
 
@@ -374,6 +520,7 @@ func (h *Hub) detach(s *session) {
 			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
 	}
 	h.stats.sessions.Add(-1)
+	h.churn.Add(1)
 	if s.onClose != nil {
 		s.onClose()
 	}

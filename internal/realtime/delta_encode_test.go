@@ -19,7 +19,7 @@ func TestUnencodableDeltaWakes(t *testing.T) {
 	h := testHub(t)
 	s, client := currentSession(t, h)
 	n := rowNotice(t, h, 1, "r\xff", "p1")
-	s.deliver(n, map[string]*deltaCache{})
+	s.deliver(n, &deltaCaches{})
 	f := readFrame(t, client)
 	if f.Header.OpCode != ws.OpText || !strings.Contains(string(f.Payload), `"catchup-required"`) {
 		t.Fatalf("got %v %q, want a catch-up wake", f.Header.OpCode, f.Payload)
@@ -43,7 +43,7 @@ func TestDeltaRendersUnencodableActor(t *testing.T) {
 	s, client := currentSession(t, h)
 	n := rowNotice(t, h, 1, "r", "p1")
 	n.ActorID = "ev\xffil"
-	s.deliver(n, map[string]*deltaCache{})
+	s.deliver(n, &deltaCaches{})
 	f := readFrame(t, client)
 	if f.Header.OpCode != ws.OpBinary || len(f.Payload) == 0 || f.Payload[0] != wire.ChannelTagDelta {
 		t.Fatalf("got %v %q, want a delta", f.Header.OpCode, f.Payload)
@@ -99,7 +99,7 @@ func TestUnnarrowableDeltaWakes(t *testing.T) {
 	h := testHub(t)
 	s, client := testSession(t, h, "p1") // registered with schema version 0
 	s.observed = 0
-	s.deliver(rowNotice(t, h, 1, "r", "p1"), map[string]*deltaCache{})
+	s.deliver(rowNotice(t, h, 1, "r", "p1"), &deltaCaches{})
 	f := readFrame(t, client)
 	if f.Header.OpCode != ws.OpText || !strings.Contains(string(f.Payload), `"catchup-required"`) {
 		t.Fatalf("got %v %q, want a catch-up wake", f.Header.OpCode, f.Payload)

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"log/slog"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -63,6 +65,14 @@ type Config struct {
 	// default, on Linux, an idle socket is parked in the hub's epoll set
 	// and gets a reader only while client bytes arrive.
 	ReaderPerSocket bool
+	// ReleaseAfterChurn: after a burst of at least this many socket
+	// connects and disconnects, once no socket has come or gone for
+	// half a second, the hub returns the process's free memory to the
+	// system (debug.FreeOSMemory: a collection, then every free page
+	// released). A connect storm's garbage (each upgrade's HTTP buffers)
+	// otherwise stays resident until the runtime's scavenger slowly
+	// returns it. Default 500; negative disables.
+	ReleaseAfterChurn int
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +114,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReresolveInterval == 0 {
 		c.ReresolveInterval = time.Minute
+	}
+	if c.ReleaseAfterChurn == 0 {
+		c.ReleaseAfterChurn = 500
 	}
 	return c
 }
@@ -149,6 +162,13 @@ type counters struct {
 	closedSlow, closedProtocol, gaps, narrowed atomic.Int64
 }
 
+// churnQuiet is how long no socket comes or goes before a burst of them is
+// over; releaseSpacing is the least time between two memory releases.
+const (
+	churnQuiet     = 500 * time.Millisecond
+	releaseSpacing = 10 * time.Second
+)
+
 // pooledReaders is how many idle read buffers the hub keeps for the
 // reader goroutines of polled sockets.
 const pooledReaders = 64
@@ -170,6 +190,12 @@ type Hub struct {
 	// reader goroutines.
 	poll    *poller
 	readers chan *bufio.Reader
+	// polledReaders counts the reader goroutines started for polled
+	// sockets (acks are read by the poller itself, without one).
+	polledReaders atomic.Int64
+	// churn counts socket attaches and detaches; releases counts the
+	// memory releases after bursts of them (Config.ReleaseAfterChurn).
+	churn, releases atomic.Int64
 
 	// beforeFanout, when set (by tests, before the first notification),
 	// runs on the fan-out goroutine before a commit is delivered: a test
@@ -214,7 +240,7 @@ func NewHub(cfg Config) *Hub {
 			h.wg.Add(1)
 			go func() {
 				defer h.wg.Done()
-				h.poll.run(h.wakeReader)
+				h.poll.run(h.readable)
 			}()
 		}
 	}
@@ -280,8 +306,29 @@ func (h *Hub) loop() {
 	ack := time.NewTicker(h.cfg.AckFlush)
 	defer hb.Stop()
 	defer ack.Stop()
+	var quiet <-chan time.Time
+	if h.cfg.ReleaseAfterChurn > 0 {
+		t := time.NewTicker(churnQuiet)
+		defer t.Stop()
+		quiet = t.C
+	}
+	var lastChurn, burst int64
+	var lastRelease time.Time
 	for {
 		select {
+		case <-quiet:
+			c := h.churn.Load()
+			if c != lastChurn {
+				burst += c - lastChurn
+				lastChurn = c
+				continue
+			}
+			if burst >= int64(h.cfg.ReleaseAfterChurn) && time.Since(lastRelease) >= releaseSpacing {
+				debug.FreeOSMemory()
+				lastRelease = time.Now()
+				h.releases.Add(1)
+			}
+			burst = 0
 		case <-h.stop:
 			h.flushAcks()
 			return
@@ -297,6 +344,11 @@ func (h *Hub) loop() {
 				if s.expired(time.Now()) {
 					s.conn.closeWith(ws.StatusPolicyViolation, "credentials expired")
 					continue
+				}
+				if s.conn.stalledPartial(time.Now(), h.cfg.StallTimeout) {
+					// A frame begun and left unfinished: a reader
+					// applies the stall timeout to the rest of it.
+					h.wakeReader(s)
 				}
 				_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
 			}
@@ -540,13 +592,35 @@ func (h *Hub) drain(p *partition) {
 	p.mu.Unlock()
 }
 
+// fanoutShare is the fewest sessions a fan-out goroutine takes: below it
+// one goroutine writes them all.
+const fanoutShare = 128
+
 // fanout delivers one commit to the sessions. A delta is encoded once per
 // distinct registration set and the same frame is queued on every session
-// that shares it.
+// that shares it. The sessions are split over up to GOMAXPROCS goroutines
+// (each write to an idle socket is a system call, and with one writer the
+// last socket waits for all the others' writes); fanout returns when all
+// are delivered, so every session still sees commits in order.
 func (h *Hub) fanout(sessions []*session, n notified) {
-	cache := map[string]*deltaCache{}
-	for _, s := range sessions {
-		woke, inRound := n.rounds[s]
-		s.deliverMarked(n.CommitNotice, cache, inRound, woke)
+	cache := &deltaCaches{}
+	deliver := func(part []*session) {
+		for _, s := range part {
+			woke, inRound := n.rounds[s]
+			s.deliverMarked(n.CommitNotice, cache, inRound, woke)
+		}
 	}
+	workers := min(runtime.GOMAXPROCS(0), len(sessions)/fanoutShare)
+	if workers <= 1 {
+		deliver(sessions)
+		return
+	}
+	var wg sync.WaitGroup
+	size := (len(sessions) + workers - 1) / workers
+	for lo := size; lo < len(sessions); lo += size {
+		part := sessions[lo:min(lo+size, len(sessions))]
+		wg.Go(func() { deliver(part) })
+	}
+	deliver(sessions[:size])
+	wg.Wait()
 }

@@ -55,10 +55,23 @@ func (p *poller) closeFDs() {
 	_ = syscall.Close(p.wake[1])
 }
 
-// run waits for readable connections and hands each to wake, until stop.
-func (p *poller) run(wake func(*session)) {
+// pollBatch is how many events one EpollWait returns: a fan-out to
+// every socket brings back an ack from each at about the same time.
+const pollBatch = 512
+
+// pollReadBuffer is the poller's shared read buffer (see Hub.readable).
+const pollReadBuffer = 4 << 10
+
+// hangup are the events that mean the peer is gone or the socket failed.
+const hangup = syscall.EPOLLRDHUP | syscall.EPOLLHUP | syscall.EPOLLERR
+
+// run waits for readable connections and hands each to readable, with
+// whether the peer hung up and a read buffer that only this goroutine
+// uses, until stop.
+func (p *poller) run(readable func(s *session, hup bool, buf []byte)) {
 	defer p.closeFDs()
-	evs := make([]syscall.EpollEvent, 128)
+	evs := make([]syscall.EpollEvent, pollBatch)
+	buf := make([]byte, pollReadBuffer)
 	for {
 		n, err := syscall.EpollWait(p.epfd, evs, -1)
 		if err != nil {
@@ -75,7 +88,7 @@ func (p *poller) run(wake func(*session)) {
 			s := p.tokens[ev.Fd]
 			p.mu.Unlock()
 			if s != nil {
-				wake(s)
+				readable(s, ev.Events&hangup != 0, buf)
 			}
 		}
 	}
@@ -152,4 +165,24 @@ func (p *poller) remove(c *wsConn) {
 		delete(p.tokens, c.pollToken)
 	}
 	p.mu.Unlock()
+}
+
+// readNow reads what the socket holds into buf without waiting: 0 and
+// EAGAIN when nothing is there, 0 and nil at the end of the stream.
+func readNow(rc syscall.RawConn, buf []byte) (int, error) {
+	n, err := 0, error(nil)
+	if rerr := rc.Read(func(fd uintptr) bool {
+		for {
+			n, err = syscall.Read(int(fd), buf)
+			if err != syscall.EINTR {
+				return true // never wait for the descriptor here
+			}
+		}
+	}); rerr != nil {
+		return 0, rerr
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n, err
 }

@@ -114,8 +114,8 @@ func TestRoundMissedCommitWakes(t *testing.T) {
 	s, client := testSession(t, h, "p1")
 	s.observed = 0
 	s.roundActive = true
-	s.deliver(notice(1, "p2"), map[string]*deltaCache{})
-	s.deliver(notice(2, "p3"), map[string]*deltaCache{})
+	s.deliver(notice(1, "p2"), &deltaCaches{})
+	s.deliver(notice(2, "p3"), &deltaCaches{})
 	rs := h.newRegSet([]registration{{id: "s", table: "tasks",
 		effective: wire.ScopeMap{{Key: "project_id", Values: []string{"p2"}}}}}, wire.Version3, "e")
 	p := s.part
@@ -139,7 +139,7 @@ func TestRoundMissedCommitWakes(t *testing.T) {
 	s2, _ := testSession(t, h, "p1")
 	s2.observed = 2
 	s2.roundActive = true
-	s2.deliver(notice(3, "p3"), map[string]*deltaCache{})
+	s2.deliver(notice(3, "p3"), &deltaCaches{})
 	s2.mu.Lock()
 	s2.roundActive = false
 	s2.checkRoundMissedLocked()
@@ -156,7 +156,7 @@ func TestGapWakesEvenWhenNotMatching(t *testing.T) {
 	h := testHub(t)
 	s, client := testSession(t, h, "p1")
 	s.observed = 1
-	s.deliver(notice(3, "p9"), map[string]*deltaCache{})
+	s.deliver(notice(3, "p9"), &deltaCaches{})
 	f := readFrame(t, client)
 	if !strings.Contains(string(f.Payload), `"catchup-required"`) {
 		t.Fatalf("got %s, want a wake", f.Payload)

@@ -242,6 +242,49 @@ type deltaCache struct {
 	err     error // the delta cannot be encoded
 }
 
+// deltaCaches holds one commit's deltaCache per registration signature,
+// shared by the goroutines fanning the commit out.
+type deltaCaches struct {
+	mu sync.Mutex
+	m  map[string]*deltaCache
+}
+
+// lookup returns the entry of s's registration signature, deciding on
+// first use whether the commit matches it. s.mu is held.
+func (c *deltaCaches) lookup(s *session, n engine.CommitNotice) *deltaCache {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]*deltaCache{}
+	}
+	dc := c.m[s.sig]
+	if dc == nil {
+		dc = &deltaCache{matches: s.matchesLocked(n)}
+		c.m[s.sig] = dc
+	}
+	return dc
+}
+
+// frameFor returns the entry's delta frame, encoded on first use with s's
+// registrations (every session of the signature has the same). s.mu is
+// held.
+func (c *deltaCaches) frameFor(s *session, n engine.CommitNotice, dc *deltaCache) (*frame, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if dc.frame == nil && dc.err == nil {
+		b, err := encodeDelta(s.hub.cfg.Engine, n, s.regs, s.version, s.epoch)
+		if err != nil {
+			dc.err = err
+			s.hub.cfg.Logger.Error("realtime delta cannot be encoded; sending a wake-up",
+				"partition", n.Partition, "commitSeq", n.Seq, "err", err)
+		} else {
+			f := binaryFrame(b)
+			dc.frame = &f
+		}
+	}
+	return dc.frame, dc.err
+}
+
 // roundCommitLocked takes the in-round path (§8.7 interleaving) for a
 // commit notified while this session's round response is in flight: a
 // commit matching the registrations suppresses deltas and is answered
@@ -265,7 +308,7 @@ func (s *session) roundCommitLocked(n engine.CommitNotice, matches bool) {
 
 // deliver handles one commit notification for this session (§8.2).
 // Notifications reach a session one at a time, in partition order.
-func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
+func (s *session) deliver(n engine.CommitNotice, cache *deltaCaches) {
 	s.deliverMarked(n, cache, false, false)
 }
 
@@ -274,7 +317,7 @@ func (s *session) deliver(n engine.CommitNotice, cache map[string]*deltaCache) {
 // roundCommitLocked then), woke when it matched and the session was woken.
 // Such a commit is never a delta, whenever the fan-out reaches the session:
 // before its round's END or after it.
-func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCache, inRound, woke bool) {
+func (s *session) deliverMarked(n engine.CommitNotice, cache *deltaCaches, inRound, woke bool) {
 	h := s.hub
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -303,11 +346,7 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCa
 		}
 		return
 	}
-	dc := cache[s.sig]
-	if dc == nil {
-		dc = &deltaCache{matches: s.matchesLocked(n)}
-		cache[s.sig] = dc
-	}
+	dc := cache.lookup(s, n)
 	if !dc.matches {
 		if s.roundActive {
 			if len(s.roundMissed) < maxRoundMissed {
@@ -330,18 +369,8 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCa
 	case s.suppressed, gap:
 		h.stats.dropsBehind.Add(1)
 	default:
-		if dc.frame == nil && dc.err == nil {
-			b, err := encodeDelta(h.cfg.Engine, n, s.regs, s.version, s.epoch)
-			if err != nil {
-				dc.err = err
-				h.cfg.Logger.Error("realtime delta cannot be encoded; sending a wake-up",
-					"partition", n.Partition, "commitSeq", n.Seq, "err", err)
-			} else {
-				f := binaryFrame(b)
-				dc.frame = &f
-			}
-		}
-		if dc.err != nil {
+		df, derr := cache.frameFor(s, n, dc)
+		if derr != nil {
 			// Never a delta with a section left out, never a skipped
 			// commit: the client pulls it (and the pull reports it).
 			h.stats.dropsUnencodable.Add(1)
@@ -349,7 +378,7 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache map[string]*deltaCa
 			s.wakeLocked(wire.WakeCatchupRequired)
 			return
 		}
-		f := *dc.frame
+		f := *df
 		if len(f.b) > h.cfg.MaxDeltaBytes {
 			h.stats.dropsTooLarge.Add(1)
 			s.suppressed = true

@@ -12,10 +12,12 @@
 package sspclient
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -53,6 +55,9 @@ type Options struct {
 	// Now is the client clock in Unix milliseconds, for the expiry of
 	// signed URLs (§5.4). Default: the wall clock.
 	Now func() int64
+	// RealtimeNetDial, when set, opens the realtime channel's TCP
+	// connections (DialRealtime). Default: a net.Dialer.
+	RealtimeNetDial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (o Options) withDefaults() Options {

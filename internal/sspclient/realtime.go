@@ -65,7 +65,7 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 	if c.token != "" && h.Get("Authorization") == "" {
 		h.Set("Authorization", "Bearer "+c.token)
 	}
-	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h)}
+	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h), NetDial: c.opts.RealtimeNetDial}
 	conn, br, _, err := d.Dial(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("sspclient: realtime dial: %w", err)
@@ -130,8 +130,15 @@ func (rt *Realtime) Next() (RealtimeMessage, error) {
 }
 
 // Ack sends {"type":"ack","cursor":cursor} (§8.2).
+// The frame is written by one write (one TCP segment), as browsers do,
+// not its header and payload apart.
 func (rt *Realtime) Ack(cursor int64) error {
-	return wsutil.WriteClientText(lockedWriter{rt}, wire.Ack{Cursor: cursor}.AppendJSON(nil))
+	b, err := ws.CompileFrame(ws.MaskFrame(ws.NewTextFrame(wire.Ack{Cursor: cursor}.AppendJSON(nil))))
+	if err != nil {
+		return err
+	}
+	_, err = lockedWriter{rt}.Write(b)
+	return err
 }
 
 // Close sends a normal-closure close frame, best effort, and closes the

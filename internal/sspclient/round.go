@@ -47,6 +47,8 @@ type Section struct {
 	// Rows counts the segment rows applied; Purged the rows removed by a
 	// fresh bootstrap's first page or a revocation.
 	Rows, Purged int
+	// MaxSegmentRows is the most rows one of the segments held.
+	MaxSegmentRows int
 	// NextCursor and BootstrapState are the SUB_END values; Complete
 	// reports that SUB_END was processed and persisted.
 	NextCursor     int64

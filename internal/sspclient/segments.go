@@ -129,7 +129,9 @@ func (rs *roundState) segment(ref *wire.SegmentRef, payload []byte) error {
 		rs.c.mu.Unlock()
 	}
 	codec := t.RowCodec()
+	segRows := 0
 	for _, block := range seg.Blocks {
+		segRows += len(block)
 		rows := make([]Row, len(block))
 		for i, sr := range block {
 			vals, err := codec.DecodeRow(sr.Row)
@@ -150,6 +152,7 @@ func (rs *roundState) segment(ref *wire.SegmentRef, payload []byte) error {
 		sec.Rows += len(rows)
 	}
 	sec.Segments++
+	sec.MaxSegmentRows = max(sec.MaxSegmentRows, segRows)
 	if ref != nil {
 		sec.Refs = append(sec.Refs, *ref)
 	}

@@ -188,3 +188,65 @@ UPDATE sync_partitions SET max_commit_seq = %[4]d WHERE partition = '%[1]s'`, pa
 	}
 	return nil
 }
+
+// BenchmarkScanPages reads a bootstrap of 20,000 rows in one scope in
+// pages of 2,000 (ScanRows with NoScopes, one page after another), and
+// walks its page boundaries (PageBoundaries). The row ids are unpadded
+// ("r0", "r1", ..., "r19999"), so their bytewise order is not the order
+// they were written in, as with random ids.
+func BenchmarkScanPages(b *testing.B, open Opener) {
+	const rows, limit = 20_000, 2_000
+	s := open(b)
+	ctx := b.Context()
+	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
+		b.Fatalf("EnsureSchema: %v", err)
+	}
+	const partition = "bench"
+	if _, err := s.TouchPartition(ctx, partition, 1000, epochOf(partition)); err != nil {
+		b.Fatalf("TouchPartition: %v", err)
+	}
+	const perWrite = 500
+	for done := 0; done < rows; done += perWrite {
+		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+			for i := done; i < done+perWrite; i++ {
+				r := Task{ID: fmt.Sprintf("r%d", i), ProjectID: "bench", Title: ptr("a benchmark row of some length")}.RowWrite(b, 1)
+				if err := tx.UpsertRow(ctx, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatalf("seed: %v", err)
+		}
+	}
+	b.Run("ScanRows", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			q := store.RowScanQuery{Table: TableTasks, Scopes: projectScope("bench"), Limit: limit + 1, NoScopes: true}
+			for {
+				page, err := s.ScanRows(ctx, partition, q)
+				if err != nil {
+					b.Fatalf("ScanRows: %v", err)
+				}
+				if len(page) <= limit {
+					n += len(page)
+					break
+				}
+				n += limit
+				q.After = &page[limit-1].RowID
+			}
+			if n != rows {
+				b.Fatalf("scanned %d rows, want %d", n, rows)
+			}
+		}
+	})
+	b.Run("PageBoundaries", func(b *testing.B) {
+		for b.Loop() {
+			got, err := s.PageBoundaries(ctx, partition, store.RowScanQuery{Table: TableTasks, Scopes: projectScope("bench"), Limit: limit}, 50)
+			if err != nil || len(got) != rows/limit-1 {
+				b.Fatalf("PageBoundaries = %d boundaries, %v; want %d", len(got), err, rows/limit-1)
+			}
+		}
+	})
+}

@@ -326,6 +326,24 @@ func (s *memStore) ScanRows(_ context.Context, id string, q store.RowScanQuery) 
 	return out[:min(len(out), max(q.Limit, 0))], nil
 }
 
+// PageBoundaries pages through ScanRows: the model needs no index.
+func (s *memStore) PageBoundaries(ctx context.Context, id string, q store.RowScanQuery, pages int) ([]string, error) {
+	if len(q.Scopes) > 1 {
+		return nil, store.ErrBoundariesOneKey
+	}
+	var out []string
+	for len(out) < pages {
+		rows, err := s.ScanRows(ctx, id, store.RowScanQuery{Table: q.Table, Scopes: q.Scopes, After: q.After, Limit: q.Limit + 1})
+		if err != nil || len(rows) <= q.Limit {
+			return out, err
+		}
+		last := rows[q.Limit-1].RowID
+		out = append(out, last)
+		q.After = &last
+	}
+	return out, nil
+}
+
 func (s *memStore) PushResult(_ context.Context, id, clientID, commitID string) (store.PushRecord, error) {
 	p, err := s.part(id, false)
 	if err != nil || p == nil {

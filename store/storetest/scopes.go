@@ -36,6 +36,9 @@ func testScopeRequired(t *testing.T, open Opener) {
 		if rows, err := e.s.ScanRows(e.ctx, "p1", store.RowScanQuery{Table: TableTasks, Scopes: scopes, Limit: 10}); !errors.Is(err, store.ErrScanRequiresScope) {
 			t.Errorf("ScanRows(scopes %#v) = %s, %v; want ErrScanRequiresScope", scopes, fmtRows(rows), err)
 		}
+		if ids, err := e.s.PageBoundaries(e.ctx, "p1", store.RowScanQuery{Table: TableTasks, Scopes: scopes, Limit: 10}, 5); !errors.Is(err, store.ErrScanRequiresScope) {
+			t.Errorf("PageBoundaries(scopes %#v) = %q, %v; want ErrScanRequiresScope", scopes, ids, err)
+		}
 	}
 }
 

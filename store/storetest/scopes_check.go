@@ -2,7 +2,9 @@ package storetest
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -110,6 +112,9 @@ func (e *env) checkScan(m *logModel, table string, scopes wire.ScopeMap, limit i
 	t.Helper()
 	what := fmt.Sprintf("scan %s of %s, limit %d", fmtScopeMap(scopes), table, limit)
 	want := m.scan(table, scopes)
+	if !e.checkBoundaries(what, want, table, scopes, limit) {
+		return false
+	}
 	var after *string
 	for page := 0; ; page++ {
 		if page > len(want) {
@@ -166,6 +171,52 @@ func (e *env) checkScan(m *logModel, table string, scopes wire.ScopeMap, limit i
 		}
 		after = &res[len(res)-1].RowID
 	}
+}
+
+// checkBoundaries compares PageBoundaries with the model's rows inside
+// scopes (want, in order): from the start and from a few cursors, with
+// room for every page and for fewer pages than there are. Scopes of more
+// than one key must be refused.
+func (e *env) checkBoundaries(what string, want []store.Row, table string, scopes wire.ScopeMap, limit int) bool {
+	t := e.t
+	t.Helper()
+	if len(scopes) != 1 {
+		got, err := e.s.PageBoundaries(e.ctx, "p1", store.RowScanQuery{Table: table, Scopes: scopes, Limit: limit}, 10)
+		if !errors.Is(err, store.ErrBoundariesOneKey) {
+			t.Errorf("%s: PageBoundaries of %d keys = %q, %v; want ErrBoundariesOneKey", what, len(scopes), got, err)
+			return false
+		}
+		return true
+	}
+	afters := []*string{nil}
+	for _, i := range []int{0, len(want) / 2, len(want) - 1} {
+		if i >= 0 && i < len(want) {
+			afters = append(afters, &want[i].RowID)
+		}
+	}
+	afters = append(afters, ptr(""), ptr("\U0010FFFF"))
+	for _, after := range afters {
+		rest := rowsAfter(want, after)
+		if after != nil && *after == "" {
+			rest = want
+		}
+		for _, pages := range []int{1, 2, len(rest)/limit + 1} {
+			var exp []string
+			for i := limit; i < len(rest) && len(exp) < pages; i += limit {
+				exp = append(exp, rest[i-1].RowID)
+			}
+			got, err := e.s.PageBoundaries(e.ctx, "p1", store.RowScanQuery{Table: table, Scopes: scopes, After: after, Limit: limit}, pages)
+			if err != nil {
+				t.Errorf("%s: PageBoundaries after %v, %d pages: %v", what, deref(after), pages, err)
+				return false
+			}
+			if !slices.Equal(got, exp) {
+				t.Errorf("%s: PageBoundaries after %v, %d pages = %q, want %q", what, deref(after), pages, got, exp)
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func deref(s *string) string {

@@ -1,0 +1,91 @@
+package syncgo_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/store"
+)
+
+// racingBoundaries runs a hook once, right after the first page boundary
+// walk returned: writes that land between the walk and the page builds.
+type racingBoundaries struct {
+	store.Store
+	walks atomic.Int64
+	once  sync.Once
+	hook  func()
+}
+
+func (s *racingBoundaries) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
+	b, err := s.Store.PageBoundaries(ctx, partition, q, pages)
+	if err == nil && len(b) > 0 {
+		s.walks.Add(1)
+		s.once.Do(s.hook)
+	}
+	return b, err
+}
+
+// The pages of a bootstrap are planned from the scope index and built
+// concurrently; rows written between the walk and the builds (new rows
+// inside a page's range, a boundary row deleted, a row updated) move no
+// row out of every page: each planned page holds the rows through its
+// boundary, and one that now holds more than the limit ends at the limit
+// and leaves the plan (the pages after it are built one by one), so no
+// page exceeds limitSnapshotRows and the client ends with the server's
+// rows.
+func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var rs *racingBoundaries
+		e := newE2EEnv(t, d, func(c *syncgo.Config) {
+			rs = &racingBoundaries{Store: c.Store}
+			c.Store = rs
+		})
+		w := e.client("writer", sspclient.Options{})
+		for i := range 30 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
+		}
+		mustUpsert(t, w, taskRow("o1", "p2", "other scope"))
+		syncQuiet(t, w)
+		rs.hook = func() {
+			// Three rows inside the first page's range (t00..t04), the
+			// boundary of the second page deleted, one row updated and
+			// one added after the last boundary.
+			for _, id := range []string{"t00a", "t00b", "t00c", "t27a"} {
+				mustUpsert(t, w, taskRow(id, "p1", "late"))
+			}
+			mustUpsert(t, w, taskRow("t12", "p1", "updated"))
+			if _, err := w.Delete("tasks", "t09"); err != nil {
+				t.Errorf("delete t09: %v", err)
+			}
+			syncQuiet(t, w)
+		}
+		c := e.client("alice", sspclient.Options{LimitSnapshotRows: 5, MaxSnapshotPages: 20})
+		mustSubscribe(t, c, "tasks-p1", "p1")
+		for _, round := range syncQuiet(t, c) {
+			for _, sec := range round.Sections {
+				if sec.MaxSegmentRows > 5 {
+					t.Fatalf("a page held %d rows; limitSnapshotRows is 5 (§4.7)", sec.MaxSegmentRows)
+				}
+			}
+		}
+		if rs.walks.Load() == 0 {
+			t.Fatal("the bootstrap walked no page boundaries")
+		}
+		got := clientRowsIn(t, c, "p1")
+		want := map[string]string{}
+		for id, v := range e.serverRows("tasks") {
+			if id != "o1" {
+				want[id] = v
+			}
+		}
+		sameRows(t, "client vs server after a bootstrap raced by writes", got, want)
+		if len(got) != 33 {
+			t.Fatalf("the client holds %d rows, want 33", len(got))
+		}
+	})
+}
