@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -66,6 +67,32 @@ type windowReader struct {
 	scan  windowScan
 	cands []int64
 	heads []commitHead
+	// chs is the backing array of the commits' changes and arena holds
+	// their payloads: the commits returned point into both, so neither is
+	// ever cut back while a window is read.
+	chs   []store.Change
+	arena []byte
+}
+
+// arenaBlock is the largest payload arena block; the first is
+// arenaFirst, and each next one twice the last (a round's window of a
+// commit or two allocates little).
+const (
+	arenaFirst = 512
+	arenaBlock = 32 << 10
+)
+
+// payload copies b into the arena (nil stays nil).
+func (w *windowReader) payload(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	if cap(w.arena)-len(w.arena) < len(b) {
+		w.arena = make([]byte, 0, max(len(b), min(2*cap(w.arena), arenaBlock), arenaFirst))
+	}
+	start := len(w.arena)
+	w.arena = append(w.arena, b...)
+	return w.arena[start:len(w.arena):len(w.arena)]
 }
 
 // windowRow is one row of sqlCommitWindow or sqlRangeChanges: a
@@ -135,9 +162,9 @@ func rawWindowFormats(fds []pgconn.FieldDescription) (ok, jsonbBinary bool) {
 
 // fromRaw reads the row from its raw values (rawWindowFormats):
 // no Scan through interfaces and pointers, and one string for a run of
-// equal actors and clients. The payload is a copy; the scopes are the
-// raw value itself, valid until the next row (decodeScopes copies what it
-// keeps).
+// equal actors and clients. The payload and the scopes are the raw
+// values themselves, valid until the next row (readRows copies the
+// payload into its arena, decodeScopes copies what it keeps).
 func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error {
 	int8At := func(i int) (int64, bool, error) {
 		switch len(v[i]) {
@@ -180,9 +207,7 @@ func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error 
 		}
 		r.scopes = v[8][1:]
 	}
-	if v[9] != nil {
-		r.payload = append([]byte{}, v[9]...)
-	}
+	r.payload = v[9]
 	return nil
 }
 
@@ -232,6 +257,13 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	if err != nil || len(cands) == 0 {
 		return 0, 0, err
 	}
+	// Room for every candidate's commit and one change each: a
+	// catch-up's window grows its slices once, a round's stays small.
+	w.commits = slices.Grow(w.commits, len(cands))
+	if cap(w.chs)-len(w.chs) < len(cands) {
+		// A new backing array: the commits added point into the old one.
+		w.chs = make([]store.Change, 0, len(cands))
+	}
 	lo, hi := cands[0], cands[len(cands)-1]
 	if hi-lo+1 > int64(rangeDensity*len(cands)) {
 		rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
@@ -271,12 +303,22 @@ func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
 	defer rows.Close()
 	w.heads = w.heads[:0]
 	next := 0
+	raw := rawHeadFormats(rows.FieldDescriptions())
+	var (
+		h                   commitHead
+		actor, client, ccid []byte
+	)
 	for rows.Next() {
-		var (
-			h                   commitHead
-			actor, client, ccid []byte
-		)
-		if err := rows.Scan(&h.seq, &h.createdAt, &actor, &client, &ccid); err != nil {
+		if raw {
+			v := rows.RawValues()
+			var ok1, ok2 bool
+			h.seq, ok1 = rawInt8(v[0])
+			h.createdAt, ok2 = rawInt8(v[1])
+			if !ok1 || !ok2 {
+				return fmt.Errorf("read commit window: commit row: %d and %d bytes for int8s", len(v[0]), len(v[1]))
+			}
+			actor, client, ccid = v[2], v[3], v[4]
+		} else if err := rows.Scan(&h.seq, &h.createdAt, &actor, &client, &ccid); err != nil {
 			return err
 		}
 		for next < len(cands) && cands[next] < h.seq {
@@ -293,6 +335,30 @@ func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
 	return rows.Err()
 }
 
+// rawInt8 reads a binary int8 value.
+func rawInt8(v []byte) (int64, bool) {
+	if len(v) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), true
+}
+
+// rawHeadFormats reports whether the result has sqlRangeCommits' columns
+// with its integers in binary format (what pgx asks for with a prepared
+// statement), which readHeads reads from the raw values.
+func rawHeadFormats(fds []pgconn.FieldDescription) bool {
+	want := [...]uint32{pgtype.Int8OID, pgtype.Int8OID, pgtype.TextOID, pgtype.TextOID, pgtype.TextOID}
+	if len(fds) != len(want) {
+		return false
+	}
+	for i, fd := range fds {
+		if fd.DataTypeOID != want[i] || (want[i] == pgtype.Int8OID && fd.Format != pgtype.BinaryFormatCode) {
+			return false
+		}
+	}
+	return true
+}
+
 // rangeDensity: the candidates are read by range when their range of the
 // log is at most this many times their number.
 const rangeDensity = 4
@@ -305,9 +371,16 @@ func (w *windowReader) candidates(ctx context.Context, s *Store, partition, tabl
 	}
 	defer rows.Close()
 	w.cands = w.cands[:0]
+	fds := rows.FieldDescriptions()
+	raw := len(fds) == 1 && fds[0].DataTypeOID == pgtype.Int8OID && fds[0].Format == pgtype.BinaryFormatCode
+	var seq int64
 	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
+		if raw {
+			var ok bool
+			if seq, ok = rawInt8(rows.RawValues()[0]); !ok {
+				return nil, fmt.Errorf("read commit window: candidate: %d bytes for an int8", len(rows.RawValues()[0]))
+			}
+		} else if err := rows.Scan(&seq); err != nil {
 			return nil, err
 		}
 		w.cands = append(w.cands, seq)
@@ -327,27 +400,31 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int
 	var (
 		candidates int
 		last       int64
-		cur        *store.Commit
+		cur        store.Commit
+		started    bool
 		valid      bool
+		from       = len(w.chs) // cur's first change in w.chs
 	)
 	flush := func() {
-		if cur == nil || !valid || len(cur.Changes) == 0 || w.full {
+		if !started || !valid || len(w.chs) == from || w.full {
 			return
 		}
-		if w.limit > 0 && len(w.commits) > 0 && w.changes+len(cur.Changes) > w.limit {
+		cur.Changes = w.chs[from:len(w.chs):len(w.chs)]
+		n := len(cur.Changes)
+		if w.limit > 0 && len(w.commits) > 0 && w.changes+n > w.limit {
 			w.full = true
 			return
 		}
-		w.commits = append(w.commits, *cur)
-		w.changes += len(cur.Changes)
+		w.commits = append(w.commits, cur)
+		w.changes += n
+		from = len(w.chs)
 	}
 	next, head := 0, 0 // the next candidate of cands, of w.heads
 	raw, jsonbBinary := rawWindowFormats(rows.FieldDescriptions())
+	var row windowRow
 	for rows.Next() {
-		var (
-			row windowRow
-			err error
-		)
+		row = windowRow{}
+		var err error
 		if raw {
 			err = row.fromRaw(rows.RawValues(), jsonbBinary, &w.scan)
 		} else {
@@ -373,16 +450,18 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int
 				row.createdAt, row.actor, row.client, row.clientCommit = h.createdAt, h.actor, h.client, h.clientCommit
 			}
 		}
-		if cur == nil || row.seq != last {
+		if !started || row.seq != last {
 			flush()
 			if w.full {
 				return candidates, last, nil
 			}
+			// The changes of a commit that was not kept are dropped.
+			w.chs = w.chs[:from]
 			candidates++
-			last = row.seq
+			last, started = row.seq, true
 			// A commit pruned while the window was read has no row.
 			valid = row.commit
-			cur = &store.Commit{Seq: row.seq}
+			cur = store.Commit{Seq: row.seq}
 			if valid {
 				cur.CreatedAtMs, cur.ActorID, cur.ClientID, cur.ClientCommitID = row.createdAt, row.actor, row.client, row.clientCommit
 			}
@@ -390,12 +469,13 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64) (int
 		if !row.change || !valid {
 			continue
 		}
-		ch := store.Change{Table: table, RowID: row.rowID, Op: row.op, RowVersion: row.rowVersion, Payload: row.payload}
+		ch := store.Change{Table: table, RowID: row.rowID, Op: row.op, RowVersion: row.rowVersion}
 		if ch.Scopes, err = w.scan.decodeScopes(row.scopes); err != nil {
 			return 0, 0, err
 		}
 		if store.MatchScopes(ch.Scopes, w.scopes) {
-			cur.Changes = append(cur.Changes, ch)
+			ch.Payload = w.payload(row.payload)
+			w.chs = append(w.chs, ch)
 		}
 	}
 	if err := rows.Err(); err != nil {

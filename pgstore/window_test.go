@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -179,4 +181,76 @@ func lookup(sc wire.StoredScopes, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestWindowRawHeadsAndCandidates: the commit rows and the candidates of
+// a range read come in the binary formats that readHeads and candidates
+// read from pgx's raw values (else they fall back to Scan, correct but
+// allocating per row), and the raw reads equal Scan's.
+func TestWindowRawHeadsAndCandidates(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	var seqs []int64
+	for i := range 3 {
+		seqs = append(seqs, apply(t, s, p, task{id: fmt.Sprintf("t%d", i), project: "a", owner: "o"}.write(t, c, 1)))
+	}
+	lo, hi := seqs[0], seqs[len(seqs)-1]
+
+	rows, err := s.pool.Query(ctx, sqlRangeCommits, p, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rawHeadFormats(rows.FieldDescriptions()) {
+		rows.Close()
+		t.Fatalf("sqlRangeCommits' result is not in the formats readHeads reads raw: %+v", rows.FieldDescriptions())
+	}
+	var raw []commitHead
+	for rows.Next() {
+		v := rows.RawValues()
+		seq, ok1 := rawInt8(v[0])
+		at, ok2 := rawInt8(v[1])
+		if !ok1 || !ok2 {
+			t.Fatalf("raw int8s %x, %x", v[0], v[1])
+		}
+		raw = append(raw, commitHead{seq: seq, createdAt: at, actor: string(v[2]), client: string(v[3]), clientCommit: string(v[4])})
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = s.pool.Query(ctx, sqlRangeCommits, p, lo, hi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scanned []commitHead
+	for rows.Next() {
+		var h commitHead
+		if err := rows.Scan(&h.seq, &h.createdAt, &h.actor, &h.client, &h.clientCommit); err != nil {
+			t.Fatal(err)
+		}
+		scanned = append(scanned, h)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(raw) != len(seqs) || !slices.Equal(raw, scanned) {
+		t.Errorf("commit rows raw %+v, scanned %+v; want %d", raw, scanned, len(seqs))
+	}
+
+	w := windowReader{}
+	cands, err := w.candidates(ctx, s, p, "tasks", wire.ScopeValues{Key: "project_id", Values: []string{"a"}}, 0, hi, 10)
+	if err != nil || !slices.Equal(cands, seqs) {
+		t.Errorf("candidates = %v, %v; want %v", cands, err, seqs)
+	}
+	rows, err = s.pool.Query(ctx, sqlWindowCandidates, p, "tasks", "project_id", []string{"a"}, int64(0), hi, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := rows.FieldDescriptions()
+	rows.Close()
+	if len(fds) != 1 || fds[0].DataTypeOID != pgtype.Int8OID || fds[0].Format != pgtype.BinaryFormatCode {
+		t.Errorf("the candidates' column is not a binary int8: %+v", fds)
+	}
 }

@@ -185,6 +185,9 @@ func TestWindowChunkInline(t *testing.T) {
 	if !strings.Contains(windowOneSQL, "LIMIT 1 OFFSET "+strconv.Itoa(windowChunk-1)+")") {
 		t.Fatalf("windowOneSQL's OFFSET differs from windowChunk-1 %d", windowChunk-1)
 	}
+	if !strings.Contains(windowOneFirstSQL, "LIMIT 1 OFFSET "+strconv.Itoa(windowFirstChunk-1)+")") {
+		t.Fatalf("windowOneFirstSQL's OFFSET differs from windowFirstChunk-1 %d", windowFirstChunk-1)
+	}
 }
 
 // TestWindowOnePlan pins the plan of the one-value window query on the
@@ -221,6 +224,54 @@ func TestWindowOnePlan(t *testing.T) {
 	}
 	if strings.Contains(all, "TEMP B-TREE") || !strings.HasPrefix(plan[0], "SEARCH s ") {
 		t.Errorf("plan sorts or does not start from the change scopes:\n%s", all)
+	}
+}
+
+// TestWindowRangePlans pins the plans of the range read's statements on
+// the bundled SQLite: the candidates are an index-only walk, and the
+// commits and changes of a stretch are each one walk of the table's
+// primary-key index in its order, with no temporary b-tree (a sort would
+// hold every payload of the stretch) and no probe per commit.
+func TestWindowRangePlans(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	plans := map[string][]string{}
+	err := s.read(t.Context(), func(c *conn) error {
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{windowCandSQL, []any{"p", "tasks", "project_id", "a", int64(0), int64(10)}},
+			{rangeCommitsSQL, []any{"p", int64(1), int64(10)}},
+			{rangeChangesSQL, []any{"p", int64(1), int64(10), "tasks"}},
+		} {
+			r, err := c.query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
+			if err != nil {
+				return err
+			}
+			for r.Next() {
+				plans[q.sql] = append(plans[q.sql], r.st.ColumnText(3))
+			}
+			if err := r.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sql, want := range map[string]string{
+		windowCandSQL:   "SEARCH sync_change_scopes USING COVERING INDEX sqlite_autoindex_sync_change_scopes_1 (partition=? AND tbl=? AND var=? AND value=? AND commit_seq>? AND commit_seq<?)",
+		rangeCommitsSQL: "SEARCH sync_commits USING INDEX sqlite_autoindex_sync_commits_1 (partition=? AND commit_seq>? AND commit_seq<?)",
+		rangeChangesSQL: "SEARCH sync_changes USING INDEX sqlite_autoindex_sync_changes_1 (partition=? AND commit_seq>? AND commit_seq<?)",
+	} {
+		if got := strings.Join(plans[sql], "\n"); got != want {
+			t.Errorf("plan of\n%s\n= %q, want %q", sql, got, want)
+		}
+	}
+	if !strings.Contains(windowCandSQL, "LIMIT "+strconv.Itoa(rangeChunk)) {
+		t.Errorf("windowCandSQL's LIMIT differs from rangeChunk %d", rangeChunk)
 	}
 }
 

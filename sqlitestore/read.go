@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -101,33 +102,54 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	}
 	w := &windowReader{q: q}
 	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
-		w.one = values[0]
+		w.one, w.single = values[0], true
 	} else {
 		w.values = jsonList(values)
 	}
 	if q.LimitChanges > 0 {
 		// Small at first: a push+pull round's window holds a commit or
-		// two, and a full-size slice was zeroed for each.
+		// two, and a full-size slice was zeroed for each. A range read
+		// grows it to its candidates.
 		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
 	}
-	after := q.AfterSeq
+	after, first := q.AfterSeq, true
 	for {
 		var (
 			n    int
 			last int64
+			more bool
 		)
-		err := s.read(ctx, func(c *conn) error {
+		// A one-value window's first chunk is one statement in an
+		// implicit transaction (a push+pull round's window ends there);
+		// the next ones are range reads, whose statements run in one
+		// snapshot.
+		rng := w.single && !first
+		read := s.read
+		if rng {
+			read = s.readTx
+		}
+		err := read(ctx, func(c *conn) error {
 			var err error
-			n, last, err = readWindowChunk(c, partition, w, after)
+			switch {
+			case rng:
+				n, last, more, err = readWindowRange(c, partition, w, after)
+			case w.single:
+				n, last, err = readWindowChunkOf(c, windowOneFirstSQL, partition, w, after)
+				more = n == windowFirstChunk
+			default:
+				n, last, err = readWindowChunk(c, partition, w, after)
+				more = n == windowChunk
+			}
 			return err
 		})
+		first = false
 		if err != nil {
 			return store.CommitWindow{}, err
 		}
 		if w.full {
 			return w.out, nil
 		}
-		if n < windowChunk {
+		if !more {
 			w.out.Complete = true
 			return w.out, nil
 		}
@@ -138,13 +160,16 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 // windowReader accumulates a commit window across chunks.
 type windowReader struct {
 	q store.CommitWindowQuery
-	// one is the first key's value when it has one (windowOneSQL);
-	// values is the JSON list of its values otherwise (windowSQL).
+	// one is the first key's value when it has one (single: the range
+	// read, or windowOneSQL); values is the JSON list of its values
+	// otherwise (windowSQL).
 	one, values string
+	single      bool
 	out         store.CommitWindow
 	changes     int
 	full        bool // the change limit stopped the window
 	scan        windowScan
+	rng         rangeScan
 }
 
 // add offers one candidate commit with its matching changes; it reports
@@ -202,7 +227,18 @@ SELECT cand.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commi
 // from deriving a commit_seq range on sync_changes from the walk's range
 // (it then searched sync_changes by range for every candidate) and pins
 // the equality probes.
-const windowOneSQL = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
+const windowOneSQL = windowOneHead + "511" + windowOneTail
+
+// windowOneFirstSQL is windowOneSQL with a chunk of windowFirstChunk
+// candidates: the first chunk of a one-value window. A push+pull round's
+// window (a commit or two) is this one statement; a longer window goes on
+// by range reads (readWindowRange).
+const windowOneFirstSQL = windowOneHead + "31" + windowOneTail
+
+// windowFirstChunk is windowOneFirstSQL's chunk (its OFFSET plus one).
+const windowFirstChunk = 32
+
+const windowOneHead = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_id,
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
   FROM sync_change_scopes s
   CROSS JOIN sync_commits c ON c.partition=?1 AND c.commit_seq=+s.commit_seq
@@ -211,7 +247,9 @@ const windowOneSQL = `SELECT s.commit_seq, c.created_at_ms, c.actor_id, c.client
    AND s.commit_seq <= coalesce((SELECT x.commit_seq FROM sync_change_scopes x
      WHERE x.partition=?1 AND x.tbl=?2 AND x.var=?3 AND x.value=?4
        AND x.commit_seq > ?5 AND x.commit_seq <= ?6
-     ORDER BY x.commit_seq LIMIT 1 OFFSET 511), ?6)
+     ORDER BY x.commit_seq LIMIT 1 OFFSET `
+
+const windowOneTail = `), ?6)
  ORDER BY s.commit_seq, ch.idx`
 
 // windowScan is what a window read reuses from row to row: a buffer for
@@ -266,12 +304,18 @@ func (ws *windowScan) decodeScopes(st *sqlite.Stmt, i int) (wire.StoredScopes, e
 // read from the statement directly (no Scan through interfaces: this is
 // the catch-up's inner loop).
 func readWindowChunk(c *conn, partition string, w *windowReader, after int64) (int, int64, error) {
+	return readWindowChunkOf(c, windowOneSQL, partition, w, after)
+}
+
+// readWindowChunkOf is readWindowChunk with the one-value statement one
+// (windowOneSQL or windowOneFirstSQL).
+func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after int64) (int, int64, error) {
 	var (
 		r   *rows
 		err error
 	)
 	if w.values == "" {
-		r, err = c.query(windowOneSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
+		r, err = c.query(one, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
 	} else {
 		r, err = c.query(windowSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.values, after, w.q.ThroughSeq)
 	}
@@ -557,4 +601,219 @@ SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_i
 		last.Changes = append(last.Changes, ch)
 	}
 	return out, rows.Err()
+}
+
+// rangeChunk is how many candidates a range read takes at most; it is
+// inline in windowCandSQL (a bound LIMIT would re-prepare the statement).
+const rangeChunk = 1024
+
+// rangeDensity: the candidates are read by range when their stretch of
+// the log is at most this many times their number.
+const rangeDensity = 4
+
+// windowCandSQL reads the candidates of a one-value window: an index-only
+// walk of the change-scope index in commit order.
+const windowCandSQL = `SELECT commit_seq FROM sync_change_scopes
+ WHERE partition=?1 AND tbl=?2 AND var=?3 AND value=?4 AND commit_seq > ?5 AND commit_seq <= ?6
+ ORDER BY commit_seq LIMIT 1024`
+
+// rangeCommitsSQL and rangeChangesSQL read a stretch of the log by one
+// walk of each table's primary-key index (and of the rows it points to,
+// which are in the same order): no index descent per commit.
+const rangeCommitsSQL = `SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
+ WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 ORDER BY commit_seq`
+
+const rangeChangesSQL = `SELECT commit_seq, row_id, op, row_version, scopes, payload FROM sync_changes
+ WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 AND tbl=?4 ORDER BY commit_seq, idx`
+
+// rangeScan is what the range reads of a window reuse: the candidates,
+// their commits (Seq 0: none, pruned while the window was read), the
+// changes' backing array and a payload arena. The commits returned share
+// the backing array and the arena, so neither is ever cut back while a
+// window is read: earlier commits point into them.
+type rangeScan struct {
+	cands []int64
+	heads []store.Commit
+	chs   []store.Change
+	arena []byte
+}
+
+// arenaBlock is the largest payload arena block; the first is
+// arenaFirst, and each next one twice the last (a round's window of a
+// commit or two allocates little).
+const (
+	arenaFirst = 512
+	arenaBlock = 32 << 10
+)
+
+// payload copies column i's bytes into the arena (nil for NULL).
+func (rs *rangeScan) payload(st *sqlite.Stmt, i int) []byte {
+	if st.ColumnType(i) == sqlite.TypeNull {
+		return nil
+	}
+	n := st.ColumnLen(i)
+	if cap(rs.arena)-len(rs.arena) < n {
+		rs.arena = make([]byte, 0, max(n, min(2*cap(rs.arena), arenaBlock), arenaFirst))
+	}
+	start := len(rs.arena)
+	rs.arena = rs.arena[:start+n]
+	b := rs.arena[start : start+n : start+n]
+	st.ColumnBytes(i, b)
+	return b
+}
+
+// readWindowRange reads the next chunk of a one-value window: its
+// candidates first (windowCandSQL, at most as many as can still fit the
+// change limit, plus one). When they are dense in their stretch of the
+// log (a catch-up of a scope most commits touch), their commits and
+// changes are read by one walk of each table over the stretch, merged here
+// (rangeCommitsSQL, rangeChangesSQL); else by windowOneSQL's probes per
+// candidate, which stay proportional to the candidates however sparse.
+// It reports the candidates read, the last one, and whether more may
+// follow it.
+func readWindowRange(c *conn, partition string, w *windowReader, after int64) (int, int64, bool, error) {
+	rs := &w.rng
+	r, err := c.query(windowCandSQL, partition, w.q.Table, w.q.Scopes[0].Key, w.one, after, w.q.ThroughSeq)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
+	}
+	rs.cands = rs.cands[:0]
+	for r.Next() {
+		rs.cands = append(rs.cands, r.st.ColumnInt64(0))
+	}
+	if err := r.Err(); err != nil {
+		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
+	}
+	cands := rs.cands
+	if len(cands) == 0 {
+		return 0, 0, false, nil
+	}
+	more := len(cands) == rangeChunk
+	if w.q.LimitChanges > 0 {
+		// Every candidate has a change of the table: the candidates past
+		// the first limit+1 cannot fit, unless other keys filter changes
+		// out; then the next chunk reads them.
+		if need := max(w.q.LimitChanges-w.changes+1, 1); need < len(cands) {
+			cands, more = cands[:need], true
+		}
+	}
+	lo, hi := cands[0], cands[len(cands)-1]
+	if hi-lo+1 > rangeDensity*int64(len(cands)) {
+		n, last, err := readWindowChunk(c, partition, w, after)
+		return n, last, n == windowChunk, err
+	}
+	// Room for every candidate's commit and one change each, so that a
+	// catch-up's window grows its slices once, and a round's stays small.
+	w.out.Commits = slices.Grow(w.out.Commits, len(cands))
+	if cap(rs.chs)-len(rs.chs) < len(cands) {
+		// A new backing array: the commits added point into the old one.
+		rs.chs = make([]store.Change, 0, len(cands))
+	}
+	if err := rs.readHeads(c, partition, cands, &w.scan); err != nil {
+		return 0, 0, false, err
+	}
+	if err := w.readRangeChanges(c, partition, cands); err != nil {
+		return 0, 0, false, err
+	}
+	return len(cands), hi, more, nil
+}
+
+// readHeads reads the commit rows of cands' stretch of the log into
+// rs.heads, one per candidate.
+func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *windowScan) error {
+	r, err := c.query(rangeCommitsSQL, partition, cands[0], cands[len(cands)-1])
+	if err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	defer r.Close()
+	rs.heads = slices.Grow(rs.heads[:0], len(cands))[:len(cands)]
+	clear(rs.heads)
+	next, st := 0, r.st
+	for r.Next() {
+		seq := st.ColumnInt64(0)
+		for next < len(cands) && cands[next] < seq {
+			next++
+		}
+		if next == len(cands) {
+			break
+		}
+		if cands[next] != seq {
+			continue // not a candidate
+		}
+		ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
+		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
+			ClientCommitID: st.ColumnText(4)}
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	return nil
+}
+
+// readRangeChanges reads the changes of the table in cands' stretch of
+// the log, keeps the candidates' changes inside the scopes, and adds the
+// commits in order until one does not fit.
+func (w *windowReader) readRangeChanges(c *conn, partition string, cands []int64) error {
+	rs := &w.rng
+	r, err := c.query(rangeChangesSQL, partition, cands[0], cands[len(cands)-1], w.q.Table)
+	if err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	defer r.Close()
+	var (
+		st   = r.st
+		ws   = &w.scan
+		next = -1 // the candidate whose changes are being read
+		from = len(rs.chs)
+	)
+	// add offers the current candidate's commit with the changes read
+	// since from; it reports false when the commit did not fit.
+	add := func() bool {
+		if next < 0 || rs.heads[next].Seq == 0 {
+			return true // none yet, or pruned
+		}
+		cm := rs.heads[next]
+		cm.Changes = rs.chs[from:len(rs.chs):len(rs.chs)]
+		if !w.add(cm) {
+			return false
+		}
+		from = len(rs.chs)
+		return true
+	}
+	i := 0
+	for r.Next() {
+		seq := st.ColumnInt64(0)
+		for i < len(cands) && cands[i] < seq {
+			i++
+		}
+		if i == len(cands) {
+			break
+		}
+		if cands[i] != seq {
+			continue // not a candidate
+		}
+		if i != next {
+			if !add() {
+				return nil
+			}
+			next = i
+		}
+		if rs.heads[i].Seq == 0 {
+			continue // pruned
+		}
+		ch := store.Change{Table: w.q.Table, Op: wire.Op(st.ColumnInt64(2)), RowVersion: st.ColumnInt64(3)}
+		if ch.Scopes, err = ws.decodeScopes(st, 4); err != nil {
+			return err
+		}
+		if !store.MatchScopes(ch.Scopes, w.q.Scopes) {
+			continue
+		}
+		ch.RowID, ch.Payload = st.ColumnText(1), rs.payload(st, 5)
+		rs.chs = append(rs.chs, ch)
+	}
+	if err := r.Err(); err != nil {
+		return fmt.Errorf("read commit window: %w", err)
+	}
+	add()
+	return nil
 }
