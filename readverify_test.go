@@ -78,6 +78,17 @@ func (g *gateTrap) ReadRequestState(ctx context.Context, partition, clientID str
 	return st, err
 }
 
+// ReadCommitWindow counts the serve gate a window reads after its rows
+// (CommitWindowQuery.StateAfter) as a gate read.
+func (g *gateTrap) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	win, err := g.Store.ReadCommitWindow(ctx, partition, q)
+	if win.State != nil && g.armed.Load() && g.reads.Add(1) == g.at {
+		g.fire()
+		g.fired.Store(true)
+	}
+	return win, err
+}
+
 func testReadVerify(t *testing.T, e *barrierEnv, v1, v2 *schema.Compiled, socket bool, at int32) {
 	trap, url := readVerifyServer(t, e, v1, v2, at)
 	testReadVerifyOn(t, trap, url, v1, socket, at)
@@ -210,9 +221,9 @@ func testReadVerifyOn(t *testing.T, trap *gateTrap, url string, v1 *schema.Compi
 }
 
 // An incremental pull (a commit window) is verified too: the serve gate
-// that its horizon recheck reads after the window stands for a read at
-// release, so a bump that lands after the entry gate and before the
-// recheck is refused before the first byte.
+// read after the window's rows (with them, or by the horizon recheck)
+// stands for a read at release, so a bump that lands after the entry gate
+// and before that read is refused before the first byte.
 func TestServeGateReadVerifyWindow(t *testing.T) {
 	v1, v2 := windowSchemas(t)
 	for _, d := range barrierDrivers {

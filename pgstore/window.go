@@ -40,6 +40,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		page = min(q.LimitChanges+1, defaultWindowPageCommits)
 	}
 	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
+	if q.StateAfter {
+		w.running = &q.Running
+	}
 	after := q.AfterSeq
 	for {
 		candidates, last, err := w.readPage(ctx, s, partition, ts.name, first, after, q.ThroughSeq, page)
@@ -47,10 +50,10 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 			return store.CommitWindow{}, fmt.Errorf("read commit window: %w", err)
 		}
 		if w.full {
-			return store.CommitWindow{Commits: w.commits}, nil
+			return store.CommitWindow{Commits: w.commits, State: w.state}, nil
 		}
 		if candidates < page {
-			return store.CommitWindow{Commits: w.commits, Complete: true}, nil
+			return store.CommitWindow{Commits: w.commits, Complete: true, State: w.state}, nil
 		}
 		after, page = last, min(2*page, defaultWindowPageCommits)
 	}
@@ -72,6 +75,11 @@ type windowReader struct {
 	// ever cut back while a window is read.
 	chs   []store.Change
 	arena []byte
+	// running, when set, asks each page's round trip to read the
+	// partition and the serve gate after its rows (StateAfter); state is
+	// the last page's.
+	running *int32
+	state   *store.RequestState
 }
 
 // arenaBlock is the largest payload arena block; the first is
@@ -265,26 +273,46 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 		w.chs = make([]store.Change, 0, len(cands))
 	}
 	lo, hi := cands[0], cands[len(cands)-1]
-	if hi-lo+1 > int64(rangeDensity*len(cands)) {
-		rows, err := s.pool.Query(ctx, sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
-		if err != nil {
-			return 0, 0, err
-		}
-		return w.readRows(rows, table, nil)
-	}
 	b := &pgx.Batch{}
-	b.Queue(sqlRangeCommits, partition, lo, hi)
-	b.Queue(sqlRangeChanges, partition, table, lo, hi)
+	dense := hi-lo+1 <= int64(rangeDensity*len(cands))
+	if dense {
+		b.Queue(sqlRangeCommits, partition, lo, hi)
+		b.Queue(sqlRangeChanges, partition, table, lo, hi)
+	} else {
+		b.Queue(sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
+	}
+	if w.running != nil {
+		// The partition and the serve gate after the rows, in the same
+		// round trip (each statement's snapshot follows the ones before).
+		b.Queue(sqlPartition, partition)
+		b.Queue(sqlServeGate, partition, *w.running)
+	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	if err := w.readHeads(br, cands); err != nil {
-		return 0, 0, err
+	if dense {
+		if err := w.readHeads(br, cands); err != nil {
+			return 0, 0, err
+		}
+	} else {
+		cands = nil
 	}
 	rows, err := br.Query()
 	if err != nil {
 		return 0, 0, err
 	}
-	return w.readRows(rows, table, cands)
+	n, last, err := w.readRows(rows, table, cands)
+	if err != nil || w.running == nil {
+		return n, last, err
+	}
+	st := &store.RequestState{}
+	if st.Partition, err = scanPartitionRow(br.QueryRow(), partition); err != nil {
+		return 0, 0, err
+	}
+	if st.Gate, err = readServeGate(br.QueryRow()); err != nil {
+		return 0, 0, err
+	}
+	w.state = st
+	return n, last, nil
 }
 
 // commitHead is a commit's row without its changes.

@@ -125,7 +125,7 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		// snapshot.
 		rng := w.single && !first
 		read := s.read
-		if rng {
+		if rng || q.StateAfter {
 			read = s.readTx
 		}
 		err := read(ctx, func(c *conn) error {
@@ -140,7 +140,20 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 				n, last, err = readWindowChunk(c, partition, w, after)
 				more = n == windowChunk
 			}
-			return err
+			if err != nil || !q.StateAfter || (more && !w.full) {
+				return err
+			}
+			// The window's last chunk: the partition and the serve gate
+			// after its rows, in its read transaction.
+			st := &store.RequestState{}
+			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
+				return err
+			}
+			if st.Gate, err = serveGateOn(c, partition, q.Running); err != nil {
+				return err
+			}
+			w.out.State = st
+			return nil
 		})
 		first = false
 		if err != nil {

@@ -91,6 +91,13 @@ type CommitWindowQuery struct {
 	// and the first commit is returned whole even when it alone exceeds
 	// the limit. Zero or less means no limit.
 	LimitChanges int
+	// StateAfter asks a store that implements RequestStateReader to read
+	// also, after the window's rows and with them (in their read
+	// transaction on SQLite, their round trip on Postgres), the
+	// partition's state and its serve gate at schema version Running:
+	// the horizon recheck of §4.6 and the response's read-verify.
+	StateAfter bool
+	Running    int32
 }
 
 // CommitWindow is the answer to a CommitWindowQuery.
@@ -100,6 +107,10 @@ type CommitWindow struct {
 	// Complete reports that the whole window was scanned. When false, the
 	// limit stopped the scan after the last commit returned.
 	Complete bool
+	// State is the state read after the rows when StateAfter asked for it
+	// (without a client record); nil when the store did not read it (a
+	// window without candidates, or a store without the read).
+	State *RequestState
 }
 
 // RowScanQuery selects a page of the current rows of Table inside Scopes,

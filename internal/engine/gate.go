@@ -159,8 +159,9 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 
 func (g *gateWriter) verify() error {
 	entry := g.r.gate
+	// A gate read after every row the response holds so far verifies
+	// each chunk until the next section reads more.
 	now := g.r.gateAfterReads
-	g.r.gateAfterReads = nil
 	if now == nil {
 		var err error
 		if now, err = g.r.e.readGate(g.ctx, g.r.auth.Partition); err != nil {

@@ -72,14 +72,20 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		next, err := r.bootstrap(ctx, sub, eff, p, lim)
 		return subOutcome{active: true, nextCursor: next, effective: eff}, err
 	}
-	win, err := r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, store.CommitWindowQuery{
-		Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits})
+	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits}
+	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
+		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
+	}
+	win, err := r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, q)
 	if err != nil {
 		return subOutcome{}, err
 	}
-	// §4.6: recheck the horizon after reading the window.
-	now, err := r.recheck(ctx)
-	if err != nil {
+	// §4.6: recheck the horizon after reading the window (read with it
+	// when the store could).
+	var now store.Partition
+	if win.State != nil {
+		now, r.gateAfterReads = win.State.Partition, &win.State.Gate
+	} else if now, err = r.recheck(ctx); err != nil {
 		return subOutcome{}, err
 	}
 	if now.HorizonSeq > cursor {

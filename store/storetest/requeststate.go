@@ -2,10 +2,12 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // RunRequestState tests store.RequestStateReader: one read of what a sync
@@ -17,7 +19,45 @@ func RunRequestState(t *testing.T, open Opener) {
 		{"AgreesWithSeparateReads", testRequestStateAgrees},
 		{"UnknownPartition", testRequestStateUnknown},
 		{"DeferredCursor", testRequestStateDeferred},
+		{"AfterWindow", testRequestStateAfterWindow},
 	})
+}
+
+// testRequestStateAfterWindow: a commit window asked for the state after
+// its rows (CommitWindowQuery.StateAfter) returns the partition and the
+// serve gate as read on their own, whether a limit stopped it or not.
+func testRequestStateAfterWindow(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	requestStateOf(t, e.s)
+	e.touch("p1")
+	for i := range 3 {
+		w := Task{ID: fmt.Sprintf("t%d", i), ProjectID: "p1"}.RowWrite(t, 1)
+		AppendCommit(t, e.s, "p1", UpsertChange(w))
+	}
+	scopes := wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}
+	for _, limit := range []int{0, 1} {
+		win, err := e.s.ReadCommitWindow(e.ctx, "p1", store.CommitWindowQuery{Table: TableTasks, Scopes: scopes,
+			AfterSeq: 0, ThroughSeq: 3, LimitChanges: limit, StateAfter: true, Running: 1})
+		if err != nil {
+			t.Fatalf("ReadCommitWindow(limit %d): %v", limit, err)
+		}
+		if win.State == nil {
+			t.Fatalf("ReadCommitWindow(limit %d, StateAfter).State = nil; want the state after the rows", limit)
+		}
+		if want := e.partition("p1"); win.State.Partition != want {
+			t.Errorf("ReadCommitWindow(limit %d).State.Partition = %+v; want %+v", limit, win.State.Partition, want)
+		}
+		if b, ok := e.s.(store.Barrier); ok {
+			g, err := b.ReadServeGate(e.ctx, "p1", 1)
+			if err != nil || !reflect.DeepEqual(win.State.Gate, g) {
+				t.Errorf("ReadCommitWindow(limit %d).State.Gate = %+v; want ReadServeGate's %+v (%v)", limit, win.State.Gate, g, err)
+			}
+		}
+	}
+	win, err := e.s.ReadCommitWindow(e.ctx, "p1", store.CommitWindowQuery{Table: TableTasks, Scopes: scopes, AfterSeq: 0, ThroughSeq: 3})
+	if err != nil || win.State != nil {
+		t.Errorf("ReadCommitWindow without StateAfter: State %v, %v; want nil", win.State, err)
+	}
 }
 
 func requestStateOf(t *testing.T, s store.Store) store.RequestStateReader {
