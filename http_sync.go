@@ -99,7 +99,7 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		return // otherwise the client went away while queued
 	}
 	defer release()
-	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r)}
+	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r), release: release}
 	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {
@@ -193,6 +193,11 @@ type httpResponder struct {
 	started  bool
 	closeEnc func() error
 	held     *heldWriter
+	// release frees the request's admission slot (idempotent): before
+	// the response's last bytes go out, so that a client that sends its
+	// next request as soon as it has the whole response finds the slot
+	// free.
+	release func()
 }
 
 // Begin implements engine.Responder.
@@ -227,6 +232,9 @@ var _ engine.StreamResponder = (*httpResponder)(nil)
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()
+	if h.release != nil {
+		h.release()
+	}
 	_ = h.rc.SetWriteDeadline(time.Now().Add(h.s.cfg.WriteTimeout))
 	if herr := h.held.end(); herr != nil && err == nil {
 		err = herr
