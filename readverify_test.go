@@ -140,12 +140,7 @@ func testReadVerifyOn(t *testing.T, trap *gateTrap, url string, v1 *schema.Compi
 		}
 	}
 	syncQuiet(t, w)
-	status, body := post(t, url, pullReq(nil, 1))
-	m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
-	if status != 200 || err != nil {
-		t.Fatalf("acquire epoch: %d %v", status, err)
-	}
-	epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+	epoch := acquirePullEpoch(t, url)
 	// Pages of 100 rows (about 40 KB): each page is a chunk of its own.
 	req := pullReq(&epoch, 1)
 	req.Pull.LimitSnapshotRows, req.Pull.MaxSnapshotPages = 100, 10
@@ -244,15 +239,11 @@ func TestServeGateReadVerifyWindow(t *testing.T) {
 				syncQuiet(t, w)
 			}
 			upsert(0)
-			status, body := post(t, url, pullReq(nil, 1))
-			m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
-			if status != 200 || err != nil {
-				t.Fatalf("acquire epoch: %d %v", status, err)
-			}
-			epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+			epoch := acquirePullEpoch(t, url)
 			req := pullReq(&epoch, 1)
-			status, body = post(t, url, req)
-			if m, err = wire.DecodeMessage(body, wire.DecoderOptions{Kind: wire.KindResponse}); status != 200 || err != nil {
+			status, body := post(t, url, req)
+			m, err := wire.DecodeMessage(body, wire.DecoderOptions{Kind: wire.KindResponse})
+			if status != 200 || err != nil {
 				t.Fatalf("bootstrap: %d %v", status, err)
 			}
 			cursor := int64(-1)
@@ -277,4 +268,15 @@ func TestServeGateReadVerifyWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acquirePullEpoch runs pullReq's epoch acquisition and returns the epoch.
+func acquirePullEpoch(t *testing.T, url string) string {
+	t.Helper()
+	status, body := post(t, url, pullReq(nil, 1))
+	m, err := wire.DecodeMessage(body, wire.DecoderOptions{})
+	if status != 200 || err != nil {
+		t.Fatalf("acquire epoch: %d %v", status, err)
+	}
+	return m.Frames[0].(*wire.RespHeader).LogEpoch
 }
