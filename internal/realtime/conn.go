@@ -499,3 +499,50 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (
 }
 
 var errTooLarge = errors.New("message too large")
+
+// binaryPending reports whether the bytes the client sent and nobody read
+// yet hold the start of a binary message (a sync round's chunk: §8.7); the
+// frames before it (acks, pings) are skipped. It reads nothing.
+func (c *wsConn) binaryPending() bool {
+	if c.rc == nil {
+		return false
+	}
+	var buf [4096]byte
+	n := peekNow(c.rc, buf[:])
+	return binaryFrameIn(buf[:n])
+}
+
+// binaryFrameIn walks the client frames at the start of b (masked, RFC
+// 6455 §5.2) and reports whether one opens a binary message.
+func binaryFrameIn(b []byte) bool {
+	for len(b) >= 2 {
+		if b[0]&0x0f == 0x2 {
+			return true
+		}
+		size, hdr := uint64(b[1]&0x7f), 2
+		switch size {
+		case 126:
+			if len(b) < 4 {
+				return false
+			}
+			size, hdr = uint64(b[2])<<8|uint64(b[3]), 4
+		case 127:
+			if len(b) < 10 {
+				return false
+			}
+			size = 0
+			for _, x := range b[2:10] {
+				size = size<<8 | uint64(x)
+			}
+			hdr = 10
+		}
+		if b[1]&0x80 != 0 {
+			hdr += 4
+		}
+		if size > uint64(len(b)) || uint64(hdr)+size > uint64(len(b)) {
+			return false
+		}
+		b = b[uint64(hdr)+size:]
+	}
+	return false
+}

@@ -186,3 +186,22 @@ func readNow(rc syscall.RawConn, buf []byte) (int, error) {
 	}
 	return n, err
 }
+
+// peekNow copies what the socket holds into buf without consuming it or
+// waiting: 0 when nothing is there.
+func peekNow(rc syscall.RawConn, buf []byte) int {
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		for {
+			m, _, err := syscall.Recvfrom(int(fd), buf, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err == nil && m > 0 {
+				n = m
+			}
+			return
+		}
+	})
+	return n
+}

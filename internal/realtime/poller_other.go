@@ -16,3 +16,4 @@ func (p *poller) rearm(*wsConn) bool               { return false }
 func (p *poller) remove(*wsConn)                   {}
 
 func readNow(syscall.RawConn, []byte) (int, error) { return 0, syscall.EAGAIN }
+func peekNow(syscall.RawConn, []byte) int          { return 0 }

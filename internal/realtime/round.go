@@ -289,6 +289,16 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		s.mu.Unlock()
 		p.mu.Unlock()
 	}
+	if s.conn.binaryPending() {
+		// The client's next sync round arrived before this one's last
+		// chunk went out (§8.7), but after the reader parked the socket:
+		// pipelining, caught before the END that would make it legal.
+		s.mu.Lock()
+		s.round, s.roundActive = nil, false
+		s.mu.Unlock()
+		h.protocolClose(s, "pipelined sync round")
+		return
+	}
 	err := s.conn.waitFor(func() error {
 		s.mu.Lock()
 		defer s.mu.Unlock()
