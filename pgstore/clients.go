@@ -61,19 +61,14 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 	found := false
 	err := s.clients.Read(partition, &rec, func() error {
 		b := &pgx.Batch{}
-		b.Queue(sqlPartition, partition)
-		b.Queue(sqlServeGate, partition, running)
+		queuePartitionState(b, partition, running)
 		if clientID != "" {
 			b.Queue(sqlClient, partition, clientID)
 		}
 		br := s.pool.SendBatch(ctx, b)
 		err := func() error {
-			p, err := scanPartitionRow(br.QueryRow(), partition)
-			if err != nil {
-				return err
-			}
-			st.Partition = p
-			if st.Gate, err = readServeGate(br.QueryRow()); err != nil || clientID == "" {
+			var err error
+			if st, err = readPartitionState(br, partition); err != nil || clientID == "" {
 				return err
 			}
 			rec, err = scanClient(br.QueryRow(), clientID)
@@ -87,15 +82,31 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 		return errors.Join(err, br.Close())
 	})
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return store.RequestState{}, store.ErrNotFound
-		}
 		return store.RequestState{}, err
 	}
 	if found {
 		st.Client = &rec
 	}
 	return st, nil
+}
+
+// queuePartitionState queues the reads of a partition's state and its
+// serve gate at the running schema version (readPartitionState reads
+// their results): a request's entry, a window's end.
+func queuePartitionState(b *pgx.Batch, partition string, running int32) {
+	b.Queue(sqlPartition, partition)
+	b.Queue(sqlServeGate, partition, running)
+}
+
+// readPartitionState reads the results of queuePartitionState.
+func readPartitionState(br pgx.BatchResults, partition string) (store.RequestState, error) {
+	var st store.RequestState
+	var err error
+	if st.Partition, err = scanPartitionRow(br.QueryRow(), partition); err != nil {
+		return st, err
+	}
+	st.Gate, err = readServeGate(br.QueryRow())
+	return st, err
 }
 
 // PutClient creates or replaces a client record.

@@ -284,8 +284,7 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	if w.running != nil {
 		// The partition and the serve gate after the rows, in the same
 		// round trip (each statement's snapshot follows the ones before).
-		b.Queue(sqlPartition, partition)
-		b.Queue(sqlServeGate, partition, *w.running)
+		queuePartitionState(b, partition, *w.running)
 	}
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
@@ -304,14 +303,11 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	if err != nil || w.running == nil {
 		return n, last, err
 	}
-	st := &store.RequestState{}
-	if st.Partition, err = scanPartitionRow(br.QueryRow(), partition); err != nil {
+	st, err := readPartitionState(br, partition)
+	if err != nil {
 		return 0, 0, err
 	}
-	if st.Gate, err = readServeGate(br.QueryRow()); err != nil {
-		return 0, 0, err
-	}
-	w.state = st
+	w.state = &st
 	return n, last, nil
 }
 

@@ -59,10 +59,7 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 	err := s.clients.Read(partition, &rec, func() error {
 		return s.readTx(ctx, func(c *conn) error {
 			var err error
-			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
-				return err
-			}
-			if st.Gate, err = serveGateOn(c, partition, running); err != nil || clientID == "" {
+			if st, err = partitionStateOn(c, partition, running); err != nil || clientID == "" {
 				return err
 			}
 			rec, err = clientOn(c, partition, clientID)
@@ -82,6 +79,18 @@ func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string
 		st.Client = &rec
 	}
 	return st, nil
+}
+
+// partitionStateOn reads a partition's state and its serve gate at the
+// running schema version on c: a request's entry, a window's end.
+func partitionStateOn(c *conn, partition string, running int32) (store.RequestState, error) {
+	var st store.RequestState
+	var err error
+	if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
+		return st, err
+	}
+	st.Gate, err = serveGateOn(c, partition, running)
+	return st, err
 }
 
 // PutClient creates or replaces a client record.

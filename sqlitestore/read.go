@@ -145,14 +145,11 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 			}
 			// The window's last chunk: the partition and the serve gate
 			// after its rows, in its read transaction.
-			st := &store.RequestState{}
-			if st.Partition, err = scanPartition(c.queryRow(selectPartition, partition), partition); err != nil {
+			st, err := partitionStateOn(c, partition, q.Running)
+			if err != nil {
 				return err
 			}
-			if st.Gate, err = serveGateOn(c, partition, q.Running); err != nil {
-				return err
-			}
-			w.out.State = st
+			w.out.State = &st
 			return nil
 		})
 		first = false
