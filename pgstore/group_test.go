@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/store/storetest"
@@ -607,5 +610,122 @@ func TestGroupCommitLateFailureAtCommit(t *testing.T) {
 	// failed commit's savepoint and the one sent again.
 	if n := s.roundTrips.Load() - before; n != 4 {
 		t.Errorf("%d round trips, want 4", n)
+	}
+}
+
+// logDump returns a partition's log tables as text, the partition column
+// left out: the commits, their changes, the change scope entries and the
+// journal records.
+func logDump(t *testing.T, s *Store, partition string) []string {
+	t.Helper()
+	var out []string
+	for _, q := range []string{
+		`SELECT format('%s %s %s %s %s %s', commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version) FROM sync_commits WHERE partition = $1 ORDER BY commit_seq`,
+		`SELECT format('%s %s %s %s %s %s %s %s', commit_seq, idx, tbl, row_id, op, row_version, scopes, encode(payload, 'hex')) FROM sync_changes WHERE partition = $1 ORDER BY commit_seq, idx`,
+		`SELECT format('%s %s %s %s', tbl, var, value, commit_seq) FROM sync_change_scopes WHERE partition = $1 ORDER BY 1`,
+		`SELECT format('%s %s %s', client_id, client_commit_id, result) FROM sync_push_results WHERE partition = $1 ORDER BY 1`,
+	} {
+		rows, err := s.pool.Query(context.Background(), q, partition)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(append(out, "--"), lines...)
+	}
+	return out
+}
+
+// TestGroupCommitCoalescedAppends: the appends of a batch's pushes go as
+// one statement (coalesce.go) and write exactly what the same pushes
+// write one batch each; when a statement of that tail fails, it is undone
+// and the commits are sent one by one: the failing one and the later
+// appends fail, the earlier ones are kept.
+func TestGroupCommitCoalescedAppends(t *testing.T) {
+	t.Parallel()
+	s := fixtureStore(t, Config{})
+	ctx := context.Background()
+	const n = 6
+	push := func(partition string, i int, title string) (int64, error) {
+		seq, _, err := enginePush(ctx, s, partition, fmt.Sprintf("c%d", i), fixtureTask(t, fmt.Sprintf("r%d", i), "proj"+strconv.Itoa(i%2), title))
+		return seq, err
+	}
+	for i := range n {
+		if _, err := push("one-by-one", i, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.coalesced.Load()
+	release := holdLeader(t, s, "together")
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := push("together", i, "t")
+			errs <- err
+		}()
+		waitQueued(t, s, "together", i+1)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.coalesced.Load() - before; got != 1 {
+		t.Errorf("%d coalesced batches, want 1", got)
+	}
+	if a, b := logDump(t, s, "one-by-one"), logDump(t, s, "together"); !slices.Equal(a, b) {
+		t.Errorf("the coalesced batch wrote\n%s\nthe same pushes one by one\n%s", strings.Join(b, "\n"), strings.Join(a, "\n"))
+	}
+
+	if _, err := s.pool.Exec(ctx, `CREATE UNIQUE INDEX undeclared_title ON tasks(_sync_partition, title) WHERE _sync_partition = 'p'`); err != nil {
+		t.Fatal(err)
+	}
+	fallbacks := s.tailFallbacks.Load()
+	release = holdLeader(t, s, "p")
+	type outcome struct {
+		seq int64
+		err error
+	}
+	outs := make([]chan outcome, 4)
+	for i, title := range []string{"a", "b", "a", "d"} {
+		outs[i] = make(chan outcome, 1)
+		go func() {
+			seq, err := push("p", i, title)
+			outs[i] <- outcome{seq, err}
+		}()
+		waitQueued(t, s, "p", i+1)
+	}
+	if err := release(); err != nil {
+		t.Fatal(err)
+	}
+	first, second, dup, later := <-outs[0], <-outs[1], <-outs[2], <-outs[3]
+	if first.err != nil || first.seq != 1 || second.err != nil || second.seq != 2 {
+		t.Errorf("first two = %+v %+v; want sequences 1 and 2", first, second)
+	}
+	if dup.err == nil || !strings.Contains(dup.err.Error(), "undeclared_title") {
+		t.Errorf("duplicate = %+v; want the unique violation", dup)
+	}
+	if later.err == nil {
+		t.Errorf("the append after the failed one = %+v; want it failed", later)
+	}
+	if got := s.tailFallbacks.Load() - fallbacks; got != 1 {
+		t.Errorf("%d tails sent again, want 1", got)
+	}
+	if seqs := logSeqs(t, s, "p"); !slices.Equal(seqs, []int64{1, 2}) {
+		t.Errorf("log %v, want [1 2]", seqs)
+	}
+	for i, want := range []bool{true, true, false, false} {
+		_, err := s.PushResult(ctx, "p", "client", fmt.Sprintf("c%d", i))
+		if got := err == nil; got != want {
+			t.Errorf("journal of c%d: %v, want present %v", i, err, want)
+		}
+	}
+	if p, err := s.Partition(ctx, "p"); err != nil || p.MaxCommitSeq != 2 {
+		t.Errorf("Partition = %+v, %v", p, err)
 	}
 }

@@ -48,6 +48,10 @@ type Store struct {
 	// roundTrips counts the round trips of write transactions (tests and
 	// benchmarks).
 	roundTrips atomic.Int64
+	// coalesced counts the batches whose appends went as one statement,
+	// tailFallbacks those whose coalesced tail failed and was sent again
+	// commit by commit (coalesce.go; tests).
+	coalesced, tailFallbacks atomic.Int64
 
 	writes      atomic.Int64
 	writeErrors atomic.Int64

@@ -314,8 +314,14 @@ func (b *batch) commit() error {
 	if b.aborted() {
 		return errors.New("the transaction failed earlier")
 	}
+	// The commits' appends as one statement when they allow it
+	// (coalesce.go); originals are the statements it replaced.
+	var originals []deferred
+	if tail := b.coalescedTail(); tail != nil {
+		originals, b.pending = b.pending, tail
+	}
 	var appended bool
-	br, err := b.send(b.ctx, nil, func(bb *pgx.Batch) {
+	queue := func(bb *pgx.Batch) {
 		// Queued again, with the sequence then, if a commit's late
 		// failure undid its appends.
 		if appended = b.seq != b.lockedSeq; appended {
@@ -325,9 +331,24 @@ func (b *batch) commit() error {
 		if appended {
 			bb.Queue(sqlNotifyCommit, b.partition, b.s.dbSchema, b.seq)
 		}
-	})
+	}
+	br, err := b.send(b.ctx, nil, queue)
+	if err != nil && originals != nil && b.broken == nil {
+		// A statement of the coalesced tail failed (the COMMIT after it
+		// was not run): undo the tail and send the commits one by one,
+		// which tells the failing commit from the others.
+		b.s.tailFallbacks.Add(1)
+		if rerr := b.rollbackTo(sqlSavepointTailName, true); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		b.pending, originals = originals, nil
+		br, err = b.send(b.ctx, nil, queue)
+	}
 	if err != nil {
 		return err
+	}
+	if originals != nil {
+		b.s.coalesced.Add(1)
 	}
 	if appended {
 		if _, err := br.Exec(); err != nil {

@@ -1,0 +1,190 @@
+package pgstore
+
+// Coalesced appends: when a batch of several commits reaches its COMMIT
+// with every commit's statements still deferred (the usual push: the
+// reads went ahead, the row upserts and the append wait for the end), the
+// commits' appends are one statement for all of them instead of one each,
+// and the per-commit savepoints give way to one around the whole tail.
+// Postgres then runs, per commit, the row upserts alone: the append's
+// statement overhead (four inserts, their executor start, the parameter
+// arrays) is paid once per batch.
+//
+// The tail is sent in the COMMIT's own round trip:
+//
+//	SAVEPOINT syncgo_tail; <row upserts, in order>; <all appends>;
+//	RELEASE SAVEPOINT syncgo_tail; [sequence write-back]; COMMIT; ...
+//
+// Moving the appends after the upserts is safe because the tail holds
+// nothing else: upserts write the tables of rows and their scope entries,
+// appends the log tables (commits, changes, change scopes, journal), and
+// no append of the tail carries a tombstone (a delete, whose tombstone a
+// later commit's write of the same row could clear). When any statement
+// of the tail fails, the transaction is rolled back to syncgo_tail and
+// the original statements (each commit in its savepoint) are sent as
+// before, so a failing commit is told apart from the others exactly as
+// without coalescing (batch.lateFailure).
+
+const (
+	sqlSavepointTailName = "syncgo_tail"
+
+	// sqlAppendCommits is sqlAppendCommitResult for several commits: $2-$7
+	// the commits' columns, $8-$15 their changes (with each change's
+	// commit sequence first), $16-$19 the scope index entries, $20-$22
+	// the journal records (text, cast to JSONB).
+	sqlAppendCommits = `WITH c AS (
+  INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+  SELECT $1, c.seq, c.client_id, c.client_commit_id, c.actor_id, c.created_at_ms, c.writer_version
+    FROM unnest($2::int8[], $3::text[], $4::text[], $5::text[], $6::int8[], $7::int8[])
+         AS c(seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
+), ch AS (
+  INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
+  SELECT $1, c.seq, c.idx, c.tbl, c.row_id, c.op, c.row_version, c.scopes::jsonb, c.payload
+    FROM unnest($8::int8[], $9::int4[], $10::text[], $11::text[], $12::int2[], $13::int8[], $14::text[], $15::bytea[])
+         AS c(seq, idx, tbl, row_id, op, row_version, scopes, payload)
+), cs AS (
+  INSERT INTO sync_change_scopes(partition, tbl, var, value, commit_seq)
+  SELECT $1, s.tbl, s.var, s.value, s.seq FROM unnest($16::int8[], $17::text[], $18::text[], $19::text[]) AS s(seq, tbl, var, value)
+  ON CONFLICT DO NOTHING
+), j AS (
+  INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+  SELECT $1, j.client_id, j.client_commit_id, j.result::jsonb
+    FROM unnest($20::text[], $21::text[], $22::text[]) AS j(client_id, client_commit_id, result)
+)
+SELECT 1`
+)
+
+// appendColumns gathers the arguments of the appends of a tail.
+type appendColumns struct {
+	seq, createdAt, writerVersion []int64
+	clientID, commitID, actor     []string
+
+	chSeq      []int64
+	chIdx      []int32
+	chTbl      []string
+	chRow      []string
+	chOp       []int16
+	chVersion  []*int64
+	chScopes   []string
+	chPayload  [][]byte
+	scSeq      []int64
+	scTbl      []string
+	scVar      []string
+	scValue    []string
+	jClient    []string
+	jCommit    []string
+	jRecord    []string
+	totalElems int
+}
+
+// add appends the arguments of one sqlAppendCommit or
+// sqlAppendCommitResult statement; false when they are not of the form
+// coalescing takes (a tombstone, an argument of another type).
+func (a *appendColumns) add(d deferred) bool {
+	args := d.args
+	want := 19
+	if d.sql == sqlAppendCommitResult {
+		want = 22
+	}
+	if len(args) != want {
+		return false
+	}
+	seq, ok1 := args[1].(int64)
+	clientID, ok2 := args[2].(string)
+	commitID, ok3 := args[3].(string)
+	actor, ok4 := args[4].(string)
+	createdAt, ok5 := args[5].(int64)
+	writerVersion, ok6 := args[6].(int64)
+	idx, ok7 := args[7].([]int32)
+	tbl, ok8 := args[8].([]string)
+	row, ok9 := args[9].([]string)
+	op, ok10 := args[10].([]int16)
+	version, ok11 := args[11].([]*int64)
+	scopes, ok12 := args[12].([]string)
+	payload, ok13 := args[13].([][]byte)
+	scTbl, ok14 := args[14].([]string)
+	scVar, ok15 := args[15].([]string)
+	scValue, ok16 := args[16].([]string)
+	tombTbl, ok17 := args[17].([]string)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9 && ok10 && ok11 && ok12 && ok13 && ok14 && ok15 && ok16 && ok17) ||
+		len(tombTbl) > 0 {
+		return false
+	}
+	n := len(idx)
+	if len(tbl) != n || len(row) != n || len(op) != n || len(version) != n || len(scopes) != n || len(payload) != n ||
+		len(scVar) != len(scTbl) || len(scValue) != len(scTbl) {
+		return false
+	}
+	if want == 22 {
+		jClient, okA := args[19].(string)
+		jCommit, okB := args[20].(string)
+		record, okC := args[21].([]byte)
+		if !okA || !okB || !okC {
+			return false
+		}
+		a.jClient, a.jCommit, a.jRecord = append(a.jClient, jClient), append(a.jCommit, jCommit), append(a.jRecord, string(record))
+	}
+	a.seq, a.clientID, a.commitID = append(a.seq, seq), append(a.clientID, clientID), append(a.commitID, commitID)
+	a.actor, a.createdAt, a.writerVersion = append(a.actor, actor), append(a.createdAt, createdAt), append(a.writerVersion, writerVersion)
+	for range n {
+		a.chSeq = append(a.chSeq, seq)
+	}
+	a.chIdx, a.chTbl, a.chRow, a.chOp = append(a.chIdx, idx...), append(a.chTbl, tbl...), append(a.chRow, row...), append(a.chOp, op...)
+	a.chVersion, a.chScopes, a.chPayload = append(a.chVersion, version...), append(a.chScopes, scopes...), append(a.chPayload, payload...)
+	for range scTbl {
+		a.scSeq = append(a.scSeq, seq)
+	}
+	a.scTbl, a.scVar, a.scValue = append(a.scTbl, scTbl...), append(a.scVar, scVar...), append(a.scValue, scValue...)
+	a.totalElems += max(n, len(scTbl))
+	return true
+}
+
+// coalescedTail returns the statements that replace b.pending at the
+// COMMIT (see above), or nil when the pending statements are not a tail
+// of at least two commits of the form it takes.
+func (b *batch) coalescedTail() []deferred {
+	if !b.multi || len(b.pending) == 0 {
+		return nil
+	}
+	var (
+		cols    appendColumns
+		upserts []deferred
+		appends int
+	)
+	for _, d := range b.pending {
+		switch {
+		case d.scan != nil || d.rows != nil:
+			return nil
+		case d.ctl && d.owner != nil && (d.sql == sqlSavepointCommit || d.sql == sqlReleaseCommit):
+		case !d.ctl && d.owner != nil && d.what == "upsert row":
+			upserts = append(upserts, d)
+		case !d.ctl && d.owner != nil && (d.sql == sqlAppendCommit || d.sql == sqlAppendCommitResult):
+			if !cols.add(d) {
+				return nil
+			}
+			appends++
+		default:
+			return nil
+		}
+	}
+	if appends < 2 || cols.totalElems > b.s.cfg.MaxChangesPerStatement {
+		return nil
+	}
+	if cols.jClient == nil {
+		cols.jClient, cols.jCommit, cols.jRecord = []string{}, []string{}, []string{}
+	}
+	out := make([]deferred, 0, len(upserts)+3)
+	out = append(out, deferred{what: "savepoint (coalesced appends)", sql: "SAVEPOINT " + sqlSavepointTailName})
+	out = append(out, upserts...)
+	out = append(out, deferred{what: "append commits (coalesced)", sql: sqlAppendCommits, args: []any{b.partition,
+		cols.seq, cols.clientID, cols.commitID, cols.actor, cols.createdAt, cols.writerVersion,
+		cols.chSeq, cols.chIdx, cols.chTbl, cols.chRow, cols.chOp, cols.chVersion, cols.chScopes, cols.chPayload,
+		cols.scSeq, cols.scTbl, cols.scVar, cols.scValue,
+		cols.jClient, cols.jCommit, cols.jRecord}})
+	out = append(out, deferred{what: "release savepoint (coalesced appends)", sql: "RELEASE SAVEPOINT " + sqlSavepointTailName})
+	for i := range out {
+		// Owned by no commit: a failure of one is the tail's, which
+		// batch.commit undoes before sending the originals.
+		out[i].owner = nil
+	}
+	return out
+}
