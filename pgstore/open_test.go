@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -380,5 +382,43 @@ func TestLockGaveWay(t *testing.T) {
 	}
 	if lockGaveWay(errors.New("other")) || lockGaveWay(nil) {
 		t.Error("other errors retried")
+	}
+}
+
+// TestPoolSize: a pool Open makes from URL has pool_max_conns when the
+// URL sets it (and Config.MaxConns does not), else Config.MaxConns, else
+// twice GOMAXPROCS and at least minDefaultMaxConns.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	name := newSchema(t)
+	// The schema's tables first; the stores below only read (Open
+	// creates nothing read-only).
+	openIn(t, name, Config{})
+	for _, c := range []struct {
+		url  string
+		max  int32
+		want int32
+	}{
+		{url + sep + "search_path=" + name + "&pool_max_conns=3", 0, 3},
+		{url + sep + "search_path=" + name + "&pool_max_conns=3", 5, 5},
+		{url + sep + "search_path=" + name, 7, 7},
+		{url + sep + "search_path=" + name, 0, int32(max(minDefaultMaxConns, 2*runtime.GOMAXPROCS(0)))},
+	} {
+		s, err := Open(ctx, Config{URL: c.url, MaxConns: c.max, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pool.Config().MaxConns; got != c.want {
+			t.Errorf("%s with MaxConns %d: pool of %d, want %d", c.url, c.max, got, c.want)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,7 @@ var _ store.Store = (*Store)(nil)
 // missing under the migration lock (lock.go). With cfg.ReadOnly it only
 // reads (see Config.ReadOnly).
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	urlSizesPool := cfg.MaxConns <= 0 && strings.Contains(cfg.URL, "pool_max_conns")
 	cfg = cfg.withDefaults()
 	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter,
 		groups: groups{m: map[string]*group{}}}
@@ -79,7 +81,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: open: parse url: %w", err)
 		}
-		pc.MaxConns = cfg.MaxConns
+		if urlSizesPool {
+			s.cfg.MaxConns = pc.MaxConns
+		} else {
+			pc.MaxConns = cfg.MaxConns
+		}
 		if cfg.ReadOnly {
 			// Postgres itself then refuses any write on these sessions.
 			pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
