@@ -136,12 +136,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	secrets := cfg.Secrets()
 	stdout = config.NewRedactingWriter(stdout, secrets)
 	stderr = config.NewRedactingWriter(stderr, secrets)
-	logger, err := newLogger(cfg.Log, stderr)
+	// The access log's lines are written in groups (logbuffer.go); the
+	// server's own at once, after them.
+	lines := newLineBuffer(stderr, accessFlushDelay)
+	defer func() { _ = lines.Flush() }()
+	logger, err := newLogger(cfg.Log, lines.direct())
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo serve: config:", err)
 		return 1
 	}
-	if err := serve(ctx, cfg, logger, stdout); err != nil {
+	accessLog, err := newLogger(cfg.Log, lines)
+	if err != nil {
+		fmt.Fprintln(stderr, "syncgo serve: config:", err)
+		return 1
+	}
+	if err := serve(ctx, cfg, logger, accessLog, stdout); err != nil {
 		fmt.Fprintln(stderr, "syncgo serve:", err)
 		return 1
 	}
@@ -184,7 +193,7 @@ func openStoreListen(ctx context.Context, db, listen string, logger *slog.Logger
 	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger})
 }
 
-func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
+func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logger, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -315,7 +324,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
 		},
 	}
-	obs.apply(&scfg, logger)
+	obs.apply(&scfg, accessLog)
 	applyLimitConfig(&scfg, cfg) // serve_limits.go
 	if err := applySegmentConfig(&scfg, cfg, ln.Addr(), cfg.Mount); err != nil {
 		return err

@@ -136,15 +136,15 @@ func (o *observability) listen(cfg config.Config, logger *slog.Logger) error {
 }
 
 // apply sets the server configuration's metrics registry (with the
-// admin listener only), access log and CORS.
-func (o *observability) apply(sc *syncgo.Config, logger *slog.Logger) {
+// admin listener only), access log (accessLog, when enabled) and CORS.
+func (o *observability) apply(sc *syncgo.Config, accessLog *slog.Logger) {
 	if o.adminLn != nil && o.cfg.Metrics.Enabled {
 		o.reg = prometheus.NewRegistry()
 		o.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		sc.Metrics = o.reg
 	}
 	if o.cfg.Log.Access {
-		sc.AccessLog = logger
+		sc.AccessLog = accessLog
 	}
 	if c := o.cfg.CORS; len(c.AllowedOrigins) > 0 {
 		sc.CORS = &syncgo.CORSConfig{AllowedOrigins: c.AllowedOrigins, AllowedMethods: c.AllowedMethods,

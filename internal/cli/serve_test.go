@@ -16,13 +16,15 @@ import (
 
 // syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
 type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu     sync.Mutex
+	b      bytes.Buffer
+	writes int
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.writes++
 	return s.b.Write(p)
 }
 
