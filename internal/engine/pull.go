@@ -122,7 +122,7 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 			// The client's next request will ask for the window after
 			// this one: read it while this one is encoded and read.
 			ahead := q
-			ahead.AfterSeq = next
+			ahead.AfterSeq, ahead.Bulk = next, true
 			r.e.ahead.start(r.e.cfg.Store, key, ahead, r.partition.LogEpoch)
 		}
 	}
