@@ -18,7 +18,7 @@ import (
 
 // newTestServer serves syncgo on a fresh SQLite file with the demo
 // schema and the development authentication of syncgo serve.
-func newTestServer(t *testing.T) (*httptest.Server, *schema.Compiled) {
+func newTestServer(t testing.TB) (*httptest.Server, *schema.Compiled) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
 	if err != nil {
