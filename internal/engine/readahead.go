@@ -38,20 +38,26 @@ import (
 // A window is taken once; a request that does not match drops it. It is
 // kept for readAheadTTL at most, and at most maxReadAheads windows exist
 // at once, all clients together (each at most one window's limit of
-// changes).
+// changes), of which at most maxReadingAhead are being read.
 type readAhead struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closed  bool
+	reading int // reads in flight
 	wg      sync.WaitGroup
 	entries map[aheadKey]*aheadWindow
 	// read counts the windows read ahead, used those a request took.
 	read, used atomic.Int64
 }
 
-// maxReadAheads bounds the windows held or being read at once.
-const maxReadAheads = 8
+// maxReadAheads bounds the windows held or being read at once, and
+// maxReadingAhead the reads in flight (each holds a database connection,
+// which the requests need more).
+const (
+	maxReadAheads   = 8
+	maxReadingAhead = 2
+)
 
 // readAheadTTL is how long a read-ahead window waits for its request.
 const readAheadTTL = 2 * time.Second
@@ -88,7 +94,7 @@ func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery,
 	if old, ok := ra.entries[k]; ok {
 		ra.dropLocked(k, old)
 	}
-	if ra.closed || len(ra.entries) >= maxReadAheads {
+	if ra.closed || len(ra.entries) >= maxReadAheads || ra.reading >= maxReadingAhead {
 		return
 	}
 	ra.entries[k] = a
@@ -101,11 +107,15 @@ func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery,
 	})
 	ra.wg.Add(1)
 	ra.read.Add(1)
+	ra.reading++
 	go func() {
 		defer ra.wg.Done()
 		a.win, a.err = s.ReadCommitWindow(ra.ctx, k.partition, a.q)
 		a.doneAt = time.Now()
 		close(a.done)
+		ra.mu.Lock()
+		ra.reading--
+		ra.mu.Unlock()
 	}()
 }
 
