@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,8 @@ import (
 // A window is taken once; a request that does not match drops it. It is
 // kept for readAheadTTL at most, and at most maxReadAheads windows exist
 // at once, all clients together (each at most one window's limit of
-// changes), of which at most maxReadingAhead are being read.
+// changes, and of readAheadMaxBytes of row payloads), of which at most
+// maxReadingAhead are being read.
 type readAhead struct {
 	mu      sync.Mutex
 	ctx     context.Context
@@ -61,6 +63,14 @@ const (
 
 // readAheadTTL is how long a read-ahead window waits for its request.
 const readAheadTTL = 2 * time.Second
+
+// readAheadMaxBytes bounds the row payloads of a window kept for its
+// request: a larger one (a window of big rows) is dropped once read, and
+// the request reads it itself.
+const readAheadMaxBytes = 4 << 20
+
+// errReadAheadTooLarge marks a window read ahead that was not kept.
+var errReadAheadTooLarge = errors.New("read-ahead window too large to keep")
 
 type aheadKey struct {
 	partition, actor, client string
@@ -111,6 +121,9 @@ func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery,
 	go func() {
 		defer ra.wg.Done()
 		a.win, a.err = s.ReadCommitWindow(ra.ctx, k.partition, a.q)
+		if a.err == nil && payloadBytes(a.win) > readAheadMaxBytes {
+			a.win, a.err = store.CommitWindow{}, errReadAheadTooLarge
+		}
 		a.doneAt = time.Now()
 		close(a.done)
 		ra.mu.Lock()
@@ -163,6 +176,17 @@ func (ra *readAhead) stop() {
 	ra.mu.Unlock()
 	ra.cancel()
 	ra.wg.Wait()
+}
+
+// payloadBytes is the size of a window's row payloads.
+func payloadBytes(w store.CommitWindow) int {
+	n := 0
+	for _, c := range w.Commits {
+		for _, ch := range c.Changes {
+			n += len(ch.Payload)
+		}
+	}
+	return n
 }
 
 func sameScopes(a, b wire.ScopeMap) bool {

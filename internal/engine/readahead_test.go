@@ -17,6 +17,7 @@ type windowStore struct {
 	store.Store
 	complete bool
 	block    bool
+	payload  int // bytes of the commit's one change
 	reads    atomic.Int64
 }
 
@@ -26,7 +27,8 @@ func (s *windowStore) ReadCommitWindow(ctx context.Context, _ string, q store.Co
 		<-ctx.Done()
 		return store.CommitWindow{}, ctx.Err()
 	}
-	return store.CommitWindow{Commits: []store.Commit{{Seq: q.AfterSeq + 1}}, Complete: s.complete}, nil
+	c := store.Commit{Seq: q.AfterSeq + 1, Changes: []store.Change{{RowID: "r", Payload: make([]byte, s.payload)}}}
+	return store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete}, nil
 }
 
 func aheadQuery(after, through int64, values ...string) store.CommitWindowQuery {
@@ -118,5 +120,21 @@ func TestReadAheadBounded(t *testing.T) {
 	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1")
 	if n := ra.read.Load(); n != maxReadingAhead {
 		t.Fatal("a read started after stop")
+	}
+}
+
+// A window whose rows exceed readAheadMaxBytes is not kept: its request
+// reads it itself.
+func TestReadAheadDropsLargeWindows(t *testing.T) {
+	ctx := context.Background()
+	k := aheadKey{partition: "p", actor: "a", client: "c"}
+	for _, size := range []int{readAheadMaxBytes, readAheadMaxBytes + 1} {
+		ra := newReadAhead()
+		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1")
+		_, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
+		ra.stop()
+		if want := size <= readAheadMaxBytes; ok != want {
+			t.Errorf("window of %d payload bytes taken = %v, want %v", size, ok, want)
+		}
 	}
 }
