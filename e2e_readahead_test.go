@@ -71,9 +71,11 @@ func TestE2EReadAheadCatchUp(t *testing.T) {
 		sameRows(t, "reader vs server", clientRows(t, r, "tasks"), e.serverRows("tasks"))
 		read, used := readAheadCounts(t, e)
 		// 27 commits in windows of 5: the first five windows were cut
-		// short by the limit, so the second to the sixth were read ahead.
-		if read < 5 || used < 5 || used > read {
-			t.Fatalf("read ahead %v windows, used %v; want at least 5 of each, used <= read", read, used)
+		// short by the limit, so the second to the sixth were read ahead
+		// and used (the one read while the writer pushed may have
+		// outlived its 2 s on a loaded machine).
+		if read < 5 || used < 4 || used > read {
+			t.Fatalf("read ahead %v windows, used %v; want at least 5 read and 4 used, used <= read", read, used)
 		}
 	})
 }
