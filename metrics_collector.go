@@ -22,7 +22,7 @@ type serverCollector struct {
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
-	pageCache, images                                         *prometheus.Desc
+	pageCache, images, readAhead                              *prometheus.Desc
 	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
 	socketsRefused                                            *prometheus.Desc
 	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
@@ -58,6 +58,8 @@ func newServerCollector(s *Server) *serverCollector {
 
 		pageCache: d("syncgo_segment_cache_requests_total", "Bootstrap segment page look-ups, by result: hit (built or being built for "+
 			"another client) or miss (built for this one).", "result"),
+		readAhead: d("syncgo_pull_read_ahead_total", "Commit windows of catch-ups, by result: read (read ahead, while the client "+
+			"read the window before) or used (taken by the client's next request instead of reading it).", "result"),
 		images: d("syncgo_sqlite_images_total", "SQLite image bootstrap outcomes: built, reused, rows_lane (too large, served as rows).", "result"),
 
 		admCapacity: d("syncgo_admission_capacity", "Concurrent /sync requests allowed (Config.MaxConcurrentRequests)."),
@@ -81,7 +83,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
+		c.pageCache, c.images, c.readAhead, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -134,6 +136,9 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	hits, misses := s.eng.PageCacheStats()
 	counter(c.pageCache, hits, "hit")
 	counter(c.pageCache, misses, "miss")
+	raRead, raUsed := s.eng.ReadAheadStats()
+	counter(c.readAhead, raRead, "read")
+	counter(c.readAhead, raUsed, "used")
 	im := s.eng.SQLiteImageStats()
 	counter(c.images, im.Built, "built")
 	counter(c.images, im.Reused, "reused")

@@ -588,6 +588,7 @@ func (s *Server) Drain() { s.stopping.Store(true) }
 // store stays open; its owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
+	defer s.eng.StopReadAhead() // its reads use the store, which the host closes next
 	s.hub.Close()
 	s.watch.close()
 	rerr := s.stopReactions(ctx)

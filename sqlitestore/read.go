@@ -121,9 +121,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		)
 		// A one-value window's first chunk is one statement in an
 		// implicit transaction (a push+pull round's window ends there);
-		// the next ones are range reads, whose statements run in one
-		// snapshot.
-		rng := w.single && !first
+		// the next ones, and a bulk window's first, are range reads,
+		// whose statements run in one snapshot.
+		rng := w.single && (!first || q.Bulk)
 		read := s.read
 		if rng || q.StateAfter {
 			read = s.readTx

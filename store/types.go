@@ -98,6 +98,11 @@ type CommitWindowQuery struct {
 	// the horizon recheck of §4.6 and the response's read-verify.
 	StateAfter bool
 	Running    int32
+	// Bulk tells the store that the window is expected to be full (the
+	// next window of a catch-up whose last one the limit cut short): a
+	// store may skip the reads it tunes for windows of a commit or two.
+	// The answer is the same either way.
+	Bulk bool
 }
 
 // CommitWindow is the answer to a CommitWindowQuery.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 )
 
 // ErrNotWritten, wrapped in an error a destination returns from Write,
@@ -14,6 +15,10 @@ var ErrNotWritten = errors.New("wire: the destination took none of the bytes")
 
 // encoderFlushBytes is the buffered size at which an Encoder writes out.
 const encoderFlushBytes = 32 << 10
+
+// encoderBufBytes is the buffer of a message that outgrew the first: a
+// flush's worth and room for the frame that crosses it.
+const encoderBufBytes = encoderFlushBytes + encoderFlushBytes/8
 
 // Encoder writes an SSP2 message frame by frame to an io.Writer, checking
 // each frame's values and the grammar before it is written. It buffers at
@@ -66,6 +71,13 @@ func (e *Encoder) Encode(f Frame) error {
 	}
 	if u, ok := f.(*Unknown); ok && (u.FrameType == FrameEnd || kindOf(u.FrameType) != 0) {
 		return encodeErrorf("frame type 0x%02x is registered and cannot be written as unknown", u.FrameType)
+	}
+	if c := cap(e.w.b); c < encoderFlushBytes && len(e.w.b) > c/2 {
+		// A message that outgrows the first buffer (a push+pull round's
+		// fits it) gets one that holds a flush's worth at once, instead
+		// of doubling up to it: a 1,000-commit window left 120 KB of
+		// outgrown buffers behind.
+		e.w.b = slices.Grow(e.w.b, encoderBufBytes-len(e.w.b))
 	}
 	start := len(e.w.b)
 	e.w.b = append(e.w.b, byte(f.Type()), 0, 0, 0, 0)

@@ -64,10 +64,15 @@ type Config struct {
 	Round    bool          // push: a push+pull round instead of a push
 	Commits  int           // catchup: seeded; fanout: pushed; reconnect: pushed while away
 	Seeded   bool          // catchup, bootstrap: the data exists under Scope
-	Rows     int           // bootstrap
-	SQLite   bool          // bootstrap: accept sqlite images
-	URLs     bool          // bootstrap: accept signed segment URLs
-	Sockets  int           // fanout, memory
+	// RoundDelay is a client's own time per catch-up round (its network
+	// round trip, its storage), spent waiting before the next request:
+	// what a server does meanwhile for the next round shows as less
+	// time than the rounds' sum.
+	RoundDelay time.Duration
+	Rows       int  // bootstrap
+	SQLite     bool // bootstrap: accept sqlite images
+	URLs       bool // bootstrap: accept signed segment URLs
+	Sockets    int  // fanout, memory
 	// PID is the server's process id: memory reads its VmRSS, and every
 	// workload reports its resident memory and CPU time when set.
 	PID int

@@ -18,7 +18,7 @@ import (
 
 // newTestServer serves syncgo on a fresh SQLite file with the demo
 // schema and the development authentication of syncgo serve.
-func newTestServer(t *testing.T) (*httptest.Server, *schema.Compiled) {
+func newTestServer(t testing.TB) (*httptest.Server, *schema.Compiled) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
 	if err != nil {
@@ -79,6 +79,7 @@ func TestWorkloads(t *testing.T) {
 		{Config{Workload: "push", Clients: 4, Duration: 300 * time.Millisecond, Round: true, Wire: 2}, "rounds/s"},
 		{Config{Workload: "catchup", Commits: 1200}, "commits caught up"},
 		{Config{Workload: "catchup", Commits: 300, Wire: 1}, "commits/s"},
+		{Config{Workload: "catchup", Commits: 2500, RoundDelay: 20 * time.Millisecond}, "commits caught up"},
 		{Config{Workload: "bootstrap", Rows: 1500}, "cold rows/s"},
 		{Config{Workload: "bootstrap", Rows: 1500, SQLite: true}, "warm rows"},
 		{Config{Workload: "fanout", Sockets: 5, Commits: 5}, "deliveries"},
@@ -100,6 +101,13 @@ func TestWorkloads(t *testing.T) {
 			got, ok := res.Figure(tt.figure)
 			if !ok || got <= 0 {
 				t.Errorf("figure %q = %v (present %v), want > 0; figures %+v", tt.figure, got, ok, res.Figures)
+			}
+			if d := cfg.RoundDelay; d > 0 {
+				ms, _ := res.Figure("catch-up time")
+				rounds, _ := res.Figure("rounds")
+				if want := (rounds - 1) * float64(d.Milliseconds()); rounds < 3 || ms < want {
+					t.Errorf("catch-up of %v rounds took %v ms, want at least 3 rounds and their delays, %v ms", rounds, ms, want)
+				}
 			}
 			var b strings.Builder
 			if err := res.WriteTable(&b); err != nil || !strings.Contains(b.String(), tt.figure) {

@@ -21,6 +21,9 @@ const seedBatch = 500
 // time and commits/s.
 func runCatchup(ctx context.Context, r *runner) error {
 	r.res.Params["commits"], r.res.Params["seeded"] = r.cfg.Commits, r.cfg.Seeded
+	if r.cfg.RoundDelay > 0 {
+		r.res.Params["roundDelay"] = r.cfg.RoundDelay.String()
+	}
 	p := r.newPuller(0, wire.PullHeader{LimitCommits: 1000, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}, -1)
 	if r.cfg.Seeded {
 		// The data is there: acquire the log epoch with a pull of no
@@ -71,6 +74,9 @@ func runCatchup(ctx context.Context, r *runner) error {
 		}
 		if st.commits == 0 || (last > 0 && p.sub.Cursor >= last) {
 			break
+		}
+		if r.cfg.RoundDelay > 0 {
+			time.Sleep(r.cfg.RoundDelay)
 		}
 	}
 	elapsed := time.Since(start)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -31,6 +32,13 @@ type puller struct {
 	epoch    *string
 	pull     wire.PullHeader
 	sub      wire.Subscription
+	// codecs and buf are reused from one response to the next: a zstd
+	// decoder allocates its window and history buffers when it is made,
+	// which cost the catch-up more than decoding the frames did.
+	// segCodecs decode the segments downloaded while a response is
+	// being read.
+	codecs, segCodecs bodyDecoders
+	buf               *bufio.Reader
 }
 
 // pullStats reports one round.
@@ -91,12 +99,18 @@ func (p *puller) exchange(ctx context.Context, subs []*wire.Subscription) (pullS
 		return st, err
 	}
 	defer resp.Body.Close()
-	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	dec, release, err := p.codecs.decode(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return st, err
 	}
 	defer release()
-	d := wire.NewDecoder(dec, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20})
+	if p.buf == nil {
+		p.buf = bufio.NewReaderSize(dec, 32<<10)
+	} else {
+		p.buf.Reset(dec)
+	}
+	defer p.buf.Reset(nil)
+	d := wire.NewDecoder(p.buf, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20})
 	if _, _, err := d.Header(); err != nil {
 		return st, err
 	}
@@ -186,7 +200,7 @@ func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	dec, release, err := p.segCodecs.decode(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +234,7 @@ func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id s
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("segment %s: signed URL: HTTP %d", id, resp.StatusCode)
 	}
-	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
+	dec, release, err := p.segCodecs.decode(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -262,23 +276,42 @@ func (p *puller) do(ctx context.Context, method, path string, body io.Reader, ex
 	return resp, nil
 }
 
-// decodeBody undoes a response's Content-Encoding.
-func decodeBody(enc string, r io.Reader) (io.Reader, func(), error) {
+// bodyDecoders undo a response's Content-Encoding with decoders kept
+// from one response to the next (one response at a time).
+type bodyDecoders struct {
+	zstd *zstd.Decoder
+	gzip *gzip.Reader
+}
+
+// decode returns the decoded body of a response with Content-Encoding
+// enc, and the function that detaches the decoder when the body is read.
+func (b *bodyDecoders) decode(enc string, r io.Reader) (io.Reader, func(), error) {
 	switch strings.ToLower(strings.TrimSpace(enc)) {
 	case "", "identity":
 		return r, func() {}, nil
 	case "gzip":
-		gz, err := gzip.NewReader(r)
-		if err != nil {
+		if b.gzip == nil {
+			gz, err := gzip.NewReader(r)
+			if err != nil {
+				return nil, nil, err
+			}
+			b.gzip = gz
+		} else if err := b.gzip.Reset(r); err != nil {
 			return nil, nil, err
 		}
-		return gz, func() { _ = gz.Close() }, nil
+		return b.gzip, func() { _ = b.gzip.Close() }, nil
 	case "zstd":
-		zd, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
-		if err != nil {
+		if b.zstd == nil {
+			zd, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				return nil, nil, err
+			}
+			b.zstd = zd
+		}
+		if err := b.zstd.Reset(r); err != nil {
 			return nil, nil, err
 		}
-		return zd, zd.Close, nil
+		return b.zstd, func() { _ = b.zstd.Reset(nil) }, nil
 	}
 	return nil, nil, fmt.Errorf("unsupported Content-Encoding %q", enc)
 }

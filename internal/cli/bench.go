@@ -69,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.Round, "round", false, "push: push+pull rounds instead of push-only requests")
 	fs.IntVar(&cfg.Commits, "commits", 0, "catchup: commits seeded (100000); fanout: commits pushed (200); reconnect: commits pushed while away (10)")
 	fs.BoolVar(&cfg.Seeded, "seeded", false, "catchup, bootstrap: the data already exists under -scope")
+	fs.DurationVar(&cfg.RoundDelay, "round-delay", 0, "catchup: the client's own time per round (a network round trip), waited before the next request")
 	fs.IntVar(&cfg.Rows, "rows", 0, "bootstrap: rows seeded (100000)")
 	fs.BoolVar(&cfg.SQLite, "sqlite", false, "bootstrap: also accept sqlite images (accept bit 2)")
 	fs.BoolVar(&cfg.URLs, "urls", false, "bootstrap: also accept signed segment URLs (accept bit 3) and fetch segments from them")

@@ -180,6 +180,9 @@ type Engine struct {
 	// hot serves the downloads of the segments published lately
 	// (hotsegments.go).
 	hot hotSegments
+	// ahead holds the commit windows read ahead for catch-ups
+	// (readahead.go).
+	ahead *readAhead
 }
 
 type touchState struct {
@@ -190,7 +193,7 @@ type touchState struct {
 // New returns an Engine.
 func New(cfg Config) *Engine {
 	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024},
-		bounds: sharedCache[boundsKey, []string]{max: 256}}
+		bounds: sharedCache[boundsKey, []string]{max: 256}, ahead: newReadAhead()}
 }
 
 // Schema returns the served schema.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"time"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
@@ -76,17 +77,40 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
 		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
 	}
-	win, err := r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, q)
-	if err != nil {
-		return subOutcome{}, err
+	// A window read ahead is used only by a request whose response holds
+	// nothing read before this section: its entry reads are then reads
+	// after every row the response holds (readahead.go).
+	catchUp := len(r.req.Subscriptions) == 1 && len(r.req.Commits) == 0 && r.req.Header.ClientID != ""
+	key := aheadKey{partition: r.auth.Partition, actor: r.auth.ActorID, client: r.req.Header.ClientID}
+	var (
+		win     store.CommitWindow
+		now     store.Partition
+		doneAt  time.Time
+		err     error
+		aheadOK bool
+	)
+	if catchUp {
+		win, doneAt, aheadOK = r.e.ahead.take(ctx, key, q, r.partition.LogEpoch)
 	}
-	// §4.6: recheck the horizon after reading the window (read with it
-	// when the store could).
-	var now store.Partition
-	if win.State != nil {
-		now, r.gateAfterReads = win.State.Partition, &win.State.Gate
-	} else if now, err = r.recheck(ctx); err != nil {
-		return subOutcome{}, err
+	switch {
+	case aheadOK && doneAt.Before(r.enteredAt):
+		// §4.6: the entry's partition and gate were read after the window.
+		now, r.gateAfterReads = r.partition, r.gate
+	case aheadOK:
+		if now, err = r.recheck(ctx); err != nil {
+			return subOutcome{}, err
+		}
+	default:
+		if win, err = r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, q); err != nil {
+			return subOutcome{}, err
+		}
+		// §4.6: recheck the horizon after reading the window (read with
+		// it when the store could).
+		if win.State != nil {
+			now, r.gateAfterReads = win.State.Partition, &win.State.Gate
+		} else if now, err = r.recheck(ctx); err != nil {
+			return subOutcome{}, err
+		}
 	}
 	if now.HorizonSeq > cursor {
 		return subOutcome{nextCursor: cursor}, r.emptySection(sub, wire.SubReset, syncerr.CodeCursorExpired)
@@ -94,6 +118,13 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	next := p.MaxCommitSeq
 	if !win.Complete && len(win.Commits) > 0 {
 		next = win.Commits[len(win.Commits)-1].Seq
+		if catchUp {
+			// The client's next request will ask for the window after
+			// this one: read it while this one is encoded and read.
+			ahead := q
+			ahead.AfterSeq, ahead.Bulk = next, true
+			r.e.ahead.start(r.e.cfg.Store, key, ahead, r.partition.LogEpoch)
+		}
 	}
 	next = max(next, cursor)
 	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff}); err != nil {

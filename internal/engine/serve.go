@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -54,6 +55,9 @@ type request struct {
 	// response holds (recheck); the next read-verify uses it instead of
 	// reading the gate again. Any section clears it before it reads.
 	gateAfterReads *store.ServeGate
+	// enteredAt is when the request began its entry reads (the partition
+	// and the serve gate), for a window read ahead (readahead.go).
+	enteredAt time.Time
 	// build makes the operations of a server command (command.go).
 	build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
@@ -106,7 +110,7 @@ type SubscriptionOutcome struct {
 
 // ServeRound is Serve, also reporting the request's Outcome.
 func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, resp Responder) (Outcome, error) {
-	r := &request{e: e, auth: auth, req: req}
+	r := &request{e: e, auth: auth, req: req, enteredAt: time.Now()}
 	early, err := r.plan(ctx)
 	if err != nil {
 		return Outcome{}, asProtocolError(err)

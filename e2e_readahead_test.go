@@ -1,0 +1,225 @@
+package syncgo_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// readAheadCounts returns the read-ahead counters of a scrape.
+func readAheadCounts(t *testing.T, e *metricsEnv) (read, used float64) {
+	t.Helper()
+	s := e.scrape()
+	return s.must(t, "syncgo_pull_read_ahead_total", "result", "read"), s.must(t, "syncgo_pull_read_ahead_total", "result", "used")
+}
+
+// pushTaskCommits pushes n one-upsert commits of tasks id<first>... in project.
+func pushTaskCommits(t *testing.T, w *sspclient.Client, first, n int, project func(i int) string) {
+	t.Helper()
+	for i := first; i < first+n; i++ {
+		mustUpsert(t, w, taskRow(fmt.Sprintf("t%03d", i), project(i), "x"))
+		if _, err := w.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func inP1(int) string { return "p1" }
+
+// A catch-up in windows of 5 commits: every window after the first was
+// read ahead while the client read the one before, and taken by the
+// client's next request; commits pushed meanwhile are caught up too, and
+// the replica ends equal to the server, every commit once.
+func TestE2EReadAheadCatchUp(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newMetricsEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		r := e.client("reader", sspclient.Options{LimitCommits: 5})
+		mustSubscribe(t, w, "tasks-p1", "p1")
+		mustSubscribe(t, r, "tasks-p1", "p1")
+		syncQuiet(t, w)
+		syncQuiet(t, r) // bootstrap of the empty scope: the cursor is at the head
+		pushTaskCommits(t, w, 0, 23, inP1)
+
+		ctx := context.Background()
+		got := 0
+		for round := 0; round < 20; round++ {
+			if round == 2 {
+				pushTaskCommits(t, w, 23, 4, inP1) // while the reader is behind
+			}
+			res, err := r.Round(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sectionOf(t, res, "tasks-p1")
+			if s.Status != wire.SubActive || s.Commits > 5 {
+				t.Fatalf("round %d: status %s, %d commits; want active and at most 5", round, s.Status, s.Commits)
+			}
+			got += s.Commits
+			if s.Commits == 0 {
+				break
+			}
+		}
+		if got != 27 {
+			t.Fatalf("caught up %d commits, want 27", got)
+		}
+		sameRows(t, "reader vs server", clientRows(t, r, "tasks"), e.serverRows("tasks"))
+		read, used := readAheadCounts(t, e)
+		// 27 commits in windows of 5: the first five windows were cut
+		// short by the limit, so the second to the sixth were read ahead
+		// and used (the one read while the writer pushed may have
+		// outlived its 2 s on a loaded machine).
+		if read < 5 || used < 4 || used > read {
+			t.Fatalf("read ahead %v windows, used %v; want at least 5 read and 4 used, used <= read", read, used)
+		}
+	})
+}
+
+// A window read ahead is not served when the log was pruned past the
+// client's cursor before its next request: that request answers reset
+// (sync.cursor_expired) with no commits.
+func TestE2EReadAheadNotAfterPrune(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newMetricsEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		r := e.client("reader", sspclient.Options{LimitCommits: 5})
+		mustSubscribe(t, w, "tasks-p1", "p1")
+		mustSubscribe(t, r, "tasks-p1", "p1")
+		syncQuiet(t, w)
+		syncQuiet(t, r)
+		pushTaskCommits(t, w, 0, 12, inP1)
+		ctx := context.Background()
+		res, err := r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := sectionOf(t, res, "tasks-p1"); s.Commits != 5 {
+			t.Fatalf("first window: %d commits, want 5", s.Commits)
+		}
+		waitReadAhead(t, e, 1)
+		_, used0 := readAheadCounts(t, e)
+		p := e.partitionState()
+		if _, err := e.store.PruneThrough(ctx, e2ePartition, p.LogEpoch, p.MaxCommitSeq); err != nil {
+			t.Fatal(err)
+		}
+		res, err = r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sectionOf(t, res, "tasks-p1")
+		if s.Status != wire.SubReset || s.Reason != syncerr.CodeCursorExpired || s.Commits != 0 {
+			t.Fatalf("after pruning: status %s reason %q commits %d; want reset, %s, 0", s.Status, s.Reason, s.Commits, syncerr.CodeCursorExpired)
+		}
+		if _, used := readAheadCounts(t, e); used != used0 {
+			t.Fatalf("a window read ahead was used after the horizon passed the cursor (used %v -> %v)", used0, used)
+		}
+		syncQuiet(t, r)
+		sameRows(t, "reader vs server", clientRows(t, r, "tasks"), e.serverRows("tasks"))
+	})
+}
+
+// A window read ahead under the client's scopes is not served after its
+// scopes narrowed: the next request reads the window under the narrowed
+// scopes, and no row of the revoked project reaches the client after the
+// narrowing.
+func TestE2EReadAheadNotAfterNarrowing(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newMetricsEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		r := e.client("reader", sspclient.Options{LimitCommits: 4})
+		mustSubscribe(t, w, "tasks", "p1", "p2")
+		mustSubscribe(t, r, "tasks", "p1", "p2")
+		syncQuiet(t, w)
+		syncQuiet(t, r)
+		alternate := func(i int) string { return []string{"p1", "p2"}[i%2] }
+		pushTaskCommits(t, w, 0, 16, alternate)
+		ctx := context.Background()
+		res, err := r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := sectionOf(t, res, "tasks"); s.Commits != 4 {
+			t.Fatalf("first window: %d commits, want 4", s.Commits)
+		}
+		waitReadAhead(t, e, 1)
+		_, used0 := readAheadCounts(t, e)
+		e.allow("reader", map[string][]string{"project_id": {"p1"}})
+		res, err = r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := sectionOf(t, res, "tasks")
+		if s.Status != wire.SubActive || len(s.Effective) != 1 || len(s.Effective[0].Values) != 1 || s.Effective[0].Values[0] != "p1" {
+			t.Fatalf("after narrowing: status %s effective %v; want active, project_id [p1]", s.Status, s.Effective)
+		}
+		noLaterP2 := func(when string) {
+			t.Helper()
+			for id, row := range clientRows(t, r, "tasks") {
+				var n int
+				if _, err := fmt.Sscanf(id, "t%03d", &n); err == nil && n >= 4 && alternate(n) == "p2" {
+					t.Fatalf("%s the reader holds %s of the revoked project p2, pushed after its first window: %s", when, id, row)
+				}
+			}
+		}
+		noLaterP2("after the narrowed window")
+		if _, used := readAheadCounts(t, e); used != used0 {
+			t.Fatalf("the window read ahead under the old scopes was used (used %v -> %v)", used0, used)
+		}
+		syncQuiet(t, r)
+		noLaterP2("caught up,")
+	})
+}
+
+// A window read ahead is not served across a log-epoch rotation: the next
+// request is answered with the epoch reset.
+func TestE2EReadAheadNotAcrossEpochs(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newMetricsEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		r := e.client("reader", sspclient.Options{LimitCommits: 5})
+		mustSubscribe(t, w, "tasks-p1", "p1")
+		mustSubscribe(t, r, "tasks-p1", "p1")
+		syncQuiet(t, w)
+		syncQuiet(t, r)
+		pushTaskCommits(t, w, 0, 12, inP1)
+		ctx := context.Background()
+		if _, err := r.Round(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitReadAhead(t, e, 1)
+		_, used0 := readAheadCounts(t, e)
+		if err := e.store.RotateLogEpoch(ctx, e2ePartition, "epoch-after-restore", time.Now().UnixMilli()); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.ResetRequired || len(res.Sections) != 0 {
+			t.Fatalf("after the rotation: reset %v, %d sections; want the epoch reset alone", res.ResetRequired, len(res.Sections))
+		}
+		if _, used := readAheadCounts(t, e); used != used0 {
+			t.Fatalf("a window of the old epoch was used (used %v -> %v)", used0, used)
+		}
+	})
+}
+
+// waitReadAhead waits until at least n windows were read ahead.
+func waitReadAhead(t *testing.T, e *metricsEnv, n float64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if read, _ := readAheadCounts(t, e); read >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no window was read ahead")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

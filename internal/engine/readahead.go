@@ -1,0 +1,214 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// A catch-up pulls the log window after window, one request after the
+// other: while the client reads a window, the server would sit idle, and
+// the next request's cursor is already known (the window's last
+// sequence). The read-ahead reads that next window in the background as
+// soon as a window that the limit cut short is read, and the client's
+// next request takes it instead of reading it again, if it asks for
+// exactly that window.
+//
+// What a taken window is checked against is what a window read by the
+// request itself is checked against: the request's entry checks (epoch,
+// horizon, serve gate, effective scopes) all ran as usual, and the window
+// is used only when
+//   - it is the same query: partition, actor, client, table, effective
+//     scopes (the request's, computed now), cursor and change limit;
+//   - it was read under the log epoch the request was served under
+//     (epochs never repeat, so the epoch did not change in between: the
+//     commits of one epoch never change, only pruning removes them);
+//   - its bound is this request's, or below it with the window cut short
+//     by the limit (a later bound then reads the same commits);
+//   - the read finished before the request's entry read the partition and
+//     the serve gate, which are then a read after every row of the window
+//     (the horizon recheck of §4.6 and the read-verify); when it finished
+//     later, the request reads the partition and gate again after it.
+//
+// A window is taken once; a request that does not match drops it. It is
+// kept for readAheadTTL at most, and at most maxReadAheads windows exist
+// at once, all clients together (each at most one window's limit of
+// changes, and of readAheadMaxBytes of row payloads), of which at most
+// maxReadingAhead are being read.
+type readAhead struct {
+	mu      sync.Mutex
+	ctx     context.Context
+	cancel  context.CancelFunc
+	closed  bool
+	reading int // reads in flight
+	wg      sync.WaitGroup
+	entries map[aheadKey]*aheadWindow
+	// read counts the windows read ahead, used those a request took.
+	read, used atomic.Int64
+}
+
+// maxReadAheads bounds the windows held or being read at once, and
+// maxReadingAhead the reads in flight (each holds a database connection,
+// which the requests need more).
+const (
+	maxReadAheads   = 8
+	maxReadingAhead = 2
+)
+
+// readAheadTTL is how long a read-ahead window waits for its request.
+const readAheadTTL = 2 * time.Second
+
+// readAheadMaxBytes bounds the row payloads of a window kept for its
+// request: a larger one (a window of big rows) is dropped once read, and
+// the request reads it itself.
+const readAheadMaxBytes = 4 << 20
+
+// errReadAheadTooLarge marks a window read ahead that was not kept.
+var errReadAheadTooLarge = errors.New("read-ahead window too large to keep")
+
+type aheadKey struct {
+	partition, actor, client string
+}
+
+type aheadWindow struct {
+	q     store.CommitWindowQuery
+	epoch string
+	timer *time.Timer
+	// done is closed when the read ended; win, err and doneAt are set
+	// before.
+	done   chan struct{}
+	win    store.CommitWindow
+	err    error
+	doneAt time.Time
+}
+
+func newReadAhead() *readAhead {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &readAhead{ctx: ctx, cancel: cancel, entries: map[aheadKey]*aheadWindow{}}
+}
+
+// start begins reading window q for the key in the background, unless the
+// read-ahead is stopped or full. A window held for the key is replaced.
+func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string) {
+	q.StateAfter, q.Running = false, 0 // the request's own reads verify it
+	q.Scopes = cloneScopes(q.Scopes)
+	a := &aheadWindow{q: q, epoch: epoch, done: make(chan struct{})}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if old, ok := ra.entries[k]; ok {
+		ra.dropLocked(k, old)
+	}
+	if ra.closed || len(ra.entries) >= maxReadAheads || ra.reading >= maxReadingAhead {
+		return
+	}
+	ra.entries[k] = a
+	a.timer = time.AfterFunc(readAheadTTL, func() {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if ra.entries[k] == a {
+			ra.dropLocked(k, a)
+		}
+	})
+	ra.wg.Add(1)
+	ra.read.Add(1)
+	ra.reading++
+	go func() {
+		defer ra.wg.Done()
+		a.win, a.err = s.ReadCommitWindow(ra.ctx, k.partition, a.q)
+		if a.err == nil && payloadBytes(a.win) > readAheadMaxBytes {
+			a.win, a.err = store.CommitWindow{}, errReadAheadTooLarge
+		}
+		a.doneAt = time.Now()
+		close(a.done)
+		ra.mu.Lock()
+		ra.reading--
+		ra.mu.Unlock()
+	}()
+}
+
+func (ra *readAhead) dropLocked(k aheadKey, a *aheadWindow) {
+	delete(ra.entries, k)
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+}
+
+// take returns the window read ahead for the key when it answers q under
+// epoch, waiting for its read if it is still running, and when it ended.
+// Whatever the key held is dropped.
+func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQuery, epoch string) (store.CommitWindow, time.Time, bool) {
+	ra.mu.Lock()
+	a, ok := ra.entries[k]
+	if ok {
+		ra.dropLocked(k, a)
+	}
+	ra.mu.Unlock()
+	if !ok || a.epoch != epoch || a.q.Table != q.Table || a.q.AfterSeq != q.AfterSeq ||
+		a.q.LimitChanges != q.LimitChanges || a.q.ThroughSeq > q.ThroughSeq || !sameScopes(a.q.Scopes, q.Scopes) {
+		return store.CommitWindow{}, time.Time{}, false
+	}
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return store.CommitWindow{}, time.Time{}, false
+	}
+	if a.err != nil || (a.q.ThroughSeq != q.ThroughSeq && a.win.Complete) {
+		return store.CommitWindow{}, time.Time{}, false
+	}
+	ra.used.Add(1)
+	return a.win, a.doneAt, true
+}
+
+// stop cancels the reads in flight, waits for them to end and starts no
+// more.
+func (ra *readAhead) stop() {
+	ra.mu.Lock()
+	ra.closed = true
+	for k, a := range ra.entries {
+		ra.dropLocked(k, a)
+	}
+	ra.mu.Unlock()
+	ra.cancel()
+	ra.wg.Wait()
+}
+
+// payloadBytes is the size of a window's row payloads.
+func payloadBytes(w store.CommitWindow) int {
+	n := 0
+	for _, c := range w.Commits {
+		for _, ch := range c.Changes {
+			n += len(ch.Payload)
+		}
+	}
+	return n
+}
+
+func sameScopes(a, b wire.ScopeMap) bool {
+	return slices.EqualFunc(a, b, func(x, y wire.ScopeValues) bool {
+		return x.Key == y.Key && slices.Equal(x.Values, y.Values)
+	})
+}
+
+func cloneScopes(m wire.ScopeMap) wire.ScopeMap {
+	out := make(wire.ScopeMap, len(m))
+	for i, e := range m {
+		out[i] = wire.ScopeValues{Key: e.Key, Values: slices.Clone(e.Values)}
+	}
+	return out
+}
+
+// StopReadAhead cancels the windows being read ahead and waits for their
+// reads to end; none start after it. Call it before closing the store.
+func (e *Engine) StopReadAhead() { e.ahead.stop() }
+
+// ReadAheadStats returns how many commit windows were read ahead and how
+// many of them a request used.
+func (e *Engine) ReadAheadStats() (read, used int64) {
+	return e.ahead.read.Load(), e.ahead.used.Load()
+}

@@ -1,0 +1,140 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// windowStore answers ReadCommitWindow with one commit after the cursor,
+// Complete as set; with block set, a read waits until its context ends.
+// Its other methods are not used.
+type windowStore struct {
+	store.Store
+	complete bool
+	block    bool
+	payload  int // bytes of the commit's one change
+	reads    atomic.Int64
+}
+
+func (s *windowStore) ReadCommitWindow(ctx context.Context, _ string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	s.reads.Add(1)
+	if s.block {
+		<-ctx.Done()
+		return store.CommitWindow{}, ctx.Err()
+	}
+	c := store.Commit{Seq: q.AfterSeq + 1, Changes: []store.Change{{RowID: "r", Payload: make([]byte, s.payload)}}}
+	return store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete}, nil
+}
+
+func aheadQuery(after, through int64, values ...string) store.CommitWindowQuery {
+	return store.CommitWindowQuery{Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: values}},
+		AfterSeq: after, ThroughSeq: through, LimitChanges: 1000}
+}
+
+// A window read ahead is taken only by the query it was read for, under
+// the epoch it was read under, and once.
+func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
+	ctx := context.Background()
+	k := aheadKey{partition: "p", actor: "a", client: "c"}
+	base := aheadQuery(10, 100, "p1")
+	tests := []struct {
+		name     string
+		complete bool
+		key      aheadKey
+		q        store.CommitWindowQuery
+		epoch    string
+		ok       bool
+	}{
+		{"the same query", false, k, base, "e1", true},
+		{"a later bound, the window cut short by the limit", false, k, aheadQuery(10, 120, "p1"), "e1", true},
+		{"a later bound, the window complete", true, k, aheadQuery(10, 120, "p1"), "e1", false},
+		{"an earlier bound", false, k, aheadQuery(10, 90, "p1"), "e1", false},
+		{"another cursor", false, k, aheadQuery(11, 100, "p1"), "e1", false},
+		{"other scopes", false, k, aheadQuery(10, 100, "p1", "p2"), "e1", false},
+		{"another scope value", false, k, aheadQuery(10, 100, "p2"), "e1", false},
+		{"another limit", false, k, func() store.CommitWindowQuery { q := base; q.LimitChanges = 5; return q }(), "e1", false},
+		{"another table", false, k, func() store.CommitWindowQuery { q := base; q.Table = "notes"; return q }(), "e1", false},
+		{"another epoch", false, k, base, "e2", false},
+		{"another client", false, aheadKey{partition: "p", actor: "a", client: "c2"}, base, "e1", false},
+		{"another actor", false, aheadKey{partition: "p", actor: "b", client: "c"}, base, "e1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ra := newReadAhead()
+			defer ra.stop()
+			s := &windowStore{complete: tt.complete}
+			before := time.Now()
+			ra.start(s, k, base, "e1")
+			win, doneAt, ok := ra.take(ctx, tt.key, tt.q, tt.epoch)
+			if ok != tt.ok {
+				t.Fatalf("take = %v, want %v", ok, tt.ok)
+			}
+			if ok && (len(win.Commits) != 1 || win.Commits[0].Seq != 11 || doneAt.Before(before)) {
+				t.Fatalf("took %+v done at %v (started after %v); want the window after 10, read after the start", win, doneAt, before)
+			}
+			if read, used := ra.read.Load(), ra.used.Load(); read != 1 || (used == 1) != tt.ok {
+				t.Fatalf("counters read %d used %d; want 1 and %v", read, used, tt.ok)
+			}
+			_, _, again := ra.take(ctx, k, base, "e1")
+			if tt.key == k && again {
+				t.Fatal("a window was taken twice, or kept after a request of its client that did not match it")
+			}
+			if tt.key != k && !again {
+				t.Fatal("another client's request dropped the window")
+			}
+		})
+	}
+}
+
+// At most maxReadingAhead reads are in flight; stop cancels them, waits
+// for them, and no read starts after it.
+func TestReadAheadBounded(t *testing.T) {
+	ra := newReadAhead()
+	s := &windowStore{block: true}
+	for i := range 5 {
+		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1")
+	}
+	if n := ra.read.Load(); n != maxReadingAhead {
+		t.Fatalf("%d reads started for 5 clients, want %d", n, maxReadingAhead)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, _, ok := ra.take(ctx, aheadKey{partition: "p", actor: "a", client: "a"}, aheadQuery(0, 100, "p1"), "e1"); ok {
+		t.Fatal("a read that never ended was taken")
+	}
+	done := make(chan struct{})
+	go func() { ra.stop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stop did not end the reads in flight")
+	}
+	if got := s.reads.Load(); got != maxReadingAhead {
+		t.Fatalf("the store saw %d reads, want %d", got, maxReadingAhead)
+	}
+	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1")
+	if n := ra.read.Load(); n != maxReadingAhead {
+		t.Fatal("a read started after stop")
+	}
+}
+
+// A window whose rows exceed readAheadMaxBytes is not kept: its request
+// reads it itself.
+func TestReadAheadDropsLargeWindows(t *testing.T) {
+	ctx := context.Background()
+	k := aheadKey{partition: "p", actor: "a", client: "c"}
+	for _, size := range []int{readAheadMaxBytes, readAheadMaxBytes + 1} {
+		ra := newReadAhead()
+		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1")
+		_, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
+		ra.stop()
+		if want := size <= readAheadMaxBytes; ok != want {
+			t.Errorf("window of %d payload bytes taken = %v, want %v", size, ok, want)
+		}
+	}
+}
