@@ -137,6 +137,9 @@ type conn struct {
 	// unregisters the current read's context from it.
 	intr chan struct{}
 	stop func() bool
+	// statements counts the statements run through stmt (prepared and
+	// cached), for the writer's benchmarks.
+	statements int64
 }
 
 func newConn(c *sqlite.Conn) *conn {
@@ -150,6 +153,7 @@ var errNoRows = errors.New("sqlitestore: no rows in result set")
 // A statement is reset after each use (release) and every parameter is
 // bound again before the next (bind checks the count).
 func (c *conn) stmt(query string) (*sqlite.Stmt, error) {
+	c.statements++
 	if st, ok := c.stmts[query]; ok {
 		return st, nil
 	}
