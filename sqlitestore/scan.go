@@ -1,0 +1,208 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"zombiezen.com/go/sqlite"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// ScanRows reads a page of current rows inside the scopes, by row id, on a
+// scan connection (scanMmapBytes). Each value of the first effective key
+// is read in row-id order from the row scope index and the streams are
+// merged; rows are checked against all keys.
+func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	if len(q.Scopes) == 0 {
+		return nil, store.ErrScanRequiresScope
+	}
+	if q.Limit <= 0 {
+		return nil, fmt.Errorf("scan rows: limit %d must be positive", q.Limit)
+	}
+	t, err := s.table(q.Table)
+	if err != nil {
+		return nil, err
+	}
+	query := t.scanJoin
+	if skipScopes(q) {
+		query = t.scanJoinLean
+	}
+	after := ""
+	if q.After != nil {
+		after = *q.After
+	}
+	first := q.Scopes[0]
+	var out []store.Row // grows with the rows found: an empty scan allocates nothing
+	for len(out) < q.Limit {
+		var (
+			page []store.Row
+			more bool
+		)
+		err := s.scan(ctx, func(c *conn) error {
+			var err error
+			page, more, err = scanMerge(c, query, partition, q, first, after, q.Limit-len(out))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case skipScopes(q) && out == nil:
+			// Without decoded scopes (NoScopes, one key) every row came
+			// from the index entry of the key's value: it matches, and
+			// the page is the answer so far as it is.
+			out = page
+		case skipScopes(q):
+			out = append(out, page...)
+		default:
+			for _, r := range page {
+				if store.MatchScopes(r.Scopes, q.Scopes) {
+					out = append(out, r)
+				}
+			}
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].RowID
+	}
+	return out, nil
+}
+
+// scanMerge reads up to limit rows after `after` for each value of the
+// first key and returns the smallest limit of them in row-id order, and
+// whether more rows may follow. The query is the table's scanJoin, or
+// scanJoinLean (no scopes column) when the scopes are not decoded.
+func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
+	var (
+		rb   rowBuffer
+		more bool
+	)
+	skip := skipScopes(q)
+	for _, v := range dedupe(first.Values) {
+		rows, err := c.query(query, partition, q.Table, first.Key, v, after, limit)
+		if err != nil {
+			return nil, false, fmt.Errorf("scan rows: %w", err)
+		}
+		n := 0
+		for rows.Next() {
+			st := rows.st
+			r := store.Row{Table: q.Table, RowID: st.ColumnText(0), ServerVersion: st.ColumnInt64(1)}
+			if skip {
+				r.Payload, r.ColumnVersions = rb.bytes(st, 2), rb.bytes(st, 3)
+			} else {
+				r.Payload, r.ColumnVersions = rb.bytes(st, 3), rb.bytes(st, 4)
+				if r.Scopes, err = store.DecodeScopes(columnBytes(st, 2)); err != nil {
+					rows.Close()
+					return nil, false, err
+				}
+			}
+			rb.add(r)
+			n++
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, false, fmt.Errorf("scan rows: %w", err)
+		}
+		if n == limit {
+			more = true
+		}
+	}
+	all := rb.rows()
+	if len(first.Values) > 1 {
+		sort.Slice(all, func(i, j int) bool { return all[i].RowID < all[j].RowID })
+	}
+	if len(all) > limit {
+		all = all[:limit]
+		more = true
+	}
+	return all, more, nil
+}
+
+// rowBuffer collects the rows of a scan in chunks of fixed size, joined
+// once at the end (a slice grown row by row copies a page's rows several
+// times over), and hands out their byte columns from shared blocks: one
+// allocation per block instead of one per column value.
+type rowBuffer struct {
+	full  [][]store.Row
+	cur   []store.Row
+	n     int
+	block []byte
+}
+
+const (
+	rowChunk  = 512
+	byteBlock = 64 << 10
+)
+
+func (b *rowBuffer) add(r store.Row) {
+	if len(b.cur) == cap(b.cur) {
+		if b.cur != nil {
+			b.full = append(b.full, b.cur)
+		}
+		b.cur = make([]store.Row, 0, rowChunk)
+	}
+	b.cur = append(b.cur, r)
+	b.n++
+}
+
+// rows returns the rows added, in order; nil when none were.
+func (b *rowBuffer) rows() []store.Row {
+	if len(b.full) == 0 {
+		return b.cur
+	}
+	out := make([]store.Row, 0, b.n)
+	for _, c := range b.full {
+		out = append(out, c...)
+	}
+	return append(out, b.cur...)
+}
+
+// bytes reads column i as bytes: nil for NULL. A value of a quarter of a
+// block or more gets its own allocation; the slices handed out never
+// overlap (their capacity ends with their length).
+func (b *rowBuffer) bytes(st *sqlite.Stmt, i int) []byte {
+	if st.ColumnType(i) == sqlite.TypeNull {
+		return nil
+	}
+	n := st.ColumnLen(i)
+	if n >= byteBlock/4 {
+		v := make([]byte, n)
+		st.ColumnBytes(i, v)
+		return v
+	}
+	if cap(b.block)-len(b.block) < n {
+		b.block = make([]byte, 0, byteBlock)
+	}
+	start := len(b.block)
+	b.block = b.block[:start+n]
+	st.ColumnBytes(i, b.block[start:])
+	return b.block[start : start+n : start+n]
+}
+
+// skipScopes reports a scan whose rows' scopes need not be decoded: the
+// caller does not read them and the one key's index lookup proves the
+// match.
+func skipScopes(q store.RowScanQuery) bool { return q.NoScopes && len(q.Scopes) == 1 }
+
+func dedupe(values []string) []string {
+	if len(values) < 2 {
+		return values
+	}
+	seen := make(map[string]bool, len(values))
+	out := values[:0:0]
+	for _, v := range values {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
