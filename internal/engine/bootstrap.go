@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -348,6 +350,17 @@ func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLay
 		if err != nil {
 			return page{}, err
 		}
+		if rows == nil {
+			// The usual case: the first scan reaches past through
+			// within the limit, and the page is a prefix of it.
+			k, found := slices.BinarySearchFunc(batch, through, func(r store.Row, id string) int { return strings.Compare(r.RowID, id) })
+			if found {
+				k++
+			}
+			if k <= limit {
+				return encodeRows(l, batch[:k], &through)
+			}
+		}
 		for _, row := range batch {
 			if row.RowID > through {
 				return encodeRows(l, rows, &through)
@@ -385,8 +398,14 @@ func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
 // (nil: the last page).
 func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 	pg := page{last: last}
-	var buf bytes.Buffer
-	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	// The segment is about the rows' payloads and a version each: sized
+	// once, not grown by doubling (a page is hundreds of KB).
+	size := 1024 + len(l.cols)*32
+	for _, row := range rows {
+		size += len(row.Payload) + 10
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	sw, err := wire.NewSegmentWriter(buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
