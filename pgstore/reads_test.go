@@ -279,6 +279,19 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
 		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
 	}
+	// One value of one key: its range of the row scope index in order,
+	// with no sort of the page after it (nor a parallel plan, whose
+	// workers cost a 10,000-row page more than they save).
+	for _, sql := range []string{ts.scanFirstValue, ts.scanAfterValue} {
+		args := []any{"p", "tasks", []string{"a"}, "project_id", []byte(`{}`), 100}
+		if sql == ts.scanAfterValue {
+			args = append(args, "x")
+		}
+		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
+			t.Errorf("the single-value scan does not read the row scope index in order without a sort:\n%s", plan)
+		}
+	}
 	// The page boundary walk: the row scope key alone, in order per value
 	// (the table is not read): each value's range is limited straight off
 	// the index, only the merge of the values sorts.

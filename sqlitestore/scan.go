@@ -7,6 +7,7 @@ import (
 
 	"zombiezen.com/go/sqlite"
 
+	"github.com/syncgo/syncgo/internal/rowbuf"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -81,7 +82,7 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 // scanJoinLean (no scopes column) when the scopes are not decoded.
 func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
 	var (
-		rb   rowBuffer
+		rb   rowbuf.Buffer
 		more bool
 	)
 	skip := skipScopes(q)
@@ -95,15 +96,15 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 			st := rows.st
 			r := store.Row{Table: q.Table, RowID: st.ColumnText(0), ServerVersion: st.ColumnInt64(1)}
 			if skip {
-				r.Payload, r.ColumnVersions = rb.bytes(st, 2), rb.bytes(st, 3)
+				r.Payload, r.ColumnVersions = columnInto(&rb, st, 2), columnInto(&rb, st, 3)
 			} else {
-				r.Payload, r.ColumnVersions = rb.bytes(st, 3), rb.bytes(st, 4)
+				r.Payload, r.ColumnVersions = columnInto(&rb, st, 3), columnInto(&rb, st, 4)
 				if r.Scopes, err = store.DecodeScopes(columnBytes(st, 2)); err != nil {
 					rows.Close()
 					return nil, false, err
 				}
 			}
-			rb.add(r)
+			rb.Add(r)
 			n++
 		}
 		err = rows.Err()
@@ -115,7 +116,7 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 			more = true
 		}
 	}
-	all := rb.rows()
+	all := rb.Rows()
 	if len(first.Values) > 1 {
 		sort.Slice(all, func(i, j int) bool { return all[i].RowID < all[j].RowID })
 	}
@@ -126,65 +127,14 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 	return all, more, nil
 }
 
-// rowBuffer collects the rows of a scan in chunks of fixed size, joined
-// once at the end (a slice grown row by row copies a page's rows several
-// times over), and hands out their byte columns from shared blocks: one
-// allocation per block instead of one per column value.
-type rowBuffer struct {
-	full  [][]store.Row
-	cur   []store.Row
-	n     int
-	block []byte
-}
-
-const (
-	rowChunk  = 512
-	byteBlock = 64 << 10
-)
-
-func (b *rowBuffer) add(r store.Row) {
-	if len(b.cur) == cap(b.cur) {
-		if b.cur != nil {
-			b.full = append(b.full, b.cur)
-		}
-		b.cur = make([]store.Row, 0, rowChunk)
-	}
-	b.cur = append(b.cur, r)
-	b.n++
-}
-
-// rows returns the rows added, in order; nil when none were.
-func (b *rowBuffer) rows() []store.Row {
-	if len(b.full) == 0 {
-		return b.cur
-	}
-	out := make([]store.Row, 0, b.n)
-	for _, c := range b.full {
-		out = append(out, c...)
-	}
-	return append(out, b.cur...)
-}
-
-// bytes reads column i as bytes: nil for NULL. A value of a quarter of a
-// block or more gets its own allocation; the slices handed out never
-// overlap (their capacity ends with their length).
-func (b *rowBuffer) bytes(st *sqlite.Stmt, i int) []byte {
+// columnInto reads column i as bytes into rb's blocks: nil for NULL.
+func columnInto(rb *rowbuf.Buffer, st *sqlite.Stmt, i int) []byte {
 	if st.ColumnType(i) == sqlite.TypeNull {
 		return nil
 	}
-	n := st.ColumnLen(i)
-	if n >= byteBlock/4 {
-		v := make([]byte, n)
-		st.ColumnBytes(i, v)
-		return v
-	}
-	if cap(b.block)-len(b.block) < n {
-		b.block = make([]byte, 0, byteBlock)
-	}
-	start := len(b.block)
-	b.block = b.block[:start+n]
-	st.ColumnBytes(i, b.block[start:])
-	return b.block[start : start+n : start+n]
+	b := rb.Alloc(st.ColumnLen(i))
+	st.ColumnBytes(i, b)
+	return b
 }
 
 // skipScopes reports a scan whose rows' scopes need not be decoded: the
