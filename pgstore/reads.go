@@ -159,27 +159,32 @@ func collectScanRows(rows pgx.Rows, table string, noScopes bool) ([]store.Row, e
 		ordered = true
 		prev    string
 	)
+	// The destinations are the same for every row (a fresh set per row
+	// would move each row's variables to the heap).
+	var (
+		rowID         string
+		version       int64
+		scopes        []byte
+		payload, cols []byte
+		scopesDst     any // nil: the column is skipped
+	)
+	if !noScopes {
+		scopesDst = &scopes
+	}
+	dst := []any{&rowID, &version, scopesDst, nil, nil}
+	if !raw {
+		dst[3], dst[4] = &payload, &cols
+	}
 	for rows.Next() {
-		r := store.Row{Table: table}
-		var (
-			scopes    []byte
-			scopesDst any // nil: the column is skipped
-			err       error
-		)
-		if !noScopes {
-			scopesDst = &scopes
-		}
-		if raw {
-			if err = rows.Scan(&r.RowID, &r.ServerVersion, scopesDst, nil, nil); err == nil {
-				vals := rows.RawValues()
-				r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
-			}
-		} else {
-			err = rows.Scan(&r.RowID, &r.ServerVersion, scopesDst, &r.Payload, &r.ColumnVersions)
-		}
-		if err != nil {
+		if err := rows.Scan(dst...); err != nil {
 			return nil, err
 		}
+		r := store.Row{Table: table, RowID: rowID, ServerVersion: version, Payload: payload, ColumnVersions: cols}
+		if raw {
+			vals := rows.RawValues()
+			r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
+		}
+		var err error
 		if !noScopes {
 			if r.Scopes, err = decodeScopes(scopes); err != nil {
 				return nil, err
