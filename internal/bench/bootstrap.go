@@ -32,7 +32,9 @@ func runBootstrap(ctx context.Context, r *runner) error {
 	}
 	for _, pass := range []string{"cold", "warm"} {
 		p := r.newPuller(0, wire.PullHeader{LimitSnapshotRows: 10000, MaxSnapshotPages: 50, Accept: accept}, -1)
-		if err := r.bootstrapOnce(ctx, p, pass); err != nil {
+		err := r.bootstrapOnce(ctx, p, pass)
+		p.close()
+		if err != nil {
 			return err
 		}
 	}

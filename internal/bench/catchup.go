@@ -22,6 +22,7 @@ const seedBatch = 500
 func runCatchup(ctx context.Context, r *runner) error {
 	r.res.Params["commits"], r.res.Params["seeded"] = r.cfg.Commits, r.cfg.Seeded
 	p := r.newPuller(0, wire.PullHeader{LimitCommits: 1000, Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}, -1)
+	defer p.close()
 	if r.cfg.Seeded {
 		// The data is there: acquire the log epoch with a pull of no
 		// subscription (a bootstrap of the seeded scope would take many

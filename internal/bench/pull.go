@@ -31,6 +31,55 @@ type puller struct {
 	epoch    *string
 	pull     wire.PullHeader
 	sub      wire.Subscription
+	fetched  segmentBody
+}
+
+// segmentBody is what the segment downloads of a puller reuse: one zstd
+// decoder (a new one per download allocated and cleared its window each
+// time) and the buffer the body is read into. A download's bytes are valid
+// until the next download.
+type segmentBody struct {
+	zd  *zstd.Decoder
+	buf bytes.Buffer
+}
+
+// read reads a response body, undoing its Content-Encoding, into the
+// reused buffer.
+func (f *segmentBody) read(enc string, body io.Reader) ([]byte, error) {
+	f.buf.Reset()
+	if strings.EqualFold(strings.TrimSpace(enc), "zstd") {
+		if f.zd == nil {
+			zd, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				return nil, err
+			}
+			f.zd = zd
+		}
+		if err := f.zd.Reset(body); err != nil {
+			return nil, err
+		}
+		if _, err := f.buf.ReadFrom(f.zd); err != nil {
+			return nil, err
+		}
+		return f.buf.Bytes(), nil
+	}
+	dec, release, err := decodeBody(enc, body)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if _, err := f.buf.ReadFrom(dec); err != nil {
+		return nil, err
+	}
+	return f.buf.Bytes(), nil
+}
+
+// close releases the decoder; a puller is not used after it.
+func (p *puller) close() {
+	if p.fetched.zd != nil {
+		p.fetched.zd.Close()
+		p.fetched.zd = nil
+	}
 }
 
 // pullStats reports one round.
@@ -178,7 +227,7 @@ func (p *puller) segment(b []byte, st *pullStats) error {
 }
 
 // download fetches a segment from the direct endpoint (§5.5) and checks
-// its content address.
+// its content address. The bytes are valid until the next download.
 func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
 	scopes := string(wire.CanonicalScopeJSON(map[string][]string{p.r.gen.variable: {p.r.cfg.Scope}}))
 	resp, err := p.do(ctx, http.MethodGet, "/segments/"+url.PathEscape(id), nil, http.Header{"X-Syncular-Scopes": {scopes}})
@@ -186,12 +235,7 @@ func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	b, err := io.ReadAll(dec)
+	b, err := p.fetched.read(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +246,8 @@ func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
 }
 
 // fetchURL fetches a segment from its signed URL (§5.4): never past its
-// expiry, with no credentials, and checks its content address.
+// expiry, with no credentials, and checks its content address. The bytes
+// are valid until the next download.
 func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id string) ([]byte, error) {
 	if time.Now().UnixMilli() >= expiresAtMs {
 		return nil, fmt.Errorf("segment %s: its signed URL expired before the fetch", id)
@@ -220,12 +265,7 @@ func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id s
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("segment %s: signed URL: HTTP %d", id, resp.StatusCode)
 	}
-	dec, release, err := decodeBody(resp.Header.Get("Content-Encoding"), resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	b, err := io.ReadAll(dec)
+	b, err := p.fetched.read(resp.Header.Get("Content-Encoding"), resp.Body)
 	if err != nil {
 		return nil, err
 	}
