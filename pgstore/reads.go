@@ -82,7 +82,7 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	// With one key (rest is empty) every row comes from the index entry
 	// of one of its values: a caller that does not read the scopes
 	// (NoScopes) gets them undecoded.
-	out, err := collectScanRows(rows, q.Table, q.NoScopes && len(q.Scopes) == 1)
+	out, err := collectScanRows(rows, q.Table, q.Limit, q.NoScopes && len(q.Scopes) == 1)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
@@ -150,12 +150,12 @@ func collectRows(rows pgx.Rows, table string) ([]store.Row, error) {
 // format (pgx's extended protocol) the payloads are copied from the
 // received message into its blocks rather than allocated one by one.
 // With noScopes Row.Scopes is left nil and the scopes are not read.
-func collectScanRows(rows pgx.Rows, table string, noScopes bool) ([]store.Row, error) {
+func collectScanRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]store.Row, error) {
 	defer rows.Close()
 	fds := rows.FieldDescriptions()
 	raw := len(fds) == 5 && fds[3].Format == pgx.BinaryFormatCode && fds[4].Format == pgx.BinaryFormatCode
 	var (
-		rb      rowbuf.Buffer
+		rb      = rowbuf.Buffer{Limit: limit}
 		ordered = true
 		prev    string
 	)

@@ -82,7 +82,7 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 // scanJoinLean (no scopes column) when the scopes are not decoded.
 func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
 	var (
-		rb   rowbuf.Buffer
+		rb   = rowbuf.Buffer{Limit: limit}
 		more bool
 	)
 	skip := skipScopes(q)

@@ -1,14 +1,16 @@
-// Package rowbuf collects the rows of a store scan for the drivers: in
-// chunks of fixed size joined once at the end (a slice grown row by row
-// copies a 10,000-row page several times over), with the rows' byte
-// columns cut from shared blocks (one allocation per block instead of one
-// per value).
+// Package rowbuf collects the rows of a store scan for the drivers: in a
+// slice sized for the scan's limit once its first rows show it is not
+// small (a slice grown row by row by append copies a 10,000-row page
+// several times over), with the rows' byte columns cut from shared blocks
+// (one allocation per block instead of one per value).
 package rowbuf
 
 import "github.com/syncgo/syncgo/store"
 
 const (
-	chunkRows = 512
+	// firstRows is the capacity of the first allocation: a scan that
+	// finds no more rows than this allocates no more than this.
+	firstRows = 512
 	// blockBytes is the size of a shared block; a value of a quarter of
 	// it or more gets an allocation of its own.
 	blockBytes = 64 << 10
@@ -18,38 +20,37 @@ const (
 // slices it hands out never overlap: each one's capacity ends with its
 // length, so appending to one cannot write into another.
 type Buffer struct {
-	full  [][]store.Row
-	cur   []store.Row
-	n     int
+	// Limit, when positive, is the number of rows the scan expects at
+	// most: once the first firstRows are full the buffer grows to it in
+	// one step. Beyond it (or without it) the buffer doubles.
+	Limit int
+	rows  []store.Row
 	block []byte
 }
 
 // Add appends a row.
 func (b *Buffer) Add(r store.Row) {
-	if len(b.cur) == cap(b.cur) {
-		if b.cur != nil {
-			b.full = append(b.full, b.cur)
+	if len(b.rows) == cap(b.rows) {
+		n := firstRows
+		switch {
+		case cap(b.rows) == 0:
+		case b.Limit > cap(b.rows):
+			n = b.Limit
+		default:
+			n = 2 * cap(b.rows)
 		}
-		b.cur = make([]store.Row, 0, chunkRows)
+		grown := make([]store.Row, len(b.rows), n)
+		copy(grown, b.rows)
+		b.rows = grown
 	}
-	b.cur = append(b.cur, r)
-	b.n++
+	b.rows = append(b.rows, r)
 }
 
 // Len is the number of rows added.
-func (b *Buffer) Len() int { return b.n }
+func (b *Buffer) Len() int { return len(b.rows) }
 
 // Rows returns the rows added, in order; nil when none were.
-func (b *Buffer) Rows() []store.Row {
-	if len(b.full) == 0 {
-		return b.cur
-	}
-	out := make([]store.Row, 0, b.n)
-	for _, c := range b.full {
-		out = append(out, c...)
-	}
-	return append(out, b.cur...)
-}
+func (b *Buffer) Rows() []store.Row { return b.rows }
 
 // Alloc returns a slice of n bytes (length and capacity n) for a value
 // to be copied into.

@@ -10,10 +10,14 @@ import (
 
 func TestBufferKeepsOrderAndBytes(t *testing.T) {
 	t.Parallel()
-	for _, n := range []int{0, 1, chunkRows - 1, chunkRows, chunkRows + 1, 3*chunkRows + 7} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
+	for _, c := range []struct{ n, limit int }{
+		{0, 0}, {1, 0}, {firstRows, 0}, {firstRows + 1, 0}, {3*firstRows + 7, 0},
+		{firstRows + 1, firstRows + 1}, {3*firstRows + 7, 2 * firstRows}, {10, 10_000},
+	} {
+		t.Run(fmt.Sprint(c.n, "/", c.limit), func(t *testing.T) {
 			t.Parallel()
-			var b Buffer
+			n := c.n
+			b := Buffer{Limit: c.limit}
 			for i := range n {
 				payload := bytes.Repeat([]byte{byte(i)}, i%300)
 				if i%97 == 0 {
@@ -24,6 +28,9 @@ func TestBufferKeepsOrderAndBytes(t *testing.T) {
 			got := b.Rows()
 			if len(got) != n || b.Len() != n {
 				t.Fatalf("Rows() = %d rows, Len() = %d; want %d", len(got), b.Len(), n)
+			}
+			if n > firstRows && n <= c.limit && cap(got) != c.limit {
+				t.Fatalf("%d rows under a limit of %d: capacity %d, want the limit", n, c.limit, cap(got))
 			}
 			if n == 0 && got != nil {
 				t.Fatalf("Rows() of an empty buffer = %#v, want nil", got)
