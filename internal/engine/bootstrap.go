@@ -465,6 +465,24 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
 	}
+	// The first page does not wait for the walk: it is built meanwhile as
+	// an ordinary page (the limit rows after `after`, the key the
+	// page-by-page loop would build), and it is the plan's first page when
+	// it ends at the first boundary; otherwise (rows written since) the
+	// plan builds its own. Without a plan the loop finds it built or
+	// building under that key.
+	firstKey, firstAfter, firstCtx := bk.pageKey, after, ctx
+	first := make(chan struct{})
+	var firstPg page
+	go func() {
+		defer close(first)
+		pg, err := e.pages.get(firstKey, func() (page, error) {
+			return e.buildPage(firstCtx, base.partition, l, eff, firstAfter, base.limit)
+		})
+		if err == nil {
+			firstPg = pg
+		}
+	}()
 	bounds, err := e.bounds.get(bk, func() ([]string, error) {
 		return e.cfg.Store.PageBoundaries(ctx, base.partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: base.limit}, pages)
 	})
@@ -513,6 +531,14 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
+				if i == 0 {
+					<-first
+					if firstPg.last != nil && sp.through != nil && *firstPg.last == *sp.through {
+						j.pg = firstPg
+						close(j.done)
+						return
+					}
+				}
 				j.pg, j.err = e.pages.get(sp.key, func() (page, error) {
 					if sp.through == nil {
 						return e.buildPage(ctx, base.partition, l, eff, sp.after, base.limit)
