@@ -30,10 +30,6 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	if err != nil {
 		return nil, err
 	}
-	query := t.scanJoin
-	if skipScopes(q) {
-		query = t.scanJoinLean
-	}
 	after := ""
 	if q.After != nil {
 		after = *q.After
@@ -45,9 +41,11 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 			page []store.Row
 			more bool
 		)
-		err := s.scan(ctx, func(c *conn) error {
+		// One read transaction: the dense read's two statements see
+		// one snapshot.
+		err := s.readTxOn(ctx, s.scanners, func(c *conn) error {
 			var err error
-			page, more, err = scanMerge(c, query, partition, q, first, after, q.Limit-len(out))
+			page, more, err = scanMerge(c, t, partition, q, first, after, q.Limit-len(out))
 			return err
 		})
 		if err != nil {
@@ -78,31 +76,49 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 
 // scanMerge reads up to limit rows after `after` for each value of the
 // first key and returns the smallest limit of them in row-id order, and
-// whether more rows may follow. The query is the table's scanJoin, or
-// scanJoinLean (no scopes column) when the scopes are not decoded.
-func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
+// whether more rows may follow. A single value is read densely while that
+// pays (scanDense), then by the join of the row scope index with the
+// table (scanJoin, or scanJoinLean without the scopes column when they
+// are not decoded).
+func scanMerge(c *conn, t *tableSQL, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
 	var (
 		rb   = rowbuf.Buffer{Limit: limit}
 		more bool
 	)
 	skip := skipScopes(q)
-	for _, v := range dedupe(first.Values) {
-		rows, err := c.query(query, partition, q.Table, first.Key, v, after, limit)
+	query := t.scanJoin
+	if skip {
+		query = t.scanJoinLean
+	}
+	values := dedupe(first.Values)
+	for _, v := range values {
+		from, n := after, 0
+		if len(values) == 1 {
+			var (
+				complete bool
+				err      error
+			)
+			n, complete, err = scanDense(c, t, partition, q, first.Key, v, after, limit, &rb)
+			if err != nil {
+				return nil, false, fmt.Errorf("scan rows: %w", err)
+			}
+			if complete {
+				more = n == limit
+				continue
+			}
+			if n > 0 {
+				from = rb.Rows()[rb.Len()-1].RowID
+			}
+		}
+		rows, err := c.query(query, partition, q.Table, first.Key, v, from, limit-n)
 		if err != nil {
 			return nil, false, fmt.Errorf("scan rows: %w", err)
 		}
-		n := 0
 		for rows.Next() {
-			st := rows.st
-			r := store.Row{Table: q.Table, RowID: st.ColumnText(0), ServerVersion: st.ColumnInt64(1)}
-			if skip {
-				r.Payload, r.ColumnVersions = columnInto(&rb, st, 2), columnInto(&rb, st, 3)
-			} else {
-				r.Payload, r.ColumnVersions = columnInto(&rb, st, 3), columnInto(&rb, st, 4)
-				if r.Scopes, err = store.DecodeScopes(columnBytes(st, 2)); err != nil {
-					rows.Close()
-					return nil, false, err
-				}
+			r, err := readScanRow(rows.st, q.Table, rows.st.ColumnText(0), skip, &rb)
+			if err != nil {
+				rows.Close()
+				return nil, false, err
 			}
 			rb.Add(r)
 			n++
@@ -117,7 +133,7 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 		}
 	}
 	all := rb.Rows()
-	if len(first.Values) > 1 {
+	if len(values) > 1 {
 		sort.Slice(all, func(i, j int) bool { return all[i].RowID < all[j].RowID })
 	}
 	if len(all) > limit {
@@ -126,6 +142,104 @@ func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wir
 	}
 	return all, more, nil
 }
+
+// readScanRow reads the current row of a scanJoin, scanJoinLean,
+// scanRange or scanRangeLean statement (lean: no scopes column), whose
+// row id (column 0) the caller read.
+func readScanRow(st *sqlite.Stmt, table, rowID string, lean bool, rb *rowbuf.Buffer) (store.Row, error) {
+	r := store.Row{Table: table, RowID: rowID, ServerVersion: st.ColumnInt64(1)}
+	if lean {
+		r.Payload, r.ColumnVersions = columnInto(rb, st, 2), columnInto(rb, st, 3)
+		return r, nil
+	}
+	r.Payload, r.ColumnVersions = columnInto(rb, st, 3), columnInto(rb, st, 4)
+	var err error
+	r.Scopes, err = store.DecodeScopes(columnBytes(st, 2))
+	return r, err
+}
+
+// denseGiveUp is the number of table rows outside the value a dense read
+// passes over before it gives up, when they also outnumber the rows in
+// it.
+const denseGiveUp = 64
+
+// scanDense reads the rows of one scope value after `after`, at most
+// limit, by walking two ranges in row-id order side by side: the value's
+// entries of the row scope index (scanIDs, index only) and the table's
+// rows (scanRange, its primary key in order). A row of the table is a
+// step along its key, not a search from the root for every entry as in
+// the join: on the bundled SQLite the walk costs a fraction of the join
+// when the value holds most of the table's rows in the range (one
+// project's rows, a user's own table). When it does not, the table rows
+// outside the value outnumber those in it, and the read gives up: it
+// returns complete false with the rows found so far, and the caller reads
+// the rest by the join after the last of them. So it does too when an
+// index entry has no row (the join would skip it).
+func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key, value, after string, limit int, rb *rowbuf.Buffer) (n int, complete bool, err error) {
+	lean := skipScopes(q)
+	rangeSQL := t.scanRange
+	if lean {
+		rangeSQL = t.scanRangeLean
+	}
+	ids, err := c.query(scanIDsSQL, partition, q.Table, key, value, after, limit)
+	if err != nil {
+		return 0, false, err
+	}
+	defer ids.Close()
+	rows, err := c.query(rangeSQL, partition, after)
+	if err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
+	var (
+		id      []byte // the current index entry's row id, reused
+		skipped int
+		rowID   string
+		hasRow  = rows.Next()
+	)
+	if hasRow {
+		rowID = rows.st.ColumnText(0)
+	}
+	for ids.Next() {
+		l := ids.st.ColumnLen(0)
+		if cap(id) < l {
+			id = make([]byte, l)
+		}
+		id = id[:l]
+		ids.st.ColumnBytes(0, id)
+		for hasRow && rowID < string(id) {
+			skipped++
+			if skipped > denseGiveUp && skipped > n {
+				return n, false, nil
+			}
+			if hasRow = rows.Next(); hasRow {
+				rowID = rows.st.ColumnText(0)
+			}
+		}
+		if !hasRow || rowID != string(id) {
+			return n, false, rows.Err()
+		}
+		r, err := readScanRow(rows.st, q.Table, rowID, lean, rb)
+		if err != nil {
+			return n, false, err
+		}
+		rb.Add(r)
+		n++
+		if hasRow = rows.Next(); hasRow {
+			rowID = rows.st.ColumnText(0)
+		}
+	}
+	if err := ids.Err(); err != nil {
+		return n, false, err
+	}
+	return n, true, rows.Err()
+}
+
+// scanIDsSQL walks one scope value's entries of the row scope index after
+// a row id, in order: the covering primary key alone.
+const scanIDsSQL = `SELECT row_id FROM sync_row_scopes
+WHERE partition=? AND tbl=? AND var=? AND value=? AND row_id > ?
+ORDER BY row_id LIMIT ?`
 
 // columnInto reads column i as bytes into rb's blocks: nil for NULL.
 func columnInto(rb *rowbuf.Buffer, st *sqlite.Stmt, i int) []byte {

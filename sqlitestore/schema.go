@@ -25,6 +25,10 @@ type tableSQL struct {
 	// (ScanRows), and scanJoinLean the same without the scopes column.
 	// Parameters: partition, table, key, value, after, limit.
 	scanJoin, scanJoinLean string
+	// scanRange reads the partition's rows after a row id in row-id order
+	// along the primary key (scanDense), and scanRangeLean the same
+	// without the scopes column. Parameters: partition, after.
+	scanRange, scanRangeLean string
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
@@ -69,6 +73,10 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		scanCols:     meta,
 		scanJoin:     scanJoinSQL(q, "r._sync_row_id, r._sync_server_version, r._sync_scopes, r._sync_payload, r._sync_column_versions"),
 		scanJoinLean: scanJoinSQL(q, "r._sync_row_id, r._sync_server_version, r._sync_payload, r._sync_column_versions"),
+		scanRange: "SELECT " + meta + " FROM " + q +
+			" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id",
+		scanRangeLean: "SELECT _sync_row_id, _sync_server_version, _sync_payload, _sync_column_versions FROM " + q +
+			" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id",
 	}
 }
 
