@@ -11,6 +11,9 @@ const (
 	// firstRows is the capacity of the first allocation: a scan that
 	// finds no more rows than this allocates no more than this.
 	firstRows = 512
+	// maxStep bounds the one step to the limit (a caller's limit is not
+	// a promise of rows: a huge one must not allocate for them ahead).
+	maxStep = 1 << 16
 	// blockBytes is the size of a shared block; a value of a quarter of
 	// it or more gets an allocation of its own.
 	blockBytes = 64 << 10
@@ -22,7 +25,8 @@ const (
 type Buffer struct {
 	// Limit, when positive, is the number of rows the scan expects at
 	// most: once the first firstRows are full the buffer grows to it in
-	// one step. Beyond it (or without it) the buffer doubles.
+	// one step (to at most 65,536 rows). Beyond that (or without it) the
+	// buffer doubles.
 	Limit int
 	rows  []store.Row
 	block []byte
@@ -34,8 +38,8 @@ func (b *Buffer) Add(r store.Row) {
 		n := firstRows
 		switch {
 		case cap(b.rows) == 0:
-		case b.Limit > cap(b.rows):
-			n = b.Limit
+		case b.Limit > cap(b.rows) && cap(b.rows) < maxStep:
+			n = min(b.Limit, maxStep)
 		default:
 			n = 2 * cap(b.rows)
 		}
