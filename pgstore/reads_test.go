@@ -352,3 +352,38 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		}
 	}
 }
+
+// collectScanRows returns a page in bytewise row-id order whatever order
+// the rows arrive in (the single-value scans have no final ORDER BY), with
+// the payloads copied out of the received messages, and the scopes
+// decoded unless noScopes.
+func TestCollectScanRowsOrders(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	ctx := context.Background()
+	const q = `SELECT v.id, v.n::bigint, '{"project_id":"a"}'::jsonb, convert_to(v.id, 'UTF8'), NULL::bytea
+  FROM (VALUES ('b', 1, 1), ('a', 2, 2), ('c', 3, 3), ('B', 4, 4)) AS v(id, n, o) ORDER BY v.o`
+	for _, noScopes := range []bool{true, false} {
+		rows, err := s.pool.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collectScanRows(rows, "tasks", 10, noScopes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range got {
+			ids = append(ids, r.RowID)
+			if string(r.Payload) != r.RowID || r.ColumnVersions != nil || r.Table != "tasks" {
+				t.Errorf("row %s: payload %q, column versions %v, table %q", r.RowID, r.Payload, r.ColumnVersions, r.Table)
+			}
+			if (r.Scopes == nil) != noScopes {
+				t.Errorf("row %s with noScopes %v: scopes %v", r.RowID, noScopes, r.Scopes)
+			}
+		}
+		if want := []string{"B", "a", "b", "c"}; !slices.Equal(ids, want) {
+			t.Errorf("noScopes %v: rows %v, want %v", noScopes, ids, want)
+		}
+	}
+}
