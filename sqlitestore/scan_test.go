@@ -190,3 +190,32 @@ func TestScanDenseEntryWithoutRow(t *testing.T) {
 		t.Errorf("ScanRows = %v, want %v", ids, want)
 	}
 }
+
+// A read transaction cancelled before it ends (its ROLLBACK interrupted)
+// leaves no transaction open on the connection it gives back: the next
+// read transaction on it begins.
+func TestReadTxAfterCancel(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "sync.db"), ReadConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithCancel(t.Context())
+	err = s.readTxOn(ctx, s.scanners, func(c *conn) error {
+		cancel()
+		<-c.intr // the interrupt is installed: the ROLLBACK runs interrupted
+		return context.Canceled
+	})
+	if err == nil {
+		t.Fatal("the cancelled read transaction succeeded")
+	}
+	for range 2 {
+		if err := s.readTxOn(t.Context(), s.scanners, func(c *conn) error {
+			var n int64
+			return c.queryRowOnce("SELECT count(*) FROM sqlite_schema", &n)
+		}); err != nil {
+			t.Fatalf("a read transaction after a cancelled one: %v", err)
+		}
+	}
+}
