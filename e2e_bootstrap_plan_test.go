@@ -37,7 +37,10 @@ func (s *racingBoundaries) PageBoundaries(ctx context.Context, partition string,
 // boundary, and one that now holds more than the limit ends at the limit
 // and leaves the plan (the pages after it are built one by one), so no
 // page exceeds limitSnapshotRows and the client ends with the server's
-// rows.
+// rows. The new rows go into the second page's range: the first page is
+// built while the boundaries are walked (a row written into its range
+// after its scan reaches the client by the log, after asOf, not by this
+// round's pages).
 func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		var rs *racingBoundaries
@@ -52,10 +55,10 @@ func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 		mustUpsert(t, w, taskRow("o1", "p2", "other scope"))
 		syncQuiet(t, w)
 		rs.hook = func() {
-			// Three rows inside the first page's range (t00..t04), the
-			// boundary of the second page deleted, one row updated and
-			// one added after the last boundary.
-			for _, id := range []string{"t00a", "t00b", "t00c", "t27a"} {
+			// Three rows inside the second page's range (t05..t09),
+			// its boundary deleted, one row updated and one added
+			// after the last boundary.
+			for _, id := range []string{"t05a", "t05b", "t05c", "t27a"} {
 				mustUpsert(t, w, taskRow(id, "p1", "late"))
 			}
 			mustUpsert(t, w, taskRow("t12", "p1", "updated"))
@@ -86,6 +89,58 @@ func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 		sameRows(t, "client vs server after a bootstrap raced by writes", got, want)
 		if len(got) != 33 {
 			t.Fatalf("the client holds %d rows, want 33", len(got))
+		}
+	})
+}
+
+// countingScans counts the row scans that start at the beginning of the
+// table (no After cursor).
+type countingScans struct {
+	store.Store
+	fromStart atomic.Int64
+}
+
+func (s *countingScans) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	if q.After == nil {
+		s.fromStart.Add(1)
+	}
+	return s.Store.ScanRows(ctx, partition, q)
+}
+
+// The first page of a planned bootstrap is built while the boundaries
+// are walked, as the page-by-page loop would build it, and the plan takes
+// it when it ends at the first boundary: the table's start is scanned
+// once, not once for the page and again for the plan's first page.
+func TestE2EBootstrapPlanReusesFirstPage(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var cs *countingScans
+		e := newE2EEnv(t, d, func(c *syncgo.Config) {
+			cs = &countingScans{Store: c.Store}
+			c.Store = cs
+		})
+		w := e.client("writer", sspclient.Options{})
+		for i := range 30 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
+		}
+		syncQuiet(t, w)
+		cs.fromStart.Store(0)
+		c := e.client("alice", sspclient.Options{LimitSnapshotRows: 5, MaxSnapshotPages: 20})
+		mustSubscribe(t, c, "tasks-p1", "p1")
+		rounds := syncQuiet(t, c)
+		if got := len(clientRowsIn(t, c, "p1")); got != 30 {
+			t.Fatalf("the client holds %d rows, want 30", got)
+		}
+		pages := 0
+		for _, round := range rounds {
+			for _, sec := range round.Sections {
+				pages += sec.Segments
+			}
+		}
+		if pages != 6 {
+			t.Fatalf("the bootstrap took %d pages, want 6 of 5 rows", pages)
+		}
+		if n := cs.fromStart.Load(); n != 1 {
+			t.Fatalf("the table's start was scanned %d times, want once", n)
 		}
 	})
 }

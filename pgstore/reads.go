@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncgo/syncgo/internal/rowbuf"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -61,7 +63,13 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	if q.After != nil {
 		sql, args = ts.scanAfter, append(args, *q.After)
 	}
-	if len(q.Scopes) == 1 {
+	switch {
+	case len(q.Scopes) == 1 && len(first.Values) == 1:
+		sql = ts.scanFirstValue
+		if q.After != nil {
+			sql = ts.scanAfterValue
+		}
+	case len(q.Scopes) == 1:
 		sql = ts.scanFirstOne
 		if q.After != nil {
 			sql = ts.scanAfterOne
@@ -74,7 +82,7 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 	// With one key (rest is empty) every row comes from the index entry
 	// of one of its values: a caller that does not read the scopes
 	// (NoScopes) gets them undecoded.
-	out, err := collectRowsOpt(rows, q.Table, q.NoScopes && len(q.Scopes) == 1)
+	out, err := collectScanRows(rows, q.Table, q.Limit, q.NoScopes && len(q.Scopes) == 1)
 	if err != nil {
 		return nil, fmt.Errorf("scan rows: %w", err)
 	}
@@ -121,23 +129,84 @@ func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table stri
 	return seq, nil
 }
 
-// collectRows reads the rows of a scan or listing.
+// collectRows reads the rows of a listing.
 func collectRows(rows pgx.Rows, table string) ([]store.Row, error) {
-	return collectRowsOpt(rows, table, false)
-}
-
-// collectRowsOpt is collectRows, leaving Row.Scopes nil with noScopes.
-func collectRowsOpt(rows pgx.Rows, table string, noScopes bool) ([]store.Row, error) {
 	defer rows.Close()
-	var out []store.Row // grows with the rows found: an empty scan allocates nothing
+	var out []store.Row // grows with the rows found: an empty listing allocates nothing
 	for rows.Next() {
-		r, err := scanRowOpt(rows, table, noScopes)
+		r, err := scanRow(rows, table)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// collectScanRows reads the rows of a page scan (rowColumns), returned in
+// bytewise row-id order: a page that does not arrive in that order (the
+// single-value scans leave the final ORDER BY out) is sorted. The rows
+// are collected by a rowbuf.Buffer; with the byte columns in binary
+// format (pgx's extended protocol) the payloads are copied from the
+// received message into its blocks rather than allocated one by one.
+// With noScopes Row.Scopes is left nil and the scopes are not read.
+func collectScanRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]store.Row, error) {
+	defer rows.Close()
+	fds := rows.FieldDescriptions()
+	raw := len(fds) == 5 && fds[3].Format == pgx.BinaryFormatCode && fds[4].Format == pgx.BinaryFormatCode
+	var (
+		rb      = rowbuf.Buffer{Limit: limit}
+		ordered = true
+		prev    string
+	)
+	// The destinations are the same for every row (a fresh set per row
+	// would move each row's variables to the heap).
+	var (
+		rowID         string
+		version       int64
+		scopes        []byte
+		payload, cols []byte
+		scopesDst     any // nil: the column is skipped
+	)
+	if !noScopes {
+		scopesDst = &scopes
+	}
+	dst := []any{&rowID, &version, scopesDst, nil, nil}
+	if !raw {
+		dst[3], dst[4] = &payload, &cols
+	}
+	for rows.Next() {
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r := store.Row{Table: table, RowID: rowID, ServerVersion: version, Payload: payload, ColumnVersions: cols}
+		if raw {
+			vals := rows.RawValues()
+			r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
+		}
+		var err error
+		if !noScopes {
+			if r.Scopes, err = decodeScopes(scopes); err != nil {
+				return nil, err
+			}
+		}
+		if len(r.ColumnVersions) == 0 {
+			r.ColumnVersions = nil
+		}
+		if rb.Len() > 0 && r.RowID < prev {
+			ordered = false
+		}
+		prev = r.RowID
+		rb.Add(r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := rb.Rows()
+	if !ordered {
+		slices.SortFunc(out, func(a, b store.Row) int { return strings.Compare(a.RowID, b.RowID) })
+	}
+	return out, nil
 }
 
 // splitScopes returns the first effective key with its values
@@ -172,11 +241,6 @@ func scanRequiresScope() error {
 
 // scanRow reads the columns rowColumns lists; no row is store.ErrNotFound.
 func scanRow(r pgx.Row, table string) (store.Row, error) {
-	return scanRowOpt(r, table, false)
-}
-
-// scanRowOpt is scanRow, leaving Row.Scopes nil with noScopes.
-func scanRowOpt(r pgx.Row, table string, noScopes bool) (store.Row, error) {
 	var (
 		row    = store.Row{Table: table}
 		scopes []byte
@@ -187,11 +251,9 @@ func scanRowOpt(r pgx.Row, table string, noScopes bool) (store.Row, error) {
 		}
 		return store.Row{}, err
 	}
-	if !noScopes {
-		var err error
-		if row.Scopes, err = decodeScopes(scopes); err != nil {
-			return store.Row{}, err
-		}
+	var err error
+	if row.Scopes, err = decodeScopes(scopes); err != nil {
+		return store.Row{}, err
 	}
 	if len(row.ColumnVersions) == 0 {
 		row.ColumnVersions = nil

@@ -279,6 +279,19 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
 		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
 	}
+	// One value of one key: its range of the row scope index in order,
+	// with no sort of the page after it (nor a parallel plan, whose
+	// workers cost a 10,000-row page more than they save).
+	for _, sql := range []string{ts.scanFirstValue, ts.scanAfterValue} {
+		args := []any{"p", "tasks", []string{"a"}, "project_id", []byte(`{}`), 100}
+		if sql == ts.scanAfterValue {
+			args = append(args, "x")
+		}
+		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
+			t.Errorf("the single-value scan does not read the row scope index in order without a sort:\n%s", plan)
+		}
+	}
 	// The page boundary walk: the row scope key alone, in order per value
 	// (the table is not read): each value's range is limited straight off
 	// the index, only the merge of the values sorts.
@@ -336,6 +349,41 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		}
 		if !strings.Contains(plan, "using sync_row_scopes_by_row") || !byRow {
 			t.Errorf("the %s of a row's scope entries does not read sync_row_scopes_by_row:\n%s", name, plan)
+		}
+	}
+}
+
+// collectScanRows returns a page in bytewise row-id order whatever order
+// the rows arrive in (the single-value scans have no final ORDER BY), with
+// the payloads copied out of the received messages, and the scopes
+// decoded unless noScopes.
+func TestCollectScanRowsOrders(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	ctx := context.Background()
+	const q = `SELECT v.id, v.n::bigint, '{"project_id":"a"}'::jsonb, convert_to(v.id, 'UTF8'), NULL::bytea
+  FROM (VALUES ('b', 1, 1), ('a', 2, 2), ('c', 3, 3), ('B', 4, 4)) AS v(id, n, o) ORDER BY v.o`
+	for _, noScopes := range []bool{true, false} {
+		rows, err := s.pool.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collectScanRows(rows, "tasks", 10, noScopes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range got {
+			ids = append(ids, r.RowID)
+			if string(r.Payload) != r.RowID || r.ColumnVersions != nil || r.Table != "tasks" {
+				t.Errorf("row %s: payload %q, column versions %v, table %q", r.RowID, r.Payload, r.ColumnVersions, r.Table)
+			}
+			if (r.Scopes == nil) != noScopes {
+				t.Errorf("row %s with noScopes %v: scopes %v", r.RowID, noScopes, r.Scopes)
+			}
+		}
+		if want := []string{"B", "a", "b", "c"}; !slices.Equal(ids, want) {
+			t.Errorf("noScopes %v: rows %v, want %v", noScopes, ids, want)
 		}
 	}
 }

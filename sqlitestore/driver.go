@@ -591,6 +591,17 @@ func (p *readPool) take(ctx context.Context) (*conn, error) {
 
 func (p *readPool) put(c *conn) {
 	c.clearInterrupt()
+	// A read transaction whose COMMIT or ROLLBACK was interrupted (its
+	// context cancelled meanwhile) is still open: it ends here, or the
+	// next BEGIN on the connection fails ("cannot start a transaction
+	// within a transaction"). A statement left running would keep the
+	// ROLLBACK from ending it: the statements are reset first then.
+	if !c.c.AutocommitEnabled() {
+		if err := c.exec("ROLLBACK"); err != nil {
+			c.forget()
+			_ = c.exec("ROLLBACK")
+		}
+	}
 	p.free <- c
 }
 

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
-	"strings"
 
 	"zombiezen.com/go/sqlite"
 
@@ -370,130 +368,6 @@ func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after in
 		w.add(cur)
 	}
 	return n, cur.Seq, nil
-}
-
-// ScanRows reads a page of current rows inside the scopes, by row id, on a
-// scan connection (scanMmapBytes). Each value of the first effective key
-// is read in row-id order from the row scope index and the streams are
-// merged; rows are checked against all keys.
-func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
-	if s.closed.Load() {
-		return nil, store.ErrClosed
-	}
-	if len(q.Scopes) == 0 {
-		return nil, store.ErrScanRequiresScope
-	}
-	if q.Limit <= 0 {
-		return nil, fmt.Errorf("scan rows: limit %d must be positive", q.Limit)
-	}
-	t, err := s.table(q.Table)
-	if err != nil {
-		return nil, err
-	}
-	query := `SELECT r.` + strings.ReplaceAll(t.scanCols, ", ", ", r.") + ` FROM sync_row_scopes s
-JOIN ` + t.name + ` r ON r._sync_partition = s.partition AND r._sync_row_id = s.row_id
-WHERE s.partition=? AND s.tbl=? AND s.var=? AND s.value=? AND s.row_id > ?
-ORDER BY s.row_id LIMIT ?`
-	after := ""
-	if q.After != nil {
-		after = *q.After
-	}
-	first := q.Scopes[0]
-	var out []store.Row // grows with the rows found: an empty scan allocates nothing
-	for len(out) < q.Limit {
-		var (
-			page []store.Row
-			more bool
-		)
-		err := s.scan(ctx, func(c *conn) error {
-			var err error
-			page, more, err = scanMerge(c, query, partition, q, first, after, q.Limit-len(out))
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page {
-			// Without decoded scopes (NoScopes, one key) the row came
-			// from the index entry of the key's value: it matches.
-			if r.Scopes == nil && skipScopes(q) || store.MatchScopes(r.Scopes, q.Scopes) {
-				out = append(out, r)
-			}
-		}
-		if !more || len(page) == 0 {
-			break
-		}
-		after = page[len(page)-1].RowID
-	}
-	return out, nil
-}
-
-// scanMerge reads up to limit rows after `after` for each value of the
-// first key and returns the smallest limit of them in row-id order, and
-// whether more rows may follow.
-func scanMerge(c *conn, query, partition string, q store.RowScanQuery, first wire.ScopeValues, after string, limit int) ([]store.Row, bool, error) {
-	var all []store.Row
-	more := false
-	skip := skipScopes(q)
-	for _, v := range dedupe(first.Values) {
-		rows, err := c.query(query, partition, q.Table, first.Key, v, after, limit)
-		if err != nil {
-			return nil, false, fmt.Errorf("scan rows: %w", err)
-		}
-		n := 0
-		for rows.Next() {
-			r := store.Row{Table: q.Table}
-			var scopes []byte
-			if err := rows.Scan(&r.RowID, &r.ServerVersion, &scopes, &r.Payload, &r.ColumnVersions); err != nil {
-				rows.Close()
-				return nil, false, fmt.Errorf("scan rows: %w", err)
-			}
-			if !skip {
-				if r.Scopes, err = store.DecodeScopes(scopes); err != nil {
-					rows.Close()
-					return nil, false, err
-				}
-			}
-			all = append(all, r)
-			n++
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, false, fmt.Errorf("scan rows: %w", err)
-		}
-		if n == limit {
-			more = true
-		}
-	}
-	if len(first.Values) > 1 {
-		sort.Slice(all, func(i, j int) bool { return all[i].RowID < all[j].RowID })
-	}
-	if len(all) > limit {
-		all = all[:limit]
-		more = true
-	}
-	return all, more, nil
-}
-
-// skipScopes reports a scan whose rows' scopes need not be decoded: the
-// caller does not read them and the one key's index lookup proves the
-// match.
-func skipScopes(q store.RowScanQuery) bool { return q.NoScopes && len(q.Scopes) == 1 }
-
-func dedupe(values []string) []string {
-	if len(values) < 2 {
-		return values
-	}
-	seen := make(map[string]bool, len(values))
-	out := values[:0:0]
-	for _, v := range values {
-		if !seen[v] {
-			seen[v] = true
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // ListRows reads a page of a table's rows regardless of scopes.

@@ -21,6 +21,14 @@ type tableSQL struct {
 	selectBy string
 	deleteBy string
 	scanCols string
+	// scanJoin reads a page of rows in the order of the row scope index
+	// (ScanRows), and scanJoinLean the same without the scopes column.
+	// Parameters: partition, table, key, value, after, limit.
+	scanJoin, scanJoinLean string
+	// scanRange reads the partition's rows after a row id in row-id order
+	// along the primary key (scanDense), and scanRangeLean the same
+	// without the scopes column. Parameters: partition, after.
+	scanRange, scanRangeLean string
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
@@ -60,10 +68,25 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		name: q,
 		upsert: "INSERT INTO " + q + " (" + strings.Join(cols, ", ") + ") VALUES (" + marks +
 			") ON CONFLICT(_sync_partition, _sync_row_id) DO UPDATE SET " + strings.Join(sets, ", "),
-		selectBy: "SELECT " + meta + " FROM " + q + " WHERE _sync_partition=? AND _sync_row_id=?",
-		deleteBy: "DELETE FROM " + q + " WHERE _sync_partition=? AND _sync_row_id=?",
-		scanCols: meta,
+		selectBy:     "SELECT " + meta + " FROM " + q + " WHERE _sync_partition=? AND _sync_row_id=?",
+		deleteBy:     "DELETE FROM " + q + " WHERE _sync_partition=? AND _sync_row_id=?",
+		scanCols:     meta,
+		scanJoin:     scanJoinSQL(q, "r._sync_row_id, r._sync_server_version, r._sync_scopes, r._sync_payload, r._sync_column_versions"),
+		scanJoinLean: scanJoinSQL(q, "r._sync_row_id, r._sync_server_version, r._sync_payload, r._sync_column_versions"),
+		scanRange: "SELECT " + meta + " FROM " + q +
+			" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id",
+		scanRangeLean: "SELECT _sync_row_id, _sync_server_version, _sync_payload, _sync_column_versions FROM " + q +
+			" WHERE _sync_partition=? AND _sync_row_id > ? ORDER BY _sync_row_id",
 	}
+}
+
+// scanJoinSQL is the row scan of table (quoted) through the row scope
+// index: the rows of one scope value after a row id, in row-id order.
+func scanJoinSQL(table, cols string) string {
+	return `SELECT ` + cols + ` FROM sync_row_scopes s
+JOIN ` + table + ` r ON r._sync_partition = s.partition AND r._sync_row_id = s.row_id
+WHERE s.partition=? AND s.tbl=? AND s.var=? AND s.value=? AND s.row_id > ?
+ORDER BY s.row_id LIMIT ?`
 }
 
 // createDDL returns the statements that create the table and its indexes.

@@ -41,6 +41,48 @@ type puller struct {
 	buf               *bufio.Reader
 }
 
+// checkSegment reads a downloaded segment's body, undoing its
+// Content-Encoding, without holding it whole (a buffer of a 10 MB image
+// cost the tool more than the server): it checks the content address
+// against id and, for a rows segment, validates it block by block
+// (wire.SegmentReader makes the checks of DecodeSegment), returning its
+// row count.
+func (p *puller) checkSegment(enc, id string, body io.Reader, rows bool) (int, error) {
+	dec, release, err := p.segCodecs.decode(enc, body)
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	h := sha256.New()
+	in := io.TeeReader(dec, h)
+	n := 0
+	if rows {
+		sr, err := wire.NewSegmentReader(in, 0)
+		if err != nil {
+			return 0, fmt.Errorf("segment %s: %w", id, err)
+		}
+		for {
+			block, err := sr.NextBlock()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, fmt.Errorf("segment %s: %w", id, err)
+			}
+			n += len(block)
+		}
+	}
+	// The rest of the body (an image; nothing after a valid rows
+	// segment's end marker) counts in the content address.
+	if _, err := io.Copy(io.Discard, in); err != nil {
+		return 0, err
+	}
+	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != id {
+		return 0, fmt.Errorf("segment %s: content address mismatch", id)
+	}
+	return n, nil
+}
+
 // pullStats reports one round.
 type pullStats struct {
 	commits, changes, rows, segments int
@@ -146,26 +188,27 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 		return p.segment(f.Payload, st)
 	case *wire.SegmentRef:
 		st.refs++
+		rows := f.MediaType == wire.MediaRows
 		var (
-			b   []byte
+			n   int
 			err error
 		)
 		if f.URL != nil {
 			st.urls++
-			b, err = p.fetchURL(ctx, *f.URL, f.URLExpiresAtMs, f.SegmentID)
+			n, err = p.fetchURL(ctx, *f.URL, f.URLExpiresAtMs, f.SegmentID, rows)
 		} else {
-			b, err = p.download(ctx, f.SegmentID)
+			n, err = p.download(ctx, f.SegmentID, rows)
 		}
 		if err != nil {
 			return err
 		}
-		if f.MediaType != wire.MediaRows {
+		st.segments++
+		if !rows {
 			st.rows += int(f.RowCount)
-			st.segments++
 			st.images++
 			return nil
 		}
-		return p.segment(b, st)
+		st.rows += n
 	case *wire.SubEnd:
 		p.sub.Cursor, p.sub.BootstrapState = f.NextCursor, f.BootstrapState
 		st.pending = f.BootstrapState != nil
@@ -192,61 +235,37 @@ func (p *puller) segment(b []byte, st *pullStats) error {
 }
 
 // download fetches a segment from the direct endpoint (§5.5) and checks
-// its content address.
-func (p *puller) download(ctx context.Context, id string) ([]byte, error) {
+// it (checkSegment): the row count of a rows segment.
+func (p *puller) download(ctx context.Context, id string, rows bool) (int, error) {
 	scopes := string(wire.CanonicalScopeJSON(map[string][]string{p.r.gen.variable: {p.r.cfg.Scope}}))
 	resp, err := p.do(ctx, http.MethodGet, "/segments/"+url.PathEscape(id), nil, http.Header{"X-Syncular-Scopes": {scopes}})
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
-	dec, release, err := p.segCodecs.decode(resp.Header.Get("Content-Encoding"), resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	b, err := io.ReadAll(dec)
-	if err != nil {
-		return nil, err
-	}
-	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
-		return nil, fmt.Errorf("segment %s: content address mismatch", id)
-	}
-	return b, nil
+	return p.checkSegment(resp.Header.Get("Content-Encoding"), id, resp.Body, rows)
 }
 
 // fetchURL fetches a segment from its signed URL (§5.4): never past its
-// expiry, with no credentials, and checks its content address.
-func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id string) ([]byte, error) {
+// expiry, with no credentials, and checks it (checkSegment).
+func (p *puller) fetchURL(ctx context.Context, u string, expiresAtMs int64, id string, rows bool) (int, error) {
 	if time.Now().UnixMilli() >= expiresAtMs {
-		return nil, fmt.Errorf("segment %s: its signed URL expired before the fetch", id)
+		return 0, fmt.Errorf("segment %s: its signed URL expired before the fetch", id)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	req.Header.Set("Accept-Encoding", p.r.cfg.AcceptEncoding)
 	resp, err := p.r.hc.Do(req)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("segment %s: signed URL: HTTP %d", id, resp.StatusCode)
+		return 0, fmt.Errorf("segment %s: signed URL: HTTP %d", id, resp.StatusCode)
 	}
-	dec, release, err := p.segCodecs.decode(resp.Header.Get("Content-Encoding"), resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	b, err := io.ReadAll(dec)
-	if err != nil {
-		return nil, err
-	}
-	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
-		return nil, fmt.Errorf("segment %s: content address mismatch", id)
-	}
-	return b, nil
+	return p.checkSegment(resp.Header.Get("Content-Encoding"), id, resp.Body, rows)
 }
 
 func (p *puller) do(ctx context.Context, method, path string, body io.Reader, extra http.Header) (*http.Response, error) {

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -348,6 +350,17 @@ func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLay
 		if err != nil {
 			return page{}, err
 		}
+		if rows == nil {
+			// The usual case: the first scan reaches past through
+			// within the limit, and the page is a prefix of it.
+			k, found := slices.BinarySearchFunc(batch, through, func(r store.Row, id string) int { return strings.Compare(r.RowID, id) })
+			if found {
+				k++
+			}
+			if k <= limit {
+				return encodeRows(l, batch[:k], &through)
+			}
+		}
 		for _, row := range batch {
 			if row.RowID > through {
 				return encodeRows(l, rows, &through)
@@ -385,8 +398,14 @@ func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
 // (nil: the last page).
 func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 	pg := page{last: last}
-	var buf bytes.Buffer
-	sw, err := wire.NewSegmentWriter(&buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	// The segment is about the rows' payloads and a version each: sized
+	// once, not grown by doubling (a page is hundreds of KB).
+	size := 1024 + len(l.cols)*32
+	for _, row := range rows {
+		size += len(row.Payload) + 10
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	sw, err := wire.NewSegmentWriter(buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
@@ -446,6 +465,24 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
 	}
+	// The first page does not wait for the walk: it is built meanwhile as
+	// an ordinary page (the limit rows after `after`, the key the
+	// page-by-page loop would build), and it is the plan's first page when
+	// it ends at the first boundary; otherwise (rows written since) the
+	// plan builds its own. Without a plan the loop finds it built or
+	// building under that key.
+	firstKey, firstAfter, firstCtx := bk.pageKey, after, ctx
+	first := make(chan struct{})
+	var firstPg page
+	go func() {
+		defer close(first)
+		pg, err := e.pages.get(firstKey, func() (page, error) {
+			return e.buildPage(firstCtx, base.partition, l, eff, firstAfter, base.limit)
+		})
+		if err == nil {
+			firstPg = pg
+		}
+	}()
 	bounds, err := e.bounds.get(bk, func() ([]string, error) {
 		return e.cfg.Store.PageBoundaries(ctx, base.partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: base.limit}, pages)
 	})
@@ -494,6 +531,14 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 			p.wg.Add(1)
 			go func() {
 				defer p.wg.Done()
+				if i == 0 {
+					<-first
+					if firstPg.last != nil && sp.through != nil && *firstPg.last == *sp.through {
+						j.pg = firstPg
+						close(j.done)
+						return
+					}
+				}
 				j.pg, j.err = e.pages.get(sp.key, func() (page, error) {
 					if sp.through == nil {
 						return e.buildPage(ctx, base.partition, l, eff, sp.after, base.limit)

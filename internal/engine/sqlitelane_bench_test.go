@@ -19,6 +19,36 @@ import (
 func BenchmarkBuildImage100k(b *testing.B) {
 	const total = 100_000
 	ctx := context.Background()
+	st, sc := seedBenchTasks(b, total)
+	e := New(Config{Store: st, Schema: sc, Segments: NewMemorySegments(1 << 30)})
+	t, _ := sc.Table("tasks")
+	eff := wire.ScopeMap{{Key: "project_id", Values: []string{"project-1"}}}
+	key := imageKey{partition: "p", epoch: "epoch", table: "tasks", digest: wire.ScopeDigest(map[string][]string{"project_id": {"project-1"}}),
+		schemaVersion: 1, asOf: int64(total / 5000)}
+	var ref imageRef
+	b.ResetTimer()
+	for b.Loop() {
+		probe, err := st.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: eff, Limit: 1001})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ref, err = e.buildImage(ctx, key, t, eff, probe)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	if ref.rowCount != total {
+		b.Fatalf("image of %d rows, want %d", ref.rowCount, total)
+	}
+	b.ReportMetric(float64(ref.byteLength), "bytes/image")
+}
+
+// seedBenchTasks opens a sqlitestore in a temporary directory with a
+// six-column tasks table of total rows, all in scope project_id
+// project-1 of partition p, written in commits of 5,000 rows.
+func seedBenchTasks(b *testing.B, total int) (*sqlitestore.Store, *schema.Compiled) {
+	b.Helper()
+	ctx := context.Background()
 	sc, err := schema.New(1).Table("tasks", "id",
 		schema.String("id"), schema.String("project_id"), schema.String("title").Null(),
 		schema.Integer("n").Null(), schema.Float("score").Null(), schema.Boolean("done")).
@@ -30,7 +60,7 @@ func BenchmarkBuildImage100k(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	b.Cleanup(func() { st.Close() })
 	if err := st.EnsureSchema(ctx, sc); err != nil {
 		b.Fatal(err)
 	}
@@ -60,25 +90,5 @@ func BenchmarkBuildImage100k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	e := New(Config{Store: st, Schema: sc, Segments: NewMemorySegments(1 << 30)})
-	t, _ := sc.Table("tasks")
-	eff := wire.ScopeMap{{Key: "project_id", Values: []string{"project-1"}}}
-	key := imageKey{partition: "p", epoch: "epoch", table: "tasks", digest: wire.ScopeDigest(map[string][]string{"project_id": {"project-1"}}),
-		schemaVersion: 1, asOf: int64(total / 5000)}
-	var ref imageRef
-	b.ResetTimer()
-	for b.Loop() {
-		probe, err := st.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: eff, Limit: 1001})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ref, err = e.buildImage(ctx, key, t, eff, probe)
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	if ref.rowCount != total {
-		b.Fatalf("image of %d rows, want %d", ref.rowCount, total)
-	}
-	b.ReportMetric(float64(ref.byteLength), "bytes/image")
+	return st, sc
 }

@@ -1,0 +1,82 @@
+// Package rowbuf collects the rows of a store scan for the drivers: in a
+// slice sized for the scan's limit once its first rows show it is not
+// small (a slice grown row by row by append copies a 10,000-row page
+// several times over), with the rows' byte columns cut from shared blocks
+// (one allocation per block instead of one per value).
+package rowbuf
+
+import "github.com/syncgo/syncgo/store"
+
+const (
+	// firstRows is the capacity of the first allocation: a scan that
+	// finds no more rows than this allocates no more than this.
+	firstRows = 512
+	// maxStep bounds the one step to the limit (a caller's limit is not
+	// a promise of rows: a huge one must not allocate for them ahead).
+	maxStep = 1 << 16
+	// blockBytes is the size of a shared block; a value of a quarter of
+	// it or more gets an allocation of its own.
+	blockBytes = 64 << 10
+)
+
+// Buffer collects rows; the zero value is empty and ready. The byte
+// slices it hands out never overlap: each one's capacity ends with its
+// length, so appending to one cannot write into another.
+type Buffer struct {
+	// Limit, when positive, is the number of rows the scan expects at
+	// most: once the first firstRows are full the buffer grows to it in
+	// one step (to at most 65,536 rows). Beyond that (or without it) the
+	// buffer doubles.
+	Limit int
+	rows  []store.Row
+	block []byte
+}
+
+// Add appends a row.
+func (b *Buffer) Add(r store.Row) {
+	if len(b.rows) == cap(b.rows) {
+		n := firstRows
+		switch {
+		case cap(b.rows) == 0:
+		case b.Limit > cap(b.rows) && cap(b.rows) < maxStep:
+			n = min(b.Limit, maxStep)
+		default:
+			n = 2 * cap(b.rows)
+		}
+		grown := make([]store.Row, len(b.rows), n)
+		copy(grown, b.rows)
+		b.rows = grown
+	}
+	b.rows = append(b.rows, r)
+}
+
+// Len is the number of rows added.
+func (b *Buffer) Len() int { return len(b.rows) }
+
+// Rows returns the rows added, in order; nil when none were.
+func (b *Buffer) Rows() []store.Row { return b.rows }
+
+// Alloc returns a slice of n bytes (length and capacity n) for a value
+// to be copied into.
+func (b *Buffer) Alloc(n int) []byte {
+	if n == 0 || n >= blockBytes/4 {
+		return make([]byte, n)
+	}
+	if cap(b.block)-len(b.block) < n {
+		b.block = make([]byte, 0, blockBytes)
+	}
+	start := len(b.block)
+	b.block = b.block[:start+n]
+	return b.block[start : start+n : start+n]
+}
+
+// Copy returns a copy of src in the buffer's blocks: nil for nil, an
+// empty slice for an empty one.
+func (b *Buffer) Copy(src []byte) []byte {
+	if src == nil {
+		return nil
+	}
+	v := b.Alloc(len(src))
+	copy(v, src)
+	return v
+}

@@ -1,0 +1,75 @@
+package rowbuf
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+func TestBufferKeepsOrderAndBytes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ n, limit int }{
+		{0, 0}, {1, 0}, {firstRows, 0}, {firstRows + 1, 0}, {3*firstRows + 7, 0},
+		{firstRows + 1, firstRows + 1}, {3*firstRows + 7, 2 * firstRows}, {10, 10_000}, {firstRows + 1, 1 << 40},
+	} {
+		t.Run(fmt.Sprint(c.n, "/", c.limit), func(t *testing.T) {
+			t.Parallel()
+			n := c.n
+			b := Buffer{Limit: c.limit}
+			for i := range n {
+				payload := bytes.Repeat([]byte{byte(i)}, i%300)
+				if i%97 == 0 {
+					payload = bytes.Repeat([]byte{byte(i)}, blockBytes/4+i) // its own allocation
+				}
+				b.Add(store.Row{RowID: fmt.Sprintf("r%06d", i), Payload: b.Copy(payload)})
+			}
+			got := b.Rows()
+			if len(got) != n || b.Len() != n {
+				t.Fatalf("Rows() = %d rows, Len() = %d; want %d", len(got), b.Len(), n)
+			}
+			if want := min(c.limit, maxStep); n > firstRows && n <= want && cap(got) != want {
+				t.Fatalf("%d rows under a limit of %d: capacity %d, want %d", n, c.limit, cap(got), want)
+			}
+			if n == 0 && got != nil {
+				t.Fatalf("Rows() of an empty buffer = %#v, want nil", got)
+			}
+			for i, r := range got {
+				want := bytes.Repeat([]byte{byte(i)}, i%300)
+				if i%97 == 0 {
+					want = bytes.Repeat([]byte{byte(i)}, blockBytes/4+i)
+				}
+				if r.RowID != fmt.Sprintf("r%06d", i) || !bytes.Equal(r.Payload, want) {
+					t.Fatalf("row %d = %s with %d payload bytes, want r%06d with %d", i, r.RowID, len(r.Payload), i, len(want))
+				}
+				if cap(r.Payload) != len(r.Payload) {
+					t.Fatalf("row %d: payload capacity %d beyond its length %d", i, cap(r.Payload), len(r.Payload))
+				}
+			}
+		})
+	}
+}
+
+// An append to one value must not write into the next one.
+func TestBufferValuesDoNotOverlap(t *testing.T) {
+	t.Parallel()
+	var b Buffer
+	first := b.Copy([]byte("ab"))
+	second := b.Copy([]byte("cd"))
+	_ = append(first, 'x')
+	if string(second) != "cd" {
+		t.Fatalf("second value = %q after an append to the first, want cd", second)
+	}
+}
+
+func TestCopyNilAndEmpty(t *testing.T) {
+	t.Parallel()
+	var b Buffer
+	if got := b.Copy(nil); got != nil {
+		t.Errorf("Copy(nil) = %#v, want nil", got)
+	}
+	if got := b.Copy([]byte{}); got == nil || len(got) != 0 {
+		t.Errorf("Copy(empty) = %#v, want an empty non-nil slice", got)
+	}
+}
