@@ -31,20 +31,29 @@ func pushTaskCommits(t *testing.T, w *sspclient.Client, first, n int, project fu
 
 func inP1(int) string { return "p1" }
 
+// readAheadPair is a writer and a reader (pulling limit commits per
+// window) subscribed to projects under id, both synced once, and n task
+// commits pushed by the writer (project(i) each).
+func readAheadPair(t *testing.T, d e2eDriver, id string, projects []string, limit int32, n int, project func(int) string) (e *metricsEnv, w, r *sspclient.Client) {
+	t.Helper()
+	e = newMetricsEnv(t, d)
+	w = e.client("writer", sspclient.Options{})
+	r = e.client("reader", sspclient.Options{LimitCommits: limit})
+	mustSubscribe(t, w, id, projects...)
+	mustSubscribe(t, r, id, projects...)
+	syncQuiet(t, w)
+	syncQuiet(t, r) // bootstrap of the empty scope: the cursor is at the head
+	pushTaskCommits(t, w, 0, n, project)
+	return e, w, r
+}
+
 // A catch-up in windows of 5 commits: every window after the first was
 // read ahead while the client read the one before, and taken by the
 // client's next request; commits pushed meanwhile are caught up too, and
 // the replica ends equal to the server, every commit once.
 func TestE2EReadAheadCatchUp(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newMetricsEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		r := e.client("reader", sspclient.Options{LimitCommits: 5})
-		mustSubscribe(t, w, "tasks-p1", "p1")
-		mustSubscribe(t, r, "tasks-p1", "p1")
-		syncQuiet(t, w)
-		syncQuiet(t, r) // bootstrap of the empty scope: the cursor is at the head
-		pushTaskCommits(t, w, 0, 23, inP1)
+		e, w, r := readAheadPair(t, d, "tasks-p1", []string{"p1"}, 5, 23, inP1)
 
 		ctx := context.Background()
 		got := 0
@@ -85,14 +94,7 @@ func TestE2EReadAheadCatchUp(t *testing.T) {
 // (sync.cursor_expired) with no commits.
 func TestE2EReadAheadNotAfterPrune(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newMetricsEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		r := e.client("reader", sspclient.Options{LimitCommits: 5})
-		mustSubscribe(t, w, "tasks-p1", "p1")
-		mustSubscribe(t, r, "tasks-p1", "p1")
-		syncQuiet(t, w)
-		syncQuiet(t, r)
-		pushTaskCommits(t, w, 0, 12, inP1)
+		e, _, r := readAheadPair(t, d, "tasks-p1", []string{"p1"}, 5, 12, inP1)
 		ctx := context.Background()
 		res, err := r.Round(ctx)
 		if err != nil {
@@ -129,15 +131,8 @@ func TestE2EReadAheadNotAfterPrune(t *testing.T) {
 // narrowing.
 func TestE2EReadAheadNotAfterNarrowing(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newMetricsEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		r := e.client("reader", sspclient.Options{LimitCommits: 4})
-		mustSubscribe(t, w, "tasks", "p1", "p2")
-		mustSubscribe(t, r, "tasks", "p1", "p2")
-		syncQuiet(t, w)
-		syncQuiet(t, r)
 		alternate := func(i int) string { return []string{"p1", "p2"}[i%2] }
-		pushTaskCommits(t, w, 0, 16, alternate)
+		e, _, r := readAheadPair(t, d, "tasks", []string{"p1", "p2"}, 4, 16, alternate)
 		ctx := context.Background()
 		res, err := r.Round(ctx)
 		if err != nil {
@@ -179,14 +174,7 @@ func TestE2EReadAheadNotAfterNarrowing(t *testing.T) {
 // request is answered with the epoch reset.
 func TestE2EReadAheadNotAcrossEpochs(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newMetricsEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		r := e.client("reader", sspclient.Options{LimitCommits: 5})
-		mustSubscribe(t, w, "tasks-p1", "p1")
-		mustSubscribe(t, r, "tasks-p1", "p1")
-		syncQuiet(t, w)
-		syncQuiet(t, r)
-		pushTaskCommits(t, w, 0, 12, inP1)
+		e, _, r := readAheadPair(t, d, "tasks-p1", []string{"p1"}, 5, 12, inP1)
 		ctx := context.Background()
 		if _, err := r.Round(ctx); err != nil {
 			t.Fatal(err)

@@ -197,21 +197,7 @@ func TestWindowChunkInline(t *testing.T) {
 func TestWindowOnePlan(t *testing.T) {
 	t.Parallel()
 	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
-	var plan []string
-	err := s.read(t.Context(), func(c *conn) error {
-		r, err := c.query("EXPLAIN QUERY PLAN "+windowOneSQL, "p", "tasks", "project_id", "a", int64(0), int64(10))
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			plan = append(plan, r.st.ColumnText(3))
-		}
-		return r.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := queryPlan(t, s, windowOneSQL, "p", "tasks", "project_id", "a", int64(0), int64(10))
 	all := strings.Join(plan, "\n")
 	for _, want := range []string{
 		"SEARCH s USING COVERING INDEX",
@@ -225,6 +211,28 @@ func TestWindowOnePlan(t *testing.T) {
 	if strings.Contains(all, "TEMP B-TREE") || !strings.HasPrefix(plan[0], "SEARCH s ") {
 		t.Errorf("plan sorts or does not start from the change scopes:\n%s", all)
 	}
+}
+
+// queryPlan returns the detail column of EXPLAIN QUERY PLAN for sql, one
+// line per plan step, as the bundled SQLite plans it.
+func queryPlan(t *testing.T, s testStore, sql string, args ...any) []string {
+	t.Helper()
+	var plan []string
+	err := s.read(t.Context(), func(c *conn) error {
+		r, err := c.query("EXPLAIN QUERY PLAN "+sql, args...)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		for r.Next() {
+			plan = append(plan, r.st.ColumnText(3))
+		}
+		return r.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
 
 // TestWindowRangePlans pins the plans of the range read's statements on
@@ -288,21 +296,7 @@ func TestPageBoundariesPlan(t *testing.T) {
 		{boundarySQL, []any{"p", "tasks", "project_id", "a", "", int64(9)}},
 		{boundaryIDsSQL, []any{"p", "tasks", "project_id", "a", "", int64(10)}},
 	} {
-		var plan []string
-		err := s.read(t.Context(), func(c *conn) error {
-			r, err := c.query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			for r.Next() {
-				plan = append(plan, r.st.ColumnText(3))
-			}
-			return r.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		plan := queryPlan(t, s, q.sql, q.args...)
 		all := strings.Join(plan, "\n")
 		if len(plan) != 1 || !strings.Contains(all, "SEARCH sync_row_scopes USING COVERING INDEX sqlite_autoindex_sync_row_scopes_1 (partition=? AND tbl=? AND var=? AND value=? AND row_id>?)") {
 			t.Errorf("the boundary walk does not read the row scope key alone, in order:\n%s", all)

@@ -140,22 +140,7 @@ func TestScanDensePlans(t *testing.T) {
 		{ts.scanRange, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (_sync_partition=? AND _sync_row_id>?)", []any{"p", ""}},
 		{ts.scanRangeLean, "SEARCH tasks USING INDEX sqlite_autoindex_tasks_1 (_sync_partition=? AND _sync_row_id>?)", []any{"p", ""}},
 	} {
-		var plan []string
-		err := s.read(t.Context(), func(c *conn) error {
-			r, err := c.query("EXPLAIN QUERY PLAN "+q.sql, q.args...)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			for r.Next() {
-				plan = append(plan, r.st.ColumnText(3))
-			}
-			return r.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := strings.Join(plan, "\n"); got != q.want {
+		if got := strings.Join(queryPlan(t, s, q.sql, q.args...), "\n"); got != q.want {
 			t.Errorf("plan of\n%s\n= %q, want %q", q.sql, got, q.want)
 		}
 	}
