@@ -43,7 +43,7 @@ func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, e
 		_ = t.write("append commit", sqlAppendCommit, t.partition, seq, c.ClientID, c.ClientCommitID, c.ActorID, c.CreatedAtMs,
 			int64(t.st.version), changes.idx, changes.tbl, changes.rowID, changes.op, changes.rowVersion, changes.scopes,
 			changes.payload, sc.tbl, sc.vars, sc.values, ts.tbl, ts.rowID)
-		t.b.pending[len(t.b.pending)-1].append = true
+		t.b.pending[len(t.b.pending)-1].appended = &appendedCommit{seq: seq, commit: c, version: int64(t.st.version), changes: changes}
 	} else {
 		t.appendChunked(seq, c, changes, chunk)
 	}
@@ -74,6 +74,22 @@ func (t *writeTx) appendChunked(seq int64, c store.NewCommit, changes *changeArr
 		hi := min(lo+chunk, len(ts.tbl))
 		_ = t.write("append commit: tombstones", sqlUpsertTombstones, t.partition, seq, ts.tbl[lo:hi], ts.rowID[lo:hi])
 	}
+}
+
+// appendedCommit is the content of an append in one statement, and the
+// journal record that joined it (nil before).
+type appendedCommit struct {
+	seq     int64
+	commit  store.NewCommit
+	version int64
+	changes *changeArrays
+	result  *journalRecord
+}
+
+// journalRecord is a push result written with its commit's append.
+type journalRecord struct {
+	clientID, clientCommitID string
+	body                     []byte
 }
 
 // changeArrays are the columns of a commit's changes, one array per

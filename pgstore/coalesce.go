@@ -76,65 +76,29 @@ type appendColumns struct {
 	totalElems int
 }
 
-// add appends the arguments of one sqlAppendCommit or
-// sqlAppendCommitResult statement; false when they are not of the form
-// coalescing takes (a tombstone, an argument of another type).
-func (a *appendColumns) add(d deferred) bool {
-	args := d.args
-	want := 19
-	if d.sql == sqlAppendCommitResult {
-		want = 22
-	}
-	if len(args) != want {
+// add appends one commit's append; false when it writes a tombstone.
+func (a *appendColumns) add(ac *appendedCommit) bool {
+	ch := ac.changes
+	if len(ch.tombstones.tbl) > 0 {
 		return false
 	}
-	seq, ok1 := args[1].(int64)
-	clientID, ok2 := args[2].(string)
-	commitID, ok3 := args[3].(string)
-	actor, ok4 := args[4].(string)
-	createdAt, ok5 := args[5].(int64)
-	writerVersion, ok6 := args[6].(int64)
-	idx, ok7 := args[7].([]int32)
-	tbl, ok8 := args[8].([]string)
-	row, ok9 := args[9].([]string)
-	op, ok10 := args[10].([]int16)
-	version, ok11 := args[11].([]*int64)
-	scopes, ok12 := args[12].([]string)
-	payload, ok13 := args[13].([][]byte)
-	scTbl, ok14 := args[14].([]string)
-	scVar, ok15 := args[15].([]string)
-	scValue, ok16 := args[16].([]string)
-	tombTbl, ok17 := args[17].([]string)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9 && ok10 && ok11 && ok12 && ok13 && ok14 && ok15 && ok16 && ok17) ||
-		len(tombTbl) > 0 {
-		return false
-	}
-	n := len(idx)
-	if len(tbl) != n || len(row) != n || len(op) != n || len(version) != n || len(scopes) != n || len(payload) != n ||
-		len(scVar) != len(scTbl) || len(scValue) != len(scTbl) {
-		return false
-	}
-	if want == 22 {
-		jClient, okA := args[19].(string)
-		jCommit, okB := args[20].(string)
-		record, okC := args[21].([]byte)
-		if !okA || !okB || !okC {
-			return false
-		}
-		a.jClient, a.jCommit, a.jRecord = append(a.jClient, jClient), append(a.jCommit, jCommit), append(a.jRecord, string(record))
-	}
-	a.seq, a.clientID, a.commitID = append(a.seq, seq), append(a.clientID, clientID), append(a.commitID, commitID)
-	a.actor, a.createdAt, a.writerVersion = append(a.actor, actor), append(a.createdAt, createdAt), append(a.writerVersion, writerVersion)
-	for range n {
+	c, seq := ac.commit, ac.seq
+	a.seq, a.clientID, a.commitID = append(a.seq, seq), append(a.clientID, c.ClientID), append(a.commitID, c.ClientCommitID)
+	a.actor, a.createdAt, a.writerVersion = append(a.actor, c.ActorID), append(a.createdAt, c.CreatedAtMs), append(a.writerVersion, ac.version)
+	for range ch.idx {
 		a.chSeq = append(a.chSeq, seq)
 	}
-	a.chIdx, a.chTbl, a.chRow, a.chOp = append(a.chIdx, idx...), append(a.chTbl, tbl...), append(a.chRow, row...), append(a.chOp, op...)
-	a.chVersion, a.chScopes, a.chPayload = append(a.chVersion, version...), append(a.chScopes, scopes...), append(a.chPayload, payload...)
-	for range scTbl {
+	a.chIdx, a.chTbl, a.chRow, a.chOp = append(a.chIdx, ch.idx...), append(a.chTbl, ch.tbl...), append(a.chRow, ch.rowID...), append(a.chOp, ch.op...)
+	a.chVersion, a.chScopes, a.chPayload = append(a.chVersion, ch.rowVersion...), append(a.chScopes, ch.scopes...), append(a.chPayload, ch.payload...)
+	sc := ch.scopeEntries
+	for range sc.tbl {
 		a.scSeq = append(a.scSeq, seq)
 	}
-	a.scTbl, a.scVar, a.scValue = append(a.scTbl, scTbl...), append(a.scVar, scVar...), append(a.scValue, scValue...)
-	a.totalElems += max(n, len(scTbl))
+	a.scTbl, a.scVar, a.scValue = append(a.scTbl, sc.tbl...), append(a.scVar, sc.vars...), append(a.scValue, sc.values...)
+	if r := ac.result; r != nil {
+		a.jClient, a.jCommit, a.jRecord = append(a.jClient, r.clientID), append(a.jCommit, r.clientCommitID), append(a.jRecord, string(r.body))
+	}
+	a.totalElems += max(len(ch.idx), len(sc.tbl))
 	return true
 }
 
@@ -157,8 +121,8 @@ func (b *batch) coalescedTail() []deferred {
 		case d.ctl && d.owner != nil && (d.sql == sqlSavepointCommit || d.sql == sqlReleaseCommit):
 		case !d.ctl && d.owner != nil && d.what == "upsert row":
 			upserts = append(upserts, d)
-		case !d.ctl && d.owner != nil && (d.sql == sqlAppendCommit || d.sql == sqlAppendCommitResult):
-			if !cols.add(d) {
+		case !d.ctl && d.owner != nil && d.appended != nil:
+			if !cols.add(d.appended) {
 				return nil
 			}
 			appends++

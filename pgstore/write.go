@@ -44,9 +44,10 @@ type deferred struct {
 	rows func(pgx.Rows) error
 	// owner is the commit that queued it (nil: the batch's own).
 	owner *writeTx
-	// append marks an append in one statement (sqlAppendCommit), which
-	// the commit's push result can join.
-	append bool
+	// appended is what an append in one statement (sqlAppendCommit or,
+	// once the commit's push result joined it, sqlAppendCommitResult)
+	// writes: the push result's join and the coalesced appends read it.
+	appended *appendedCommit
 }
 
 // batch is one database transaction on one pooled connection: the

@@ -130,11 +130,13 @@ func (t *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID st
 		if err := t.usable(ctx); err != nil {
 			return false, err
 		}
-		if n := len(t.b.pending); n > 0 && t.b.pending[n-1].append && t.b.pending[n-1].owner == t {
+		if n := len(t.b.pending); n > 0 && t.b.pending[n-1].owner == t &&
+			t.b.pending[n-1].appended != nil && t.b.pending[n-1].appended.result == nil {
 			// Right after the commit's append: one statement for both.
 			d := &t.b.pending[n-1]
-			d.sql, d.append = sqlAppendCommitResult, false
+			d.sql = sqlAppendCommitResult
 			d.args = append(d.args, clientID, clientCommitID, body)
+			d.appended.result = &journalRecord{clientID, clientCommitID, body}
 			t.writes++
 			return true, nil
 		}
