@@ -100,6 +100,20 @@ func benchAppend(b *testing.B, open Opener, ops, writers int, distinct bool) {
 // The first 10,000 commits are written through the store (Write, 500 per
 // transaction); a longer log is built from them by copying the log's rows
 // in SQL (extendLog) when the store is a RawExecer, else written too.
+// benchPartition opens a store with the fixture schema and the partition
+// touched: the start of the benchmarks that read one partition.
+func benchPartition(b *testing.B, open Opener, partition string) store.Store {
+	b.Helper()
+	s := open(b)
+	if err := s.EnsureSchema(b.Context(), FixtureSchema(b)); err != nil {
+		b.Fatalf("EnsureSchema: %v", err)
+	}
+	if _, err := s.TouchPartition(b.Context(), partition, 1000, epochOf(partition)); err != nil {
+		b.Fatalf("TouchPartition: %v", err)
+	}
+	return s
+}
+
 func BenchmarkCommitWindow(b *testing.B, open Opener) {
 	sizes := []int{1_000, 10_000, 100_000}
 	if os.Getenv("SYNCGO_BENCH_WINDOW_1M") != "" {
@@ -107,15 +121,9 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 	}
 	for _, size := range sizes {
 		b.Run(fmt.Sprintf("log=%d", size), func(b *testing.B) {
-			s := open(b)
-			ctx := b.Context()
-			if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
-				b.Fatalf("EnsureSchema: %v", err)
-			}
 			const partition = "bench"
-			if _, err := s.TouchPartition(ctx, partition, 1000, epochOf(partition)); err != nil {
-				b.Fatalf("TouchPartition: %v", err)
-			}
+			s := benchPartition(b, open, partition)
+			ctx := b.Context()
 			written := size
 			rx, bulk := s.(RawExecer)
 			if bulk {
@@ -196,15 +204,9 @@ UPDATE sync_partitions SET max_commit_seq = %[4]d WHERE partition = '%[1]s'`, pa
 // they were written in, as with random ids.
 func BenchmarkScanPages(b *testing.B, open Opener) {
 	const rows, limit = 20_000, 2_000
-	s := open(b)
-	ctx := b.Context()
-	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
-		b.Fatalf("EnsureSchema: %v", err)
-	}
 	const partition = "bench"
-	if _, err := s.TouchPartition(ctx, partition, 1000, epochOf(partition)); err != nil {
-		b.Fatalf("TouchPartition: %v", err)
-	}
+	s := benchPartition(b, open, partition)
+	ctx := b.Context()
 	const perWrite = 500
 	for done := 0; done < rows; done += perWrite {
 		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {

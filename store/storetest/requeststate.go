@@ -169,14 +169,8 @@ func testRequestStateDeferred(t *testing.T, open Opener) {
 // ("separate"), and in one ReadRequestState ("combined", skipped on a
 // store without it).
 func BenchmarkRequestEntry(b *testing.B, open Opener) {
-	s := open(b)
+	s := benchPartition(b, open, "p1")
 	ctx := b.Context()
-	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
-		b.Fatalf("EnsureSchema: %v", err)
-	}
-	if _, err := s.TouchPartition(ctx, "p1", 1000, epochOf("p1")); err != nil {
-		b.Fatalf("TouchPartition: %v", err)
-	}
 	rec := deferBase("c1")
 	if err := s.PutClient(ctx, "p1", rec); err != nil {
 		b.Fatalf("PutClient: %v", err)
