@@ -42,11 +42,6 @@ func TestParkedSocketDeliversAndReads(t *testing.T) {
 					Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}}}}))
 			c.ack(cur)
 			e.until("the first ack", func(s *session) bool { return !s.suppressed && s.ackCursor == cur })
-			parked := func(s *session) bool {
-				s.conn.mu.Lock()
-				defer s.conn.mu.Unlock()
-				return s.conn.parked
-			}
 			if polled {
 				e.until("parked after the ack", parked)
 			}
@@ -68,14 +63,7 @@ func TestParkedSocketDeliversAndReads(t *testing.T) {
 			if st := e.hub.Stats(); st.Deltas != 3 {
 				t.Fatalf("stats %+v: want 3 deltas", st)
 			}
-			_ = c.nc.Close()
-			deadline := time.Now().Add(raceWait)
-			for e.hub.Stats().Sessions != 0 {
-				if time.Now().After(deadline) {
-					t.Fatal("the session outlived its closed socket")
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
+			closeAndWaitGone(t, e, c)
 		})
 	}
 }
@@ -197,11 +185,6 @@ func TestParkedSocketAcksWithoutReader(t *testing.T) {
 	if m := c.next(); !isHello(m) {
 		t.Fatalf("first message %q, want hello", m.data)
 	}
-	parked := func(s *session) bool {
-		s.conn.mu.Lock()
-		defer s.conn.mu.Unlock()
-		return s.conn.parked
-	}
 	e.until("parked", parked)
 	readers := e.hub.polledReaders.Load()
 	writeRaw := func(b []byte) {
@@ -240,14 +223,7 @@ func TestParkedSocketAcksWithoutReader(t *testing.T) {
 	if n := e.hub.polledReaders.Load() - readers; n != 1 {
 		t.Fatalf("%d reader goroutines for the ping, want 1", n)
 	}
-	_ = c.nc.Close()
-	deadline := time.Now().Add(raceWait)
-	for e.hub.Stats().Sessions != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the session outlived its closed socket")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	closeAndWaitGone(t, e, c)
 }
 
 // TestReleaseAfterChurn: a burst of connects and disconnects at least
@@ -343,4 +319,26 @@ func BenchmarkAckRead(b *testing.B) {
 			}
 		}
 	})
+}
+
+// parked reports whether the session's socket is parked with the poller
+// (no reader goroutine).
+func parked(s *session) bool {
+	s.conn.mu.Lock()
+	defer s.conn.mu.Unlock()
+	return s.conn.parked
+}
+
+// closeAndWaitGone closes the client's socket and waits until the hub has
+// no session left.
+func closeAndWaitGone(t *testing.T, e *raceEnv, c *raceClient) {
+	t.Helper()
+	_ = c.nc.Close()
+	deadline := time.Now().Add(raceWait)
+	for e.hub.Stats().Sessions != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session outlived its closed socket")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
