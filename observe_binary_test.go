@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -92,7 +93,13 @@ func TestBinaryAdminListener(t *testing.T) {
 	if o, _ := c.Outcome(id); o.Status != wire.PushApplied {
 		t.Fatalf("push: %s", statusOf(o))
 	}
+	// A request is counted when its handler returns, which can be just
+	// after the client read the whole response: the count may lag it.
 	m := scrape()
+	for deadline := time.Now().Add(5 * time.Second); m.must(t, "syncgo_http_requests_total", "route", "sync", "code", "200") < 2 &&
+		time.Now().Before(deadline); m = scrape() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if v := m.must(t, "syncgo_push_commits_total", "status", "applied"); v != 1 {
 		t.Errorf("applied pushes = %v, want 1", v)
 	}

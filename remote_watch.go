@@ -125,7 +125,7 @@ func (h *watchHub) notify(n CommitNotice) {
 	}
 	h.mu.Unlock()
 	if p != nil {
-		h.dispatch(n.Partition, tables)
+		h.dispatch(n.Partition, tables, n.Seq)
 	}
 }
 
@@ -143,7 +143,7 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 		}
 		h.mu.Unlock()
 		for _, id := range parts {
-			h.dispatch(id, nil)
+			h.dispatch(id, nil, 0)
 		}
 		return
 	}
@@ -176,7 +176,7 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 	commits, err := h.s.cfg.Store.ReadCommits(ctx, n.Partition, after, n.Seq, remoteWatchBatch)
 	if err != nil {
 		h.s.cfg.Logger.Warn("operation watches: reading a commit failed; rerunning every watch", "partition", n.Partition, "err", err)
-		h.dispatch(n.Partition, nil)
+		h.dispatch(n.Partition, nil, n.Seq)
 		return
 	}
 	var tables []string
@@ -188,7 +188,7 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 		}
 	}
 	if len(tables) > 0 {
-		h.dispatch(n.Partition, tables)
+		h.dispatch(n.Partition, tables, n.Seq)
 	}
 }
 
@@ -196,8 +196,12 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 const remoteWatchBatch = 1000
 
 // dispatch reruns the watches of a partition whose query names one of
-// tables (nil: every watch).
-func (h *watchHub) dispatch(partition string, tables []string) {
+// tables (nil: every watch), for commits through seq: a watch whose last
+// result already read the log through seq (its snapshot's maxCommitSeq,
+// read in the same database snapshot as its rows) is not rerun, as when
+// the listener brings a commit that was in the log before the watch
+// started. seq 0 reruns them whatever they read.
+func (h *watchHub) dispatch(partition string, tables []string, seq int64) {
 	h.mu.Lock()
 	var sessions []*watchSession
 	if p := h.parts[partition]; p != nil {
@@ -209,7 +213,7 @@ func (h *watchHub) dispatch(partition string, tables []string) {
 	for _, s := range sessions {
 		s.mu.Lock()
 		for _, w := range s.watches {
-			if tables == nil || dependsOn(w.cq.tables, tables) {
+			if (tables == nil || dependsOn(w.cq.tables, tables)) && (seq == 0 || seq > w.seen) {
 				s.triggerLocked(w)
 			}
 		}
@@ -260,6 +264,9 @@ type watchState struct {
 	running bool
 	dirty   bool
 	last    []byte // the last snapshot sent, to skip an identical one
+	// seen is the maxCommitSeq of the last result read: commits through
+	// it are in that result.
+	seen int64
 }
 
 // handleWatchSocket upgrades GET /operations/realtime to a watch socket
@@ -460,6 +467,9 @@ func (s *watchSession) run(w *watchState) {
 			w.running = false
 			s.mu.Unlock()
 			return
+		}
+		if err == nil {
+			w.seen = max(w.seen, resp.MaxCommitSeq)
 		}
 		send := merr == nil && !bytes.Equal(b, w.last)
 		if send {
