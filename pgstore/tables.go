@@ -208,7 +208,7 @@ func writeRowsSQL(ts *tableSQL, names []string) string {
 		"gone AS (DELETE FROM sync_row_scopes d USING unnest($3::text[]) AS r(row_id)\n" +
 		"  CROSS JOIN LATERAL (SELECT s.ctid, s.var, s.value FROM sync_row_scopes s\n" +
 		"    WHERE s.partition = $1 AND s.tbl = $2 AND s.row_id COLLATE \"default\" = r.row_id OFFSET 0) x\n" +
-		"  WHERE d.ctid = x.ctid AND NOT EXISTS (SELECT 1 FROM " + entries + " WHERE e.row_id = r.row_id AND e.var = x.var AND e.value = x.value))\n" +		"INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) SELECT $1, $2, e.var, e.value, e.row_id FROM " + entries + " ON CONFLICT DO NOTHING"
+		"  WHERE d.ctid = x.ctid AND NOT EXISTS (SELECT 1 FROM " + entries + " WHERE e.row_id = r.row_id AND e.var = x.var AND e.value = x.value))\n" + "INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) SELECT $1, $2, e.var, e.value, e.row_id FROM " + entries + " ON CONFLICT DO NOTHING"
 }
 
 // scanSQL is the row scan of a table: candidates from sync_row_scopes on
