@@ -401,7 +401,7 @@ func (h *Hub) Close() {
 	defer deadline.Stop()
 	for _, s := range sessions {
 		select {
-		case <-s.conn.sent:
+		case <-s.conn.sentC():
 		case <-deadline.C:
 			return
 		}
