@@ -99,6 +99,17 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		return store.CommitWindow{}, err
 	}
 	w := &windowReader{q: q}
+	sc, _ := s.windowScratch.Get().(*windowScratch)
+	if sc == nil {
+		sc = &windowScratch{}
+	}
+	w.rng.cands, w.rng.heads = sc.cands[:0], sc.heads[:0]
+	defer func() {
+		// Neither escapes into the window: the commits are copies of the
+		// heads, and the candidates are only compared with.
+		sc.cands, sc.heads = w.rng.cands[:0], w.rng.heads[:0]
+		s.windowScratch.Put(sc)
+	}()
 	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
 		w.one, w.single = values[0], true
 	} else {
@@ -510,6 +521,15 @@ const rangeCommitsSQL = `SELECT commit_seq, created_at_ms, actor_id, client_id, 
 const rangeChangesSQL = `SELECT commit_seq, row_id, op, row_version, scopes, payload FROM sync_changes
  WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 AND tbl=?4 ORDER BY commit_seq, idx`
 
+// windowScratch is what a window read takes from Store.windowScratch and
+// gives back: its range reads' candidate and commit-row buffers, which a
+// catch-up fills to rangeChunk per window. Without it every window grew
+// both from nothing, about 100 KB of allocations each.
+type windowScratch struct {
+	cands []int64
+	heads []store.Commit
+}
+
 // rangeScan is what the range reads of a window reuse: the candidates,
 // their commits (Seq 0: none, pruned while the window was read), the
 // changes' backing array and a payload arena. The commits returned share
@@ -561,7 +581,7 @@ func readWindowRange(c *conn, partition string, w *windowReader, after int64) (i
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
 	}
-	rs.cands = rs.cands[:0]
+	rs.cands = slices.Grow(rs.cands[:0], rangeChunk)
 	for r.Next() {
 		rs.cands = append(rs.cands, r.st.ColumnInt64(0))
 	}
