@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -214,12 +215,12 @@ func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error 
 	}
 	if r.commit {
 		ws.actor, ws.client = intern(v[2], ws.actor), intern(v[3], ws.client)
-		r.actor, r.client, r.clientCommit = ws.actor, ws.client, string(v[4])
+		r.actor, r.client, r.clientCommit = ws.actor, ws.client, ws.text(v[4])
 	}
 	if r.change = v[5] != nil; !r.change {
 		return nil
 	}
-	r.rowID = string(v[5])
+	r.rowID = ws.text(v[5])
 	if len(v[6]) != 2 {
 		return fmt.Errorf("read commit window: %d bytes for an int2", len(v[6]))
 	}
@@ -255,6 +256,24 @@ type windowScan struct {
 	scopesRaw     []byte
 	scopes        wire.StoredScopes
 	actor, client string
+	// strs holds the bytes of the row ids and client commit ids read
+	// (text): one allocation per block instead of one per string.
+	strs []byte
+}
+
+// text returns b as a string whose bytes live in the scan's string
+// arena. The arena is only ever appended to, and a full block is left
+// as it is for a new one, so the strings never change.
+func (ws *windowScan) text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(ws.strs)-len(ws.strs) < len(b) {
+		ws.strs = make([]byte, 0, max(len(b), min(2*cap(ws.strs), arenaBlock), arenaFirst))
+	}
+	start := len(ws.strs)
+	ws.strs = append(ws.strs, b...)
+	return unsafe.String(&ws.strs[start], len(b))
 }
 
 // decodeScopes decodes a scopes column, or returns the last decoding
@@ -373,7 +392,7 @@ func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
 		}
 		ws := &w.scan
 		ws.actor, ws.client = intern(actor, ws.actor), intern(client, ws.client)
-		h.actor, h.client, h.clientCommit = ws.actor, ws.client, string(ccid)
+		h.actor, h.client, h.clientCommit = ws.actor, ws.client, ws.text(ccid)
 		w.heads = append(w.heads, h)
 	}
 	return rows.Err()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"zombiezen.com/go/sqlite"
 
@@ -281,6 +282,27 @@ type windowScan struct {
 	scopesRaw     []byte
 	scopes        wire.StoredScopes
 	actor, client string
+	// strs holds the bytes of the row ids and client commit ids read
+	// (arenaText): one allocation per block instead of one per string.
+	strs []byte
+}
+
+// arenaText reads column i as a string whose bytes live in the scan's
+// string arena. The arena is only ever appended to, and a full block is
+// left as it is for a new one, so the strings never change.
+func (ws *windowScan) arenaText(st *sqlite.Stmt, i int) string {
+	n := st.ColumnLen(i)
+	if n == 0 {
+		return ""
+	}
+	if cap(ws.strs)-len(ws.strs) < n {
+		ws.strs = make([]byte, 0, max(n, min(2*cap(ws.strs), arenaBlock), arenaFirst))
+	}
+	start := len(ws.strs)
+	ws.strs = ws.strs[:start+n]
+	b := ws.strs[start : start+n : start+n]
+	st.ColumnBytes(i, b)
+	return unsafe.String(&b[0], n)
 }
 
 // column copies column i's bytes into the scan buffer; the slice is valid
@@ -361,9 +383,9 @@ func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after in
 			n++
 			ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
 			cur = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
-				ClientCommitID: st.ColumnText(4)}
+				ClientCommitID: ws.arenaText(st, 4)}
 		}
-		ch := store.Change{Table: w.q.Table, RowID: st.ColumnText(5), Op: wire.Op(st.ColumnInt64(6)),
+		ch := store.Change{Table: w.q.Table, RowID: ws.arenaText(st, 5), Op: wire.Op(st.ColumnInt64(6)),
 			RowVersion: st.ColumnInt64(7), Payload: columnBytes(st, 9)}
 		if ch.Scopes, err = ws.decodeScopes(st, 8); err != nil {
 			return 0, 0, err
@@ -646,7 +668,7 @@ func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *win
 		}
 		ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
 		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
-			ClientCommitID: st.ColumnText(4)}
+			ClientCommitID: ws.arenaText(st, 4)}
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("read commit window: %w", err)
@@ -712,7 +734,7 @@ func (w *windowReader) readRangeChanges(c *conn, partition string, cands []int64
 		if !store.MatchScopes(ch.Scopes, w.q.Scopes) {
 			continue
 		}
-		ch.RowID, ch.Payload = st.ColumnText(1), rs.payload(st, 5)
+		ch.RowID, ch.Payload = ws.arenaText(st, 1), rs.payload(st, 5)
 		rs.chs = append(rs.chs, ch)
 	}
 	if err := r.Err(); err != nil {
