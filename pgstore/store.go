@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,10 @@ type Store struct {
 	writeErrors atomic.Int64
 	batches     atomic.Int64
 	commits     atomic.Int64
+
+	// windowScratch keeps the candidate and commit-row buffers of window
+	// reads (*windowScratch, window.go) from one window to the next.
+	windowScratch sync.Pool
 }
 
 var _ store.Store = (*Store)(nil)
