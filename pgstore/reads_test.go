@@ -267,16 +267,22 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
+	// A new table has its order index (order_index.go): the scans join
+	// the table by it.
+	if !ts.ordered {
+		t.Fatal("the scans of a new table do not use its order index")
+	}
+	tableIndex := orderIndexName("tasks")
 	vals := []string{"a", "b"}
 	if plan := explain(sqlCommitWindow, "p", "tasks", "project_id", vals, int64(0), int64(10), 100); !strings.Contains(plan, "Index Only Scan using sync_change_scopes_pkey") {
 		t.Errorf("the window does not read the change scope index:\n%s", plan)
 	}
 	if plan := explain(ts.scanAfter, "p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
+		!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort Key: s.row_id") {
 		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
 	}
 	if plan := explain(ts.scanAfterOne, "p", "tasks", vals, "project_id", []byte(`{}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
+		!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
 		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
 	}
 	// One value of one key: its range of the row scope index in order,
@@ -288,7 +294,7 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 			args = append(args, "x")
 		}
 		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
+			!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
 			t.Errorf("the single-value scan does not read the row scope index in order without a sort:\n%s", plan)
 		}
 	}
@@ -298,6 +304,12 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 	if plan := explain(sqlPageBoundaries, "p", "tasks", "project_id", vals, "", int64(101), int64(10)); !regexp.MustCompile(`Limit[^\n]*\n\s*->  Index Only Scan using sync_row_scopes_pkey`).MatchString(plan) ||
 		strings.Contains(plan, "tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
 		t.Errorf("the page boundary walk does not read the row scope key alone, in order:\n%s", plan)
+	}
+	// The walk of one value: its range of the row scope key numbered in
+	// the key's order, with no sort of the entries.
+	if plan := explain(sqlPageBoundariesOne, "p", "tasks", "project_id", "a", "", int64(101), int64(10)); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+		strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, " on tasks") || strings.Contains(plan, "sync_row_scopes_by_row") {
+		t.Errorf("the single-value boundary walk does not number the row scope key's range in order:\n%s", plan)
 	}
 	for _, after := range []bool{false, true} {
 		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}

@@ -77,8 +77,11 @@ type tableSQL struct {
 	// so the merge of the values (an ORDER BY over the page) is left out.
 	scanFirstValue string
 	scanAfterValue string
-	listFirst      string
-	listAfter      string
+	// ordered is whether the scans join the table by its order index
+	// (order_index.go) rather than its primary key.
+	ordered   bool
+	listFirst string
+	listAfter string
 }
 
 // rowColumns are the columns a read returns, in scanRow order.
@@ -137,14 +140,26 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 	order := " ORDER BY " + quoteIdent(colRowID) + ` COLLATE "C" LIMIT $2`
 	ts.listFirst = list + order
 	ts.listAfter = list + " AND " + quoteIdent(colRowID) + ` COLLATE "C" > $3` + order
-	ts.scanFirst = scanSQL(ts.quoted, false, true, true)
-	ts.scanAfter = scanSQL(ts.quoted, true, true, true)
-	ts.scanFirstOne = scanSQL(ts.quoted, false, false, true)
-	ts.scanAfterOne = scanSQL(ts.quoted, true, false, true)
-	ts.scanFirstValue = scanSQL(ts.quoted, false, false, false)
-	ts.scanAfterValue = scanSQL(ts.quoted, true, false, false)
+	ts.setScans(false)
 	return ts
 }
+
+// setScans generates the scans, joining the app table by its order index
+// (ordered) or by its primary key.
+func (ts *tableSQL) setScans(ordered bool) {
+	ts.ordered = ordered
+	ts.scanFirst = scanSQL(ts.quoted, false, true, true, ordered)
+	ts.scanAfter = scanSQL(ts.quoted, true, true, true, ordered)
+	ts.scanFirstOne = scanSQL(ts.quoted, false, false, true, ordered)
+	ts.scanAfterOne = scanSQL(ts.quoted, true, false, true, ordered)
+	ts.scanFirstValue = scanSQL(ts.quoted, false, false, false, ordered)
+	ts.scanAfterValue = scanSQL(ts.quoted, true, false, false, ordered)
+}
+
+// useOrderIndex switches the scans to the table's order index, which the
+// catalog shows valid; before the table's statements are published
+// (EnsureSchemaWith), never after.
+func (ts *tableSQL) useOrderIndex() { ts.setScans(true) }
 
 // scanSQL is the row scan of a table: candidates from sync_row_scopes on
 // the first key, one ordered, limited range per value, each checked
@@ -159,7 +174,11 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 // declared COLLATE "C", so the range and the order come from its primary
 // key. The join to the app table compares under the collation of its
 // primary key ("default"), or Postgres, seeing two collations, could not
-// use that key and would filter the partition's rows instead.
+// use that key and would filter the partition's rows instead; with the
+// table's order index (ordered, order_index.go) it compares under "C",
+// the index's, and bounds the table's side by $7 too, so that Postgres can
+// walk the two indexes side by side (a merge join) instead of probing the
+// primary key once per row.
 //
 // Without others (a single key) the per-row check of the other keys is
 // left out: $5 is then only tested once for NULL (it is never NULL), which
@@ -170,11 +189,20 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 // the page by Postgres would only cost it time (about a fifth of a
 // 10,000-row page's execution). The order the rows arrive in is checked
 // by the reader (collectScanRows), which sorts a page that is not.
-func scanSQL(table string, after, others, merge bool) string {
+func scanSQL(table string, after, others, merge, ordered bool) string {
 	rid := "s.row_id COLLATE \"C\""
 	cond := ""
 	if after {
 		cond = " AND " + rid + " > $7"
+	}
+	join := `t.` + quoteIdent(colRowID) + ` = s.row_id COLLATE "default"`
+	if ordered {
+		join = `t.` + quoteIdent(colRowID) + ` COLLATE "C" = s.row_id`
+		if after {
+			// The bound of the table's side of a merge join: Postgres
+			// does not carry the range of s.row_id over the equality.
+			join += ` AND t.` + quoteIdent(colRowID) + ` COLLATE "C" > $7`
+		}
 	}
 	check := `
        AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
@@ -197,7 +225,7 @@ func scanSQL(table string, after, others, merge bool) string {
            t.` + quoteIdent(colColumnVersions) + ` AS column_versions
       FROM sync_row_scopes s
       JOIN ` + table + ` t ON t.` + quoteIdent(colPartition) + ` = s.partition
-                          AND t.` + quoteIdent(colRowID) + ` = s.row_id COLLATE "default"
+                          AND ` + join + `
      WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $4 AND s.value = v.value` + cond + check + `
      ORDER BY ` + rid + `
      LIMIT $6) r` + outer

@@ -1,0 +1,103 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/schema"
+)
+
+// The order index of an app table: its rows by (_sync_partition,
+// _sync_row_id COLLATE "C"), the bytewise order of the row scans. The
+// primary key is in the database collation, so without it a page scan
+// probes the primary key once per row of the row scope index (a descent
+// comparing under the collation at every level: most of a cold 100,000-row
+// bootstrap's time in the backends). With it the scan walks both in the
+// same order (a merge join) or, for a sparse scope value, probes it with
+// bytewise comparisons.
+//
+// It is created with a new table, and for a table that lacks it at a
+// schema bump, under the migration barrier (schemaDDL). Opening a database
+// at the running version creates nothing: a table without the index (a
+// database created before it, or by the reference server) is scanned by
+// the primary key join as before, until a bump or the operator creates it
+// (CREATE INDEX CONCURRENTLY, docs/operations.md; read at EnsureSchema).
+// Its name does not start with schema.IndexPrefix: it is no declared
+// index, and the owned-index upkeep leaves it alone.
+
+// orderIndexPrefix starts the name of every order index.
+const orderIndexPrefix = "sync_order_"
+
+// maxIdentifier is the longest identifier Postgres keeps (NAMEDATALEN-1
+// bytes); a longer one is truncated.
+const maxIdentifier = 63
+
+// orderIndexName is the name of table's order index: the prefix and the
+// table's name, or, when that is too long for an identifier, a prefix of
+// it and a hash of the whole name (two long names that share their start
+// get two names).
+func orderIndexName(table string) string {
+	name := orderIndexPrefix + table
+	if len(name) <= maxIdentifier {
+		return name
+	}
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	suffix := fmt.Sprintf("_%016x", h.Sum64())
+	cut := maxIdentifier - len(suffix)
+	for cut > 0 && name[cut]&0xC0 == 0x80 { // not inside a UTF-8 sequence
+		cut--
+	}
+	return name[:cut] + suffix
+}
+
+// orderIndexSQL creates the order index of a table (name unquoted).
+func orderIndexSQL(table string) string {
+	return "CREATE INDEX IF NOT EXISTS " + quoteIdent(orderIndexName(table)) + " ON " + quoteIdent(table) +
+		" (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ` COLLATE "C")`
+}
+
+// sqlOrderIndexes returns the tables of $1 whose order index ($2, the
+// same position) is there, valid and of the right key: a plain btree
+// index of (_sync_partition, _sync_row_id), the second under "C". Tables
+// and indexes are resolved through the search_path like the unqualified
+// statements. It reads the catalog tables alone, which takes no lock on
+// the app tables (no pg_get_indexdef): a start is never queued behind DDL
+// waiting on them (TestOpenUpToDateTakesNoLock).
+const sqlOrderIndexes = `SELECT n.tbl
+  FROM unnest($1::text[], $2::text[]) AS n(tbl, ix)
+  JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.ix))
+  JOIN pg_am am ON am.oid = c.relam
+  JOIN pg_index i ON i.indexrelid = c.oid
+ WHERE am.amname = 'btree' AND i.indrelid = to_regclass(quote_ident(n.tbl)) AND i.indisvalid AND i.indisready
+   AND NOT i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL AND i.indnkeyatts = 2
+   AND array(SELECT a.attname::text
+               FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+              ORDER BY k.ord) = ARRAY['` + colPartition + `', '` + colRowID + `']
+   AND i.indcollation[1] = (SELECT oid FROM pg_collation WHERE collname = 'C' AND collnamespace = 'pg_catalog'::regnamespace)`
+
+// orderIndexes reads which of c's tables have their order index.
+func orderIndexes(ctx context.Context, q querier, c *schema.Compiled) (map[string]bool, error) {
+	tables := make([]string, len(c.Tables()))
+	names := make([]string, len(tables))
+	for i, t := range c.Tables() {
+		tables[i], names[i] = t.Name(), orderIndexName(t.Name())
+	}
+	rows, err := q.Query(ctx, sqlOrderIndexes, tables, names)
+	if err != nil {
+		return nil, fmt.Errorf("read order indexes: %w", err)
+	}
+	out := map[string]bool{}
+	var table string
+	if _, err := pgx.ForEachRow(rows, []any{&table}, func() error {
+		out[table] = true
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read order indexes: %w", err)
+	}
+	return out, nil
+}

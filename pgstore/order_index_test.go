@@ -1,0 +1,132 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/syncgo/syncgo/store"
+)
+
+// TestOrderIndex: a new table gets its order index and the scans join by
+// it; a database whose table lacks it (created before it) is opened
+// without any DDL and scanned by the primary key, with the same rows;
+// the index an operator builds is taken at the next EnsureSchema, and a
+// schema bump creates it. An index of the name but another key is not
+// taken.
+func TestOrderIndex(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	ctx := context.Background()
+	c1 := testSchema(t, 1)
+	ensure(t, s, c1)
+	if ts, _ := s.table("tasks"); !ts.ordered || !strings.Contains(ts.scanAfterValue, `COLLATE "C" = s.row_id`) {
+		t.Fatalf("a new table's scans do not join by its order index (ordered %v)", ts.ordered)
+	}
+	var ws []store.RowWrite
+	for i := range 40 {
+		// Ids whose bytewise order differs from a linguistic one.
+		ws = append(ws, task{id: fmt.Sprintf("%c-%02d", "aB_é"[i%4], i), project: "p1", owner: "o"}.write(t, c1, 1))
+	}
+	apply(t, s, "p", ws...)
+	scanAll := func(s *Store) []string {
+		t.Helper()
+		var ids []string
+		var after *string
+		for {
+			rows, err := s.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p1"), After: after, Limit: 7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				ids = append(ids, r.RowID)
+			}
+			if len(rows) < 7 {
+				return ids
+			}
+			after = &rows[len(rows)-1].RowID
+		}
+	}
+	want := scanAll(s)
+	if len(want) != 40 || !slices.IsSorted(want) {
+		t.Fatalf("ordered scan: %d rows, sorted %v: %q", len(want), slices.IsSorted(want), want)
+	}
+	boundaries := func(s *Store) []string {
+		t.Helper()
+		got, err := s.PageBoundaries(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p1"), Limit: 7}, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	wantB := []string{want[6], want[13], want[20], want[27], want[34]}
+	if got := boundaries(s); !slices.Equal(got, wantB) {
+		t.Errorf("boundaries %q, want %q", got, wantB)
+	}
+
+	// A database from before the index: opened at the same version, no
+	// DDL, the primary key join, the same rows.
+	admin(t, testURL(t), "DROP INDEX "+name+"."+orderIndexName("tasks"))
+	old := openIn(t, name, Config{})
+	ensure(t, old, c1)
+	if ts, _ := old.table("tasks"); ts.ordered || strings.Contains(ts.scanAfterValue, `COLLATE "C" = s.row_id`) {
+		t.Fatal("a table without its order index is scanned by it")
+	}
+	if n := queryInt(t, old, `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = $1`, orderIndexName("tasks")); n != 0 {
+		t.Fatalf("opening at the running version created the order index")
+	}
+	if got := scanAll(old); !slices.Equal(got, want) {
+		t.Errorf("primary key scan %q, want %q", got, want)
+	}
+	if got := boundaries(old); !slices.Equal(got, wantB) {
+		t.Errorf("boundaries %q, want %q", got, wantB)
+	}
+
+	// An index of the name but another key is not the order index.
+	admin(t, testURL(t), "CREATE INDEX "+orderIndexName("tasks")+" ON "+name+".tasks (_sync_partition, _sync_row_id)")
+	wrong := openIn(t, name, Config{})
+	ensure(t, wrong, c1)
+	if ts, _ := wrong.table("tasks"); ts.ordered {
+		t.Error("an index of another key is taken for the order index")
+	}
+	admin(t, testURL(t), "DROP INDEX "+name+"."+orderIndexName("tasks"))
+
+	// The operator's concurrent build, taken at the next EnsureSchema.
+	admin(t, testURL(t), "CREATE INDEX CONCURRENTLY "+orderIndexName("tasks")+" ON "+name+`.tasks (_sync_partition, _sync_row_id COLLATE "C")`)
+	built := openIn(t, name, Config{})
+	ensure(t, built, c1)
+	if ts, _ := built.table("tasks"); !ts.ordered {
+		t.Error("the operator's order index is not taken")
+	}
+	if got := scanAll(built); !slices.Equal(got, want) {
+		t.Errorf("scan by the operator's index %q, want %q", got, want)
+	}
+
+	// A bump creates it for a table that lacks it.
+	admin(t, testURL(t), "DROP INDEX "+name+"."+orderIndexName("tasks"))
+	bumped := openIn(t, name, Config{})
+	ensure(t, bumped, testSchema(t, 2))
+	if ts, _ := bumped.table("tasks"); !ts.ordered {
+		t.Error("a bump did not create the order index of an existing table")
+	}
+	if got := scanAll(bumped); !slices.Equal(got, want) {
+		t.Errorf("scan after the bump %q, want %q", got, want)
+	}
+}
+
+// TestOrderIndexName: within Postgres's identifier length, distinct for
+// long names that share their start, never cut inside a UTF-8 sequence.
+func TestOrderIndexName(t *testing.T) {
+	if got := orderIndexName("tasks"); got != "sync_order_tasks" {
+		t.Errorf("orderIndexName(tasks) = %q", got)
+	}
+	long1, long2 := strings.Repeat("é", 40)+"a", strings.Repeat("é", 40)+"b"
+	n1, n2 := orderIndexName(long1), orderIndexName(long2)
+	if len(n1) > maxIdentifier || len(n2) > maxIdentifier || n1 == n2 || !utf8.ValidString(n1) {
+		t.Errorf("long names: %q (%d), %q (%d)", n1, len(n1), n2, len(n2))
+	}
+}
