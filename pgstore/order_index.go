@@ -10,23 +10,27 @@ import (
 	"github.com/syncgo/syncgo/schema"
 )
 
-// The order index of an app table: its rows by (_sync_partition,
-// _sync_row_id COLLATE "C"), the bytewise order of the row scans. The
-// primary key is in the database collation, so without it a page scan
-// probes the primary key once per row of the row scope index (a descent
-// comparing under the collation at every level: most of a cold 100,000-row
-// bootstrap's time in the backends). With it the scan walks both in the
-// same order (a merge join) or, for a sparse scope value, probes it with
-// bytewise comparisons.
+// Row scans read an app table in bytewise row-id order (COLLATE "C"),
+// joined to the row scope key, whose row_id is COLLATE "C". A table whose
+// primary key is in that order, or that has an order index, is "ordered":
+// the scan walks the row scope key and the table side by side (a merge
+// join) instead of probing the primary key once per row (a descent
+// comparing under the database collation at every level: 0.63 of the
+// 0.66 s the backends spent on a cold 100,000-row bootstrap).
 //
-// It is created with a new table, and for a table that lacks it at a
-// schema bump, under the migration barrier (schemaDDL). Opening a database
-// at the running version creates nothing: a table without the index (a
-// database created before it, or by the reference server) is scanned by
-// the primary key join as before, until a bump or the operator creates it
-// (CREATE INDEX CONCURRENTLY, docs/operations.md; read at EnsureSchema).
-// Its name does not start with schema.IndexPrefix: it is no declared
-// index, and the owned-index upkeep leaves it alone.
+//   - A table syncgo creates declares _sync_row_id COLLATE "C": its primary
+//     key is the order (equality is the same in every deterministic
+//     collation, so the keys it holds are the same). Nothing else changes:
+//     no second index to maintain on each insert.
+//   - A table created before (or by the reference server) keeps its
+//     primary key in the database collation, and opening it at the
+//     running version creates nothing; it is scanned by the primary key
+//     join as before, unless the operator builds the order index, the
+//     table's rows by (_sync_partition, _sync_row_id COLLATE "C"), with
+//     CREATE INDEX CONCURRENTLY (docs/operations.md), which the next
+//     EnsureSchema reads from the catalog. Its name does not start with
+//     schema.IndexPrefix: it is no declared index, and the owned-index
+//     upkeep leaves it alone.
 
 // orderIndexPrefix starts the name of every order index.
 const orderIndexPrefix = "sync_order_"
@@ -54,20 +58,22 @@ func orderIndexName(table string) string {
 	return name[:cut] + suffix
 }
 
-// orderIndexSQL creates the order index of a table (name unquoted).
-func orderIndexSQL(table string) string {
-	return "CREATE INDEX IF NOT EXISTS " + quoteIdent(orderIndexName(table)) + " ON " + quoteIdent(table) +
-		" (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ` COLLATE "C")`
-}
-
-// sqlOrderIndexes returns the tables of $1 whose order index ($2, the
-// same position) is there, valid and of the right key: a plain btree
-// index of (_sync_partition, _sync_row_id), the second under "C". Tables
+// sqlOrderIndexes returns the tables of $1 that are ordered: the
+// primary key's _sync_row_id is under "C", or the table's order index ($2,
+// the same position) is there, valid and of the right key (a plain btree
+// index of (_sync_partition, _sync_row_id), the second under "C"). Tables
 // and indexes are resolved through the search_path like the unqualified
 // statements. It reads the catalog tables alone, which takes no lock on
 // the app tables (no pg_get_indexdef): a start is never queued behind DDL
 // waiting on them (TestOpenUpToDateTakesNoLock).
-const sqlOrderIndexes = `SELECT n.tbl
+const sqlOrderIndexes = `WITH c AS (SELECT oid FROM pg_collation WHERE collname = 'C' AND collnamespace = 'pg_catalog'::regnamespace)
+SELECT n.tbl
+  FROM unnest($1::text[], $2::text[]) AS n(tbl, ix)
+ WHERE EXISTS (SELECT 1 FROM pg_attribute a, c
+                WHERE a.attrelid = to_regclass(quote_ident(n.tbl)) AND a.attname = '` + colRowID + `'
+                  AND a.attcollation = c.oid)
+UNION
+SELECT n.tbl
   FROM unnest($1::text[], $2::text[]) AS n(tbl, ix)
   JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.ix))
   JOIN pg_am am ON am.oid = c.relam
@@ -80,7 +86,7 @@ const sqlOrderIndexes = `SELECT n.tbl
               ORDER BY k.ord) = ARRAY['` + colPartition + `', '` + colRowID + `']
    AND i.indcollation[1] = (SELECT oid FROM pg_collation WHERE collname = 'C' AND collnamespace = 'pg_catalog'::regnamespace)`
 
-// orderIndexes reads which of c's tables have their order index.
+// orderIndexes reads which of c's tables are ordered.
 func orderIndexes(ctx context.Context, q querier, c *schema.Compiled) (map[string]bool, error) {
 	tables := make([]string, len(c.Tables()))
 	names := make([]string, len(tables))

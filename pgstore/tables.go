@@ -77,8 +77,9 @@ type tableSQL struct {
 	// so the merge of the values (an ORDER BY over the page) is left out.
 	scanFirstValue string
 	scanAfterValue string
-	// ordered is whether the scans join the table by its order index
-	// (order_index.go) rather than its primary key.
+	// ordered is whether the scans join the table under "C", by its
+	// primary key or its order index (order_index.go), rather than by its
+	// primary key in the database collation.
 	ordered   bool
 	listFirst string
 	listAfter string
@@ -144,8 +145,8 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 	return ts
 }
 
-// setScans generates the scans, joining the app table by its order index
-// (ordered) or by its primary key.
+// setScans generates the scans, joining the app table under "C" (ordered)
+// or under the database collation.
 func (ts *tableSQL) setScans(ordered bool) {
 	ts.ordered = ordered
 	ts.scanFirst = scanSQL(ts.quoted, false, true, true, ordered)
@@ -156,8 +157,8 @@ func (ts *tableSQL) setScans(ordered bool) {
 	ts.scanAfterValue = scanSQL(ts.quoted, true, false, false, ordered)
 }
 
-// useOrderIndex switches the scans to the table's order index, which the
-// catalog shows valid; before the table's statements are published
+// useOrderIndex switches the scans to the join under "C", for a table the
+// catalog shows ordered; before the table's statements are published
 // (EnsureSchemaWith), never after.
 func (ts *tableSQL) useOrderIndex() { ts.setScans(true) }
 
@@ -174,10 +175,10 @@ func (ts *tableSQL) useOrderIndex() { ts.setScans(true) }
 // declared COLLATE "C", so the range and the order come from its primary
 // key. The join to the app table compares under the collation of its
 // primary key ("default"), or Postgres, seeing two collations, could not
-// use that key and would filter the partition's rows instead; with the
-// table's order index (ordered, order_index.go) it compares under "C",
-// the index's, and bounds the table's side by $7 too, so that Postgres can
-// walk the two indexes side by side (a merge join) instead of probing the
+// use that key and would filter the partition's rows instead. An ordered
+// table (order_index.go: its primary key under "C", or an order index) is
+// joined under "C", and its side bounded by $7 too, so that Postgres can
+// walk the two keys side by side (a merge join) instead of probing the
 // primary key once per row.
 //
 // Without others (a single key) the per-row check of the other keys is
