@@ -67,13 +67,13 @@ func orderIndexName(table string) string {
 // the app tables (no pg_get_indexdef): a start is never queued behind DDL
 // waiting on them (TestOpenUpToDateTakesNoLock).
 const sqlOrderIndexes = `WITH c AS (SELECT oid FROM pg_collation WHERE collname = 'C' AND collnamespace = 'pg_catalog'::regnamespace)
-SELECT n.tbl
+SELECT n.tbl, true
   FROM unnest($1::text[], $2::text[]) AS n(tbl, ix)
  WHERE EXISTS (SELECT 1 FROM pg_attribute a, c
                 WHERE a.attrelid = to_regclass(quote_ident(n.tbl)) AND a.attname = '` + colRowID + `'
                   AND a.attcollation = c.oid)
-UNION
-SELECT n.tbl
+UNION ALL
+SELECT n.tbl, false
   FROM unnest($1::text[], $2::text[]) AS n(tbl, ix)
   JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.ix))
   JOIN pg_am am ON am.oid = c.relam
@@ -86,8 +86,17 @@ SELECT n.tbl
               ORDER BY k.ord) = ARRAY['` + colPartition + `', '` + colRowID + `']
    AND i.indcollation[1] = (SELECT oid FROM pg_collation WHERE collname = 'C' AND collnamespace = 'pg_catalog'::regnamespace)`
 
-// orderIndexes reads which of c's tables are ordered.
-func orderIndexes(ctx context.Context, q querier, c *schema.Compiled) (map[string]bool, error) {
+// orderKind is how an app table is in bytewise row-id order.
+type orderKind int
+
+const (
+	unordered  orderKind = iota
+	orderIndex           // by its order index; the key is in the database collation
+	orderKey             // by its primary key (_sync_row_id COLLATE "C")
+)
+
+// orderIndexes reads how c's tables are ordered (absent: unordered).
+func orderIndexes(ctx context.Context, q querier, c *schema.Compiled) (map[string]orderKind, error) {
 	tables := make([]string, len(c.Tables()))
 	names := make([]string, len(tables))
 	for i, t := range c.Tables() {
@@ -97,10 +106,17 @@ func orderIndexes(ctx context.Context, q querier, c *schema.Compiled) (map[strin
 	if err != nil {
 		return nil, fmt.Errorf("read order indexes: %w", err)
 	}
-	out := map[string]bool{}
-	var table string
-	if _, err := pgx.ForEachRow(rows, []any{&table}, func() error {
-		out[table] = true
+	out := map[string]orderKind{}
+	var (
+		table string
+		key   bool
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&table, &key}, func() error {
+		kind := orderIndex
+		if key {
+			kind = orderKey
+		}
+		out[table] = max(out[table], kind)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("read order indexes: %w", err)

@@ -273,6 +273,32 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		t.Fatal("the scans of a new table do not join by its bytewise key")
 	}
 	tableIndex := "tasks_pkey"
+	// The app table with statistics: on an empty table every index of the
+	// partition costs the same for a probe.
+	for i := range 50 {
+		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
+		t.Fatal(err)
+	}
+	// The dense scan of one value: the value's entries and the table's
+	// key, each a range in order; the probing scans never merge-join
+	// (a sparse value would read the partition's key between its rows).
+	for _, sql := range []string{ts.scanDenseFirst, ts.scanDenseAfter} {
+		args := []any{"p", "tasks", []string{"a"}, "project_id", []byte(`{}`), 100}
+		if sql == ts.scanDenseAfter {
+			args = append(args, "x")
+		}
+		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
+			t.Errorf("the dense scan does not read the two keys:\n%s", plan)
+		}
+	}
+	for _, sql := range []string{ts.scanAfterValue, ts.scanAfterOne, ts.scanAfter} {
+		if plan := explain(sql, "p", "tasks", []string{"a", "b"}, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); strings.Contains(plan, "Merge Join") {
+			t.Errorf("a probing scan merge-joins:\n%s", plan)
+		}
+	}
 	vals := []string{"a", "b"}
 	if plan := explain(sqlCommitWindow, "p", "tasks", "project_id", vals, int64(0), int64(10), 100); !strings.Contains(plan, "Index Only Scan using sync_change_scopes_pkey") {
 		t.Errorf("the window does not read the change scope index:\n%s", plan)
@@ -320,15 +346,7 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
 		}
 	}
-	// The reads ahead of a batch: a primary-key probe per key (the app
-	// table's with statistics: on an empty table every index of the
-	// partition costs the same).
-	for i := range 50 {
-		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
-	}
-	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
-		t.Fatal(err)
-	}
+	// The reads ahead of a batch: a primary-key probe per key.
 	for name, q := range map[string]struct {
 		plan, index, key string
 	}{

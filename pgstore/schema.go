@@ -92,8 +92,8 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls 
 		return fmt.Errorf("ensure schema: %w", err)
 	}
 	for name, ts := range st.tables {
-		if ordered[name] {
-			ts.useOrderIndex()
+		if kind := ordered[name]; kind != unordered {
+			ts.useOrder(kind)
 		}
 	}
 	s.schema.Store(st)
