@@ -255,14 +255,17 @@ func scanSQL(table string, after, others, merge bool, kind orderKind) string {
 
 // scanDenseSQL is the scan of one value of one key of an ordered table
 // (order_index.go): the page's entries of the row scope key (p) and, in
-// the same bytewise order, the first $6+denseSlack rows of the table after
-// the cursor, walked side by side; each entry left-joins its row within
-// that window. When the value is dense (its rows are most of the table's
+// the same bytewise order, as many rows of the table from the first entry
+// on as there are entries and denseSlack more, walked side by side; each entry
+// left-joins its row within that window (sized by the entries, not by the
+// limit: a value of 10 rows reads 74 rows of the table, not 10,064). When the value is dense (its rows are most of the table's
 // in the range) every entry finds its row and the page is done; an entry
 // whose row lies past the window comes back with server_version -1, and
 // the caller reads the page by the probing scan instead (ScanRows). So the
 // table is read in key order, as SQLite's dense walk does, and a sparse
-// value costs at most one window more. Parameters as scanSQL's.
+// page costs at most a window of its own size more (a 1,000-row value of
+// 101,000 rows: 5-11 ms for the dense attempt, 33 ms for the probes, load
+// 12). Parameters as scanSQL's.
 func scanDenseSQL(table string, after bool) string {
 	cond, tcond := "", ""
 	if after {
@@ -282,8 +285,9 @@ SELECT p.row_id, coalesce(w.server_version, -1), w.scopes, w.payload, w.column_v
            t.` + quoteIdent(colColumnVersions) + ` AS column_versions
       FROM ` + table + ` t
      WHERE t.` + quoteIdent(colPartition) + ` = $1` + tcond + `
+       AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT min(p.row_id) FROM p)
      ORDER BY t.` + quoteIdent(colRowID) + ` COLLATE "C"
-     LIMIT $6 + ` + fmt.Sprint(denseSlack) + `) w ON w.row_id = p.row_id
+     LIMIT (SELECT count(*) FROM p) + ` + fmt.Sprint(denseSlack) + `) w ON w.row_id = p.row_id
  ORDER BY p.row_id COLLATE "C"`
 }
 
