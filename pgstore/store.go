@@ -54,8 +54,9 @@ type Store struct {
 	roundTrips atomic.Int64
 	// coalesced counts the batches whose appends went as one statement,
 	// tailFallbacks those whose coalesced tail failed and was sent again
-	// commit by commit (coalesce.go; tests).
-	coalesced, tailFallbacks atomic.Int64
+	// commit by commit, coalescedRows the writeRows statements of the
+	// coalesced tails that committed (coalesce.go; tests read them).
+	coalesced, tailFallbacks, coalescedRows atomic.Int64
 
 	writes      atomic.Int64
 	writeErrors atomic.Int64
