@@ -28,6 +28,25 @@ const sqlPageBoundaries = `SELECT w.row_id, w.n FROM (
  WHERE w.n % $7 IN (0, 1 % $7)
  ORDER BY w.n`
 
+// sqlPageBoundariesOne is sqlPageBoundaries for a single scope value ($4):
+// its range of the row scope key is in row-id order already, so the
+// entries are numbered as the index returns them, with no merge of
+// values and no sort of them (the sort of 100,000 entries, spilled to
+// disk at the default work_mem, was most of a 100,000-row walk).
+// Whatever index Postgres picks, the walk is one pass: a walk stepping
+// from boundary to boundary (OFFSET per page) was tried, and without
+// statistics Postgres ran each step over sync_row_scopes_by_row from the
+// start of the table's entries.
+const sqlPageBoundariesOne = `SELECT w.row_id, w.n FROM (
+  SELECT s.row_id, row_number() OVER (ORDER BY s.row_id COLLATE "C") AS n
+    FROM sync_row_scopes s
+   WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $3 AND s.value = $4
+     AND s.row_id COLLATE "C" > $5
+   ORDER BY s.row_id COLLATE "C"
+   LIMIT $6) w
+ WHERE w.n % $7 IN (0, 1 % $7)
+ ORDER BY w.n`
+
 // PageBoundaries implements store.Store in one statement over the row
 // scope index.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
@@ -54,7 +73,11 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 	if q.After != nil {
 		after = *q.After
 	}
-	rows, err := s.pool.Query(ctx, sqlPageBoundaries, partition, q.Table, first.Key, first.Values, after,
+	sql, values := sqlPageBoundaries, any(first.Values)
+	if len(first.Values) == 1 {
+		sql, values = sqlPageBoundariesOne, first.Values[0]
+	}
+	rows, err := s.pool.Query(ctx, sql, partition, q.Table, first.Key, values, after,
 		int64(q.Limit)*int64(pages)+1, int64(q.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("page boundaries: %w", err)

@@ -90,8 +90,8 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 }
 
 // schemaDDL returns the statements that bring the app tables of c to
-// their declared shape: CREATE TABLE, ADD COLUMN for missing columns, and
-// the declared indexes (an owned sync_ix_ index that differs from its
+// their declared shape: CREATE TABLE (_sync_row_id under "C", see
+// order_index.go), ADD COLUMN for missing columns, and the declared indexes (an owned sync_ix_ index that differs from its
 // declaration, or is no longer declared, is dropped and re-created).
 func schemaDDL(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[string]map[string]physicalColumn) ([]string, error) {
 	owned, err := ownedIndexes(ctx, tx, c)
@@ -103,7 +103,7 @@ func schemaDDL(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[stri
 		q := quoteIdent(t.Name())
 		have, exists := cols[t.Name()]
 		if !exists {
-			defs := []string{quoteIdent(colPartition) + " TEXT NOT NULL", quoteIdent(colRowID) + " TEXT NOT NULL"}
+			defs := []string{quoteIdent(colPartition) + " TEXT NOT NULL", quoteIdent(colRowID) + ` TEXT COLLATE "C" NOT NULL`}
 			if t.Materialize() {
 				for _, col := range t.Columns() {
 					defs = append(defs, quoteIdent(col.Name)+" "+sqlType(col.Type))

@@ -267,16 +267,48 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		}
 		return strings.Join(lines, "\n")
 	}
+	// A new table's primary key is in bytewise row-id order
+	// (order_index.go): the scans join the table by it, under "C".
+	if !ts.ordered {
+		t.Fatal("the scans of a new table do not join by its bytewise key")
+	}
+	tableIndex := "tasks_pkey"
+	// The app table with statistics: on an empty table every index of the
+	// partition costs the same for a probe.
+	for i := range 50 {
+		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
+		t.Fatal(err)
+	}
+	// The dense scan of one value: the value's entries and the table's
+	// key, each a range in order; the probing scans never merge-join
+	// (a sparse value would read the partition's key between its rows).
+	for _, sql := range []string{ts.scanDenseFirst, ts.scanDenseAfter} {
+		args := []any{"p", "tasks", []string{"a"}, "project_id", []byte(`{}`), 100}
+		if sql == ts.scanDenseAfter {
+			args = append(args, "x")
+		}
+		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
+			t.Errorf("the dense scan does not read the two keys:\n%s", plan)
+		}
+	}
+	for _, sql := range []string{ts.scanAfterValue, ts.scanAfterOne, ts.scanAfter} {
+		if plan := explain(sql, "p", "tasks", []string{"a", "b"}, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); strings.Contains(plan, "Merge Join") {
+			t.Errorf("a probing scan merge-joins:\n%s", plan)
+		}
+	}
 	vals := []string{"a", "b"}
 	if plan := explain(sqlCommitWindow, "p", "tasks", "project_id", vals, int64(0), int64(10), 100); !strings.Contains(plan, "Index Only Scan using sync_change_scopes_pkey") {
 		t.Errorf("the window does not read the change scope index:\n%s", plan)
 	}
 	if plan := explain(ts.scanAfter, "p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") {
+		!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort Key: s.row_id") {
 		t.Errorf("the scan does not read the row scope index in order:\n%s", plan)
 	}
 	if plan := explain(ts.scanAfterOne, "p", "tasks", vals, "project_id", []byte(`{}`), 100, "x"); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-		!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
+		!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, "jsonb_each") {
 		t.Errorf("the single-key scan does not read the row scope index in order, or checks other keys per row:\n%s", plan)
 	}
 	// One value of one key: its range of the row scope index in order,
@@ -288,7 +320,7 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 			args = append(args, "x")
 		}
 		if plan := explain(sql, args...); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
-			!strings.Contains(plan, "Index Scan using tasks_pkey") || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
+			!strings.Contains(plan, "Index Scan using "+tableIndex) || strings.Contains(plan, "Sort") || strings.Contains(plan, "Gather") {
 			t.Errorf("the single-value scan does not read the row scope index in order without a sort:\n%s", plan)
 		}
 	}
@@ -299,6 +331,12 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		strings.Contains(plan, "tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
 		t.Errorf("the page boundary walk does not read the row scope key alone, in order:\n%s", plan)
 	}
+	// The walk of one value: its range of the row scope key numbered in
+	// the key's order, with no sort of the entries.
+	if plan := explain(sqlPageBoundariesOne, "p", "tasks", "project_id", "a", "", int64(101), int64(10)); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+		strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, " on tasks") || strings.Contains(plan, "sync_row_scopes_by_row") {
+		t.Errorf("the single-value boundary walk does not number the row scope key's range in order:\n%s", plan)
+	}
 	for _, after := range []bool{false, true} {
 		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}
 		if after {
@@ -308,15 +346,7 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 			t.Errorf("the scan (after %v) reads sync_row_scopes_by_row:\n%s", after, plan)
 		}
 	}
-	// The reads ahead of a batch: a primary-key probe per key (the app
-	// table's with statistics: on an empty table every index of the
-	// partition costs the same).
-	for i := range 50 {
-		apply(t, s, "p", task{id: fmt.Sprintf("r%d", i), project: "a", owner: "o", rank: ptr(int64(i % 3))}.write(t, c, 1))
-	}
-	if _, err := conn.Exec(ctx, "ANALYZE tasks"); err != nil {
-		t.Fatal(err)
-	}
+	// The reads ahead of a batch: a primary-key probe per key.
 	for name, q := range map[string]struct {
 		plan, index, key string
 	}{

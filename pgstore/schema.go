@@ -87,6 +87,15 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls 
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
+	ordered, err := orderIndexes(ctx, s.pool, c)
+	if err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
+	for name, ts := range st.tables {
+		if kind := ordered[name]; kind != unordered {
+			ts.useOrder(kind)
+		}
+	}
 	if err := st.markRowsBatch(ctx, s.pool, c); err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}

@@ -59,6 +59,7 @@ WHERE segment_id = $1 RETURNING byte_length`
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
 ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segments.expires_at_ms, EXCLUDED.expires_at_ms)
 RETURNING byte_length`
+	sqlSegmentLZ4     = `SET LOCAL default_toast_compression = lz4`
 	sqlPublishSegment = `INSERT INTO sync_segment_publications(segment_id, context, partition, log_epoch, tbl,
   schema_version, media_type, scope_digest, as_of_commit_seq, row_cursor, next_row_cursor, row_count,
   created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
@@ -79,6 +80,15 @@ func (g segmentStore) PublishSegment(ctx context.Context, id string, b []byte, p
 		if errors.Is(err, pgx.ErrNoRows) {
 			if b == nil {
 				return store.ErrNotFound
+			}
+			if g.s.segmentLZ4 {
+				// Postgres compresses the bytes it stores out of line;
+				// pglz took 20-30 ms of the backend per 570 KB segment
+				// (a cold 100,000-row bootstrap writes ten), lz4 a
+				// fifth of it, for 15 % more bytes stored.
+				if _, err := tx.Exec(ctx, sqlSegmentLZ4); err != nil {
+					return err
+				}
 			}
 			err = tx.QueryRow(ctx, sqlInsertSegment, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
 				mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,

@@ -1,11 +1,13 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -71,5 +73,38 @@ func TestSegmentStorageOnDiskBounded(t *testing.T) {
 		float64(at12)/(1<<20), float64(end)/(1<<20), 60*10*64.0/1024, float64(peakLive)/(1<<20))
 	if end > at12*3/2 {
 		t.Fatalf("the segment tables grew from %d to %d bytes under a steady stream; want them bounded", at12, end)
+	}
+}
+
+// TestSegmentCompression: a segment's bytes are stored compressed with lz4
+// where the server has it (pglz otherwise, Postgres's default) and read
+// back whole.
+func TestSegmentCompression(t *testing.T) {
+	t.Parallel()
+	s := openTest(t).(testStore)
+	ctx := context.Background()
+	b := []byte(strings.Repeat("a compressible segment body ", 10000))
+	sum := sha256.Sum256(b)
+	id := "sha256:" + hex.EncodeToString(sum[:])
+	pub := store.SegmentPublication{Partition: "p", LogEpoch: "e", Table: "tasks", SchemaVersion: 1,
+		MediaType: wire.MediaRows, ScopeDigest: "d", AsOfCommitSeq: 1, RowCount: 1, CreatedAtMs: 1, ExpiresAtMs: 2}
+	if err := s.SegmentStore().PublishSegment(ctx, id, b, pub); err != nil {
+		t.Fatal(err)
+	}
+	var method string
+	var lz4 bool
+	if err := s.pool.QueryRow(ctx, `SELECT pg_column_compression(bytes), `+"("+sqlToastLZ4+")"+` FROM sync_segments WHERE segment_id = $1`, id).Scan(&method, &lz4); err != nil {
+		t.Fatal(err)
+	}
+	want := "pglz"
+	if lz4 {
+		want = "lz4"
+	}
+	if method != want || s.segmentLZ4 != lz4 {
+		t.Errorf("segment stored with %q (store's lz4 %v), want %q", method, s.segmentLZ4, want)
+	}
+	var got []byte
+	if err := s.pool.QueryRow(ctx, `SELECT bytes FROM sync_segments WHERE segment_id = $1`, id).Scan(&got); err != nil || !bytes.Equal(got, b) {
+		t.Errorf("segment read back: %d bytes, %v", len(got), err)
 	}
 }

@@ -35,6 +35,9 @@ type Store struct {
 	// selected at Open (current_schema()): commit notifications carry it,
 	// since NOTIFY channels are database-wide.
 	dbSchema string
+	// segmentLZ4 is whether a segment's bytes are stored compressed with
+	// lz4 rather than pglz (segments.go): read at Open.
+	segmentLZ4 bool
 	// listenProbe is how long the listen connection may stay silent before
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
@@ -124,8 +127,15 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.pool.QueryRow(ctx, sqlCurrentSchema).Scan(&s.dbSchema); err != nil {
 		return fmt.Errorf("current schema: %w", err)
 	}
+	if err := s.pool.QueryRow(ctx, sqlToastLZ4).Scan(&s.segmentLZ4); err != nil {
+		return fmt.Errorf("toast compression: %w", err)
+	}
 	return nil
 }
+
+// sqlToastLZ4 reports whether the server can compress TOAST values with
+// lz4 (Postgres 14 and later, built with it).
+const sqlToastLZ4 = `SELECT coalesce((SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'), false)`
 
 // Pool returns the connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
