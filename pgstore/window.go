@@ -43,6 +43,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if q.StateAfter {
 		w.running = &q.Running
 	}
+	if q.ThroughSeq-q.AfterSeq <= s.shortWindow {
+		return w.readShortWindow(ctx, s, partition, ts.name, first, q.AfterSeq, q.ThroughSeq)
+	}
 	after := q.AfterSeq
 	for {
 		candidates, last, err := w.readPage(ctx, s, partition, ts.name, first, after, q.ThroughSeq, page)

@@ -1,0 +1,183 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// TestWindowShortEqualsPaged: a window over a short range of the log, read
+// in one round trip without the candidate walk (readShortWindow), answers
+// exactly what the paged reads answer (candidates, then range or probe
+// reads) for every range of a log that holds commits of several scopes,
+// commits whose changes are in two scopes, a delete, another partition's
+// commits, scopes in the reference's JSON-string form and a pruned commit:
+// the same commits with the same changes, the same completeness, and the
+// partition and serve gate after them.
+func TestWindowShortEqualsPaged(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	var seqs []int64
+	for i := range 24 {
+		project, owner := []string{"a", "b", "c"}[i%3], []string{"o1", "o2"}[i%2]
+		id := fmt.Sprintf("r%d", i)
+		ws := []store.RowWrite{task{id: id, project: project, owner: owner, title: ptr("t" + id)}.write(t, c, 1)}
+		if i%4 == 1 {
+			// A second change in another scope.
+			ws = append(ws, task{id: id + "x", project: "b", owner: "o1"}.write(t, c, 1))
+		}
+		seqs = append(seqs, apply(t, s, p, ws...))
+		if i%5 == 2 {
+			apply(t, s, "p2", task{id: id, project: project, owner: owner}.write(t, c, 1))
+		}
+	}
+	del := task{id: "r3", project: "a", owner: "o2"}.write(t, c, 2)
+	err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+		seq, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c2", ClientCommitID: "del", ActorID: "a2", CreatedAtMs: 2000,
+			Changes: []store.Change{{Table: "tasks", RowID: "r3", Op: wire.OpDelete, Scopes: del.Scopes}}})
+		seqs = append(seqs, seq)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE sync_changes SET scopes = to_jsonb(scopes::text) WHERE commit_seq % 3 = 0`,
+		`DELETE FROM sync_commits WHERE partition = 'p1' AND commit_seq = ` + fmt.Sprint(seqs[7]),
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	through := seqs[len(seqs)-1]
+	queries := []wire.ScopeMap{
+		scope("project_id", "a"),
+		scope("project_id", "b"),
+		scope("project_id", "a", "c"),
+		{{Key: "project_id", Values: []string{"a", "b"}}, {Key: "owner_id", Values: []string{"o1"}}},
+		scope("owner_id", "o2"),
+		scope("project_id", "zz"),
+	}
+	shortReads := 0
+	for _, sc := range queries {
+		for after := int64(0); after < through; after += 3 {
+			for _, hi := range []int64{after + 1, after + 5, through} {
+				for _, limit := range []int{0, 1, 2, 3} {
+					q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after, ThroughSeq: min(hi, through),
+						LimitChanges: limit, StateAfter: true, Running: 1}
+					s.shortWindow = shortWindowCommits
+					short, err := s.ReadCommitWindow(ctx, p, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s.shortWindow = 0
+					paged, err := s.ReadCommitWindow(ctx, p, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					// The short read always reads the state after its rows
+					// (the paged reads do not when no commit is a candidate).
+					if short.State == nil {
+						t.Fatalf("%v: no state after the window", q)
+					}
+					if short.State.Partition.MaxCommitSeq != through || short.State.Gate.StoredSchemaVersion != 1 ||
+						paged.State != nil && (short.State.Partition != paged.State.Partition ||
+							short.State.Gate.StoredSchemaVersion != paged.State.Gate.StoredSchemaVersion) {
+						t.Errorf("%v: state %+v, paged %+v", q, *short.State, *paged.State)
+					}
+					if short.Complete != paged.Complete || !sameCommits(short.Commits, paged.Commits) {
+						t.Errorf("%v: short %s (complete %v), paged %s (complete %v)", q,
+							commitsString(short.Commits), short.Complete, commitsString(paged.Commits), paged.Complete)
+					}
+					shortReads++
+				}
+			}
+		}
+	}
+	if shortReads < 500 {
+		t.Fatalf("%d comparisons", shortReads)
+	}
+}
+
+func sameCommits(a, b []store.Commit) bool {
+	return slices.EqualFunc(a, b, func(x, y store.Commit) bool {
+		return x.Seq == y.Seq && x.CreatedAtMs == y.CreatedAtMs && x.ActorID == y.ActorID && x.ClientID == y.ClientID &&
+			x.ClientCommitID == y.ClientCommitID && slices.EqualFunc(x.Changes, y.Changes, func(u, v store.Change) bool {
+			return u.Table == v.Table && u.RowID == v.RowID && u.Op == v.Op && u.RowVersion == v.RowVersion &&
+				slices.Equal(u.Scopes, v.Scopes) && bytes.Equal(u.Payload, v.Payload) && (u.Payload == nil) == (v.Payload == nil)
+		})
+	})
+}
+
+func commitsString(cs []store.Commit) string {
+	var b bytes.Buffer
+	for _, c := range cs {
+		fmt.Fprintf(&b, "%d:", c.Seq)
+		for _, ch := range c.Changes {
+			fmt.Fprintf(&b, "%s/%d,", ch.RowID, ch.Op)
+		}
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// BenchmarkRoundWindow reads what a push+pull round's pull reads: the
+// window of the last 64 commits of a 2,000-commit log in one scope, with
+// the partition and the serve gate after it (StateAfter), in one round
+// trip without the candidate walk (read=short) and by the paged reads
+// (read=paged). Figures: the round trips and the backend CPU per window.
+func BenchmarkRoundWindow(b *testing.B) {
+	s, rt := openCounted(b, 4)
+	c := testSchema(b, 1)
+	ensure(b, s, c)
+	ctx := context.Background()
+	const p, size, window = "bench", 2000, 64
+	for done := 0; done < size; done += 500 {
+		err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+			for i := done; i < done+500; i++ {
+				w := task{id: fmt.Sprintf("r%05d", i), project: "bench", owner: "o", title: ptr(fmt.Sprintf("row %05d", i))}.write(b, c, 1)
+				if err := tx.UpsertRow(ctx, w); err != nil {
+					return err
+				}
+				if _, err := tx.AppendCommit(ctx, commitOf(fmt.Sprintf("c%05d", i), upsertChange(w))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", "bench"), AfterSeq: size - window, ThroughSeq: size,
+		LimitChanges: 1000, StateAfter: true, Running: 1}
+	for _, read := range []struct {
+		name  string
+		short int64
+	}{{"short", shortWindowCommits}, {"paged", 0}} {
+		b.Run("read="+read.name, func(b *testing.B) {
+			s.shortWindow = read.short
+			cpu0, cpuOK := backendCPU(b, s)
+			trips := rt.n.Load()
+			for b.Loop() {
+				w, err := s.ReadCommitWindow(ctx, p, q)
+				if err != nil || len(w.Commits) != window || !w.Complete || w.State == nil {
+					b.Fatalf("ReadCommitWindow = %d commits, complete %v, %v", len(w.Commits), w.Complete, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rt.n.Load()-trips)/float64(b.N), "roundtrips/window")
+			if cpu1, ok := backendCPU(b, s); ok && cpuOK {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "pg-µs/window")
+			}
+		})
+	}
+}
