@@ -41,6 +41,10 @@ type Store struct {
 	// in one round trip, without its candidate walk (shortWindowCommits;
 	// 0 in tests of the paged reads).
 	shortWindow int64
+	// shares are the short window reads in flight (window_share.go);
+	// sharedAnswers counts the answers of shared reads (tests).
+	shares        windowShares
+	sharedAnswers atomic.Int64
 
 	// clients is the write-behind of deferred client records
 	// (clients.go); nil on a read-only store.

@@ -32,6 +32,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if !ok || q.ThroughSeq <= q.AfterSeq {
 		return store.CommitWindow{Complete: true}, nil
 	}
+	if q.ThroughSeq-q.AfterSeq <= s.shortWindow {
+		return s.readSharedWindow(ctx, partition, ts.name, q)
+	}
 	page := defaultWindowPageCommits
 	if q.LimitChanges > 0 {
 		// Every matching commit has a matching change, so limit+1
@@ -42,9 +45,6 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
 	if q.StateAfter {
 		w.running = &q.Running
-	}
-	if q.ThroughSeq-q.AfterSeq <= s.shortWindow {
-		return w.readShortWindow(ctx, s, partition, ts.name, first, q.AfterSeq, q.ThroughSeq)
 	}
 	after := q.AfterSeq
 	for {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -25,47 +27,7 @@ func TestWindowShortEqualsPaged(t *testing.T) {
 	ensure(t, s, c)
 	ctx := context.Background()
 	const p = "p1"
-	var seqs []int64
-	for i := range 24 {
-		project, owner := []string{"a", "b", "c"}[i%3], []string{"o1", "o2"}[i%2]
-		id := fmt.Sprintf("r%d", i)
-		ws := []store.RowWrite{task{id: id, project: project, owner: owner, title: ptr("t" + id)}.write(t, c, 1)}
-		if i%4 == 1 {
-			// A second change in another scope.
-			ws = append(ws, task{id: id + "x", project: "b", owner: "o1"}.write(t, c, 1))
-		}
-		seqs = append(seqs, apply(t, s, p, ws...))
-		if i%5 == 2 {
-			apply(t, s, "p2", task{id: id, project: project, owner: owner}.write(t, c, 1))
-		}
-	}
-	del := task{id: "r3", project: "a", owner: "o2"}.write(t, c, 2)
-	err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
-		seq, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c2", ClientCommitID: "del", ActorID: "a2", CreatedAtMs: 2000,
-			Changes: []store.Change{{Table: "tasks", RowID: "r3", Op: wire.OpDelete, Scopes: del.Scopes}}})
-		seqs = append(seqs, seq)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{
-		`UPDATE sync_changes SET scopes = to_jsonb(scopes::text) WHERE commit_seq % 3 = 0`,
-		`DELETE FROM sync_commits WHERE partition = 'p1' AND commit_seq = ` + fmt.Sprint(seqs[7]),
-	} {
-		if _, err := s.pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	through := seqs[len(seqs)-1]
-	queries := []wire.ScopeMap{
-		scope("project_id", "a"),
-		scope("project_id", "b"),
-		scope("project_id", "a", "c"),
-		{{Key: "project_id", Values: []string{"a", "b"}}, {Key: "owner_id", Values: []string{"o1"}}},
-		scope("owner_id", "o2"),
-		scope("project_id", "zz"),
-	}
+	through, queries := mixedWindowLog(t, s, c)
 	shortReads := 0
 	for _, sc := range queries {
 		for after := int64(0); after < through; after += 3 {
@@ -104,6 +66,124 @@ func TestWindowShortEqualsPaged(t *testing.T) {
 	}
 	if shortReads < 500 {
 		t.Fatalf("%d comparisons", shortReads)
+	}
+}
+
+// TestWindowSharedEqualsAlone: short window reads of the same scopes asked
+// at the same time, answered by shared reads of their ranges' union
+// (window_share.go), get what each read alone gets: the commits of its own
+// range only, cut at its own change limit, the same completeness and the
+// state after. Reads of other scopes in between are answered apart.
+func TestWindowSharedEqualsAlone(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	through, scopes := mixedWindowLog(t, s, c)
+	type ask struct {
+		q    store.CommitWindowQuery
+		want store.CommitWindow
+	}
+	var asks []ask
+	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3]} {
+		for after := int64(0); after < through; after += 2 {
+			for _, n := range []int64{1, 5, 20} {
+				for _, limit := range []int{0, 1, 2} {
+					q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after,
+						ThroughSeq: min(through, after+n), LimitChanges: limit, StateAfter: true, Running: 1}
+					want, err := s.readOneShort(ctx, p, "tasks", q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					asks = append(asks, ask{q, want})
+				}
+			}
+		}
+	}
+	for round := 0; round < 50 && (round < 3 || s.sharedAnswers.Load() == 0); round++ {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, a := range asks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got, err := s.ReadCommitWindow(ctx, p, a.q)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case got.Complete != a.want.Complete || !sameCommits(got.Commits, a.want.Commits):
+					t.Errorf("%+v: got %s (complete %v), alone %s (complete %v)", a.q,
+						commitsString(got.Commits), got.Complete, commitsString(a.want.Commits), a.want.Complete)
+				case got.State == nil || got.State.Partition != a.want.State.Partition ||
+					got.State.Gate.StoredSchemaVersion != a.want.State.Gate.StoredSchemaVersion:
+					t.Errorf("%+v: state %v, alone %v", a.q, got.State, a.want.State)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	t.Logf("%d answers of shared reads", s.sharedAnswers.Load())
+	if s.sharedAnswers.Load() == 0 {
+		t.Fatal("no read was answered by a shared read")
+	}
+	s.shares.mu.Lock()
+	defer s.shares.mu.Unlock()
+	if len(s.shares.m) != 0 {
+		t.Errorf("%d share queues left after the reads", len(s.shares.m))
+	}
+}
+
+// mixedWindowLog writes partition p1's log for the window tests: commits
+// of three projects and two owners, some with a second change in another
+// scope, a delete, commits of partition p2 in between, every third
+// commit's scopes in the JSON-string form, one commit pruned. It returns
+// the last sequence and the scopes to read.
+func mixedWindowLog(t *testing.T, s *Store, c *schema.Compiled) (int64, []wire.ScopeMap) {
+	t.Helper()
+	ctx := context.Background()
+	const p = "p1"
+	var seqs []int64
+	for i := range 24 {
+		project, owner := []string{"a", "b", "c"}[i%3], []string{"o1", "o2"}[i%2]
+		id := fmt.Sprintf("r%d", i)
+		ws := []store.RowWrite{task{id: id, project: project, owner: owner, title: ptr("t" + id)}.write(t, c, 1)}
+		if i%4 == 1 {
+			// A second change in another scope.
+			ws = append(ws, task{id: id + "x", project: "b", owner: "o1"}.write(t, c, 1))
+		}
+		seqs = append(seqs, apply(t, s, p, ws...))
+		if i%5 == 2 {
+			apply(t, s, "p2", task{id: id, project: project, owner: owner}.write(t, c, 1))
+		}
+	}
+	del := task{id: "r3", project: "a", owner: "o2"}.write(t, c, 2)
+	err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+		seq, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c2", ClientCommitID: "del", ActorID: "a2", CreatedAtMs: 2000,
+			Changes: []store.Change{{Table: "tasks", RowID: "r3", Op: wire.OpDelete, Scopes: del.Scopes}}})
+		seqs = append(seqs, seq)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE sync_changes SET scopes = to_jsonb(scopes::text) WHERE commit_seq % 3 = 0`,
+		`DELETE FROM sync_commits WHERE partition = 'p1' AND commit_seq = ` + fmt.Sprint(seqs[7]),
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return seqs[len(seqs)-1], []wire.ScopeMap{
+		scope("project_id", "a"),
+		scope("project_id", "b"),
+		scope("project_id", "a", "c"),
+		{{Key: "project_id", Values: []string{"a", "b"}}, {Key: "owner_id", Values: []string{"o1"}}},
+		scope("owner_id", "o2"),
+		scope("project_id", "zz"),
 	}
 }
 
