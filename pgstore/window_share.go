@@ -2,28 +2,32 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
-// Shared short windows: push+pull rounds of many clients subscribed to the
-// same scopes end at about the same time (their pushes commit in one
-// batch) and each reads the short window since its last round
-// (readShortWindow), mostly the same commits. While a short window read of
-// a table and scopes is in flight, the reads of the same table and scopes
-// that arrive queue; when it ends, one read of the union of the queued
-// ranges answers all of them, each cut to its own range and change limit.
+// Shared short windows: push+pull rounds of many clients end at about the
+// same time (their pushes commit in one batch) and each reads the short
+// window since its last round (readShortWindow) over mostly the same
+// commits. While a short window read of a table and first scope key is in
+// flight, the reads of the same table and key that arrive queue; when it
+// ends, one read of the union of the queued ranges, for the union of their
+// first key's values, answers all of them, each cut to its own range, its
+// own scopes (store.MatchScopes on every change, all keys) and its own
+// change limit.
 //
 // Each queued read gets what a read of its own would give: the shared read
 // is sent after every read it answers was queued, so it sees every commit
 // of their ranges (a range ends at a commit that was durable and visible
 // before the read was asked for), and the partition and serve gate it reads
-// after its rows are read after each answer's rows too. Only the changes of
-// the same scopes are read (the group's key), and each answer's commits
-// are those of its range: the union range's other commits are dropped.
+// after its rows are read after each answer's rows too. It reads every
+// change that any of its reads may match (a superset of each one's), and
+// each answer keeps only the changes of its own scopes and range.
 
 // maxSharedWindowCommits bounds the union range of a shared read; queued
 // reads whose ranges lie further apart are read one by one.
@@ -52,20 +56,14 @@ type windowAnswer struct {
 }
 
 // shareKey identifies the reads one shared read answers: the partition,
-// the table, the scopes (in their order) and the state read after.
+// the table, the first scope key and the state read after.
 func shareKey(partition string, q store.CommitWindowQuery) string {
 	var b strings.Builder
 	b.WriteString(partition)
 	b.WriteByte(0)
 	b.WriteString(q.Table)
-	for _, sc := range q.Scopes {
-		b.WriteByte(0)
-		b.WriteString(sc.Key)
-		for _, v := range sc.Values {
-			b.WriteByte(1)
-			b.WriteString(v)
-		}
-	}
+	b.WriteByte(0)
+	b.WriteString(q.Scopes[0].Key)
 	b.WriteByte(0)
 	if q.StateAfter {
 		b.WriteString(strconv.Itoa(int(q.Running)))
@@ -133,7 +131,14 @@ func (s *Store) answerShares(ctx context.Context, partition, table string, asks 
 		}
 		return
 	}
+	// One read for every change any of them may match: the union of
+	// their first key's values (the key they share), no other key.
+	var values []string
+	for _, a := range asks {
+		values = append(values, a.q.Scopes[0].Values...)
+	}
 	q := asks[0].q
+	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: values}}
 	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
 	all, err := s.readOneShort(ctx, partition, table, q)
 	s.sharedAnswers.Add(int64(len(asks)))
@@ -157,32 +162,54 @@ func (s *Store) readOneShort(ctx context.Context, partition, table string, q sto
 }
 
 // cutWindow is the answer to q from a complete window over a range that
-// holds q's: the commits of q's range, up to q's change limit (a commit
-// is never split, and the first is kept whole), and the state read after
-// them. The commits are shared, read-only, with the other answers.
+// holds q's, read for scopes that hold q's: the commits of q's range with
+// their changes in q's scopes (a commit without any left out), up to q's
+// change limit (a commit is never split, and the first is kept whole), and
+// the state read after them. The changes are shared, read-only, with the
+// other answers.
 func cutWindow(all store.CommitWindow, q store.CommitWindowQuery) store.CommitWindow {
 	win := store.CommitWindow{Complete: true, State: all.State}
 	if win.State != nil {
 		st := *all.State // each answer its own copy
 		win.State = &st
 	}
-	start := len(all.Commits)
-	for i, c := range all.Commits {
-		if c.Seq > q.AfterSeq {
-			start = i
+	changes := 0
+	for _, c := range all.Commits {
+		if c.Seq <= q.AfterSeq {
+			continue
+		}
+		if c.Seq > q.ThroughSeq {
 			break
 		}
-	}
-	end, changes := start, 0
-	for end < len(all.Commits) && all.Commits[end].Seq <= q.ThroughSeq {
-		n := len(all.Commits[end].Changes)
-		if q.LimitChanges > 0 && end > start && changes+n > q.LimitChanges {
+		kept := matchingChanges(c.Changes, q.Scopes)
+		if len(kept) == 0 {
+			continue
+		}
+		if q.LimitChanges > 0 && len(win.Commits) > 0 && changes+len(kept) > q.LimitChanges {
 			win.Complete = false
 			break
 		}
-		changes += n
-		end++
+		c.Changes = kept
+		win.Commits = append(win.Commits, c)
+		changes += len(kept)
 	}
-	win.Commits = all.Commits[start:end:end]
 	return win
+}
+
+// matchingChanges returns the changes in scopes: chs itself when all are,
+// else a new slice.
+func matchingChanges(chs []store.Change, scopes wire.ScopeMap) []store.Change {
+	for i, ch := range chs {
+		if store.MatchScopes(ch.Scopes, scopes) {
+			continue
+		}
+		kept := slices.Clone(chs[:i])
+		for _, ch := range chs[i+1:] {
+			if store.MatchScopes(ch.Scopes, scopes) {
+				kept = append(kept, ch)
+			}
+		}
+		return kept
+	}
+	return chs[:len(chs):len(chs)]
 }

@@ -16,35 +16,36 @@ import (
 // its last round, a range of the order of the clients pushing.
 const shortWindowCommits = 128
 
-// sqlShortWindowChanges is sqlRangeChanges over (after, through] with the
-// changes outside the first scope key's values left out in SQL (a filter
-// on the range scan's rows, on the stored scopes in either JSON form): a
-// prefilter only, since store.MatchScopes checks every key of every change
-// read. A change it keeps for a value of $5 is one whose commit the
-// candidate walk would list.
-var sqlShortWindowChanges = `SELECT commit_seq, NULL::bigint, NULL::text, NULL::text, NULL::text,
-       row_id, op, row_version, scopes, payload
-  FROM sync_changes
- WHERE partition = $1 AND commit_seq >= $3 AND commit_seq <= $4 AND tbl = $2
-   AND ` + sqlJSONDocument("scopes") + ` ->> $5 = ANY($6::text[])
- ORDER BY commit_seq, idx`
+// sqlShortWindow reads the table's changes of (after, through] whose
+// value of the first scope key ($5) is one of $6, each with its commit's
+// row: one primary-key range scan of the changes with the scope test on
+// each row (the stored scopes in either JSON form), and a primary-key
+// probe of the commit per change kept (LIMIT 1 and OFFSET 0 keep the
+// planner from joining the two ranges otherwise; see sqlCommitWindow).
+// It has sqlCommitWindow's columns; a commit pruned while the window is
+// read has its commit columns NULL. The scope test is a prefilter only:
+// store.MatchScopes checks every key of every change read, and every
+// change it accepts has a first-key value in $6.
+var sqlShortWindow = `SELECT ch.commit_seq, m.created_at_ms, m.actor_id, m.client_id, m.client_commit_id,
+       ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
+  FROM (SELECT commit_seq, idx, row_id, op, row_version, scopes, payload FROM sync_changes
+         WHERE partition = $1 AND commit_seq > $3 AND commit_seq <= $4 AND tbl = $2
+           AND ` + sqlJSONDocument("scopes") + ` ->> $5 = ANY($6::text[])
+        OFFSET 0) ch
+  LEFT JOIN LATERAL (
+    SELECT created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
+     WHERE partition = $1 AND commit_seq = ch.commit_seq
+     LIMIT 1) m ON TRUE
+ ORDER BY ch.commit_seq, ch.idx`
 
 // readShortWindow reads a window of at most shortWindowCommits commits in
-// one round trip: every commit row of the range and the table's changes of
-// the range in the first key's values, merged as readPage merges a dense
-// page (every sequence of the range a candidate), then the partition and
-// the serve gate after them when asked. It replaces the candidate walk's
-// round trip: the range is short enough that reading it whole costs less.
+// one round trip (sqlShortWindow), then the partition and the serve gate
+// after its rows when asked. It replaces the candidate walk's round trip
+// and costs what the matching changes cost, however many other commits
+// the range holds.
 func (w *windowReader) readShortWindow(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64) (store.CommitWindow, error) {
-	w.cands = w.cands[:0]
-	for seq := after + 1; seq <= through; seq++ {
-		w.cands = append(w.cands, seq)
-	}
-	w.commits = make([]store.Commit, 0, len(w.cands))
-	w.chs = make([]store.Change, 0, len(w.cands))
 	b := &pgx.Batch{}
-	b.Queue(sqlRangeCommits, partition, after+1, through)
-	b.Queue(sqlShortWindowChanges, partition, table, after+1, through, first.Key, first.Values)
+	b.Queue(sqlShortWindow, partition, table, after, through, first.Key, first.Values)
 	if w.running != nil {
 		queuePartitionState(b, partition, *w.running)
 	}
@@ -60,14 +61,11 @@ func (w *windowReader) readShortWindow(ctx context.Context, s *Store, partition,
 }
 
 func (w *windowReader) readShortResults(br pgx.BatchResults, partition, table string) (store.CommitWindow, error) {
-	if err := w.readHeads(br, w.cands); err != nil {
-		return store.CommitWindow{}, err
-	}
 	rows, err := br.Query()
 	if err != nil {
 		return store.CommitWindow{}, err
 	}
-	if _, _, err := w.readRows(rows, table, w.cands); err != nil {
+	if _, _, err := w.readRows(rows, table, nil); err != nil {
 		return store.CommitWindow{}, err
 	}
 	if w.running != nil {
@@ -77,7 +75,7 @@ func (w *windowReader) readShortResults(br pgx.BatchResults, partition, table st
 		}
 		w.state = &st
 	}
-	// Every commit of the range was read: the window is complete unless
-	// a commit did not fit the limit.
+	// Every change of the range that may match was read: the window is
+	// complete unless a commit did not fit the limit.
 	return store.CommitWindow{Commits: w.commits, Complete: !w.full, State: w.state}, nil
 }

@@ -19,8 +19,9 @@ import (
 // reads) for every range of a log that holds commits of several scopes,
 // commits whose changes are in two scopes, a delete, another partition's
 // commits, scopes in the reference's JSON-string form and a pruned commit:
-// the same commits with the same changes, the same completeness, and the
-// partition and serve gate after them.
+// the same commits with the same changes and the same completeness; it
+// always reads the partition and serve gate after them (the paged reads
+// skip them when no commit is a candidate).
 func TestWindowShortEqualsPaged(t *testing.T) {
 	s := openStore(t)
 	c := testSchema(t, 1)
@@ -69,11 +70,13 @@ func TestWindowShortEqualsPaged(t *testing.T) {
 	}
 }
 
-// TestWindowSharedEqualsAlone: short window reads of the same scopes asked
-// at the same time, answered by shared reads of their ranges' union
-// (window_share.go), get what each read alone gets: the commits of its own
-// range only, cut at its own change limit, the same completeness and the
-// state after. Reads of other scopes in between are answered apart.
+// TestWindowSharedEqualsAlone: short window reads asked at the same time,
+// answered by shared reads of their ranges' union for the union of their
+// first key's values (window_share.go), get what each read alone gets: the
+// commits of its own range with only the changes of its own scopes (one
+// of them has a second key), cut at its own change limit, the same
+// completeness and the state after. Reads of another first key share
+// apart.
 func TestWindowSharedEqualsAlone(t *testing.T) {
 	s := openStore(t)
 	c := testSchema(t, 1)
@@ -86,7 +89,7 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 		want store.CommitWindow
 	}
 	var asks []ask
-	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3]} {
+	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3], scopes[4]} {
 		for after := int64(0); after < through; after += 2 {
 			for _, n := range []int64{1, 5, 20} {
 				for _, limit := range []int{0, 1, 2} {
@@ -210,11 +213,23 @@ func commitsString(cs []store.Commit) string {
 }
 
 // BenchmarkRoundWindow reads what a push+pull round's pull reads: the
-// window of the last 64 commits of a 2,000-commit log in one scope, with
-// the partition and the serve gate after it (StateAfter), in one round
-// trip without the candidate walk (read=short) and by the paged reads
-// (read=paged). Figures: the round trips and the backend CPU per window.
+// window of the last 64 commits of a 2,000-commit log, with the partition
+// and the serve gate after it (StateAfter), in one round trip without the
+// candidate walk (read=short) and by the paged reads (read=paged). With
+// scopes=1 every commit is in the scope read (a dense window); with
+// scopes=64 the commits cycle through 64 scope values and the window reads
+// one (each client of the rounds workload subscribes to its own scope
+// value: its window holds its own commit among the others'). Figures: the
+// round trips and the backend CPU per window.
 func BenchmarkRoundWindow(b *testing.B) {
+	for _, scopes := range []int{1, 64} {
+		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
+			benchRoundWindow(b, scopes)
+		})
+	}
+}
+
+func benchRoundWindow(b *testing.B, scopes int) {
 	s, rt := openCounted(b, 4)
 	c := testSchema(b, 1)
 	ensure(b, s, c)
@@ -223,7 +238,8 @@ func BenchmarkRoundWindow(b *testing.B) {
 	for done := 0; done < size; done += 500 {
 		err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
 			for i := done; i < done+500; i++ {
-				w := task{id: fmt.Sprintf("r%05d", i), project: "bench", owner: "o", title: ptr(fmt.Sprintf("row %05d", i))}.write(b, c, 1)
+				w := task{id: fmt.Sprintf("r%05d", i), project: fmt.Sprintf("s%d", i%scopes), owner: "o",
+					title: ptr(fmt.Sprintf("row %05d", i))}.write(b, c, 1)
 				if err := tx.UpsertRow(ctx, w); err != nil {
 					return err
 				}
@@ -237,7 +253,7 @@ func BenchmarkRoundWindow(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	q := store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", "bench"), AfterSeq: size - window, ThroughSeq: size,
+	q := store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", "s0"), AfterSeq: size - window, ThroughSeq: size,
 		LimitChanges: 1000, StateAfter: true, Running: 1}
 	for _, read := range []struct {
 		name  string
@@ -249,7 +265,7 @@ func BenchmarkRoundWindow(b *testing.B) {
 			trips := rt.n.Load()
 			for b.Loop() {
 				w, err := s.ReadCommitWindow(ctx, p, q)
-				if err != nil || len(w.Commits) != window || !w.Complete || w.State == nil {
+				if err != nil || len(w.Commits) != window/scopes || !w.Complete || w.State == nil {
 					b.Fatalf("ReadCommitWindow = %d commits, complete %v, %v", len(w.Commits), w.Complete, err)
 				}
 			}
