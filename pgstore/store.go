@@ -41,6 +41,9 @@ type Store struct {
 	// in one round trip, without its candidate walk (shortWindowCommits;
 	// 0 in tests of the paged reads).
 	shortWindow int64
+	// shortRows is the most changes a short window read returns
+	// (shortWindowRows; less in tests).
+	shortRows int64
 	// shares are the short window reads in flight (window_share.go);
 	// sharedAnswers counts the answers of shared reads (tests).
 	shares        windowShares
@@ -79,7 +82,7 @@ var _ store.Store = (*Store)(nil)
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	urlSizesPool := cfg.MaxConns <= 0 && strings.Contains(cfg.URL, "pool_max_conns")
 	cfg = cfg.withDefaults()
-	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, shortWindow: shortWindowCommits,
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
 		groups: groups{m: map[string]*group{}}}
 	if s.pool == nil {
 		if cfg.URL == "" {

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -33,7 +34,10 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		return store.CommitWindow{Complete: true}, nil
 	}
 	if q.ThroughSeq-q.AfterSeq <= s.shortWindow {
-		return s.readSharedWindow(ctx, partition, ts.name, q)
+		win, err := s.readSharedWindow(ctx, partition, ts.name, q)
+		if !errors.Is(err, errShortWindowCut) {
+			return win, err
+		}
 	}
 	page := defaultWindowPageCommits
 	if q.LimitChanges > 0 {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -16,12 +17,24 @@ import (
 // its last round, a range of the order of the clients pushing.
 const shortWindowCommits = 128
 
+// shortWindowRows is the most changes a short window read returns (its
+// statement's LIMIT): a read that reaches it may have cut a commit, and
+// the window is read by the paged reads instead (errShortWindowCut),
+// which bound what they read by the change limit. A round's window holds
+// a few changes per commit.
+const shortWindowRows = 1024
+
+// errShortWindowCut reports a short window read that reached its row
+// limit.
+var errShortWindowCut = errors.New("short window read reached its row limit")
+
 // sqlShortWindow reads the table's changes of (after, through] whose
 // value of the first scope key ($5) is one of $6, each with its commit's
 // row: one primary-key range scan of the changes with the scope test on
 // each row (the stored scopes in either JSON form), and a primary-key
 // probe of the commit per change kept (LIMIT 1 and OFFSET 0 keep the
-// planner from joining the two ranges otherwise; see sqlCommitWindow).
+// planner from joining the two ranges otherwise; see sqlCommitWindow),
+// at most $7 changes.
 // It has sqlCommitWindow's columns; a commit pruned while the window is
 // read has its commit columns NULL. The scope test is a prefilter only:
 // store.MatchScopes checks every key of every change read, and every
@@ -31,7 +44,7 @@ var sqlShortWindow = `SELECT ch.commit_seq, m.created_at_ms, m.actor_id, m.clien
   FROM (SELECT commit_seq, idx, row_id, op, row_version, scopes, payload FROM sync_changes
          WHERE partition = $1 AND commit_seq > $3 AND commit_seq <= $4 AND tbl = $2
            AND ` + sqlJSONDocument("scopes") + ` ->> $5 = ANY($6::text[])
-        OFFSET 0) ch
+        ORDER BY commit_seq, idx LIMIT $7) ch
   LEFT JOIN LATERAL (
     SELECT created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
      WHERE partition = $1 AND commit_seq = ch.commit_seq
@@ -45,28 +58,35 @@ var sqlShortWindow = `SELECT ch.commit_seq, m.created_at_ms, m.actor_id, m.clien
 // the range holds.
 func (w *windowReader) readShortWindow(ctx context.Context, s *Store, partition, table string, first wire.ScopeValues, after, through int64) (store.CommitWindow, error) {
 	b := &pgx.Batch{}
-	b.Queue(sqlShortWindow, partition, table, after, through, first.Key, first.Values)
+	b.Queue(sqlShortWindow, partition, table, after, through, first.Key, first.Values, s.shortRows)
 	if w.running != nil {
 		queuePartitionState(b, partition, *w.running)
 	}
 	br := s.pool.SendBatch(ctx, b)
-	win, err := w.readShortResults(br, partition, table)
+	win, err := w.readShortResults(br, partition, table, s.shortRows)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err != nil {
-		return store.CommitWindow{}, fmt.Errorf("read commit window: %w", err)
+	if err != nil && !errors.Is(err, errShortWindowCut) {
+		err = fmt.Errorf("read commit window: %w", err)
 	}
-	return win, nil
+	return win, err
 }
 
-func (w *windowReader) readShortResults(br pgx.BatchResults, partition, table string) (store.CommitWindow, error) {
+func (w *windowReader) readShortResults(br pgx.BatchResults, partition, table string, limit int64) (store.CommitWindow, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return store.CommitWindow{}, err
 	}
 	if _, _, err := w.readRows(rows, table, nil); err != nil {
 		return store.CommitWindow{}, err
+	}
+	// The rows were read to their end or closed (readRows): the tag
+	// counts every row sent. At the limit, the last commit read may lack
+	// changes, unless it did not fit the change limit anyway (then every
+	// commit kept ended before it).
+	if !w.full && rows.CommandTag().RowsAffected() >= limit {
+		return store.CommitWindow{}, errShortWindowCut
 	}
 	if w.running != nil {
 		st, err := readPartitionState(br, partition)

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -21,7 +22,8 @@ import (
 // commits, scopes in the reference's JSON-string form and a pruned commit:
 // the same commits with the same changes and the same completeness; it
 // always reads the partition and serve gate after them (the paged reads
-// skip them when no commit is a candidate).
+// skip them when no commit is a candidate). A short read that reaches its
+// row limit leaves the window to the paged reads.
 func TestWindowShortEqualsPaged(t *testing.T) {
 	s := openStore(t)
 	c := testSchema(t, 1)
@@ -29,43 +31,53 @@ func TestWindowShortEqualsPaged(t *testing.T) {
 	ctx := context.Background()
 	const p = "p1"
 	through, queries := mixedWindowLog(t, s, c)
+	// With a row limit of 2, a read of more changes is cut and the
+	// paged reads answer it.
+	s.shortRows = 2
+	if _, err := s.readOneShort(ctx, p, "tasks", store.CommitWindowQuery{Table: "tasks", Scopes: queries[0],
+		AfterSeq: 0, ThroughSeq: through}); !errors.Is(err, errShortWindowCut) {
+		t.Fatalf("a short read of more changes than its row limit: %v; want errShortWindowCut", err)
+	}
 	shortReads := 0
-	for _, sc := range queries {
-		for after := int64(0); after < through; after += 3 {
-			for _, hi := range []int64{after + 1, after + 5, through} {
-				for _, limit := range []int{0, 1, 2, 3} {
-					q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after, ThroughSeq: min(hi, through),
-						LimitChanges: limit, StateAfter: true, Running: 1}
-					s.shortWindow = shortWindowCommits
-					short, err := s.ReadCommitWindow(ctx, p, q)
-					if err != nil {
-						t.Fatal(err)
+	for _, rows := range []int64{shortWindowRows, 2} {
+		s.shortRows = rows
+		for _, sc := range queries {
+			for after := int64(0); after < through; after += 3 {
+				for _, hi := range []int64{after + 1, after + 5, through} {
+					for _, limit := range []int{0, 1, 2, 3} {
+						q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after, ThroughSeq: min(hi, through),
+							LimitChanges: limit, StateAfter: true, Running: 1}
+						s.shortWindow = shortWindowCommits
+						short, err := s.ReadCommitWindow(ctx, p, q)
+						if err != nil {
+							t.Fatal(err)
+						}
+						s.shortWindow = 0
+						paged, err := s.ReadCommitWindow(ctx, p, q)
+						if err != nil {
+							t.Fatal(err)
+						}
+						// The short read always reads the state after its rows
+						// (the paged reads do not when no commit is a candidate).
+						if short.State == nil {
+							t.Fatalf("%v: no state after the window", q)
+						}
+						if short.State.Partition.MaxCommitSeq != through || short.State.Gate.StoredSchemaVersion != 1 ||
+							paged.State != nil && (short.State.Partition != paged.State.Partition ||
+								short.State.Gate.StoredSchemaVersion != paged.State.Gate.StoredSchemaVersion) {
+							t.Errorf("%v: state %+v, paged %+v", q, *short.State, *paged.State)
+						}
+						if short.Complete != paged.Complete || !sameCommits(short.Commits, paged.Commits) {
+							t.Errorf("%v: short %s (complete %v), paged %s (complete %v)", q,
+								commitsString(short.Commits), short.Complete, commitsString(paged.Commits), paged.Complete)
+						}
+						shortReads++
 					}
-					s.shortWindow = 0
-					paged, err := s.ReadCommitWindow(ctx, p, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					// The short read always reads the state after its rows
-					// (the paged reads do not when no commit is a candidate).
-					if short.State == nil {
-						t.Fatalf("%v: no state after the window", q)
-					}
-					if short.State.Partition.MaxCommitSeq != through || short.State.Gate.StoredSchemaVersion != 1 ||
-						paged.State != nil && (short.State.Partition != paged.State.Partition ||
-							short.State.Gate.StoredSchemaVersion != paged.State.Gate.StoredSchemaVersion) {
-						t.Errorf("%v: state %+v, paged %+v", q, *short.State, *paged.State)
-					}
-					if short.Complete != paged.Complete || !sameCommits(short.Commits, paged.Commits) {
-						t.Errorf("%v: short %s (complete %v), paged %s (complete %v)", q,
-							commitsString(short.Commits), short.Complete, commitsString(paged.Commits), paged.Complete)
-					}
-					shortReads++
 				}
 			}
 		}
 	}
-	if shortReads < 500 {
+	if shortReads < 1000 {
 		t.Fatalf("%d comparisons", shortReads)
 	}
 }
