@@ -48,6 +48,10 @@ type Store struct {
 	// sharedAnswers counts the answers of shared reads (tests).
 	shares        windowShares
 	sharedAnswers atomic.Int64
+	// entries are the request state reads in flight (entry_share.go);
+	// sharedEntries counts the answers of shared reads (tests).
+	entries       entryShares
+	sharedEntries atomic.Int64
 
 	// clients is the write-behind of deferred client records
 	// (clients.go); nil on a read-only store.
