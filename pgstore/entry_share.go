@@ -70,7 +70,7 @@ func (s *Store) readSharedState(ctx context.Context, partition, clientID string,
 	sh.queue = append(sh.queue, ask)
 	s.entries.mu.Unlock()
 	if lead {
-		go s.readEntries(context.WithoutCancel(ctx), key, sh, partition, running)
+		go s.readEntries(ctx, key, sh, partition, running)
 	}
 	select {
 	case a := <-ask.done:
@@ -83,6 +83,8 @@ func (s *Store) readSharedState(ctx context.Context, partition, clientID string,
 // readEntries answers the queue of a key until it is empty, then removes
 // it.
 func (s *Store) readEntries(ctx context.Context, key string, sh *entryShare, partition string, running int32) {
+	ctx, cancel := s.sharedReadContext(ctx)
+	defer cancel()
 	for {
 		s.entries.mu.Lock()
 		asks := sh.queue

@@ -90,7 +90,7 @@ func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q
 	sh.queue = append(sh.queue, ask)
 	s.shares.mu.Unlock()
 	if lead {
-		go s.readShares(context.WithoutCancel(ctx), key, sh, partition, table)
+		go s.readShares(ctx, key, sh, partition, table)
 	}
 	select {
 	case a := <-ask.done:
@@ -103,6 +103,8 @@ func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q
 // readShares answers the queue of a key until it is empty, then removes
 // it.
 func (s *Store) readShares(ctx context.Context, key string, sh *windowShare, partition, table string) {
+	ctx, cancel := s.sharedReadContext(ctx)
+	defer cancel()
 	for {
 		s.shares.mu.Lock()
 		asks := sh.queue
@@ -212,4 +214,19 @@ func matchingChanges(chs []store.Change, scopes wire.ScopeMap) []store.Change {
 		return kept
 	}
 	return chs[:len(chs):len(chs)]
+}
+
+// sharedReadContext is the context of a shared read: the first asker's
+// values without its cancellation (the read answers others too), ended
+// when the store closes.
+func (s *Store) sharedReadContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
