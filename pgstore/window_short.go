@@ -29,14 +29,14 @@ const shortWindowRows = 1024
 var errShortWindowCut = errors.New("short window read reached its row limit")
 
 // sqlShortWindow reads the table's changes of (after, through] whose
-// value of the first scope key ($5) is one of $6, each with its commit's
-// row: one primary-key range scan of the changes with the scope test on
-// each row (the stored scopes in either JSON form), and a primary-key
-// probe of the commit per change kept (LIMIT 1 and OFFSET 0 keep the
-// planner from joining the two ranges otherwise; see sqlCommitWindow),
-// at most $7 changes.
-// It has sqlCommitWindow's columns; a commit pruned while the window is
-// read has its commit columns NULL. The scope test is a prefilter only:
+// value of the first scope key ($5) is one of $6, at most $7 of them, each
+// with its commit's row: one index range scan of the changes
+// (sync_changes_by_table in the plan of a rounds run) with the scope test
+// on each row (the stored scopes in either JSON form), and a primary-key
+// probe of the commit per change kept (the subqueries' LIMITs keep the
+// planner from joining the two ranges otherwise; see sqlCommitWindow). It
+// has sqlCommitWindow's columns; a commit pruned while the window is read
+// has its commit columns NULL. The scope test is a prefilter only:
 // store.MatchScopes checks every key of every change read, and every
 // change it accepts has a first-key value in $6.
 var sqlShortWindow = `SELECT ch.commit_seq, m.created_at_ms, m.actor_id, m.client_id, m.client_commit_id,
