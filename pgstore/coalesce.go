@@ -1,17 +1,20 @@
 package pgstore
 
+import "github.com/syncgo/syncgo/wire"
+
 // Coalesced appends: when a batch of several commits reaches its COMMIT
 // with every commit's statements still deferred (the usual push: the
 // reads went ahead, the row upserts and the append wait for the end), the
 // commits' appends are one statement for all of them instead of one each,
 // and the per-commit savepoints give way to one around the whole tail.
-// Postgres then runs, per commit, the row upserts alone: the append's
-// statement overhead (four inserts, their executor start, the parameter
-// arrays) is paid once per batch.
+// The row upserts of the tail are joined too, one statement per table
+// (writeRows, see coalescedUpserts): the statement overhead of the
+// appends (four inserts, their executor start, the parameter arrays) and
+// of the upserts is paid once per batch.
 //
 // The tail is sent in the COMMIT's own round trip:
 //
-//	SAVEPOINT syncgo_tail; <row upserts, in order>; <all appends>;
+//	SAVEPOINT syncgo_tail; <row upserts, one per table>; <all appends>;
 //	RELEASE SAVEPOINT syncgo_tail; [sequence write-back]; COMMIT; ...
 //
 // Moving the appends after the upserts is safe because the tail holds
@@ -26,6 +29,7 @@ package pgstore
 
 const (
 	sqlSavepointTailName = "syncgo_tail"
+	whatUpsertRows       = "upsert rows (coalesced)"
 
 	// sqlAppendCommits is sqlAppendCommitResult for several commits: $2-$7
 	// the commits' columns, $8-$15 their changes (with each change's
@@ -138,7 +142,7 @@ func (b *batch) coalescedTail() []deferred {
 	}
 	out := make([]deferred, 0, len(upserts)+3)
 	out = append(out, deferred{what: "savepoint (coalesced appends)", sql: "SAVEPOINT " + sqlSavepointTailName})
-	out = append(out, upserts...)
+	out = append(out, b.coalescedUpserts(upserts)...)
 	out = append(out, deferred{what: "append commits (coalesced)", sql: sqlAppendCommits, args: []any{b.partition,
 		cols.seq, cols.clientID, cols.commitID, cols.actor, cols.createdAt, cols.writerVersion,
 		cols.chSeq, cols.chIdx, cols.chTbl, cols.chRow, cols.chOp, cols.chVersion, cols.chScopes, cols.chPayload,
@@ -149,6 +153,128 @@ func (b *batch) coalescedTail() []deferred {
 		// Owned by no commit: a failure of one is the tail's, which
 		// batch.commit undoes before sending the originals.
 		out[i].owner = nil
+	}
+	return out
+}
+
+// coalescedUpserts returns the row upserts of a tail with those of each
+// table that allows it (rowsBatch) joined into one writeRows statement.
+// Only the upserts of the tail write the rows tables and their scope index
+// entries, the tables apart from each other: so the statements of two
+// tables may run in any order, and of several upserts of one row only the
+// last need be written (the row and its entries end as it leaves them).
+func (b *batch) coalescedUpserts(upserts []deferred) []deferred {
+	var (
+		order  []*tableSQL
+		byTbl  = map[*tableSQL][]int{}
+		others []deferred
+	)
+	for i, d := range upserts {
+		if d.row == nil || !d.row.rowsBatch {
+			others = append(others, d)
+			continue
+		}
+		if byTbl[d.row] == nil {
+			order = append(order, d.row)
+		}
+		byTbl[d.row] = append(byTbl[d.row], i)
+	}
+	out := others
+	for _, ts := range order {
+		idx := byTbl[ts]
+		if d, ok := b.writeRows(ts, upserts, idx); ok {
+			out = append(out, d)
+			continue
+		}
+		for _, i := range idx {
+			out = append(out, upserts[i])
+		}
+	}
+	return out
+}
+
+// writeRows joins the upserts upserts[idx] (of table ts, writeRow's
+// arguments) into one writeRows statement; false when they are one or too
+// many for one statement.
+func (b *batch) writeRows(ts *tableSQL, upserts []deferred, idx []int) (deferred, bool) {
+	if len(idx) < 2 {
+		return deferred{}, false
+	}
+	// The last upsert of each row, in the order of the rows' first.
+	last := make(map[string]int, len(idx))
+	var rows []string
+	for _, i := range idx {
+		id := upserts[i].args[1].(string)
+		if _, seen := last[id]; !seen {
+			rows = append(rows, id)
+		}
+		last[id] = i
+	}
+	nt := len(ts.typed)
+	typed := make([][]any, nt)
+	var (
+		sv              = make([]int64, 0, len(rows))
+		scopes          = make([]string, 0, len(rows))
+		payload, colVer = make([][]byte, 0, len(rows)), make([][]byte, 0, len(rows))
+		eRow, eVar, eVa []string
+	)
+	for _, id := range rows {
+		a := upserts[last[id]].args
+		for c := range nt {
+			typed[c] = append(typed[c], a[2+c])
+		}
+		m := a[2+nt:]
+		cv, _ := m[3].([]byte)
+		sv, scopes, payload, colVer = append(sv, m[0].(int64)), append(scopes, m[1].(string)), append(payload, m[2].([]byte)), append(colVer, cv)
+		vars, values := m[5].([]string), m[6].([]string)
+		for range vars {
+			eRow = append(eRow, id)
+		}
+		eVar, eVa = append(eVar, vars...), append(eVa, values...)
+	}
+	if len(rows) > b.s.cfg.MaxChangesPerStatement || len(eRow) > b.s.cfg.MaxChangesPerStatement {
+		return deferred{}, false
+	}
+	if eRow == nil {
+		eRow, eVar, eVa = []string{}, []string{}, []string{}
+	}
+	args := make([]any, 0, 3+nt+4+3)
+	args = append(args, b.partition, ts.name, rows)
+	for c, col := range ts.typed {
+		args = append(args, typedArray(col.Type, typed[c]))
+	}
+	args = append(args, sv, scopes, payload, colVer, eRow, eVar, eVa)
+	return deferred{what: whatUpsertRows, sql: ts.writeRows, args: args}, true
+}
+
+// typedArray is the array argument of a typed column of type t in
+// writeRows, from projectValue's values (nil for NULL).
+func typedArray(t wire.ColumnType, vals []any) any {
+	switch t {
+	case wire.TypeInteger:
+		return pointers[int64](vals)
+	case wire.TypeFloat:
+		return pointers[float64](vals)
+	case wire.TypeBoolean:
+		return pointers[bool](vals)
+	case wire.TypeBytes, wire.TypeCRDT:
+		out := make([][]byte, len(vals))
+		for i, v := range vals {
+			out[i], _ = v.([]byte)
+		}
+		return out
+	default: // text, JSON (cast by the statement)
+		return pointers[string](vals)
+	}
+}
+
+// pointers returns vals as pointers to T, nil for NULL.
+func pointers[T any](vals []any) []*T {
+	out := make([]*T, len(vals))
+	for i, v := range vals {
+		if x, ok := v.(T); ok {
+			out[i] = &x
+		}
 	}
 	return out
 }

@@ -79,6 +79,13 @@ func fixtureTask(t *testing.T, id, project, title string) store.RowWrite {
 // BenchmarkPushCommit), through WriteReadAhead; it returns the sequence,
 // or 0 with replay set when the journal already held the commit.
 func enginePush(ctx context.Context, s *Store, partition, commitID string, rows ...store.RowWrite) (seq int64, replay bool, err error) {
+	return enginePushReads(ctx, s, partition, commitID, true, rows...)
+}
+
+// enginePushReads is enginePush; without readRows the commit writes its
+// rows without reading them first (as no engine push does: a test of what
+// the store must still get right, such as one row written twice).
+func enginePushReads(ctx context.Context, s *Store, partition, commitID string, readRows bool, rows ...store.RowWrite) (seq int64, replay bool, err error) {
 	reads := store.WriteReads{ClientID: "client", ClientCommitID: commitID}
 	for _, r := range rows {
 		reads.Rows = append(reads.Rows, store.RowKey{Table: r.Table, RowID: r.RowID})
@@ -98,6 +105,13 @@ func enginePush(ctx context.Context, s *Store, partition, commitID string, rows 
 		return tx.Candidate(ctx, func(ctx context.Context) error {
 			var changes []store.Change
 			for _, r := range rows {
+				if !readRows {
+					if err := tx.UpsertRow(ctx, r); err != nil {
+						return err
+					}
+					changes = append(changes, storetest.UpsertChange(r))
+					continue
+				}
 				if _, err := tx.Row(ctx, r.Table, r.RowID); err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}
@@ -624,6 +638,9 @@ func logDump(t *testing.T, s *Store, partition string) []string {
 		`SELECT format('%s %s %s %s %s %s %s %s', commit_seq, idx, tbl, row_id, op, row_version, scopes, encode(payload, 'hex')) FROM sync_changes WHERE partition = $1 ORDER BY commit_seq, idx`,
 		`SELECT format('%s %s %s %s', tbl, var, value, commit_seq) FROM sync_change_scopes WHERE partition = $1 ORDER BY 1`,
 		`SELECT format('%s %s %s', client_id, client_commit_id, result) FROM sync_push_results WHERE partition = $1 ORDER BY 1`,
+		`SELECT (to_jsonb(t) - '_sync_partition')::text FROM tasks t WHERE _sync_partition = $1 ORDER BY _sync_row_id`,
+		`SELECT (to_jsonb(t) - '_sync_partition')::text FROM notes t WHERE _sync_partition = $1 ORDER BY _sync_row_id`,
+		`SELECT format('%s %s %s %s', tbl, var, value, row_id) FROM sync_row_scopes WHERE partition = $1 ORDER BY 1`,
 	} {
 		rows, err := s.pool.Query(context.Background(), q, partition)
 		if err != nil {
@@ -636,6 +653,94 @@ func logDump(t *testing.T, s *Store, partition string) []string {
 		out = append(append(out, "--"), lines...)
 	}
 	return out
+}
+
+// TestGroupCommitCoalescedRows: the row upserts of a coalesced tail go as
+// one statement per table (coalesce.go) and leave the rows, their scope
+// index entries and the log as the same pushes one batch each: typed
+// values of every kind and NULL, a row written twice in the batch (its
+// scopes changed in between), two tables, rows that exist before. A table
+// whose stored column types differ from the schema's keeps its statement
+// per upsert.
+func TestGroupCommitCoalescedRows(t *testing.T) {
+	t.Parallel()
+	s := fixtureStore(t, Config{})
+	ctx := context.Background()
+	str := func(v string) *string { return &v }
+	num := func(v int64) *int64 { return &v }
+	// The engine reads a row before it writes it, and a read of a row
+	// written earlier in the batch sends what is deferred: a tail holds a
+	// row once, but for a commit that writes a row twice (blind, the
+	// fourth).
+	commits := [][]store.RowWrite{
+		{storetest.Task{ID: "a", ProjectID: "p1", Title: str("first"), N: num(7), Blob: []byte{1, 2}}.RowWrite(t, 1)},
+		{storetest.Task{ID: "b", ProjectID: "p1", Blob: []byte{}}.RowWrite(t, 1),
+			storetest.Note{ID: "n1", ProjectID: "p1", TeamID: "t1", Body: str("x")}.RowWrite(t, 1)},
+		{storetest.Note{ID: "n2", ProjectID: "p2", TeamID: "t1"}.RowWrite(t, 1),
+			storetest.Task{ID: "pre", ProjectID: "p3", Title: str("rewritten"), N: num(-1)}.RowWrite(t, 2)},
+		{storetest.Task{ID: "d", ProjectID: "p1", Title: str("one")}.RowWrite(t, 1),
+			storetest.Task{ID: "d", ProjectID: "p2", Title: str("two")}.RowWrite(t, 2)},
+		{storetest.Note{ID: "n3", ProjectID: "p1", TeamID: "t2", Body: str("y")}.RowWrite(t, 1)},
+	}
+	const blind = 3
+	pushAll := func(partition string, together bool) {
+		t.Helper()
+		if _, _, err := enginePush(ctx, s, partition, "pre", storetest.Task{ID: "pre", ProjectID: "p0"}.RowWrite(t, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if !together {
+			for i, rows := range commits {
+				if _, _, err := enginePushReads(ctx, s, partition, fmt.Sprintf("c%d", i), i != blind, rows...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return
+		}
+		release := holdLeader(t, s, partition)
+		errs := make(chan error, len(commits))
+		for i, rows := range commits {
+			go func() {
+				_, _, err := enginePushReads(ctx, s, partition, fmt.Sprintf("c%d", i), i != blind, rows...)
+				errs <- err
+			}()
+			waitQueued(t, s, partition, i+1)
+		}
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+		for range commits {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pushAll("one-by-one", false)
+	before := s.coalescedRows.Load()
+	pushAll("together", true)
+	if got := s.coalescedRows.Load() - before; got != 2 {
+		t.Errorf("%d coalesced upsert statements, want 2 (tasks and notes)", got)
+	}
+	want := logDump(t, s, "one-by-one")
+	if got := logDump(t, s, "together"); !slices.Equal(got, want) {
+		t.Errorf("the coalesced batch wrote\n%s\nthe same pushes one by one\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Stored as numeric, not the schema's bigint: tasks upserts are not
+	// joined, notes upserts still are.
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE tasks ALTER COLUMN n TYPE numeric`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	before = s.coalescedRows.Load()
+	pushAll("altered", true)
+	if got := s.coalescedRows.Load() - before; got != 1 {
+		t.Errorf("%d coalesced upsert statements after the type change, want 1 (notes)", got)
+	}
+	if got := logDump(t, s, "altered"); !slices.Equal(got, want) {
+		t.Errorf("after the type change the batch wrote\n%s\nthe same pushes one by one\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // TestGroupCommitCoalescedAppends: the appends of a batch's pushes go as

@@ -337,9 +337,16 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 		upsert = append(upsert, nil)
 	}
 	upsert = append(upsert, int64(1), `{}`, []byte{}, nil, "tasks", []string{"project_id", "owner_id"}, vals)
+	upserts := []any{"p", "tasks", []string{"r1", "r2"}}
+	for _, col := range ts.typed {
+		upserts = append(upserts, typedArray(col.Type, []any{nil, nil}))
+	}
+	upserts = append(upserts, []int64{1, 1}, []string{`{}`, `{}`}, [][]byte{{}, {}}, [][]byte{nil, nil},
+		[]string{"r1", "r2"}, []string{"project_id", "project_id"}, []string{"a", "b"})
 	for name, plan := range map[string]string{
-		"upsert": explain(ts.writeRow, upsert...),
-		"delete": explain(ts.dropRow, "p", "r1", "tasks"),
+		"upsert":            explain(ts.writeRow, upsert...),
+		"coalesced upserts": explain(ts.writeRows, upserts...),
+		"delete":            explain(ts.dropRow, "p", "r1", "tasks"),
 	} {
 		// The row id in the index condition, not in a filter of the
 		// partition's and table's entries.

@@ -87,7 +87,33 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, c *schema.Compiled, decls 
 	if err != nil {
 		return fmt.Errorf("ensure schema: %w", err)
 	}
+	if err := st.markRowsBatch(ctx, s.pool, c); err != nil {
+		return fmt.Errorf("ensure schema: %w", err)
+	}
 	s.schema.Store(st)
+	return nil
+}
+
+// markRowsBatch sets rowsBatch on the tables whose stored typed columns
+// have the types that writeRows binds: a table another server created
+// (the reference) or an operator altered may differ, and its upserts then
+// keep their one statement each (a bound array of another type would fail
+// the coalesced tail every time, each failure costing the batch a resend).
+func (st *schemaState) markRowsBatch(ctx context.Context, q querier, c *schema.Compiled) error {
+	cols, err := physicalColumns(ctx, q, c)
+	if err != nil {
+		return err
+	}
+	for name, ts := range st.tables {
+		have := cols[name]
+		ok := have != nil
+		for _, col := range ts.typed {
+			if pc, found := have[col.Name]; !found || !strings.EqualFold(pc.typ, sqlType(col.Type)) {
+				ok = false
+			}
+		}
+		ts.rowsBatch = ok
+	}
 	return nil
 }
 

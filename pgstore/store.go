@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -66,13 +67,18 @@ type Store struct {
 	roundTrips atomic.Int64
 	// coalesced counts the batches whose appends went as one statement,
 	// tailFallbacks those whose coalesced tail failed and was sent again
-	// commit by commit (coalesce.go; tests).
-	coalesced, tailFallbacks atomic.Int64
+	// commit by commit, coalescedRows the writeRows statements of the
+	// coalesced tails that committed (coalesce.go; tests read them).
+	coalesced, tailFallbacks, coalescedRows atomic.Int64
 
 	writes      atomic.Int64
 	writeErrors atomic.Int64
 	batches     atomic.Int64
 	commits     atomic.Int64
+
+	// windowScratch keeps the candidate and commit-row buffers of window
+	// reads (*windowScratch, window.go) from one window to the next.
+	windowScratch sync.Pool
 }
 
 var _ store.Store = (*Store)(nil)

@@ -64,6 +64,14 @@ type tableSQL struct {
 	// entries ($3 the table's name).
 	writeRow string
 	dropRow  string
+	// writeRows is writeRow for several rows (coalesce.go): $1 the
+	// partition, $2 the table's name, $3 the row ids, one array per typed
+	// column, the meta columns' arrays, then the scope index entries as
+	// three arrays (row id, variable, value). Used only when rowsBatch.
+	writeRows string
+	// rowsBatch: the stored typed columns have the types writeRows binds
+	// (sqlType), so an upsert of the table may join a coalesced tail.
+	rowsBatch bool
 	// selectRows reads the rows of a list of ids ($2).
 	selectRows string
 	scanFirst  string
@@ -128,6 +136,7 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 		` AND row_id COLLATE "default" = $2 AND (var, value) NOT IN (SELECT * FROM unnest(` + vars + ", " + values + ")))\n" +
 		"INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) SELECT $1, " + tbl + ", s.var, s.value, $2 FROM unnest(" +
 		vars + ", " + values + ") AS s(var, value) ON CONFLICT DO NOTHING"
+	ts.writeRows = writeRowsSQL(ts, names)
 	ts.dropRow = `WITH gone AS (DELETE FROM sync_row_scopes WHERE partition = $1 AND tbl = $3 AND row_id COLLATE "default" = $2)
 ` + ts.deleteRow
 	// A listing orders by row id bytewise, as scans do; the primary key is
@@ -144,6 +153,62 @@ func newTableSQL(t *schema.CompiledTable) *tableSQL {
 	ts.scanFirstValue = scanSQL(ts.quoted, false, false, false)
 	ts.scanAfterValue = scanSQL(ts.quoted, true, false, false)
 	return ts
+}
+
+// writeRowsSQL is writeRow for several rows of one table, each at most
+// once: the rows come as one array per column, their scope index entries
+// as three arrays. An entry of one of the rows that is not among its new
+// entries is deleted; the new ones are inserted.
+//
+// The entries of each row are found by a lookup of sync_row_scopes_by_row
+// per row id: OFFSET 0 keeps the planner from flattening the lateral
+// lookup into a join, which on a table without statistics it plans as a
+// hash of every entry of the partition's table; the delete then finds the
+// entries by their ctid.
+func writeRowsSQL(ts *tableSQL, names []string) string {
+	var (
+		arrays, aliases, selects, quoted, sets []string
+	)
+	n := 3
+	param := func(typ string) string {
+		p := fmt.Sprintf("$%d::%s[]", n, typ)
+		n++
+		return p
+	}
+	for i, name := range names[1:] {
+		alias := fmt.Sprintf("c%d", i)
+		typ, cast := "text", ""
+		switch {
+		case i == 0: // _sync_row_id
+		case i <= len(ts.typed):
+			typ = sqlType(ts.typed[i-1].Type)
+			if typ == "JSONB" {
+				typ, cast = "text", "::jsonb"
+			}
+		case name == colServerVersion:
+			typ = "int8"
+		case name == colScopes:
+			cast = "::jsonb"
+		default: // payload, column versions
+			typ = "bytea"
+		}
+		arrays = append(arrays, param(typ))
+		aliases = append(aliases, alias)
+		selects = append(selects, "v."+alias+cast)
+		quoted = append(quoted, quoteIdent(name))
+		if i > 0 {
+			sets = append(sets, quoteIdent(name)+" = EXCLUDED."+quoteIdent(name))
+		}
+	}
+	sRow, sVar, sValue := param("text"), param("text"), param("text")
+	entries := "unnest(" + sRow + ", " + sVar + ", " + sValue + ") AS e(row_id, var, value)"
+	return "WITH up AS (INSERT INTO " + ts.quoted + " (" + quoteIdent(colPartition) + ", " + strings.Join(quoted, ", ") + ")\n" +
+		"  SELECT $1, " + strings.Join(selects, ", ") + " FROM unnest(" + strings.Join(arrays, ", ") + ") AS v(" + strings.Join(aliases, ", ") + ")\n" +
+		"  ON CONFLICT (" + quoteIdent(colPartition) + ", " + quoteIdent(colRowID) + ") DO UPDATE SET " + strings.Join(sets, ", ") + "),\n" +
+		"gone AS (DELETE FROM sync_row_scopes d USING unnest($3::text[]) AS r(row_id)\n" +
+		"  CROSS JOIN LATERAL (SELECT s.ctid, s.var, s.value FROM sync_row_scopes s\n" +
+		"    WHERE s.partition = $1 AND s.tbl = $2 AND s.row_id COLLATE \"default\" = r.row_id OFFSET 0) x\n" +
+		"  WHERE d.ctid = x.ctid AND NOT EXISTS (SELECT 1 FROM " + entries + " WHERE e.row_id = r.row_id AND e.var = x.var AND e.value = x.value))\n" + "INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) SELECT $1, $2, e.var, e.value, e.row_id FROM " + entries + " ON CONFLICT DO NOTHING"
 }
 
 // scanSQL is the row scan of a table: candidates from sync_row_scopes on

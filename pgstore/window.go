@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,6 +48,17 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		page = min(q.LimitChanges+1, defaultWindowPageCommits)
 	}
 	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
+	sc, _ := s.windowScratch.Get().(*windowScratch)
+	if sc == nil {
+		sc = &windowScratch{}
+	}
+	w.cands, w.heads = sc.cands[:0], sc.heads[:0]
+	defer func() {
+		// Neither escapes into the window: the commits copy the heads'
+		// fields, and the candidates are only compared with.
+		sc.cands, sc.heads = w.cands[:0], w.heads[:0]
+		s.windowScratch.Put(sc)
+	}()
 	if q.StateAfter {
 		w.running = &q.Running
 	}
@@ -64,6 +76,15 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		}
 		after, page = last, min(2*page, defaultWindowPageCommits)
 	}
+}
+
+// windowScratch is what a window read takes from Store.windowScratch and
+// gives back: its candidates' and commit rows' buffers, which a catch-up
+// fills to a page (1,024) per window. Without it every window grew both
+// from nothing, about 90 KB of allocations each.
+type windowScratch struct {
+	cands []int64
+	heads []commitHead
 }
 
 // windowReader accumulates the commits of a window.
@@ -201,12 +222,12 @@ func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error 
 	}
 	if r.commit {
 		ws.actor, ws.client = intern(v[2], ws.actor), intern(v[3], ws.client)
-		r.actor, r.client, r.clientCommit = ws.actor, ws.client, string(v[4])
+		r.actor, r.client, r.clientCommit = ws.actor, ws.client, ws.text(v[4])
 	}
 	if r.change = v[5] != nil; !r.change {
 		return nil
 	}
-	r.rowID = string(v[5])
+	r.rowID = ws.text(v[5])
 	if len(v[6]) != 2 {
 		return fmt.Errorf("read commit window: %d bytes for an int2", len(v[6]))
 	}
@@ -242,6 +263,24 @@ type windowScan struct {
 	scopesRaw     []byte
 	scopes        wire.StoredScopes
 	actor, client string
+	// strs holds the bytes of the row ids and client commit ids read
+	// (text): one allocation per block instead of one per string.
+	strs []byte
+}
+
+// text returns b as a string whose bytes live in the scan's string
+// arena. The arena is only ever appended to, and a full block is left
+// as it is for a new one, so the strings never change.
+func (ws *windowScan) text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(ws.strs)-len(ws.strs) < len(b) {
+		ws.strs = make([]byte, 0, max(len(b), min(2*cap(ws.strs), arenaBlock), arenaFirst))
+	}
+	start := len(ws.strs)
+	ws.strs = append(ws.strs, b...)
+	return unsafe.String(&ws.strs[start], len(b))
 }
 
 // decodeScopes decodes a scopes column, or returns the last decoding
@@ -332,7 +371,7 @@ func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
 		return err
 	}
 	defer rows.Close()
-	w.heads = w.heads[:0]
+	w.heads = slices.Grow(w.heads[:0], len(cands))
 	next := 0
 	raw := rawHeadFormats(rows.FieldDescriptions())
 	var (
@@ -360,7 +399,7 @@ func (w *windowReader) readHeads(br pgx.BatchResults, cands []int64) error {
 		}
 		ws := &w.scan
 		ws.actor, ws.client = intern(actor, ws.actor), intern(client, ws.client)
-		h.actor, h.client, h.clientCommit = ws.actor, ws.client, string(ccid)
+		h.actor, h.client, h.clientCommit = ws.actor, ws.client, ws.text(ccid)
 		w.heads = append(w.heads, h)
 	}
 	return rows.Err()

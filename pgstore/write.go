@@ -48,6 +48,9 @@ type deferred struct {
 	// once the commit's push result joined it, sqlAppendCommitResult)
 	// writes: the push result's join and the coalesced appends read it.
 	appended *appendedCommit
+	// row is the table of a deferred row upsert (its args are writeRow's):
+	// the coalesced tail joins the upserts of a table into writeRows.
+	row *tableSQL
 }
 
 // batch is one database transaction on one pooled connection: the
@@ -64,6 +67,8 @@ type batch struct {
 
 	pending []deferred
 	sends   int // round trips so far
+	// rowsStatements: the writeRows statements of the coalesced tail.
+	rowsStatements int
 	// seq is the partition's newest commit sequence as the transaction
 	// sees it: read by the partition lock (seqKnown), then advanced by
 	// each append; written back to sync_partitions once, at COMMIT.
@@ -320,6 +325,11 @@ func (b *batch) commit() error {
 	var originals []deferred
 	if tail := b.coalescedTail(); tail != nil {
 		originals, b.pending = b.pending, tail
+		for _, d := range tail {
+			if d.sql != "" && d.what == whatUpsertRows {
+				b.rowsStatements++
+			}
+		}
 	}
 	var appended bool
 	queue := func(bb *pgx.Batch) {
@@ -350,6 +360,7 @@ func (b *batch) commit() error {
 	}
 	if originals != nil {
 		b.s.coalesced.Add(1)
+		b.s.coalescedRows.Add(int64(b.rowsStatements))
 	}
 	if appended {
 		if _, err := br.Exec(); err != nil {

@@ -47,7 +47,11 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 	if len(ts.constraints) == 0 {
 		// No declared unique index to report: deferred, sent with the
 		// next statement that has an answer.
-		return t.write("upsert row", ts.writeRow, args...)
+		if err := t.write("upsert row", ts.writeRow, args...); err != nil {
+			return err
+		}
+		t.b.pending[len(t.b.pending)-1].row = ts
+		return nil
 	}
 	t.writes++
 	br, err := t.send(ctx, func(b *pgx.Batch) { b.Queue(ts.writeRow, args...) })

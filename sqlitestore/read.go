@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"zombiezen.com/go/sqlite"
 
@@ -99,6 +100,17 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		return store.CommitWindow{}, err
 	}
 	w := &windowReader{q: q}
+	sc, _ := s.windowScratch.Get().(*windowScratch)
+	if sc == nil {
+		sc = &windowScratch{}
+	}
+	w.rng.cands, w.rng.heads = sc.cands[:0], sc.heads[:0]
+	defer func() {
+		// Neither escapes into the window: the commits are copies of the
+		// heads, and the candidates are only compared with.
+		sc.cands, sc.heads = w.rng.cands[:0], w.rng.heads[:0]
+		s.windowScratch.Put(sc)
+	}()
 	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
 		w.one, w.single = values[0], true
 	} else {
@@ -270,6 +282,27 @@ type windowScan struct {
 	scopesRaw     []byte
 	scopes        wire.StoredScopes
 	actor, client string
+	// strs holds the bytes of the row ids and client commit ids read
+	// (arenaText): one allocation per block instead of one per string.
+	strs []byte
+}
+
+// arenaText reads column i as a string whose bytes live in the scan's
+// string arena. The arena is only ever appended to, and a full block is
+// left as it is for a new one, so the strings never change.
+func (ws *windowScan) arenaText(st *sqlite.Stmt, i int) string {
+	n := st.ColumnLen(i)
+	if n == 0 {
+		return ""
+	}
+	if cap(ws.strs)-len(ws.strs) < n {
+		ws.strs = make([]byte, 0, max(n, min(2*cap(ws.strs), arenaBlock), arenaFirst))
+	}
+	start := len(ws.strs)
+	ws.strs = ws.strs[:start+n]
+	b := ws.strs[start : start+n : start+n]
+	st.ColumnBytes(i, b)
+	return unsafe.String(&b[0], n)
 }
 
 // column copies column i's bytes into the scan buffer; the slice is valid
@@ -350,9 +383,9 @@ func readWindowChunkOf(c *conn, one, partition string, w *windowReader, after in
 			n++
 			ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
 			cur = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
-				ClientCommitID: st.ColumnText(4)}
+				ClientCommitID: ws.arenaText(st, 4)}
 		}
-		ch := store.Change{Table: w.q.Table, RowID: st.ColumnText(5), Op: wire.Op(st.ColumnInt64(6)),
+		ch := store.Change{Table: w.q.Table, RowID: ws.arenaText(st, 5), Op: wire.Op(st.ColumnInt64(6)),
 			RowVersion: st.ColumnInt64(7), Payload: columnBytes(st, 9)}
 		if ch.Scopes, err = ws.decodeScopes(st, 8); err != nil {
 			return 0, 0, err
@@ -510,6 +543,15 @@ const rangeCommitsSQL = `SELECT commit_seq, created_at_ms, actor_id, client_id, 
 const rangeChangesSQL = `SELECT commit_seq, row_id, op, row_version, scopes, payload FROM sync_changes
  WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 AND tbl=?4 ORDER BY commit_seq, idx`
 
+// windowScratch is what a window read takes from Store.windowScratch and
+// gives back: its range reads' candidate and commit-row buffers, which a
+// catch-up fills to rangeChunk per window. Without it every window grew
+// both from nothing, about 100 KB of allocations each.
+type windowScratch struct {
+	cands []int64
+	heads []store.Commit
+}
+
 // rangeScan is what the range reads of a window reuse: the candidates,
 // their commits (Seq 0: none, pruned while the window was read), the
 // changes' backing array and a payload arena. The commits returned share
@@ -561,7 +603,7 @@ func readWindowRange(c *conn, partition string, w *windowReader, after int64) (i
 	if err != nil {
 		return 0, 0, false, fmt.Errorf("read commit window: %w", err)
 	}
-	rs.cands = rs.cands[:0]
+	rs.cands = slices.Grow(rs.cands[:0], rangeChunk)
 	for r.Next() {
 		rs.cands = append(rs.cands, r.st.ColumnInt64(0))
 	}
@@ -626,7 +668,7 @@ func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *win
 		}
 		ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
 		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
-			ClientCommitID: st.ColumnText(4)}
+			ClientCommitID: ws.arenaText(st, 4)}
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("read commit window: %w", err)
@@ -692,7 +734,7 @@ func (w *windowReader) readRangeChanges(c *conn, partition string, cands []int64
 		if !store.MatchScopes(ch.Scopes, w.q.Scopes) {
 			continue
 		}
-		ch.RowID, ch.Payload = st.ColumnText(1), rs.payload(st, 5)
+		ch.RowID, ch.Payload = ws.arenaText(st, 1), rs.payload(st, 5)
 		rs.chs = append(rs.chs, ch)
 	}
 	if err := r.Err(); err != nil {

@@ -128,6 +128,10 @@ type Store struct {
 	stats struct {
 		writes, writeErrors, batches, commits atomic.Int64
 	}
+
+	// windowScratch keeps the candidate and commit-row buffers of range
+	// reads (*windowScratch, read.go) from one window to the next.
+	windowScratch sync.Pool
 }
 
 var _ store.Store = (*Store)(nil)

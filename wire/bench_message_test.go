@@ -99,3 +99,27 @@ func BenchmarkResponseStreamDecode1000Commits(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkResponseStreamDecodeReuse1000Commits is
+// BenchmarkResponseStreamDecode1000Commits with DecoderOptions.Reuse (as
+// the bench tool reads a catch-up).
+func BenchmarkResponseStreamDecodeReuse1000Commits(b *testing.B) {
+	bin, err := benchResponse(1000).MarshalBinary()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(bin)))
+	b.ReportAllocs()
+	for b.Loop() {
+		d := NewDecoder(bytes.NewReader(bin), DecoderOptions{Kind: KindResponse, Reuse: true})
+		for {
+			_, err := d.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

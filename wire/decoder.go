@@ -18,6 +18,13 @@ type DecoderOptions struct {
 	// MaxFrameBytes bounds a frame's payload; a longer frame is a decode
 	// error wrapping ErrFrameTooLarge. Zero means DefaultMaxFrameBytes.
 	MaxFrameBytes int
+	// Reuse lets a Decoder reading a stream keep its buffers from frame to
+	// frame: a frame's payload is read into one buffer, and COMMIT frames
+	// are decoded into one Commit whose slices are reused. A frame
+	// returned by Next, with every string and byte slice in it, is then
+	// valid only until the next call to Next. For a reader that looks at
+	// each frame once (counting a catch-up) instead of keeping it.
+	Reuse bool
 }
 
 // Decoder reads an SSP2 message frame by frame, checking the envelope, each
@@ -28,6 +35,7 @@ type Decoder struct {
 	version uint16
 	kind    MsgKind
 	g       grammar
+	commit  *Commit // with Reuse: the Commit every COMMIT frame is decoded into
 	header  bool
 	done    bool
 	err     error
@@ -39,7 +47,11 @@ func NewDecoder(r io.Reader, opts DecoderOptions) *Decoder {
 	if _, buffered := r.(io.ByteReader); !buffered {
 		r = bufio.NewReaderSize(r, 32<<10)
 	}
-	return &Decoder{src: &readerSource{r: r}, opts: opts}
+	d := &Decoder{src: &readerSource{r: r, reuse: opts.Reuse}, opts: opts}
+	if opts.Reuse {
+		d.commit = &Commit{}
+	}
+	return d
 }
 
 // NewBytesDecoder returns a Decoder over b. Decoded frames alias b, which
@@ -144,7 +156,7 @@ func (d *Decoder) next() (Frame, error) {
 	if err != nil {
 		return nil, truncation(err, t.Name()+" frame payload")
 	}
-	f, derr := decodeFrame(t, payload, d.version, d.kind)
+	f, derr := decodeFrameInto(t, payload, d.version, d.kind, d.commit)
 	if derr != nil {
 		return nil, derr
 	}
@@ -163,6 +175,12 @@ func truncation(err error, what string) error {
 
 // decodeFrame decodes one frame payload of a message of the given kind.
 func decodeFrame(t FrameType, payload []byte, version uint16, kind MsgKind) (Frame, *DecodeError) {
+	return decodeFrameInto(t, payload, version, kind, nil)
+}
+
+// decodeFrameInto is decodeFrame that decodes a COMMIT frame into commit
+// (reusing its slices) when commit is not nil.
+func decodeFrameInto(t FrameType, payload []byte, version uint16, kind MsgKind, commit *Commit) (Frame, *DecodeError) {
 	k := kindOf(t)
 	if k == 0 {
 		return &Unknown{FrameType: t, Payload: payload}, nil
@@ -196,7 +214,12 @@ func decodeFrame(t FrameType, payload []byte, version uint16, kind MsgKind) (Fra
 	case FrameSubStart:
 		f = decodeSubStart(r)
 	case FrameCommit:
-		f = decodeCommit(r)
+		if commit != nil {
+			decodeCommitInto(r, commit)
+			f = commit
+		} else {
+			f = decodeCommit(r)
+		}
 	case FrameSegmentRef:
 		f = decodeSegmentRef(r)
 	case FrameSegmentInline:
@@ -241,8 +264,10 @@ func (s *bytesSource) scratch(n int) ([]byte, error) { return s.read(n) }
 func (s *bytesSource) more() (bool, error) { return s.off < len(s.b), nil }
 
 type readerSource struct {
-	r   io.Reader
-	hdr [8]byte
+	r     io.Reader
+	hdr   [8]byte
+	reuse bool   // read into buf (DecoderOptions.Reuse)
+	buf   []byte // the last payload's buffer
 }
 
 // readChunk is the first allocation of a frame payload read from a
@@ -251,7 +276,22 @@ type readerSource struct {
 const readChunk = 64 << 10
 
 func (s *readerSource) read(n int) ([]byte, error) {
-	return ReadGrowing(s.r, n)
+	if !s.reuse {
+		return ReadGrowing(s.r, n)
+	}
+	if n <= cap(s.buf) {
+		p := s.buf[:n:n]
+		if _, err := io.ReadFull(s.r, p); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	// A larger frame than any before: grown as its bytes arrive.
+	p, err := ReadGrowing(s.r, n)
+	if err == nil {
+		s.buf = p
+	}
+	return p, err
 }
 
 // ReadGrowing reads exactly n bytes from r into a buffer that grows as the

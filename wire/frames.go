@@ -199,8 +199,19 @@ func appendScopeMap(w *writer, what string, m ScopeMap) {
 }
 
 func decodeStoredScopes(r *reader, what string) StoredScopes {
+	return decodeStoredScopesInto(r, what, nil)
+}
+
+// decodeStoredScopesInto is decodeStoredScopes reusing dst's backing
+// array when it is large enough.
+func decodeStoredScopesInto(r *reader, what string, dst StoredScopes) StoredScopes {
 	n := r.length(what, 8)
-	m := make(StoredScopes, n)
+	m := dst
+	if m == nil || cap(m) < n {
+		m = make(StoredScopes, n)
+	} else {
+		m = m[:n]
+	}
 	for i := range m {
 		m[i].Key = r.str(what)
 		if i > 0 && r.err == nil && CompareKeys(m[i-1].Key, m[i].Key) >= 0 {

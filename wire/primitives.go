@@ -196,14 +196,28 @@ func (r *reader) optBytes(what string) []byte {
 }
 
 func (r *reader) strList(what string) []string {
+	return strListInto(r, what, nil)
+}
+
+// strListInto is strList reusing dst's backing array when it is large
+// enough.
+func strListInto(r *reader, what string, dst []string) []string {
 	n := r.length(what, 4)
 	if n == 0 {
 		if r.err != nil {
 			return nil
 		}
+		if dst != nil {
+			return dst[:0]
+		}
 		return []string{}
 	}
-	out := make([]string, n)
+	out := dst
+	if out == nil || cap(out) < n {
+		out = make([]string, n)
+	} else {
+		out = out[:n]
+	}
 	for i := range out {
 		out[i] = r.str(what)
 	}

@@ -200,15 +200,28 @@ func (f *Commit) appendPayload(w *writer, _ uint16) {
 
 func decodeCommit(r *reader) *Commit {
 	f := &Commit{}
+	decodeCommitInto(r, f)
+	return f
+}
+
+// decodeCommitInto decodes a COMMIT payload into f, reusing the backing
+// arrays of its Tables, Changes and their Scopes (a zero f allocates them
+// as decodeCommit always did).
+func decodeCommitInto(r *reader, f *Commit) {
 	f.CommitSeq = r.i64("COMMIT.commitSeq")
 	f.CreatedAtMs = r.i64("COMMIT.createdAtMs")
 	f.ActorID = r.str("COMMIT.actorId")
-	f.Tables = r.strList("COMMIT.tables")
+	f.Tables = strListInto(r, "COMMIT.tables", f.Tables)
 	// A change is at least 2+4+1+1+4+1 bytes.
 	n := r.length("COMMIT.changes", 13)
-	f.Changes = make([]Change, n)
+	if f.Changes == nil || cap(f.Changes) < n {
+		f.Changes = make([]Change, n)
+	} else {
+		f.Changes = f.Changes[:n]
+	}
 	for i := range f.Changes {
 		c := &f.Changes[i]
+		*c = Change{Scopes: c.Scopes}
 		c.TableIndex = r.u16("change.tableIndex")
 		if r.err == nil && int(c.TableIndex) >= len(f.Tables) {
 			r.fail("change tableIndex %d out of range of %d tables", c.TableIndex, len(f.Tables))
@@ -219,7 +232,7 @@ func decodeCommit(r *reader) *Commit {
 		if hasVersion {
 			c.RowVersion = r.i64("change.rowVersion")
 		}
-		c.Scopes = decodeStoredScopes(r, "change.scopes")
+		c.Scopes = decodeStoredScopesInto(r, "change.scopes", c.Scopes)
 		c.Row = r.optBytes("change.row")
 		if r.err != nil {
 			break
@@ -229,7 +242,6 @@ func decodeCommit(r *reader) *Commit {
 			r.fail("change %d: rowVersion and row must be present iff upsert", i)
 		}
 	}
-	return f
 }
 
 // ErrorFrame is the in-band ERROR frame (§1.6); only END may follow it.

@@ -152,7 +152,9 @@ func (p *puller) exchange(ctx context.Context, subs []*wire.Subscription) (pullS
 		p.buf.Reset(dec)
 	}
 	defer p.buf.Reset(nil)
-	d := wire.NewDecoder(p.buf, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20})
+	// Reuse: a frame is looked at once, in apply, which copies what it
+	// keeps (the epoch, the bootstrap state) out of it.
+	d := wire.NewDecoder(p.buf, wire.DecoderOptions{Kind: wire.KindResponse, MaxFrameBytes: 256 << 20, Reuse: true})
 	if _, _, err := d.Header(); err != nil {
 		return st, err
 	}
@@ -178,7 +180,7 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 			if p.epoch != nil && *p.epoch != f.LogEpoch {
 				p.sub.Cursor, p.sub.BootstrapState = -1, nil
 			}
-			e := f.LogEpoch
+			e := strings.Clone(f.LogEpoch)
 			p.epoch, st.epoch = &e, true
 		}
 	case *wire.Commit:
@@ -210,7 +212,7 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 		}
 		st.rows += n
 	case *wire.SubEnd:
-		p.sub.Cursor, p.sub.BootstrapState = f.NextCursor, f.BootstrapState
+		p.sub.Cursor, p.sub.BootstrapState = f.NextCursor, cloneOpt(f.BootstrapState)
 		st.pending = f.BootstrapState != nil
 	case *wire.SubStart:
 		if f.Status != wire.SubActive {
@@ -220,6 +222,15 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 		return fmt.Errorf("ERROR frame %s: %s", f.Code, f.Message)
 	}
 	return nil
+}
+
+// cloneOpt copies an optional string out of a reused frame.
+func cloneOpt(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := strings.Clone(*s)
+	return &c
 }
 
 func (p *puller) segment(b []byte, st *pullStats) error {

@@ -92,8 +92,13 @@ type wsConn struct {
 	flushing bool
 	closing  bool // the close frame is queued: nothing more is accepted
 	closed   bool
-	sent     chan struct{} // closed once the close frame is written, or the socket closed
-	drained  chan struct{} // signalled when the queue empties (backpressure)
+	// sent is closed once the close frame is written, or the socket
+	// closed (sentDone); drained is signalled when the queue empties
+	// (backpressure). Both are made on first use, under mu (sentC, and
+	// send when it refuses a frame): an idle socket has neither.
+	sent     chan struct{}
+	sentDone bool
+	drained  chan struct{}
 
 	// A polled connection (see poller) has no reader goroutine while it
 	// is parked; kick starts one when the connection must be read
@@ -110,8 +115,7 @@ type wsConn struct {
 }
 
 func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *atomic.Int64) *wsConn {
-	c := &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO, slow: slow, wakeAt: -1,
-		sent: make(chan struct{}), drained: make(chan struct{}, 1)}
+	c := &wsConn{nc: nc, maxMsgs: maxMsgs, maxBytes: maxBytes, writeTO: writeTO, slow: slow, wakeAt: -1}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
 	}
@@ -137,6 +141,10 @@ func (c *wsConn) send(f frame) error {
 		msgs, bytes = msgs+wakeHeadroomMsgs, bytes+wakeHeadroomBytes
 	}
 	if len(c.queue) >= msgs || c.queued+len(f.b) > bytes {
+		if c.drained == nil {
+			// A waiter (waitFor) waits for the drain after this refusal.
+			c.drained = make(chan struct{}, 1)
+		}
 		c.mu.Unlock()
 		return errQueueFull
 	}
@@ -207,11 +215,9 @@ func (c *wsConn) writeNow() bool {
 		}
 	case len(c.queue) == 0:
 		c.flushing = false
+		drained := c.drained
 		c.mu.Unlock()
-		select {
-		case c.drained <- struct{}{}:
-		default:
-		}
+		signal(drained)
 		return true
 	}
 	c.mu.Unlock()
@@ -242,8 +248,8 @@ func (c *wsConn) waitFor(try func() error) error {
 			timer = time.NewTimer(c.writeTO)
 		}
 		select {
-		case <-c.drained:
-		case <-c.sent:
+		case <-c.drainedC():
+		case <-c.sentC():
 			timer.Stop()
 			return net.ErrClosed
 		case <-timer.C:
@@ -262,16 +268,13 @@ func (c *wsConn) flush() {
 		}
 		if len(c.queue) == 0 {
 			c.flushing = false
-			closing := c.closing
+			closing, drained := c.closing, c.drained
 			c.mu.Unlock()
 			if closing {
 				c.linger()
 				return
 			}
-			select {
-			case c.drained <- struct{}{}:
-			default:
-			}
+			signal(drained)
 			return
 		}
 		batch := c.queue
@@ -333,10 +336,52 @@ func (c *wsConn) wakeReader() {
 func (c *wsConn) markSent() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	select {
-	case <-c.sent:
-	default:
+	c.markSentLocked()
+}
+
+// markSentLocked closes sent, once. c.mu is held.
+func (c *wsConn) markSentLocked() {
+	if c.sentDone {
+		return
+	}
+	c.sentDone = true
+	if c.sent != nil {
 		close(c.sent)
+	}
+}
+
+// sentC returns sent, closed once the close frame is written or the
+// socket closed.
+func (c *wsConn) sentC() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent == nil {
+		c.sent = make(chan struct{})
+		if c.sentDone {
+			close(c.sent)
+		}
+	}
+	return c.sent
+}
+
+// drainedC returns drained (see send).
+func (c *wsConn) drainedC() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.drained == nil {
+		c.drained = make(chan struct{}, 1)
+	}
+	return c.drained
+}
+
+// signal wakes the waiter of a drained channel, if any (nil: no waiter).
+func signal(drained chan struct{}) {
+	if drained == nil {
+		return
+	}
+	select {
+	case drained <- struct{}{}:
+	default:
 	}
 }
 
@@ -383,11 +428,7 @@ func (c *wsConn) close() {
 	}
 	c.closed = true
 	c.queue, c.wakeAt = nil, -1
-	select {
-	case <-c.sent:
-	default:
-		close(c.sent)
-	}
+	c.markSentLocked()
 	c.mu.Unlock()
 	_ = c.nc.Close()
 	c.wakeReader() // it ends the session

@@ -349,7 +349,7 @@ func (h *Hub) end(s *session) {
 func (h *Hub) refuse(wc *wsConn) {
 	wc.closeWith(ws.StatusGoingAway, "server shutting down")
 	go func() {
-		<-wc.sent
+		<-wc.sentC()
 		wc.close()
 	}()
 }
@@ -507,7 +507,7 @@ func bytesContains(b []byte, sub string) bool {
 // persisted.
 func (h *Hub) detach(s *session) {
 	if s.conn.isClosing() {
-		<-s.conn.sent // bounded by the write timeout
+		<-s.conn.sentC() // bounded by the write timeout
 	}
 	s.conn.close()
 	p := s.part

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/gobwas/ws"
 
@@ -400,7 +401,7 @@ func (h *Hub) Close() {
 	defer deadline.Stop()
 	for _, s := range sessions {
 		select {
-		case <-s.conn.sent:
+		case <-s.conn.sentC():
 		case <-deadline.C:
 			return
 		}
@@ -487,12 +488,12 @@ func (h *Hub) Notify(cn engine.CommitNotice) {
 // socket is waited for).
 func (h *Hub) roundsLocked(p *partition, n engine.CommitNotice) map[*session]bool {
 	var rounds map[*session]bool
-	var matches map[string]bool // by registration signature
+	var matches map[unique.Handle[string]]bool // by registration signature
 	for s := range p.sessions {
 		s.mu.Lock()
 		if s.roundActive && !s.starting && n.Seq > s.observed {
 			if rounds == nil {
-				rounds, matches = map[*session]bool{}, map[string]bool{}
+				rounds, matches = map[*session]bool{}, map[unique.Handle[string]]bool{}
 			}
 			m, ok := matches[s.sig]
 			if !ok {

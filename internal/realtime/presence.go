@@ -2,9 +2,16 @@ package realtime
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/syncgo/syncgo/wire"
 )
+
+// hasKey reports whether the sorted keys hold k.
+func hasKey(keys []string, k string) bool {
+	_, ok := slices.BinarySearch(keys, k)
+	return ok
+}
 
 // presenceEntry is one connection's document on a scope key.
 type presenceEntry struct {
@@ -22,7 +29,7 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 	p := s.part
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !s.keys[m.ScopeKey] {
+	if !hasKey(s.keys, m.ScopeKey) {
 		s.sendData(textFrame(wire.PresenceError{ScopeKey: m.ScopeKey, Code: wire.PresenceForbidden, Timestamp: now}.AppendJSON(nil)))
 		return
 	}
@@ -58,7 +65,7 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 // p.mu is held.
 func (h *Hub) fanPresenceLocked(p *partition, key string, except *session, f frame) {
 	for s := range p.sessions {
-		if s != except && s.keys[key] {
+		if s != except && hasKey(s.keys, key) {
 			s.sendData(f)
 		}
 	}
@@ -85,16 +92,16 @@ func (h *Hub) leaveLocked(s *session, key string) {
 // presenceRegistrationChangedLocked re-derives presence when a session's
 // keys change (§8.6.3): keys lost drop its documents there; keys gained
 // get the snapshot of the peers already present. p.mu is held.
-func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now map[string]bool) {
-	for k := range old {
-		if !now[k] {
+func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now []string) {
+	for _, k := range old {
+		if !hasKey(now, k) {
 			h.leaveLocked(s, k)
 		}
 	}
 	ts := h.cfg.Now()
 	p := s.part
-	for k := range now {
-		if old[k] {
+	for _, k := range now {
+		if hasKey(old, k) {
 			continue
 		}
 		for peer, e := range p.presence[k] {

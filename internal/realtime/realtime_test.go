@@ -246,7 +246,7 @@ func TestCloseFrameIsWrittenAndEndsTheStream(t *testing.T) {
 		}
 	}
 	select {
-	case <-c.sent:
+	case <-c.sentC():
 	case <-time.After(5 * time.Second):
 		t.Fatal("sent not signalled")
 	}

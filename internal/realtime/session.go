@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/gobwas/ws"
 
@@ -58,9 +60,13 @@ type session struct {
 	epoch    string
 	version  uint16
 	regs     []registration
-	sig      string          // identifies regs+version+epoch for the delta cache
-	keys     map[string]bool // presence scope keys the registrations hold
-	observed int64           // highest notification sequence observed
+	// sig identifies regs+version+epoch for the delta cache; interned, so
+	// that the sessions of one subscription share it and a fan-out keys
+	// its caches by a pointer.
+	sig  unique.Handle[string]
+	keys []string // presence scope keys the registrations hold, sorted
+
+	observed int64 // highest notification sequence observed
 	// suppressed: behind, wakes instead of deltas until an ack covers
 	// observed.
 	suppressed    bool
@@ -99,15 +105,15 @@ func (s *session) ready() bool {
 type regSet struct {
 	regs    []registration
 	version uint16
-	sig     string
-	keys    map[string]bool
+	sig     unique.Handle[string]
+	keys    []string
 }
 
 // newRegSet computes the delta-cache signature and the presence keys of
 // registrations (§8.6.3: the registered effective scope keys are the
 // presence grant).
 func (h *Hub) newRegSet(regs []registration, version uint16, epoch string) regSet {
-	keys := map[string]bool{}
+	var keys []string
 	schema := h.cfg.Engine.Schema()
 	var sig strings.Builder
 	sig.WriteByte(byte(version))
@@ -134,14 +140,15 @@ func (h *Hub) newRegSet(regs []registration, version uint16, epoch string) regSe
 				for _, e := range r.effective {
 					if e.Key == sc.Pattern.Variable {
 						for _, v := range e.Values {
-							keys[sc.Pattern.Key(v)] = true
+							keys = append(keys, sc.Pattern.Key(v))
 						}
 					}
 				}
 			}
 		}
 	}
-	return regSet{regs: regs, version: version, sig: sig.String(), keys: keys}
+	slices.Sort(keys)
+	return regSet{regs: regs, version: version, sig: unique.Make(sig.String()), keys: slices.Compact(keys)}
 }
 
 // installLocked replaces the registrations (at connect, at round end) and
@@ -246,7 +253,7 @@ type deltaCache struct {
 // shared by the goroutines fanning the commit out.
 type deltaCaches struct {
 	mu sync.Mutex
-	m  map[string]*deltaCache
+	m  map[unique.Handle[string]]*deltaCache
 }
 
 // lookup returns the entry of s's registration signature, deciding on
@@ -255,7 +262,7 @@ func (c *deltaCaches) lookup(s *session, n engine.CommitNotice) *deltaCache {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]*deltaCache{}
+		c.m = map[unique.Handle[string]]*deltaCache{}
 	}
 	dc := c.m[s.sig]
 	if dc == nil {
