@@ -51,11 +51,20 @@ func scanClient(row pgx.Row, clientID string) (store.ClientRecord, error) {
 
 // ReadRequestState reads the partition, its serve gate and the client
 // record in one round trip: three statements in one pipelined batch
-// (store.RequestStateReader).
+// (store.RequestStateReader), shared with the concurrent requests of the
+// partition (entry_share.go).
 func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	if err := s.check(); err != nil {
 		return store.RequestState{}, err
 	}
+	if clientID != "" {
+		return s.readSharedState(ctx, partition, clientID, running)
+	}
+	return s.readRequestState(ctx, partition, clientID, running)
+}
+
+// readRequestState is ReadRequestState's read of its own.
+func (s *Store) readRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	var st store.RequestState
 	var rec store.ClientRecord
 	found := false

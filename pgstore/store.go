@@ -41,6 +41,21 @@ type Store struct {
 	// listenProbe is how long the listen connection may stay silent before
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
+	// shortWindow is the longest range of the log a commit window reads
+	// in one round trip, without its candidate walk (shortWindowCommits;
+	// 0 in tests of the paged reads).
+	shortWindow int64
+	// shortRows is the most changes a short window read returns
+	// (shortWindowRows; less in tests).
+	shortRows int64
+	// shares are the short window reads in flight (window_share.go);
+	// sharedAnswers counts the answers of shared reads (tests).
+	shares        windowShares
+	sharedAnswers atomic.Int64
+	// entries are the request state reads in flight (entry_share.go);
+	// sharedEntries counts the answers of shared reads (tests).
+	entries       entryShares
+	sharedEntries atomic.Int64
 
 	// clients is the write-behind of deferred client records
 	// (clients.go); nil on a read-only store.
@@ -80,7 +95,7 @@ var _ store.Store = (*Store)(nil)
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	urlSizesPool := cfg.MaxConns <= 0 && strings.Contains(cfg.URL, "pool_max_conns")
 	cfg = cfg.withDefaults()
-	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter,
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
 		groups: groups{m: map[string]*group{}}}
 	if s.pool == nil {
 		if cfg.URL == "" {

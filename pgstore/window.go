@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"unsafe"
@@ -32,6 +33,12 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	first, _, ok := splitScopes(q.Scopes)
 	if !ok || q.ThroughSeq <= q.AfterSeq {
 		return store.CommitWindow{Complete: true}, nil
+	}
+	if q.ThroughSeq-q.AfterSeq <= s.shortWindow {
+		win, err := s.readSharedWindow(ctx, partition, ts.name, q)
+		if !errors.Is(err, errShortWindowCut) {
+			return win, err
+		}
 	}
 	page := defaultWindowPageCommits
 	if q.LimitChanges > 0 {

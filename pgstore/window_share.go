@@ -1,0 +1,232 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Shared short windows: push+pull rounds of many clients end at about the
+// same time (their pushes commit in one batch) and each reads the short
+// window since its last round (readShortWindow) over mostly the same
+// commits. While a short window read of a table and first scope key is in
+// flight, the reads of the same table and key that arrive queue; when it
+// ends, one read of the union of the queued ranges, for the union of their
+// first key's values, answers all of them, each cut to its own range, its
+// own scopes (store.MatchScopes on every change, all keys) and its own
+// change limit.
+//
+// Each queued read gets what a read of its own would give: the shared read
+// is sent after every read it answers was queued, so it sees every commit
+// of their ranges (a range ends at a commit that was durable and visible
+// before the read was asked for), and the partition and serve gate it reads
+// after its rows are read after each answer's rows too. It reads every
+// change that any of its reads may match (a superset of each one's), and
+// each answer keeps only the changes of its own scopes and range.
+
+// maxSharedWindowCommits bounds the union range of a shared read; queued
+// reads whose ranges lie further apart are read one by one.
+const maxSharedWindowCommits = 4 * shortWindowCommits
+
+// windowShares are the short window reads queued or in flight, by key.
+type windowShares struct {
+	mu sync.Mutex
+	m  map[string]*windowShare
+}
+
+// windowShare is the queue of one key; it exists while its reader runs.
+type windowShare struct {
+	queue []*windowAsk
+}
+
+// windowAsk is one queued read.
+type windowAsk struct {
+	q    store.CommitWindowQuery
+	done chan windowAnswer // buffered: the reader never blocks
+}
+
+type windowAnswer struct {
+	win store.CommitWindow
+	err error
+}
+
+// shareKey identifies the reads one shared read answers: the partition,
+// the table, the first scope key and the state read after.
+func shareKey(partition string, q store.CommitWindowQuery) string {
+	var b strings.Builder
+	b.WriteString(partition)
+	b.WriteByte(0)
+	b.WriteString(q.Table)
+	b.WriteByte(0)
+	b.WriteString(q.Scopes[0].Key)
+	b.WriteByte(0)
+	if q.StateAfter {
+		b.WriteString(strconv.Itoa(int(q.Running)))
+	}
+	return b.String()
+}
+
+// readSharedWindow answers a short window query (at most s.shortWindow
+// commits), alone when no read of its key is in flight, else with the next
+// shared read of its key.
+func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	key := shareKey(partition, q)
+	ask := &windowAsk{q: q, done: make(chan windowAnswer, 1)}
+	s.shares.mu.Lock()
+	if s.shares.m == nil {
+		s.shares.m = map[string]*windowShare{}
+	}
+	sh := s.shares.m[key]
+	lead := sh == nil
+	if lead {
+		sh = &windowShare{}
+		s.shares.m[key] = sh
+	}
+	sh.queue = append(sh.queue, ask)
+	s.shares.mu.Unlock()
+	if lead {
+		go s.readShares(ctx, key, sh, partition, table)
+	}
+	select {
+	case a := <-ask.done:
+		return a.win, a.err
+	case <-ctx.Done():
+		return store.CommitWindow{}, ctx.Err()
+	}
+}
+
+// readShares answers the queue of a key until it is empty, then removes
+// it.
+func (s *Store) readShares(ctx context.Context, key string, sh *windowShare, partition, table string) {
+	ctx, cancel := s.sharedReadContext(ctx)
+	defer cancel()
+	for {
+		s.shares.mu.Lock()
+		asks := sh.queue
+		sh.queue = nil
+		if len(asks) == 0 {
+			delete(s.shares.m, key)
+			s.shares.mu.Unlock()
+			return
+		}
+		s.shares.mu.Unlock()
+		s.answerShares(ctx, partition, table, asks)
+	}
+}
+
+// answerShares answers asks by one read of the union of their ranges, or
+// one read each when that union is too long.
+func (s *Store) answerShares(ctx context.Context, partition, table string, asks []*windowAsk) {
+	lo, hi := asks[0].q.AfterSeq, asks[0].q.ThroughSeq
+	for _, a := range asks[1:] {
+		lo, hi = min(lo, a.q.AfterSeq), max(hi, a.q.ThroughSeq)
+	}
+	if len(asks) == 1 || hi-lo > maxSharedWindowCommits {
+		for _, a := range asks {
+			win, err := s.readOneShort(ctx, partition, table, a.q)
+			a.done <- windowAnswer{win, err}
+		}
+		return
+	}
+	// One read for every change any of them may match: the union of
+	// their first key's values (the key they share), no other key.
+	var values []string
+	for _, a := range asks {
+		values = append(values, a.q.Scopes[0].Values...)
+	}
+	q := asks[0].q
+	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: values}}
+	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
+	all, err := s.readOneShort(ctx, partition, table, q)
+	s.sharedAnswers.Add(int64(len(asks)))
+	for _, a := range asks {
+		if err != nil {
+			a.done <- windowAnswer{err: err}
+			continue
+		}
+		a.done <- windowAnswer{win: cutWindow(all, a.q)}
+	}
+}
+
+// readOneShort reads one short window (readShortWindow).
+func (s *Store) readOneShort(ctx context.Context, partition, table string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	first, _, _ := splitScopes(q.Scopes)
+	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
+	if q.StateAfter {
+		w.running = &q.Running
+	}
+	return w.readShortWindow(ctx, s, partition, table, first, q.AfterSeq, q.ThroughSeq)
+}
+
+// cutWindow is the answer to q from a complete window over a range that
+// holds q's, read for scopes that hold q's: the commits of q's range with
+// their changes in q's scopes (a commit without any left out), up to q's
+// change limit (a commit is never split, and the first is kept whole), and
+// the state read after them. The changes are shared, read-only, with the
+// other answers.
+func cutWindow(all store.CommitWindow, q store.CommitWindowQuery) store.CommitWindow {
+	win := store.CommitWindow{Complete: true, State: all.State}
+	if win.State != nil {
+		st := *all.State // each answer its own copy
+		win.State = &st
+	}
+	changes := 0
+	for _, c := range all.Commits {
+		if c.Seq <= q.AfterSeq {
+			continue
+		}
+		if c.Seq > q.ThroughSeq {
+			break
+		}
+		kept := matchingChanges(c.Changes, q.Scopes)
+		if len(kept) == 0 {
+			continue
+		}
+		if q.LimitChanges > 0 && len(win.Commits) > 0 && changes+len(kept) > q.LimitChanges {
+			win.Complete = false
+			break
+		}
+		c.Changes = kept
+		win.Commits = append(win.Commits, c)
+		changes += len(kept)
+	}
+	return win
+}
+
+// matchingChanges returns the changes in scopes: chs itself when all are,
+// else a new slice.
+func matchingChanges(chs []store.Change, scopes wire.ScopeMap) []store.Change {
+	for i, ch := range chs {
+		if store.MatchScopes(ch.Scopes, scopes) {
+			continue
+		}
+		kept := slices.Clone(chs[:i])
+		for _, ch := range chs[i+1:] {
+			if store.MatchScopes(ch.Scopes, scopes) {
+				kept = append(kept, ch)
+			}
+		}
+		return kept
+	}
+	return chs[:len(chs):len(chs)]
+}
+
+// sharedReadContext is the context of a shared read: the first asker's
+// values without its cancellation (the read answers others too), ended
+// when the store closes.
+func (s *Store) sharedReadContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

@@ -1,0 +1,291 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// TestWindowShortEqualsPaged: a window over a short range of the log, read
+// in one round trip without the candidate walk (readShortWindow), answers
+// exactly what the paged reads answer (candidates, then range or probe
+// reads) for every range of a log that holds commits of several scopes,
+// commits whose changes are in two scopes, a delete, another partition's
+// commits, scopes in the reference's JSON-string form and a pruned commit:
+// the same commits with the same changes and the same completeness; it
+// always reads the partition and serve gate after them (the paged reads
+// skip them when no commit is a candidate). A short read that reaches its
+// row limit leaves the window to the paged reads.
+func TestWindowShortEqualsPaged(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	through, queries := mixedWindowLog(t, s, c)
+	// With a row limit of 2, a read of more changes is cut and the
+	// paged reads answer it.
+	s.shortRows = 2
+	if _, err := s.readOneShort(ctx, p, "tasks", store.CommitWindowQuery{Table: "tasks", Scopes: queries[0],
+		AfterSeq: 0, ThroughSeq: through}); !errors.Is(err, errShortWindowCut) {
+		t.Fatalf("a short read of more changes than its row limit: %v; want errShortWindowCut", err)
+	}
+	shortReads := 0
+	for _, rows := range []int64{shortWindowRows, 2} {
+		s.shortRows = rows
+		for _, sc := range queries {
+			for after := int64(0); after < through; after += 3 {
+				for _, hi := range []int64{after + 1, after + 5, through} {
+					for _, limit := range []int{0, 1, 2, 3} {
+						q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after, ThroughSeq: min(hi, through),
+							LimitChanges: limit, StateAfter: true, Running: 1}
+						s.shortWindow = shortWindowCommits
+						short, err := s.ReadCommitWindow(ctx, p, q)
+						if err != nil {
+							t.Fatal(err)
+						}
+						s.shortWindow = 0
+						paged, err := s.ReadCommitWindow(ctx, p, q)
+						if err != nil {
+							t.Fatal(err)
+						}
+						// The short read always reads the state after its rows
+						// (the paged reads do not when no commit is a candidate).
+						if short.State == nil {
+							t.Fatalf("%v: no state after the window", q)
+						}
+						if short.State.Partition.MaxCommitSeq != through || short.State.Gate.StoredSchemaVersion != 1 ||
+							paged.State != nil && (short.State.Partition != paged.State.Partition ||
+								short.State.Gate.StoredSchemaVersion != paged.State.Gate.StoredSchemaVersion) {
+							t.Errorf("%v: state %+v, paged %+v", q, *short.State, *paged.State)
+						}
+						if short.Complete != paged.Complete || !sameCommits(short.Commits, paged.Commits) {
+							t.Errorf("%v: short %s (complete %v), paged %s (complete %v)", q,
+								commitsString(short.Commits), short.Complete, commitsString(paged.Commits), paged.Complete)
+						}
+						shortReads++
+					}
+				}
+			}
+		}
+	}
+	if shortReads < 1000 {
+		t.Fatalf("%d comparisons", shortReads)
+	}
+}
+
+// TestWindowSharedEqualsAlone: short window reads asked at the same time,
+// answered by shared reads of their ranges' union for the union of their
+// first key's values (window_share.go), get what each read alone gets: the
+// commits of its own range with only the changes of its own scopes (one
+// of them has a second key), cut at its own change limit, the same
+// completeness and the state after. Reads of another first key share
+// apart.
+func TestWindowSharedEqualsAlone(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	through, scopes := mixedWindowLog(t, s, c)
+	type ask struct {
+		q    store.CommitWindowQuery
+		want store.CommitWindow
+	}
+	var asks []ask
+	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3], scopes[4]} {
+		for after := int64(0); after < through; after += 2 {
+			for _, n := range []int64{1, 5, 20} {
+				for _, limit := range []int{0, 1, 2} {
+					q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after,
+						ThroughSeq: min(through, after+n), LimitChanges: limit, StateAfter: true, Running: 1}
+					want, err := s.readOneShort(ctx, p, "tasks", q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					asks = append(asks, ask{q, want})
+				}
+			}
+		}
+	}
+	for round := 0; round < 50 && (round < 3 || s.sharedAnswers.Load() == 0); round++ {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, a := range asks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				got, err := s.ReadCommitWindow(ctx, p, a.q)
+				switch {
+				case err != nil:
+					t.Error(err)
+				case got.Complete != a.want.Complete || !sameCommits(got.Commits, a.want.Commits):
+					t.Errorf("%+v: got %s (complete %v), alone %s (complete %v)", a.q,
+						commitsString(got.Commits), got.Complete, commitsString(a.want.Commits), a.want.Complete)
+				case got.State == nil || got.State.Partition != a.want.State.Partition ||
+					got.State.Gate.StoredSchemaVersion != a.want.State.Gate.StoredSchemaVersion:
+					t.Errorf("%+v: state %v, alone %v", a.q, got.State, a.want.State)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	t.Logf("%d answers of shared reads", s.sharedAnswers.Load())
+	if s.sharedAnswers.Load() == 0 {
+		t.Fatal("no read was answered by a shared read")
+	}
+	s.shares.mu.Lock()
+	defer s.shares.mu.Unlock()
+	if len(s.shares.m) != 0 {
+		t.Errorf("%d share queues left after the reads", len(s.shares.m))
+	}
+}
+
+// mixedWindowLog writes partition p1's log for the window tests: commits
+// of three projects and two owners, some with a second change in another
+// scope, a delete, commits of partition p2 in between, every third
+// commit's scopes in the JSON-string form, one commit pruned. It returns
+// the last sequence and the scopes to read.
+func mixedWindowLog(t *testing.T, s *Store, c *schema.Compiled) (int64, []wire.ScopeMap) {
+	t.Helper()
+	ctx := context.Background()
+	const p = "p1"
+	var seqs []int64
+	for i := range 24 {
+		project, owner := []string{"a", "b", "c"}[i%3], []string{"o1", "o2"}[i%2]
+		id := fmt.Sprintf("r%d", i)
+		ws := []store.RowWrite{task{id: id, project: project, owner: owner, title: ptr("t" + id)}.write(t, c, 1)}
+		if i%4 == 1 {
+			// A second change in another scope.
+			ws = append(ws, task{id: id + "x", project: "b", owner: "o1"}.write(t, c, 1))
+		}
+		seqs = append(seqs, apply(t, s, p, ws...))
+		if i%5 == 2 {
+			apply(t, s, "p2", task{id: id, project: project, owner: owner}.write(t, c, 1))
+		}
+	}
+	del := task{id: "r3", project: "a", owner: "o2"}.write(t, c, 2)
+	err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+		seq, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c2", ClientCommitID: "del", ActorID: "a2", CreatedAtMs: 2000,
+			Changes: []store.Change{{Table: "tasks", RowID: "r3", Op: wire.OpDelete, Scopes: del.Scopes}}})
+		seqs = append(seqs, seq)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`UPDATE sync_changes SET scopes = to_jsonb(scopes::text) WHERE commit_seq % 3 = 0`,
+		`DELETE FROM sync_commits WHERE partition = 'p1' AND commit_seq = ` + fmt.Sprint(seqs[7]),
+	} {
+		if _, err := s.pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return seqs[len(seqs)-1], []wire.ScopeMap{
+		scope("project_id", "a"),
+		scope("project_id", "b"),
+		scope("project_id", "a", "c"),
+		{{Key: "project_id", Values: []string{"a", "b"}}, {Key: "owner_id", Values: []string{"o1"}}},
+		scope("owner_id", "o2"),
+		scope("project_id", "zz"),
+	}
+}
+
+func sameCommits(a, b []store.Commit) bool {
+	return slices.EqualFunc(a, b, func(x, y store.Commit) bool {
+		return x.Seq == y.Seq && x.CreatedAtMs == y.CreatedAtMs && x.ActorID == y.ActorID && x.ClientID == y.ClientID &&
+			x.ClientCommitID == y.ClientCommitID && slices.EqualFunc(x.Changes, y.Changes, func(u, v store.Change) bool {
+			return u.Table == v.Table && u.RowID == v.RowID && u.Op == v.Op && u.RowVersion == v.RowVersion &&
+				slices.Equal(u.Scopes, v.Scopes) && bytes.Equal(u.Payload, v.Payload) && (u.Payload == nil) == (v.Payload == nil)
+		})
+	})
+}
+
+func commitsString(cs []store.Commit) string {
+	var b bytes.Buffer
+	for _, c := range cs {
+		fmt.Fprintf(&b, "%d:", c.Seq)
+		for _, ch := range c.Changes {
+			fmt.Fprintf(&b, "%s/%d,", ch.RowID, ch.Op)
+		}
+		b.WriteByte(' ')
+	}
+	return b.String()
+}
+
+// BenchmarkRoundWindow reads what a push+pull round's pull reads: the
+// window of the last 64 commits of a 2,000-commit log, with the partition
+// and the serve gate after it (StateAfter), in one round trip without the
+// candidate walk (read=short) and by the paged reads (read=paged). With
+// scopes=1 every commit is in the scope read (a dense window); with
+// scopes=64 the commits cycle through 64 scope values and the window reads
+// one (each client of the rounds workload subscribes to its own scope
+// value: its window holds its own commit among the others'). Figures: the
+// round trips and the backend CPU per window.
+func BenchmarkRoundWindow(b *testing.B) {
+	for _, scopes := range []int{1, 64} {
+		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
+			benchRoundWindow(b, scopes)
+		})
+	}
+}
+
+func benchRoundWindow(b *testing.B, scopes int) {
+	s, rt := openCounted(b, 4)
+	c := testSchema(b, 1)
+	ensure(b, s, c)
+	ctx := context.Background()
+	const p, size, window = "bench", 2000, 64
+	for done := 0; done < size; done += 500 {
+		err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
+			for i := done; i < done+500; i++ {
+				w := task{id: fmt.Sprintf("r%05d", i), project: fmt.Sprintf("s%d", i%scopes), owner: "o",
+					title: ptr(fmt.Sprintf("row %05d", i))}.write(b, c, 1)
+				if err := tx.UpsertRow(ctx, w); err != nil {
+					return err
+				}
+				if _, err := tx.AppendCommit(ctx, commitOf(fmt.Sprintf("c%05d", i), upsertChange(w))); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", "s0"), AfterSeq: size - window, ThroughSeq: size,
+		LimitChanges: 1000, StateAfter: true, Running: 1}
+	for _, read := range []struct {
+		name  string
+		short int64
+	}{{"short", shortWindowCommits}, {"paged", 0}} {
+		b.Run("read="+read.name, func(b *testing.B) {
+			s.shortWindow = read.short
+			cpu0, cpuOK := backendCPU(b, s)
+			trips := rt.n.Load()
+			for b.Loop() {
+				w, err := s.ReadCommitWindow(ctx, p, q)
+				if err != nil || len(w.Commits) != window/scopes || !w.Complete || w.State == nil {
+					b.Fatalf("ReadCommitWindow = %d commits, complete %v, %v", len(w.Commits), w.Complete, err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(rt.n.Load()-trips)/float64(b.N), "roundtrips/window")
+			if cpu1, ok := backendCPU(b, s); ok && cpuOK {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "pg-µs/window")
+			}
+		})
+	}
+}
