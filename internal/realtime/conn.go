@@ -112,6 +112,10 @@ type wsConn struct {
 	// when it was kept.
 	partial   []byte
 	partialAt time.Time
+	// takenBinary counts the binary message starts the poller read from
+	// the socket that no reader has read as a message yet (readable,
+	// readPolled): bytes out of the socket but not yet a round's chunk.
+	takenBinary int
 }
 
 func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *atomic.Int64) *wsConn {
@@ -544,13 +548,30 @@ var errTooLarge = errors.New("message too large")
 // binaryPending reports whether the bytes the client sent and nobody read
 // yet hold the start of a binary message (a sync round's chunk: §8.7); the
 // frames before it (acks, pings) are skipped. It reads nothing.
+//
+// Bytes the poller took from the socket for a reader that has not read
+// them yet count too (takenBinary): the poller's read and its count are
+// one critical section of mu, as this check is, so a request that
+// reached the socket before the check is seen in one place or the other.
 func (c *wsConn) binaryPending() bool {
 	if c.rc == nil {
 		return false
 	}
 	var buf [4096]byte
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.takenBinary > 0 {
+		return true
+	}
 	n := peekNow(c.rc, buf[:])
 	return binaryFrameIn(buf[:n])
+}
+
+// untakeBinary gives back a count of takenBinary.
+func (c *wsConn) untakeBinary() {
+	c.mu.Lock()
+	c.takenBinary--
+	c.mu.Unlock()
 }
 
 // binaryFrameIn walks the client frames at the start of b (masked, RFC

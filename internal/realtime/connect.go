@@ -132,7 +132,7 @@ func (h *Hub) wakeReader(s *session) {
 	}
 	c.parked = false
 	c.mu.Unlock()
-	go h.readPolled(s, nil)
+	go h.readPolled(s, nil, false)
 }
 
 // readable runs on the poller's goroutine when a parked connection's
@@ -155,18 +155,27 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 	fast := !hup && !c.closing && !c.closed
 	held := c.partial
 	c.partial = nil
-	c.mu.Unlock()
 	if !fast {
-		go h.readPolled(s, held)
+		c.mu.Unlock()
+		go h.readPolled(s, held, false)
 		return
 	}
+	// Read under mu, with the count of a binary message start taken (a
+	// sync round's request) in the same critical section: a round ending
+	// meanwhile (wsConn.binaryPending) sees the bytes either in the
+	// socket or counted, never in neither.
 	k := copy(buf, held)
 	n, err := readNow(c.rc, buf[k:])
+	taken := err == nil && n > 0 && binaryFrameIn(buf[:k+n])
+	if taken {
+		c.takenBinary++
+	}
+	c.mu.Unlock()
 	switch {
 	case err == syscall.EAGAIN:
 		n = 0 // nothing after all: park again
 	case err != nil || n == 0:
-		go h.readPolled(s, held) // it meets the error or the end itself
+		go h.readPolled(s, held, false) // it meets the error or the end itself
 		return
 	}
 	n += k
@@ -183,12 +192,16 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 	if used < n {
 		rest = append([]byte(nil), buf[used:n]...)
 		if !ackPrefix(rest) {
-			go h.readPolled(s, rest)
+			go h.readPolled(s, rest, taken)
 			return
 		}
 	}
 	if !h.parkHolding(s, rest) {
-		go h.readPolled(s, rest)
+		go h.readPolled(s, rest, taken)
+		return
+	}
+	if taken {
+		c.untakeBinary() // impossible: a binary start is no ack prefix
 	}
 }
 
@@ -250,7 +263,13 @@ func (p *prefixed) Read(q []byte) (int, error) {
 // while bytes keep coming, then parks it again and returns: between
 // bursts the connection holds neither a goroutine nor a buffer. first
 // holds bytes the poller read from the socket: they are read first.
-func (h *Hub) readPolled(s *session, first []byte) {
+// taken: first holds a binary message start the poller counted
+// (wsConn.takenBinary); the count is given back once every byte of first
+// was read as a message, before that message is handled.
+func (h *Hub) readPolled(s *session, first []byte, taken bool) {
+	if h.hooks.readPolled != nil {
+		h.hooks.readPolled(taken)
+	}
 	h.polledReaders.Add(1)
 	c := s.conn
 	c.mu.Lock()
@@ -266,8 +285,22 @@ func (h *Hub) readPolled(s *session, first []byte) {
 		src = pre
 	}
 	r := h.getReader(src)
+	var read func()
+	if taken {
+		read = func() {
+			if taken && len(pre.b) == 0 && r.Buffered() == 0 {
+				taken = false
+				c.untakeBinary()
+			}
+		}
+		defer func() {
+			if taken {
+				c.untakeBinary()
+			}
+		}()
+	}
 	for {
-		if h.readOne(s, r) {
+		if h.readOne(s, r, read) {
 			h.putReader(r)
 			h.poll.remove(s.conn)
 			h.end(s)
@@ -420,15 +453,19 @@ func (r *sliceReader) Read(p []byte) (int, error) {
 // Once the connection is closing it discards what still arrives, until
 // the peer closes its side or the close linger ends.
 func (h *Hub) readLoop(s *session, r *bufio.Reader) {
-	for !h.readOne(s, r) {
+	for !h.readOne(s, r, nil) {
 	}
 	h.end(s)
 }
 
 // readOne reads and handles one client message; it reports whether the
-// connection's reading has ended.
-func (h *Hub) readOne(s *session, r *bufio.Reader) (end bool) {
+// connection's reading has ended. read, when set, runs after the message
+// is read and before it is handled.
+func (h *Hub) readOne(s *session, r *bufio.Reader, read func()) (end bool) {
 	m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout)
+	if read != nil {
+		read()
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, errTooLarge):

@@ -178,6 +178,12 @@ const pooledReaders = 64
 type Hub struct {
 	cfg   Config
 	stats counters
+	// hooks are set by this package's tests only (nil otherwise), to
+	// hold goroutines at points of a race.
+	hooks struct {
+		readPolled func(taken bool) // a reader of a polled socket starts
+		roundEnd   func()           // a round's end checks for pipelining
+	}
 
 	mu     sync.Mutex
 	parts  map[string]*partition

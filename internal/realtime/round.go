@@ -289,6 +289,9 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		s.mu.Unlock()
 		p.mu.Unlock()
 	}
+	if h.hooks.roundEnd != nil {
+		h.hooks.roundEnd()
+	}
 	if s.conn.binaryPending() {
 		// The client's next sync round arrived before this one's last
 		// chunk went out (§8.7), but after the reader parked the socket:

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -495,5 +496,85 @@ func TestPipelinedRoundClosesWhileResponding(t *testing.T) {
 	}
 	if st := e.hub.Stats(); st.ClosedProtocol != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPipelinedRoundAfterPark: a client's second sync round request that
+// reaches the socket while the first round responds closes the connection
+// with a protocol error, even when the poller took it from the socket and
+// the reader it started has not read it yet as the round ends: the
+// poller's count of the request it took (wsConn.takenBinary) stands in
+// for the bytes gone from the socket. The hooks hold the round's end
+// until the poller took the request, and that reader until the round
+// ended.
+func TestPipelinedRoundAfterPark(t *testing.T) {
+	e := newRaceEnv(t, nil)
+	var (
+		hold   atomic.Bool           // hold the next round's end
+		armed  = make(chan struct{}) // closed once the second request is written
+		ended  = make(chan struct{}) // closed once the first round ended
+		s      atomic.Pointer[session]
+		taken  = func() bool { c := s.Load().conn; c.mu.Lock(); defer c.mu.Unlock(); return c.takenBinary > 0 }
+		expire = time.After(raceWait)
+	)
+	e.hub.hooks.roundEnd = func() {
+		if !hold.Load() {
+			return
+		}
+		select {
+		case <-armed:
+		case <-expire:
+			return
+		}
+		for !taken() {
+			select {
+			case <-expire:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	e.hub.hooks.readPolled = func(takenHere bool) {
+		select {
+		case <-armed:
+		default:
+			return
+		}
+		if takenHere {
+			select {
+			case <-ended:
+			case <-expire:
+			}
+		}
+	}
+	e.pushAs("b", "cb", "b0", "t0", "p1")
+	c := e.attach()
+	if m := c.next(); !strings.Contains(string(m.data), `"event":"hello"`) {
+		t.Fatalf("first message %q, want hello", m.data)
+	}
+	c.round(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}}) // the log epoch
+	s.Store(e.only())
+	hold.Store(true)
+	req := c.encode(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
+		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks", Cursor: -1,
+			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}}}})
+	c.write(ws.OpBinary, req)
+	e.until("the round responding, the socket parked", func(s *session) bool {
+		s.conn.mu.Lock()
+		defer s.conn.mu.Unlock()
+		return s.round != nil && s.round.responding && s.conn.parked
+	})
+	close(armed)
+	c.write(ws.OpBinary, req)
+	e.until("the round ended", func(s *session) bool { return !s.roundActive })
+	close(ended)
+	for {
+		m := c.next()
+		if m.op == ws.OpClose {
+			if code, reason := ws.ParseCloseFrameData(m.data); code != ws.StatusProtocolError {
+				t.Fatalf("closed with %d %q, want %d", code, reason, ws.StatusProtocolError)
+			}
+			return
+		}
 	}
 }
