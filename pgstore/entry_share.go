@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,98 +29,37 @@ const sqlClients = `SELECT client_id, actor_id, wire_version, cursor, subscripti
   FROM sync_clients WHERE partition = $1 AND client_id = ANY($2::text[])`
 
 // entryShares are the request state reads queued or in flight, by
-// partition and running schema version.
-type entryShares struct {
-	mu sync.Mutex
-	m  map[string]*entryShare
-}
-
-// entryShare is the queue of one key; it exists while its reader runs.
-type entryShare struct {
-	queue []*entryAsk
-}
-
-// entryAsk is one queued request state read.
-type entryAsk struct {
-	clientID string
-	done     chan entryAnswer // buffered: the reader never blocks
-}
-
-type entryAnswer struct {
-	st  store.RequestState
-	err error
-}
+// partition and running schema version: each asks for a client's record.
+type entryShares = sharedReads[string, store.RequestState]
 
 // readSharedState answers ReadRequestState for a client, alone when no
 // read of its partition is in flight, else with the next shared read.
 func (s *Store) readSharedState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	key := partition + "\x00" + strconv.Itoa(int(running))
-	ask := &entryAsk{clientID: clientID, done: make(chan entryAnswer, 1)}
-	s.entries.mu.Lock()
-	if s.entries.m == nil {
-		s.entries.m = map[string]*entryShare{}
-	}
-	sh := s.entries.m[key]
-	lead := sh == nil
-	if lead {
-		sh = &entryShare{}
-		s.entries.m[key] = sh
-	}
-	sh.queue = append(sh.queue, ask)
-	s.entries.mu.Unlock()
-	if lead {
-		go s.readEntries(ctx, key, sh, partition, running)
-	}
-	select {
-	case a := <-ask.done:
-		return a.st, a.err
-	case <-ctx.Done():
-		return store.RequestState{}, ctx.Err()
-	}
-}
-
-// readEntries answers the queue of a key until it is empty, then removes
-// it.
-func (s *Store) readEntries(ctx context.Context, key string, sh *entryShare, partition string, running int32) {
-	ctx, cancel := s.sharedReadContext(ctx)
-	defer cancel()
-	for {
-		s.entries.mu.Lock()
-		asks := sh.queue
-		sh.queue = nil
-		if len(asks) == 0 {
-			delete(s.entries.m, key)
-			s.entries.mu.Unlock()
+	return s.entries.ask(ctx, s, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
+		if len(ids) == 1 {
+			st, err := s.readRequestState(ctx, partition, ids[0], running)
+			reply(0, st, err)
 			return
 		}
-		s.entries.mu.Unlock()
-		if len(asks) == 1 {
-			st, err := s.readRequestState(ctx, partition, asks[0].clientID, running)
-			asks[0].done <- entryAnswer{st, err}
-			continue
-		}
-		s.sharedEntries.Add(int64(len(asks)))
-		sts, err := s.readRequestStates(ctx, partition, asks, running)
-		for i, a := range asks {
+		s.sharedEntries.Add(int64(len(ids)))
+		sts, err := s.readRequestStates(ctx, partition, ids, running)
+		for i := range ids {
 			if err != nil {
-				a.done <- entryAnswer{err: err}
+				reply(i, store.RequestState{}, err)
 				continue
 			}
-			a.done <- entryAnswer{st: sts[i]}
+			reply(i, sts[i], nil)
 		}
-	}
+	})
 }
 
 // readRequestStates reads the partition, its serve gate and the records
-// of the asks' clients in one round trip; the answers are in the asks'
-// order, each with a record of its own (two asks of one client get equal
+// of the clients ids in one round trip; the answers are in the order of
+// ids, each with a record of its own (two asks of one client get equal
 // records, decoded apart).
-func (s *Store) readRequestStates(ctx context.Context, partition string, asks []*entryAsk, running int32) ([]store.RequestState, error) {
-	ids := make([]string, 0, len(asks))
-	for _, a := range asks {
-		ids = append(ids, a.clientID)
-	}
-	out := make([]store.RequestState, len(asks))
+func (s *Store) readRequestStates(ctx context.Context, partition string, ids []string, running int32) ([]store.RequestState, error) {
+	out := make([]store.RequestState, len(ids))
 	read := func() error {
 		b := &pgx.Batch{}
 		queuePartitionState(b, partition, running)
@@ -147,9 +85,9 @@ func (s *Store) readRequestStates(ctx context.Context, partition string, asks []
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			for i, a := range asks {
+			for i, id := range ids {
 				out[i] = st
-				r, ok := raw[a.clientID]
+				r, ok := raw[id]
 				if !ok {
 					continue
 				}

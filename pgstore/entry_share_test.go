@@ -111,10 +111,8 @@ func TestRequestStateShared(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	s.entries.mu.Lock()
-	defer s.entries.mu.Unlock()
-	if len(s.entries.m) != 0 {
-		t.Errorf("%d entry queues left after the reads", len(s.entries.m))
+	if n := s.entries.pending(); n != 0 {
+		t.Errorf("%d entry queues left after the reads", n)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -33,27 +32,9 @@ import (
 // reads whose ranges lie further apart are read one by one.
 const maxSharedWindowCommits = 4 * shortWindowCommits
 
-// windowShares are the short window reads queued or in flight, by key.
-type windowShares struct {
-	mu sync.Mutex
-	m  map[string]*windowShare
-}
-
-// windowShare is the queue of one key; it exists while its reader runs.
-type windowShare struct {
-	queue []*windowAsk
-}
-
-// windowAsk is one queued read.
-type windowAsk struct {
-	q    store.CommitWindowQuery
-	done chan windowAnswer // buffered: the reader never blocks
-}
-
-type windowAnswer struct {
-	win store.CommitWindow
-	err error
-}
+// windowShares are the short window reads queued or in flight, by key
+// (shareKey).
+type windowShares = sharedReads[store.CommitWindowQuery, store.CommitWindow]
 
 // shareKey identifies the reads one shared read answers: the partition,
 // the table, the first scope key and the state read after.
@@ -75,81 +56,42 @@ func shareKey(partition string, q store.CommitWindowQuery) string {
 // commits), alone when no read of its key is in flight, else with the next
 // shared read of its key.
 func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q store.CommitWindowQuery) (store.CommitWindow, error) {
-	key := shareKey(partition, q)
-	ask := &windowAsk{q: q, done: make(chan windowAnswer, 1)}
-	s.shares.mu.Lock()
-	if s.shares.m == nil {
-		s.shares.m = map[string]*windowShare{}
-	}
-	sh := s.shares.m[key]
-	lead := sh == nil
-	if lead {
-		sh = &windowShare{}
-		s.shares.m[key] = sh
-	}
-	sh.queue = append(sh.queue, ask)
-	s.shares.mu.Unlock()
-	if lead {
-		go s.readShares(ctx, key, sh, partition, table)
-	}
-	select {
-	case a := <-ask.done:
-		return a.win, a.err
-	case <-ctx.Done():
-		return store.CommitWindow{}, ctx.Err()
-	}
+	return s.shares.ask(ctx, s, shareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+		s.answerShares(ctx, partition, table, qs, reply)
+	})
 }
 
-// readShares answers the queue of a key until it is empty, then removes
-// it.
-func (s *Store) readShares(ctx context.Context, key string, sh *windowShare, partition, table string) {
-	ctx, cancel := s.sharedReadContext(ctx)
-	defer cancel()
-	for {
-		s.shares.mu.Lock()
-		asks := sh.queue
-		sh.queue = nil
-		if len(asks) == 0 {
-			delete(s.shares.m, key)
-			s.shares.mu.Unlock()
-			return
-		}
-		s.shares.mu.Unlock()
-		s.answerShares(ctx, partition, table, asks)
-	}
-}
-
-// answerShares answers asks by one read of the union of their ranges, or
+// answerShares answers qs by one read of the union of their ranges, or
 // one read each when that union is too long.
-func (s *Store) answerShares(ctx context.Context, partition, table string, asks []*windowAsk) {
-	lo, hi := asks[0].q.AfterSeq, asks[0].q.ThroughSeq
-	for _, a := range asks[1:] {
-		lo, hi = min(lo, a.q.AfterSeq), max(hi, a.q.ThroughSeq)
+func (s *Store) answerShares(ctx context.Context, partition, table string, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+	lo, hi := qs[0].AfterSeq, qs[0].ThroughSeq
+	for _, q := range qs[1:] {
+		lo, hi = min(lo, q.AfterSeq), max(hi, q.ThroughSeq)
 	}
-	if len(asks) == 1 || hi-lo > maxSharedWindowCommits {
-		for _, a := range asks {
-			win, err := s.readOneShort(ctx, partition, table, a.q)
-			a.done <- windowAnswer{win, err}
+	if len(qs) == 1 || hi-lo > maxSharedWindowCommits {
+		for i, q := range qs {
+			win, err := s.readOneShort(ctx, partition, table, q)
+			reply(i, win, err)
 		}
 		return
 	}
 	// One read for every change any of them may match: the union of
 	// their first key's values (the key they share), no other key.
 	var values []string
-	for _, a := range asks {
-		values = append(values, a.q.Scopes[0].Values...)
+	for _, q := range qs {
+		values = append(values, q.Scopes[0].Values...)
 	}
-	q := asks[0].q
+	q := qs[0]
 	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: values}}
 	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
 	all, err := s.readOneShort(ctx, partition, table, q)
-	s.sharedAnswers.Add(int64(len(asks)))
-	for _, a := range asks {
+	s.sharedAnswers.Add(int64(len(qs)))
+	for i, q := range qs {
 		if err != nil {
-			a.done <- windowAnswer{err: err}
+			reply(i, store.CommitWindow{}, err)
 			continue
 		}
-		a.done <- windowAnswer{win: cutWindow(all, a.q)}
+		reply(i, cutWindow(all, q), nil)
 	}
 }
 
@@ -214,19 +156,4 @@ func matchingChanges(chs []store.Change, scopes wire.ScopeMap) []store.Change {
 		return kept
 	}
 	return chs[:len(chs):len(chs)]
-}
-
-// sharedReadContext is the context of a shared read: the first asker's
-// values without its cancellation (the read answers others too), ended
-// when the store closes.
-func (s *Store) sharedReadContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	go func() {
-		select {
-		case <-s.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	return ctx, cancel
 }

@@ -144,10 +144,8 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	if s.sharedAnswers.Load() == 0 {
 		t.Fatal("no read was answered by a shared read")
 	}
-	s.shares.mu.Lock()
-	defer s.shares.mu.Unlock()
-	if len(s.shares.m) != 0 {
-		t.Errorf("%d share queues left after the reads", len(s.shares.m))
+	if n := s.shares.pending(); n != 0 {
+		t.Errorf("%d share queues left after the reads", n)
 	}
 }
 
