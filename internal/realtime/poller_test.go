@@ -240,14 +240,7 @@ func TestReleaseAfterChurn(t *testing.T) {
 			if m := c.next(); !isHello(m) {
 				t.Fatalf("first message %q, want hello", m.data)
 			}
-			_ = c.nc.Close()
-		}
-		deadline := time.Now().Add(raceWait)
-		for e.hub.Stats().Sessions != 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("sessions outlived their sockets")
-			}
-			time.Sleep(2 * time.Millisecond)
+			closeAndWaitGone(t, e, c)
 		}
 		time.Sleep(3 * churnQuiet)
 		if got := e.hub.releases.Load(); got != tc.want {
