@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/syncgo/syncgo/internal/rowbuf"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -102,7 +102,7 @@ type windowReader struct {
 	// their payloads: the commits returned point into both, so neither is
 	// ever cut back while a window is read.
 	chs   []store.Change
-	arena []byte
+	arena rowbuf.Arena
 	// running, when set, asks each page's round trip to read the
 	// partition and the serve gate after its rows (StateAfter); state is
 	// the last page's.
@@ -110,26 +110,8 @@ type windowReader struct {
 	state   *store.RequestState
 }
 
-// arenaBlock is the largest payload arena block; the first is
-// arenaFirst, and each next one twice the last (a round's window of a
-// commit or two allocates little).
-const (
-	arenaFirst = 512
-	arenaBlock = 32 << 10
-)
-
 // payload copies b into the arena (nil stays nil).
-func (w *windowReader) payload(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	if cap(w.arena)-len(w.arena) < len(b) {
-		w.arena = make([]byte, 0, max(len(b), min(2*cap(w.arena), arenaBlock), arenaFirst))
-	}
-	start := len(w.arena)
-	w.arena = append(w.arena, b...)
-	return w.arena[start:len(w.arena):len(w.arena)]
-}
+func (w *windowReader) payload(b []byte) []byte { return w.arena.Copy(b) }
 
 // windowRow is one row of sqlCommitWindow or sqlRangeChanges: a
 // candidate commit (commit false when it was pruned while the window was
@@ -265,23 +247,12 @@ type windowScan struct {
 	actor, client string
 	// strs holds the bytes of the row ids and client commit ids read
 	// (text): one allocation per block instead of one per string.
-	strs []byte
+	strs rowbuf.Arena
 }
 
 // text returns b as a string whose bytes live in the scan's string
-// arena. The arena is only ever appended to, and a full block is left
-// as it is for a new one, so the strings never change.
-func (ws *windowScan) text(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if cap(ws.strs)-len(ws.strs) < len(b) {
-		ws.strs = make([]byte, 0, max(len(b), min(2*cap(ws.strs), arenaBlock), arenaFirst))
-	}
-	start := len(ws.strs)
-	ws.strs = append(ws.strs, b...)
-	return unsafe.String(&ws.strs[start], len(b))
-}
+// arena.
+func (ws *windowScan) text(b []byte) string { return ws.strs.String(b) }
 
 // decodeScopes decodes a scopes column, or returns the last decoding
 // when the bytes are the same.

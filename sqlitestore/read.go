@@ -10,6 +10,7 @@ import (
 
 	"zombiezen.com/go/sqlite"
 
+	"github.com/syncgo/syncgo/internal/rowbuf"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -284,23 +285,17 @@ type windowScan struct {
 	actor, client string
 	// strs holds the bytes of the row ids and client commit ids read
 	// (arenaText): one allocation per block instead of one per string.
-	strs []byte
+	strs rowbuf.Arena
 }
 
 // arenaText reads column i as a string whose bytes live in the scan's
-// string arena. The arena is only ever appended to, and a full block is
-// left as it is for a new one, so the strings never change.
+// string arena.
 func (ws *windowScan) arenaText(st *sqlite.Stmt, i int) string {
 	n := st.ColumnLen(i)
 	if n == 0 {
 		return ""
 	}
-	if cap(ws.strs)-len(ws.strs) < n {
-		ws.strs = make([]byte, 0, max(n, min(2*cap(ws.strs), arenaBlock), arenaFirst))
-	}
-	start := len(ws.strs)
-	ws.strs = ws.strs[:start+n]
-	b := ws.strs[start : start+n : start+n]
+	b := ws.strs.Alloc(n)
 	st.ColumnBytes(i, b)
 	return unsafe.String(&b[0], n)
 }
@@ -561,29 +556,15 @@ type rangeScan struct {
 	cands []int64
 	heads []store.Commit
 	chs   []store.Change
-	arena []byte
+	arena rowbuf.Arena
 }
-
-// arenaBlock is the largest payload arena block; the first is
-// arenaFirst, and each next one twice the last (a round's window of a
-// commit or two allocates little).
-const (
-	arenaFirst = 512
-	arenaBlock = 32 << 10
-)
 
 // payload copies column i's bytes into the arena (nil for NULL).
 func (rs *rangeScan) payload(st *sqlite.Stmt, i int) []byte {
 	if st.ColumnType(i) == sqlite.TypeNull {
 		return nil
 	}
-	n := st.ColumnLen(i)
-	if cap(rs.arena)-len(rs.arena) < n {
-		rs.arena = make([]byte, 0, max(n, min(2*cap(rs.arena), arenaBlock), arenaFirst))
-	}
-	start := len(rs.arena)
-	rs.arena = rs.arena[:start+n]
-	b := rs.arena[start : start+n : start+n]
+	b := rs.arena.Alloc(st.ColumnLen(i))
 	st.ColumnBytes(i, b)
 	return b
 }

@@ -5,7 +5,11 @@
 // (one allocation per block instead of one per value).
 package rowbuf
 
-import "github.com/syncgo/syncgo/store"
+import (
+	"unsafe"
+
+	"github.com/syncgo/syncgo/store"
+)
 
 const (
 	// firstRows is the capacity of the first allocation: a scan that
@@ -79,4 +83,47 @@ func (b *Buffer) Copy(src []byte) []byte {
 	v := b.Alloc(len(src))
 	copy(v, src)
 	return v
+}
+
+// Arena hands out byte slices cut from blocks that grow from 512 bytes,
+// doubling up to 32 KiB (a window of a commit or two allocates little),
+// one allocation per block instead of one per value; the zero value is
+// ready. A block is only ever appended to and a full one is left as it is,
+// so what it handed out never changes: strings may point into it.
+type Arena struct {
+	block []byte
+}
+
+const (
+	arenaFirst = 512
+	arenaMax   = 32 << 10
+)
+
+// Alloc returns a slice of n bytes (length and capacity n) for a value
+// to be copied into.
+func (a *Arena) Alloc(n int) []byte {
+	if cap(a.block)-len(a.block) < n {
+		a.block = make([]byte, 0, max(n, min(2*cap(a.block), arenaMax), arenaFirst))
+	}
+	start := len(a.block)
+	a.block = a.block[:start+n]
+	return a.block[start : start+n : start+n]
+}
+
+// Copy returns a copy of b in the arena: nil for nil.
+func (a *Arena) Copy(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	v := a.Alloc(len(b))
+	copy(v, b)
+	return v
+}
+
+// String returns b as a string whose bytes are a copy in the arena.
+func (a *Arena) String(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&a.Copy(b)[0], len(b))
 }

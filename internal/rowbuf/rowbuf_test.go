@@ -73,3 +73,25 @@ func TestCopyNilAndEmpty(t *testing.T) {
 		t.Errorf("Copy(empty) = %#v, want an empty non-nil slice", got)
 	}
 }
+
+// An arena's values never overlap nor change as more are cut, across
+// blocks, and a string it returns keeps its bytes.
+func TestArena(t *testing.T) {
+	var a Arena
+	var vals [][]byte
+	var strs []string
+	for i := range 3000 {
+		v := bytes.Repeat([]byte{byte(i)}, i%50+1)
+		vals = append(vals, a.Copy(v))
+		strs = append(strs, a.String(v))
+	}
+	for i := range 3000 {
+		want := bytes.Repeat([]byte{byte(i)}, i%50+1)
+		if !bytes.Equal(vals[i], want) || strs[i] != string(want) || cap(vals[i]) != len(vals[i]) {
+			t.Fatalf("value %d changed: %v %q", i, vals[i], strs[i])
+		}
+	}
+	if a.Copy(nil) != nil || a.String(nil) != "" || len(a.Alloc(0)) != 0 {
+		t.Error("nil and empty values")
+	}
+}
