@@ -92,6 +92,28 @@ func negotiate(r *http.Request) string {
 	return ""
 }
 
+// identityRefused reports whether Accept-Encoding refuses the identity
+// coding: "identity;q=0", or "*;q=0" without identity named (RFC 9110
+// §12.5.3). A server then compresses even a small response.
+func identityRefused(r *http.Request) bool {
+	named, star := false, false
+	for _, v := range r.Header.Values("Accept-Encoding") {
+		for _, part := range strings.Split(v, ",") {
+			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "identity":
+				if !acceptable(params) {
+					return true
+				}
+				named = true
+			case "*":
+				star = star || !acceptable(params)
+			}
+		}
+	}
+	return star && !named
+}
+
 // acceptable reports whether the parameters of an Accept-Encoding element
 // leave its coding acceptable: a q-value of zero, however spelled (q=0,
 // Q=0.0, q=0.000), refuses it (RFC 9110 §12.4.2). An unreadable q-value

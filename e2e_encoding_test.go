@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"strconv"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
@@ -83,7 +85,8 @@ func TestE2EResponseEncodings(t *testing.T) {
 			mustSubscribe(t, c, "tasks-p1", "p1")
 			var refs []wire.SegmentRef
 			for _, res := range syncQuiet(t, c) {
-				if res.ContentEncoding != contentEncoding(enc) {
+				// A small response goes out as it is (TestE2ESmallResponses).
+				if res.ContentEncoding != contentEncoding(enc) && res.ContentEncoding != "" {
 					t.Fatalf("client asking %s got Content-Encoding %q", enc, res.ContentEncoding)
 				}
 				for _, s := range res.Sections {
@@ -112,6 +115,69 @@ func TestE2EResponseEncodings(t *testing.T) {
 
 // contentEncoding is the Content-Encoding that answers an Accept-Encoding
 // of one coding.
+// Small responses (§1.3 leaves identity acceptable): a /sync response of
+// at most 1,400 bytes goes out without a Content-Encoding whatever the
+// client accepts, with its length; a larger one is compressed. Pulls of 1
+// to 8 rows cross the line: every response at most 1,400 bytes long is
+// identity, every longer one is encoded, and both kinds occur. A client
+// that refuses identity gets even a small response encoded.
+func TestE2ESmallResponses(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		for i := range 40 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", fmt.Sprintf("a task with a compressible title %d", i)))
+		}
+		syncQuiet(t, w)
+		epoch := e.partitionState().LogEpoch
+		pull := func(rows int32) []byte {
+			return encodeRequest(t, &wire.Request{Version: 3,
+				Header: &wire.ReqHeader{ClientID: "small-device", SchemaVersion: 1, LogEpoch: &epoch},
+				Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows, LimitSnapshotRows: rows},
+				Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+					Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+		}
+		small, large := 0, 0
+		for _, enc := range []string{"zstd", "gzip"} {
+			for rows := int32(1); rows <= 8; rows++ {
+				r := e.post(t, body(pull(rows)), map[string]string{"Accept-Encoding": enc + ", gzip"})
+				got := r.header.Get("Content-Encoding")
+				plain := decompress(t, map[string]string{"": "identity"}[got]+got, r.body)
+				if m := decodeResponse(t, rawResponse{status: r.status, header: http.Header{}, body: plain}); len(m.Frames) < 3 {
+					t.Fatalf("%d rows: %d frames", rows, len(m.Frames))
+				}
+				switch {
+				case len(plain) <= 1400 && got != "":
+					t.Fatalf("%d rows, %d bytes: Content-Encoding %q, want none", rows, len(plain), got)
+				case len(plain) > 1400 && got != enc:
+					t.Fatalf("%d rows, %d bytes: Content-Encoding %q, want %s", rows, len(plain), got, enc)
+				case got == "":
+					small++
+					if cl := r.header.Get("Content-Length"); cl != strconv.Itoa(len(r.body)) {
+						t.Fatalf("%d rows: Content-Length %q for %d bytes", rows, cl, len(r.body))
+					}
+				default:
+					large++
+				}
+			}
+		}
+		if small == 0 || large == 0 {
+			t.Fatalf("%d small and %d large responses: the pulls do not cross the line", small, large)
+		}
+		for accept, want := range map[string]string{
+			"zstd, identity;q=0":    "zstd",
+			"gzip, *;q=0":           "gzip",
+			"gzip, *;q=0, identity": "",
+		} {
+			r := e.post(t, body(pull(1)), map[string]string{"Accept-Encoding": accept})
+			if got := r.header.Get("Content-Encoding"); got != want {
+				t.Fatalf("Accept-Encoding %q, a small response: Content-Encoding %q, want %q", accept, got, want)
+			}
+			decompress(t, map[string]string{"": "identity"}[want]+want, r.body)
+		}
+	})
+}
+
 func contentEncoding(accept string) string {
 	if accept == "identity" {
 		return ""

@@ -99,7 +99,8 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		return // otherwise the client went away while queued
 	}
 	defer release()
-	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r), release: release}
+	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r), release: release,
+		compressSmall: identityRefused(r)}
 	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {
@@ -190,9 +191,12 @@ type httpResponder struct {
 	w        http.ResponseWriter
 	rc       *http.ResponseController
 	encoding string
-	started  bool
-	closeEnc func() error
-	held     *heldWriter
+	// compressSmall: the client refused identity, so even a small
+	// response is compressed.
+	compressSmall bool
+	started       bool
+	closeEnc      func() error
+	held          *heldWriter
 	// release frees the request's admission slot (idempotent): before
 	// the response's last bytes go out, so that a client that sends its
 	// next request as soon as it has the whole response finds the slot
@@ -217,15 +221,75 @@ func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
 	hd.Set("Content-Type", ProtocolContentType)
 	hd.Set("Cache-Control", "no-store")
 	hd.Add("Vary", "Accept-Encoding")
-	if h.encoding != "" {
-		hd.Set("Content-Encoding", h.encoding)
-	}
 	h.started = true
 	h.held = &heldWriter{w: h.w}
 	dw := &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
-	out, closeEnc := h.s.codecs.writer(dw, h.encoding)
-	h.closeEnc = closeEnc
-	return &flushWriter{w: out, rw: h.w}, nil
+	if h.encoding == "" {
+		h.closeEnc = func() error { return nil }
+		return &flushWriter{w: dw, rw: h.w}, nil
+	}
+	lz := &lazyEncoder{h: h, dw: dw}
+	h.closeEnc = lz.close
+	if h.compressSmall {
+		lz.start()
+	}
+	return &flushWriter{w: lz, rw: h.w}, nil
+}
+
+// smallResponse is the largest /sync response body (uncompressed) that
+// goes out without a Content-Encoding although the client accepts one: it
+// fits one packet either way, and compressing it costs both sides more
+// than the bytes it saves (a push result, a round's own commit, an empty
+// pull). Identity is always an acceptable coding unless the client
+// refuses it (negotiate).
+const smallResponse = 1400
+
+// lazyEncoder holds a response's first smallResponse bytes and starts the
+// negotiated compressor only when the response outgrows them; a response
+// that ends first is sent as it is.
+type lazyEncoder struct {
+	h   *httpResponder
+	dw  io.Writer
+	buf []byte
+	out io.Writer // the compressor, once started
+	end func() error
+}
+
+func (l *lazyEncoder) Write(p []byte) (int, error) {
+	if l.out != nil {
+		return l.out.Write(p)
+	}
+	if len(l.buf)+len(p) <= smallResponse {
+		if l.buf == nil {
+			l.buf = make([]byte, 0, smallResponse)
+		}
+		l.buf = append(l.buf, p...)
+		return len(p), nil
+	}
+	l.start()
+	if len(l.buf) > 0 {
+		if _, err := l.out.Write(l.buf); err != nil {
+			return 0, err
+		}
+	}
+	l.buf = nil
+	return l.out.Write(p)
+}
+
+// start starts the compressor. The status line is not written yet:
+// heldWriter holds the compressed bytes until the end or 16 KiB.
+func (l *lazyEncoder) start() {
+	l.h.w.Header().Set("Content-Encoding", l.h.encoding)
+	l.out, l.end = l.h.s.codecs.writer(l.dw, l.h.encoding)
+}
+
+func (l *lazyEncoder) close() error {
+	if l.out != nil {
+		return l.end()
+	}
+	_, err := l.dw.Write(l.buf)
+	l.buf = nil
+	return err
 }
 
 var _ engine.StreamResponder = (*httpResponder)(nil)
