@@ -285,6 +285,9 @@ func serveGateOn(c *conn, partition string, running int32) (store.ServeGate, err
 	if err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
 	}
+	if pending == "[]" { // no pending checkpoint: the common case, every request
+		return g, nil
+	}
 	var refs [][2]string
 	if err := json.Unmarshal([]byte(pending), &refs); err != nil {
 		return store.ServeGate{}, fmt.Errorf("read serve gate: %w", err)
