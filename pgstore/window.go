@@ -62,6 +62,11 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if q.StateAfter {
 		w.running = &q.Running
 	}
+	bufs, _ := s.windowBufs.Get().(*windowBufs)
+	if bufs == nil {
+		bufs = &windowBufs{}
+	}
+	w.commits, w.chs, w.arena, w.scan.strs = bufs.commits, bufs.chs, bufs.arena, bufs.strs
 	after := q.AfterSeq
 	// A bulk window (the next window of a catch-up, read ahead) is read
 	// by ranges of the log without the candidate walk while its ranges
@@ -77,11 +82,8 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 			if err := w.readRange(ctx, s, partition, ts.name, after, hi); err != nil {
 				return store.CommitWindow{}, fmt.Errorf("read commit window: %w", err)
 			}
-			if w.full {
-				return store.CommitWindow{Commits: w.commits, State: w.state}, nil
-			}
-			if hi == q.ThroughSeq {
-				return store.CommitWindow{Commits: w.commits, Complete: true, State: w.state}, nil
+			if w.full || hi == q.ThroughSeq {
+				return w.window(s, bufs, !w.full), nil
 			}
 			ranged = rangeDensity*int64(len(w.commits)-before) >= hi-after
 			after, page = hi, min(2*page, defaultWindowPageCommits)
@@ -91,14 +93,41 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		if err != nil {
 			return store.CommitWindow{}, fmt.Errorf("read commit window: %w", err)
 		}
-		if w.full {
-			return store.CommitWindow{Commits: w.commits, State: w.state}, nil
-		}
-		if candidates < page {
-			return store.CommitWindow{Commits: w.commits, Complete: true, State: w.state}, nil
+		if w.full || candidates < page {
+			return w.window(s, bufs, !w.full), nil
 		}
 		after, page = last, min(2*page, defaultWindowPageCommits)
 	}
+}
+
+// windowBufs is the memory of a paged window that its caller released
+// (CommitWindow.Release): the commits' and changes' backing arrays and
+// the arenas of their payloads and strings, reused by the next window
+// instead of about 270 KB of new allocations per 1,000 commits.
+type windowBufs struct {
+	commits     []store.Commit
+	chs         []store.Change
+	arena, strs rowbuf.Arena
+}
+
+// window returns the window read, whose Release gives its memory back to
+// s.windowBufs in bufs (once; a second call does nothing).
+func (w *windowReader) window(s *Store, bufs *windowBufs, complete bool) store.CommitWindow {
+	commits, chs, arena, strs := w.commits, w.chs, w.arena, w.scan.strs
+	released := false
+	return store.CommitWindow{Commits: commits, Complete: complete, State: w.state, Release: func() {
+		if released {
+			return
+		}
+		released = true
+		// No reference to the window's strings and scopes stays behind.
+		clear(commits)
+		clear(chs)
+		arena.Reset()
+		strs.Reset()
+		bufs.commits, bufs.chs, bufs.arena, bufs.strs = commits[:0], chs[:0], arena, strs
+		s.windowBufs.Put(bufs)
+	}}
 }
 
 // windowScratch is what a window read takes from Store.windowScratch and

@@ -192,3 +192,82 @@ func TestWindowBulkSkipsWalk(t *testing.T) {
 		t.Errorf("bulk window after %d (sparse): %v, want commit %d alone", seqs[50], got, seqs[60])
 	}
 }
+
+// describe is a deep description of a window's commits: sequences,
+// commit fields, every change's fields and payload bytes.
+func describe(w store.CommitWindow) string {
+	out := fmt.Sprintf("complete=%v", w.Complete)
+	for _, cm := range w.Commits {
+		out += fmt.Sprintf(" [%d %d %s %s %s", cm.Seq, cm.CreatedAtMs, cm.ActorID, cm.ClientID, cm.ClientCommitID)
+		for _, ch := range cm.Changes {
+			out += fmt.Sprintf(" (%s %s %d %d %v %x)", ch.Table, ch.RowID, ch.Op, ch.RowVersion, ch.Scopes, ch.Payload)
+		}
+		out += "]"
+	}
+	return out
+}
+
+// TestWindowRelease: a paged window's memory, released, serves the next
+// windows (the commits' backing array comes back), which read the same as
+// windows never released; a second Release of one window does nothing
+// (two windows held at once after it are both whole: had the memory gone
+// back twice, the second read would overwrite the first).
+func TestWindowRelease(t *testing.T) {
+	s := openStore(t)
+	s.shortWindow = 0
+	ctx := context.Background()
+	const p = "p1"
+	seqs := bulkLog(t, s, p)
+	through := seqs[len(seqs)-1]
+	read := func(after int64, project string, bulk bool) store.CommitWindow {
+		t.Helper()
+		w, err := s.ReadCommitWindow(ctx, p, store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", project),
+			AfterSeq: after, ThroughSeq: through, LimitChanges: 5, Bulk: bulk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Release == nil {
+			t.Fatal("a paged window without Release")
+		}
+		return w
+	}
+	// The windows of "a" from the start, never released.
+	var want []string
+	var afters []int64
+	for after := int64(0); ; {
+		w := read(after, "a", false)
+		want, afters = append(want, describe(w)), append(afters, after)
+		if w.Complete {
+			break
+		}
+		after = w.Commits[len(w.Commits)-1].Seq
+	}
+	reused := 0
+	var prev *store.Commit
+	for i, after := range afters {
+		w := read(after, "a", i%2 == 1)
+		if got := describe(w); got != want[i] {
+			t.Errorf("window %d after releases:\n%s\nwant\n%s", i, got, want[i])
+		}
+		if len(w.Commits) > 0 {
+			if &w.Commits[0] == prev {
+				reused++
+			}
+			prev = &w.Commits[0]
+		}
+		w.Release()
+	}
+	// sync.Pool may drop what is put back (the race detector makes it
+	// drop a quarter), but not every time.
+	if len(afters) < 6 || reused == 0 {
+		t.Errorf("%d windows, %d reused the last one's memory", len(afters), reused)
+	}
+
+	w := read(0, "a", false)
+	w.Release()
+	w.Release()
+	wa, wb := read(0, "a", false), read(afters[2], "a", true)
+	if da, db := describe(wa), describe(wb); da != want[0] || db != want[2] {
+		t.Errorf("two windows held after a double release:\n%s\nwant\n%s\nand\n%s\nwant\n%s", da, want[0], db, want[2])
+	}
+}
