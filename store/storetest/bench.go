@@ -168,6 +168,9 @@ func BenchmarkCommitWindow(b *testing.B, open Opener) {
 						if err != nil || int64(len(w.Commits)) != want || w.Commits[want-1].Seq != from.after+want {
 							b.Fatalf("ReadCommitWindow = %d commits, %v", len(w.Commits), err)
 						}
+						if w.Release != nil {
+							w.Release() // as the engine does once the window is encoded
+						}
 					}
 				})
 			}
