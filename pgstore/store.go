@@ -82,6 +82,9 @@ type Store struct {
 	// windowScratch keeps the candidate and commit-row buffers of window
 	// reads (*windowScratch, window.go) from one window to the next.
 	windowScratch sync.Pool
+	// windowBufs keeps the memory of the paged windows released by their
+	// callers (*windowBufs, window.go) for the next ones.
+	windowBufs sync.Pool
 }
 
 var _ store.Store = (*Store)(nil)

@@ -78,7 +78,7 @@ func (w *windowReader) readShortResults(br pgx.BatchResults, partition, table st
 	if err != nil {
 		return store.CommitWindow{}, err
 	}
-	if _, _, err := w.readRows(rows, table, nil); err != nil {
+	if _, _, err := w.readRows(rows, table, nil, false); err != nil {
 		return store.CommitWindow{}, err
 	}
 	// The rows were read to their end or closed (readRows): the tag

@@ -116,6 +116,11 @@ type CommitWindow struct {
 	// (without a client record); nil when the store did not read it (a
 	// window without candidates, or a store without the read).
 	State *RequestState
+	// Release, when set, gives the window's memory back to the store for
+	// its next windows: the caller calls it at most once, after its last
+	// use of the commits (their strings, changes and payloads). A window
+	// never released is garbage as any other.
+	Release func()
 }
 
 // RowScanQuery selects a page of the current rows of Table inside Scopes,

@@ -152,6 +152,12 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 			return subOutcome{}, err
 		}
 	}
+	// Every commit is encoded (Encode copies what it writes): the
+	// window's memory may serve the store's next window.
+	if win.Release != nil {
+		clear(changes)
+		win.Release()
+	}
 	return subOutcome{active: true, nextCursor: next, effective: eff}, r.enc.Encode(&wire.SubEnd{NextCursor: next})
 }
 

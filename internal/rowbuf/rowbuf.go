@@ -92,6 +92,9 @@ func (b *Buffer) Copy(src []byte) []byte {
 // so what it handed out never changes: strings may point into it.
 type Arena struct {
 	block []byte
+	// used holds the blocks filled before block; spare the blocks a Reset
+	// gave back, which Alloc takes before it makes new ones.
+	used, spare [][]byte
 }
 
 const (
@@ -103,11 +106,40 @@ const (
 // to be copied into.
 func (a *Arena) Alloc(n int) []byte {
 	if cap(a.block)-len(a.block) < n {
-		a.block = make([]byte, 0, max(n, min(2*cap(a.block), arenaMax), arenaFirst))
+		a.grow(n)
 	}
 	start := len(a.block)
 	a.block = a.block[:start+n]
 	return a.block[start : start+n : start+n]
+}
+
+// grow starts a block with room for n bytes: the next spare one when it
+// has the room, else a new one.
+func (a *Arena) grow(n int) {
+	if cap(a.block) > 0 {
+		a.used = append(a.used, a.block)
+	}
+	if k := len(a.spare) - 1; k >= 0 && cap(a.spare[k]) >= n {
+		a.block = a.spare[k][:0]
+		a.spare[k] = nil
+		a.spare = a.spare[:k]
+		return
+	}
+	a.block = make([]byte, 0, max(n, min(2*cap(a.block), arenaMax), arenaFirst))
+}
+
+// Reset gives every block back for the next Allocs to reuse, smallest
+// first: the values allocated before are overwritten by the ones after.
+// Only for an owner that holds none of them any more.
+func (a *Arena) Reset() {
+	if cap(a.block) > 0 {
+		a.used = append(a.used, a.block)
+	}
+	for i := len(a.used) - 1; i >= 0; i-- {
+		a.spare = append(a.spare, a.used[i])
+		a.used[i] = nil
+	}
+	a.used, a.block = a.used[:0], nil
 }
 
 // Copy returns a copy of b in the arena: nil for nil.

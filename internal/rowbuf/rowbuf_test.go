@@ -95,3 +95,38 @@ func TestArena(t *testing.T) {
 		t.Error("nil and empty values")
 	}
 }
+
+// TestArenaReset: after a Reset the arena reuses its blocks (a second
+// fill of the same sizes allocates nothing), the values allocated after
+// it are whole, and a value larger than any block gets its own.
+func TestArenaReset(t *testing.T) {
+	var a Arena
+	fill := func(round int) [][]byte {
+		var vals [][]byte
+		for i := range 3000 {
+			vals = append(vals, a.Copy(bytes.Repeat([]byte{byte(i + round)}, i%50+1)))
+		}
+		return vals
+	}
+	fill(0)
+	a.Reset()
+	vals := fill(1)
+	big := a.Copy(bytes.Repeat([]byte{7}, 3*arenaMax))
+	for i, v := range vals {
+		if want := bytes.Repeat([]byte{byte(i + 1)}, i%50+1); !bytes.Equal(v, want) || cap(v) != len(v) {
+			t.Fatalf("value %d after a Reset: %v, want %v", i, v, want)
+		}
+	}
+	if !bytes.Equal(big, bytes.Repeat([]byte{7}, 3*arenaMax)) {
+		t.Fatal("the large value changed")
+	}
+	a.Reset()
+	if n := testing.AllocsPerRun(5, func() {
+		for i := range 3000 {
+			a.Alloc(i%50 + 1)
+		}
+		a.Reset()
+	}); n != 0 {
+		t.Errorf("a fill after a Reset made %v allocations, want 0", n)
+	}
+}
