@@ -113,3 +113,126 @@ func TestE2ESegmentRefAfterStoreWrite(t *testing.T) {
 		sameRows(t, "retried bootstrap", clientRows(t, c, "tasks"), e.serverRows("tasks"))
 	})
 }
+
+// overlapSegments holds every PublishSegment until another one is in
+// flight beside it (or a bound passed: then it records that none was),
+// and records the ids stored and the most writes seen in flight at once.
+type overlapSegments struct {
+	store.SegmentStore
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	alone    int // writes that gave up waiting for another
+	more     chan struct{}
+	stored   map[string]bool
+}
+
+func (o *overlapSegments) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
+	o.mu.Lock()
+	o.inFlight++
+	o.most = max(o.most, o.inFlight)
+	if o.inFlight >= 2 {
+		close(o.more)
+		o.more = make(chan struct{})
+	}
+	more := o.more
+	waits := o.inFlight < 2
+	o.mu.Unlock()
+	if waits {
+		select {
+		case <-more:
+		case <-time.After(3 * time.Second):
+			o.mu.Lock()
+			o.alone++
+			o.mu.Unlock()
+		}
+	}
+	err := o.SegmentStore.PublishSegment(ctx, id, b, pub)
+	o.mu.Lock()
+	o.inFlight--
+	if err == nil {
+		o.stored[id] = true
+	}
+	o.mu.Unlock()
+	return err
+}
+
+// The segment store writes of a planned bootstrap's pages start as the
+// pages are built, beside each other, not one after another as the
+// response reaches each page; each SEGMENT_REF still goes out after its
+// own write landed, in page order, and the client gets the exact rows.
+func TestE2EBootstrapPlanWritesOverlap(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var segs *overlapSegments
+		e := newE2EEnv(t, d, func(c *syncgo.Config) {
+			c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline
+			segs = &overlapSegments{SegmentStore: c.Store.(store.SegmentStorer).SegmentStore(),
+				more: make(chan struct{}), stored: map[string]bool{}}
+			c.Segments = segs
+		})
+		w := e.client("writer", sspclient.Options{})
+		for i := range 12 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
+		}
+		syncQuiet(t, w)
+		epoch := e.partitionState().LogEpoch
+		pull := encodeRequest(t, &wire.Request{Version: 3,
+			Header: &wire.ReqHeader{ClientID: "overlap-device", SchemaVersion: 1, LogEpoch: &epoch},
+			Pull:   &wire.PullHeader{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5, MaxSnapshotPages: 10},
+			Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+				Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+		r := e.post(t, body(pull), nil)
+		if r.status != 200 {
+			t.Fatalf("pull: HTTP %d", r.status)
+		}
+		dec := wire.NewDecoder(bytes.NewReader(r.body), wire.DecoderOptions{Kind: wire.KindResponse})
+		if _, _, err := dec.Header(); err != nil {
+			t.Fatal(err)
+		}
+		var cursors []string
+		ended := false
+		for {
+			f, err := dec.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch f := f.(type) {
+			case *wire.SegmentRef:
+				segs.mu.Lock()
+				held := segs.stored[f.SegmentID]
+				segs.mu.Unlock()
+				if !held {
+					t.Fatalf("SEGMENT_REF %d names %s before its write landed", len(cursors)+1, f.SegmentID)
+				}
+				if (f.RowCursor == nil) != (len(cursors) == 0) || (f.RowCursor != nil && *f.RowCursor != cursors[len(cursors)-1]) {
+					t.Fatalf("SEGMENT_REF %d starts after %v; the page before ended at %v", len(cursors)+1, f.RowCursor, cursors)
+				}
+				next := ""
+				if f.NextRowCursor != nil {
+					next = *f.NextRowCursor
+				}
+				cursors = append(cursors, next)
+			case *wire.SubEnd:
+				ended = true
+			case *wire.ErrorFrame:
+				t.Fatalf("ERROR frame: %+v", f)
+			}
+		}
+		if len(cursors) != 3 || !ended || cursors[2] != "" {
+			t.Fatalf("%d pages by reference (cursors %q), SUB_END %v; want 3 ending the table", len(cursors), cursors, ended)
+		}
+		segs.mu.Lock()
+		most, alone := segs.most, segs.alone
+		segs.mu.Unlock()
+		if most < 2 {
+			t.Fatalf("at most %d segment store write in flight at once (%d gave up waiting for another): the writes ran one after another", most, alone)
+		}
+		c := e.client("alice", sspclient.Options{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5})
+		mustSubscribe(t, c, "s", "p1")
+		syncQuiet(t, c)
+		sameRows(t, "bootstrap", clientRows(t, c, "tasks"), e.serverRows("tasks"))
+	})
+}

@@ -164,7 +164,6 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		}
 		probe = first
 	}
-	accept := r.req.Pull.Accept
 	complete := false
 	// The segment store write of a page by reference runs while the next
 	// page is built; its SEGMENT_REF goes out when the write has landed,
@@ -180,21 +179,33 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	// since the walk) leaves the rest to the page-by-page loop.
 	var plan *pagePlan
 	defer func() { plan.stop() }()
+	// A planned page served by reference has its segment store write
+	// started as soon as it is built, not when the response reaches it:
+	// the writes run beside each other and beside the scans, on their own
+	// connections. Its SEGMENT_REF still goes out in order, each after
+	// its own write landed (finishRef).
+	publishEarly := func(pageAfter *string, pg page) *pendingRef {
+		if r.inline(pg) {
+			return nil
+		}
+		return r.startRef(ctx, sub.Table, pg, pageAfter, asOf, digest, p.LogEpoch)
+	}
 	planned := false
 	for n := 0; n < lim.pages; n++ {
 		if !planned && len(eff) == 1 && lim.pages-n > 1 && !(n == 0 && probe != nil) {
 			planned = true
 			var err error
-			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n); err != nil {
+			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n, publishEarly); err != nil {
 				return 0, err
 			}
 		}
 		var (
-			pg  page
-			err error
+			pg    page
+			early *pendingRef
+			err   error
 		)
 		if plan.more() {
-			if pg, err = plan.take(); err == nil && pg.cut {
+			if pg, early, err = plan.take(); err == nil && pg.cut {
 				// The rest of the plan starts at a boundary this page did
 				// not reach: the pages after it are built one by one.
 				plan.stop()
@@ -216,16 +227,18 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			return 0, err
 		}
 		if err := r.finishRef(inflight); err != nil {
+			early.wait()
 			return 0, err
 		}
 		inflight = nil
-		inline := accept&wire.AcceptInlineRows != 0 &&
-			(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
-		if inline {
+		switch {
+		case early != nil:
+			inflight = early
+		case r.inline(pg):
 			if err := r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes}); err != nil {
 				return 0, err
 			}
-		} else {
+		default:
 			inflight = r.startRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
 		}
 		after = pg.last
@@ -248,6 +261,15 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		end.BootstrapState = &s
 	}
 	return asOf, r.enc.Encode(end)
+}
+
+// inline reports whether a rows page goes out inline rather than by
+// reference: the client accepts inline segments and the page is small
+// enough, or the client accepts nothing else.
+func (r *request) inline(pg page) bool {
+	accept := r.req.Pull.Accept
+	return accept&wire.AcceptInlineRows != 0 &&
+		(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
 }
 
 // pendingRef is a page by reference whose segment store write is in
@@ -446,10 +468,12 @@ type pagePlan struct {
 }
 
 type planJob struct {
-	done chan struct{}
-	slot bool // it holds a slot of the plan's sem (set before it starts)
-	pg   page
-	err  error
+	done  chan struct{}
+	slot  bool // it holds a slot of the plan's sem (set before it starts)
+	pg    page
+	ref   *pendingRef // what the plan's built callback started for pg
+	taken bool
+	err   error
 }
 
 // planParallel bounds the pages a plan builds at once, or holds built and
@@ -459,8 +483,11 @@ func planParallel() int { return min(runtime.GOMAXPROCS(0), 4) }
 
 // planPages plans the pages after `after`, at most pages of them; nil when
 // the scope index holds no full page after it (one page left: nothing to
-// build ahead).
-func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) (*pagePlan, error) {
+// build ahead). built, when not nil, is called with each page as soon as
+// it is built (and the row cursor it starts after); what it returns is
+// handed out with the page by take, and waited for by stop when the page
+// is not taken.
+func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int, built func(after *string, pg page) *pendingRef) (*pagePlan, error) {
 	bk := boundsKey{pageKey: base, pages: pages}
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
@@ -535,6 +562,9 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 					<-first
 					if firstPg.last != nil && sp.through != nil && *firstPg.last == *sp.through {
 						j.pg = firstPg
+						if built != nil {
+							j.ref = built(sp.after, j.pg)
+						}
 						close(j.done)
 						return
 					}
@@ -545,6 +575,9 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 					}
 					return e.buildRangePage(ctx, base.partition, l, eff, sp.after, *sp.through, base.limit)
 				})
+				if j.err == nil && built != nil {
+					j.ref = built(sp.after, j.pg)
+				}
 				close(j.done)
 			}()
 		}
@@ -556,23 +589,30 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 // none.
 func (p *pagePlan) more() bool { return p != nil && p.next < len(p.jobs) }
 
-// take waits for the plan's next page.
-func (p *pagePlan) take() (page, error) {
+// take waits for the plan's next page, and returns it with what the
+// built callback started for it.
+func (p *pagePlan) take() (page, *pendingRef, error) {
 	j := p.jobs[p.next]
 	p.next++
 	<-j.done
+	j.taken = true
 	if j.slot {
 		<-p.sem // the page leaves the plan: the next one may start
 	}
-	return j.pg, j.err
+	return j.pg, j.ref, j.err
 }
 
-// stop cancels the builds not taken and waits for them; a nil plan has
-// none.
+// stop cancels the builds not taken and waits for them, and for what the
+// built callback started for the pages not taken; a nil plan has none.
 func (p *pagePlan) stop() {
 	if p == nil {
 		return
 	}
 	p.cancel()
 	p.wg.Wait()
+	for _, j := range p.jobs {
+		if !j.taken {
+			j.ref.wait()
+		}
+	}
 }
