@@ -164,6 +164,7 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		}
 		probe = first
 	}
+	accept := r.req.Pull.Accept
 	complete := false
 	// The segment store write of a page by reference runs while the next
 	// page is built; its SEGMENT_REF goes out when the write has landed,
@@ -179,33 +180,21 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	// since the walk) leaves the rest to the page-by-page loop.
 	var plan *pagePlan
 	defer func() { plan.stop() }()
-	// A planned page served by reference has its segment store write
-	// started as soon as it is built, not when the response reaches it:
-	// the writes run beside each other and beside the scans, on their own
-	// connections. Its SEGMENT_REF still goes out in order, each after
-	// its own write landed (finishRef).
-	publishEarly := func(pageAfter *string, pg page) *pendingRef {
-		if r.inline(pg) {
-			return nil
-		}
-		return r.startRef(ctx, sub.Table, pg, pageAfter, asOf, digest, p.LogEpoch)
-	}
 	planned := false
 	for n := 0; n < lim.pages; n++ {
 		if !planned && len(eff) == 1 && lim.pages-n > 1 && !(n == 0 && probe != nil) {
 			planned = true
 			var err error
-			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n, publishEarly); err != nil {
+			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n); err != nil {
 				return 0, err
 			}
 		}
 		var (
-			pg    page
-			early *pendingRef
-			err   error
+			pg  page
+			err error
 		)
 		if plan.more() {
-			if pg, early, err = plan.take(); err == nil && pg.cut {
+			if pg, err = plan.take(); err == nil && pg.cut {
 				// The rest of the plan starts at a boundary this page did
 				// not reach: the pages after it are built one by one.
 				plan.stop()
@@ -227,18 +216,16 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			return 0, err
 		}
 		if err := r.finishRef(inflight); err != nil {
-			early.wait()
 			return 0, err
 		}
 		inflight = nil
-		switch {
-		case early != nil:
-			inflight = early
-		case r.inline(pg):
+		inline := accept&wire.AcceptInlineRows != 0 &&
+			(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
+		if inline {
 			if err := r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes}); err != nil {
 				return 0, err
 			}
-		default:
+		} else {
 			inflight = r.startRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
 		}
 		after = pg.last
@@ -261,15 +248,6 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		end.BootstrapState = &s
 	}
 	return asOf, r.enc.Encode(end)
-}
-
-// inline reports whether a rows page goes out inline rather than by
-// reference: the client accepts inline segments and the page is small
-// enough, or the client accepts nothing else.
-func (r *request) inline(pg page) bool {
-	accept := r.req.Pull.Accept
-	return accept&wire.AcceptInlineRows != 0 &&
-		(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
 }
 
 // pendingRef is a page by reference whose segment store write is in
@@ -468,12 +446,10 @@ type pagePlan struct {
 }
 
 type planJob struct {
-	done  chan struct{}
-	slot  bool // it holds a slot of the plan's sem (set before it starts)
-	pg    page
-	ref   *pendingRef // what the plan's built callback started for pg
-	taken bool
-	err   error
+	done chan struct{}
+	slot bool // it holds a slot of the plan's sem (set before it starts)
+	pg   page
+	err  error
 }
 
 // planParallel bounds the pages a plan builds at once, or holds built and
@@ -483,11 +459,8 @@ func planParallel() int { return min(runtime.GOMAXPROCS(0), 4) }
 
 // planPages plans the pages after `after`, at most pages of them; nil when
 // the scope index holds no full page after it (one page left: nothing to
-// build ahead). built, when not nil, is called with each page as soon as
-// it is built (and the row cursor it starts after); what it returns is
-// handed out with the page by take, and waited for by stop when the page
-// is not taken.
-func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int, built func(after *string, pg page) *pendingRef) (*pagePlan, error) {
+// build ahead).
+func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) (*pagePlan, error) {
 	bk := boundsKey{pageKey: base, pages: pages}
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
@@ -562,9 +535,6 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 					<-first
 					if firstPg.last != nil && sp.through != nil && *firstPg.last == *sp.through {
 						j.pg = firstPg
-						if built != nil {
-							j.ref = built(sp.after, j.pg)
-						}
 						close(j.done)
 						return
 					}
@@ -575,9 +545,6 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 					}
 					return e.buildRangePage(ctx, base.partition, l, eff, sp.after, *sp.through, base.limit)
 				})
-				if j.err == nil && built != nil {
-					j.ref = built(sp.after, j.pg)
-				}
 				close(j.done)
 			}()
 		}
@@ -589,30 +556,23 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 // none.
 func (p *pagePlan) more() bool { return p != nil && p.next < len(p.jobs) }
 
-// take waits for the plan's next page, and returns it with what the
-// built callback started for it.
-func (p *pagePlan) take() (page, *pendingRef, error) {
+// take waits for the plan's next page.
+func (p *pagePlan) take() (page, error) {
 	j := p.jobs[p.next]
 	p.next++
 	<-j.done
-	j.taken = true
 	if j.slot {
 		<-p.sem // the page leaves the plan: the next one may start
 	}
-	return j.pg, j.ref, j.err
+	return j.pg, j.err
 }
 
-// stop cancels the builds not taken and waits for them, and for what the
-// built callback started for the pages not taken; a nil plan has none.
+// stop cancels the builds not taken and waits for them; a nil plan has
+// none.
 func (p *pagePlan) stop() {
 	if p == nil {
 		return
 	}
 	p.cancel()
 	p.wg.Wait()
-	for _, j := range p.jobs {
-		if !j.taken {
-			j.ref.wait()
-		}
-	}
 }
