@@ -207,7 +207,7 @@ func collectScanRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]s
 			r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
 		}
 		var err error
-		if !noScopes && version >= 0 { // -1: a dense scan's missing row (scanDenseSQL)
+		if !noScopes {
 			if r.Scopes, err = decodeScopes(scopes); err != nil {
 				return nil, err
 			}
