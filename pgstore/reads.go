@@ -76,19 +76,23 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 		}
 	}
 	if ts.ordered && len(q.Scopes) == 1 && len(first.Values) == 1 {
-		dense := ts.scanDenseFirst
+		scopes := 1
+		if q.NoScopes {
+			scopes = 0
+		}
+		dense := ts.scanDenseFirst[scopes]
 		if q.After != nil {
-			dense = ts.scanDenseAfter
+			dense = ts.scanDenseAfter[scopes]
 		}
 		rows, err := s.pool.Query(ctx, dense, args...)
 		if err != nil {
 			return nil, fmt.Errorf("scan rows: %w", err)
 		}
-		out, err := collectScanRows(rows, q.Table, q.Limit, q.NoScopes)
+		out, ok, err := collectDenseRows(rows, q.Table, q.Limit, q.NoScopes)
 		if err != nil {
 			return nil, fmt.Errorf("scan rows: %w", err)
 		}
-		if !slices.ContainsFunc(out, func(r store.Row) bool { return r.ServerVersion < 0 }) {
+		if ok {
 			return out, nil
 		}
 		// A row past the window: the value is sparse here.
@@ -203,7 +207,7 @@ func collectScanRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]s
 			r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
 		}
 		var err error
-		if !noScopes && version >= 0 { // -1: a dense scan's missing row (scanDenseSQL)
+		if !noScopes {
 			if r.Scopes, err = decodeScopes(scopes); err != nil {
 				return nil, err
 			}
@@ -225,6 +229,87 @@ func collectScanRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]s
 		slices.SortFunc(out, func(a, b store.Row) int { return strings.Compare(a.RowID, b.RowID) })
 	}
 	return out, nil
+}
+
+// collectDenseRows reads a dense scan (scanDenseSQL): the page's entries
+// (row ids with server_version -1), then the window of the table's rows,
+// and walks the two side by side (both in bytewise row-id order; sorted
+// here if either did not arrive so). It reports false when an entry's row
+// is not in the window (the value is sparse there, or a row id of the
+// index has no row): the caller reads the page by the probing scan. The
+// window's rows outside the value are dropped. With noScopes Row.Scopes is
+// left nil.
+func collectDenseRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]store.Row, bool, error) {
+	defer rows.Close()
+	fds := rows.FieldDescriptions()
+	raw := len(fds) == 5 && fds[3].Format == pgx.BinaryFormatCode && fds[4].Format == pgx.BinaryFormatCode
+	var (
+		ids     rowbuf.Arena // the row ids of the entries and of the window
+		rb      = rowbuf.Buffer{Limit: limit + denseSlack}
+		entries = make([]string, 0, min(limit, 1<<14))
+		version int64
+		scopes  []byte
+		payload []byte
+		cols    []byte
+	)
+	var scopesDst any
+	if !noScopes {
+		scopesDst = &scopes
+	}
+	dst := []any{nil, &version, scopesDst, nil, nil}
+	if !raw {
+		dst[3], dst[4] = &payload, &cols
+	}
+	for rows.Next() {
+		if err := rows.Scan(dst...); err != nil {
+			return nil, false, err
+		}
+		vals := rows.RawValues()
+		id := ids.String(vals[0])
+		if version < 0 {
+			entries = append(entries, id)
+			continue
+		}
+		r := store.Row{Table: table, RowID: id, ServerVersion: version, Payload: payload, ColumnVersions: cols}
+		if raw {
+			r.Payload, r.ColumnVersions = rb.Copy(vals[3]), rb.Copy(vals[4])
+		}
+		if !noScopes {
+			var err error
+			if r.Scopes, err = decodeScopes(scopes); err != nil {
+				return nil, false, err
+			}
+		}
+		if len(r.ColumnVersions) == 0 {
+			r.ColumnVersions = nil
+		}
+		rb.Add(r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	w := rb.Rows()
+	if !slices.IsSorted(entries) {
+		slices.Sort(entries)
+	}
+	if !slices.IsSortedFunc(w, func(a, b store.Row) int { return strings.Compare(a.RowID, b.RowID) }) {
+		slices.SortFunc(w, func(a, b store.Row) int { return strings.Compare(a.RowID, b.RowID) })
+	}
+	// Each entry takes its row from the window, in place: the k-th kept
+	// row is never after the j-th window row.
+	k, j := 0, 0
+	for _, e := range entries {
+		for j < len(w) && w[j].RowID < e {
+			j++
+		}
+		if j == len(w) || w[j].RowID != e {
+			return nil, false, nil
+		}
+		w[k] = w[j]
+		k, j = k+1, j+1
+	}
+	clear(w[k:])
+	return w[:k], true, nil
 }
 
 // splitScopes returns the first effective key with its values

@@ -90,9 +90,10 @@ type tableSQL struct {
 	// primary key in the database collation.
 	ordered bool
 	// scanDenseFirst and scanDenseAfter are the dense scans of a single
-	// value of an ordered table (scanDenseSQL); empty when not ordered.
-	scanDenseFirst string
-	scanDenseAfter string
+	// value of an ordered table (scanDenseSQL), without and with the
+	// scopes column (index 1); empty when not ordered.
+	scanDenseFirst [2]string
+	scanDenseAfter [2]string
 	listFirst      string
 	listAfter      string
 }
@@ -168,10 +169,12 @@ func (ts *tableSQL) setScans(kind orderKind) {
 	ts.scanAfterOne = scanSQL(ts.quoted, true, false, true, kind)
 	ts.scanFirstValue = scanSQL(ts.quoted, false, false, false, kind)
 	ts.scanAfterValue = scanSQL(ts.quoted, true, false, false, kind)
-	ts.scanDenseFirst, ts.scanDenseAfter = "", ""
+	ts.scanDenseFirst, ts.scanDenseAfter = [2]string{}, [2]string{}
 	if ts.ordered {
-		ts.scanDenseFirst = scanDenseSQL(ts.quoted, false)
-		ts.scanDenseAfter = scanDenseSQL(ts.quoted, true)
+		for i, scopes := range []bool{false, true} {
+			ts.scanDenseFirst[i] = scanDenseSQL(ts.quoted, false, scopes)
+			ts.scanDenseAfter[i] = scanDenseSQL(ts.quoted, true, scopes)
+		}
 	}
 }
 
@@ -319,23 +322,32 @@ func scanSQL(table string, after, others, merge bool, kind orderKind) string {
 }
 
 // scanDenseSQL is the scan of one value of one key of an ordered table
-// (order_index.go): the page's entries of the row scope key (p) and, in
-// the same bytewise order, as many rows of the table from the first entry
-// on as there are entries and denseSlack more, walked side by side; each entry
-// left-joins its row within that window (sized by the entries, not by the
-// limit: a value of 10 rows reads 74 rows of the table, not 10,064). When the value is dense (its rows are most of the table's
-// in the range) every entry finds its row and the page is done; an entry
-// whose row lies past the window comes back with server_version -1, and
-// the caller reads the page by the probing scan instead (ScanRows). So the
-// table is read in key order, as SQLite's dense walk does, and a sparse
-// page costs at most a window of its own size more (a 1,000-row value of
-// 101,000 rows: 5-11 ms for the dense attempt, 33 ms for the probes, load
-// 12). Parameters as scanSQL's.
-func scanDenseSQL(table string, after bool) string {
+// (order_index.go): the page's entries of the row scope key (p, row ids
+// only, returned with server_version -1) and then, in the same bytewise
+// order, as many rows of the table from the first entry on as there are
+// entries and denseSlack more (the window, sized by the entries, not by
+// the limit: a value of 10 rows reads 74 rows of the table, not 10,064).
+// The two ranges come back one after the other (UNION ALL: one
+// statement, one snapshot) and the reader walks them side by side
+// (zipDense): when the value is dense (its rows are most of the table's
+// in the range) every entry finds its row in the window and the page is
+// done; when one does not, the caller reads the page by the probing scan
+// instead (ScanRows). So the table is read in key order, as SQLite's
+// dense walk does, and a sparse page costs at most a window of its own
+// size more. Joining the two ranges in Postgres (a merge join of the
+// entries, sorted again, with the window, materialized) cost its backend
+// about twice the two ranges' own reads. With scopes the window also
+// returns the scopes column (a jsonb turned into text per row: left out
+// when the caller does not read it). Parameters as scanSQL's.
+func scanDenseSQL(table string, after, scopes bool) string {
 	cond, tcond := "", ""
 	if after {
 		cond = ` AND s.row_id COLLATE "C" > $7`
 		tcond = ` AND t.` + quoteIdent(colRowID) + ` COLLATE "C" > $7`
+	}
+	scopesCol := `NULL::jsonb`
+	if scopes {
+		scopesCol = `t.` + quoteIdent(colScopes)
 	}
 	return `WITH p AS MATERIALIZED (
   SELECT s.row_id COLLATE "C" AS row_id FROM sync_row_scopes s
@@ -343,17 +355,15 @@ func scanDenseSQL(table string, after bool) string {
      AND $5::jsonb IS NOT NULL
    ORDER BY s.row_id COLLATE "C"
    LIMIT $6)
-SELECT p.row_id, coalesce(w.server_version, -1), w.scopes, w.payload, w.column_versions
-  FROM p LEFT JOIN (
-    SELECT t.` + quoteIdent(colRowID) + ` COLLATE "C" AS row_id, t.` + quoteIdent(colServerVersion) + ` AS server_version,
-           t.` + quoteIdent(colScopes) + ` AS scopes, t.` + quoteIdent(colPayload) + ` AS payload,
-           t.` + quoteIdent(colColumnVersions) + ` AS column_versions
-      FROM ` + table + ` t
-     WHERE t.` + quoteIdent(colPartition) + ` = $1` + tcond + `
-       AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT min(p.row_id) FROM p)
-     ORDER BY t.` + quoteIdent(colRowID) + ` COLLATE "C"
-     LIMIT (SELECT count(*) FROM p) + ` + fmt.Sprint(denseSlack) + `) w ON w.row_id = p.row_id
- ORDER BY p.row_id COLLATE "C"`
+SELECT p.row_id, -1::bigint, NULL::jsonb, NULL::bytea, NULL::bytea FROM p
+UNION ALL (
+  SELECT t.` + quoteIdent(colRowID) + ` COLLATE "C", t.` + quoteIdent(colServerVersion) + `, ` + scopesCol + `,
+         t.` + quoteIdent(colPayload) + `, t.` + quoteIdent(colColumnVersions) + `
+    FROM ` + table + ` t
+   WHERE t.` + quoteIdent(colPartition) + ` = $1` + tcond + `
+     AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT min(p.row_id) FROM p)
+   ORDER BY t.` + quoteIdent(colRowID) + ` COLLATE "C"
+   LIMIT (SELECT count(*) FROM p) + ` + fmt.Sprint(denseSlack) + `)`
 }
 
 // denseSlack is how many rows of the table outside the value a dense scan
