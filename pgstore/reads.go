@@ -246,7 +246,7 @@ func collectDenseRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]
 	var (
 		ids     rowbuf.Arena // the row ids of the entries and of the window
 		rb      = rowbuf.Buffer{Limit: limit + denseSlack}
-		entries = make([]string, 0, min(limit, 1<<14))
+		entries []string
 		version int64
 		scopes  []byte
 		payload []byte
