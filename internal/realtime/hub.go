@@ -366,21 +366,59 @@ func (h *Hub) loop() {
 }
 
 // flushAcks persists the sessions' acknowledged cursors (§8.2): coalesced
-// per session, monotonic in the store.
+// per session, monotonic in the store. The writes run ackFlushWidth at a
+// time: an in-process writer (SQLite) commits the writes queued together
+// in one transaction, so a flush of 1,000 sockets' acks is a few dozen
+// transactions rather than 1,000 (each writing its pages to the WAL), and
+// the CPU burst it makes every AckFlush, which delays the fan-outs running
+// beside it, is that much shorter. Another store gets a few at a time, not
+// to take every connection of its pool from the pushes.
 func (h *Hub) flushAcks() {
-	ctx := context.Background()
+	type pending struct {
+		s      *session
+		cursor int64
+		epoch  string
+	}
+	var acks []pending
 	for _, s := range h.allSessions() {
-		cursor, epoch, ok := s.takeAck()
-		if !ok {
-			continue
-		}
-		_, err := h.cfg.Store.AdvanceClientCursor(ctx, s.auth.Partition, store.CursorAdvance{
-			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
-		if err != nil {
-			h.cfg.Logger.Debug("ack not persisted", "partition", s.auth.Partition, "err", err)
+		if cursor, epoch, ok := s.takeAck(); ok {
+			acks = append(acks, pending{s, cursor, epoch})
 		}
 	}
+	ctx := context.Background()
+	var next atomic.Int64
+	persist := func() {
+		for {
+			i := int(next.Add(1)) - 1
+			if i >= len(acks) {
+				return
+			}
+			a := acks[i]
+			_, err := h.cfg.Store.AdvanceClientCursor(ctx, a.s.auth.Partition, store.CursorAdvance{
+				ClientID: a.s.clientID, ActorID: a.s.auth.ActorID, LogEpoch: a.epoch, Cursor: a.cursor, AtMs: h.cfg.Now()})
+			if err != nil {
+				h.cfg.Logger.Debug("ack not persisted", "partition", a.s.auth.Partition, "err", err)
+			}
+		}
+	}
+	width := ackFlushWidthShared
+	if _, local := h.cfg.Store.(store.LocalWriter); local {
+		width = ackFlushWidthLocal
+	}
+	var wg sync.WaitGroup
+	for range min(width, len(acks)) - 1 {
+		wg.Go(persist)
+	}
+	persist()
+	wg.Wait()
 }
+
+// ackFlushWidthLocal and ackFlushWidthShared are how many ack writes a
+// flush keeps in flight, to an in-process writer and to another store.
+const (
+	ackFlushWidthLocal  = 64
+	ackFlushWidthShared = 4
+)
 
 // Close closes every connection with a going-away close frame and stops
 // the hub's loops.
