@@ -97,6 +97,13 @@ func runFanout(ctx context.Context, r *runner) error {
 	n, commits := r.cfg.Sockets, r.cfg.Commits
 	r.res.Params["sockets"], r.res.Params["commits"] = n, commits
 	d := &deliveries{want: n, seqs: map[int64]*delivery{}}
+	if !r.cfg.SocketGoroutines {
+		r.startPollers()
+	}
+	r.res.Params["socket readers"] = "goroutine per socket"
+	if len(r.pollers) > 0 {
+		r.res.Params["socket readers"] = fmt.Sprintf("%d epoll readers", len(r.pollers))
+	}
 	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at, rx time.Time) { d.got(cursor, at, rx) })
 	defer closeSockets(socks)
 	if err != nil {

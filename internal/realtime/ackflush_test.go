@@ -1,0 +1,82 @@
+package realtime
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
+)
+
+// TestFlushAcksPersistsEverySession: a flush writes the acks of many
+// sessions several at a time (grouped into shared transactions on
+// SQLite); every session's acknowledged cursor is stored, a record whose
+// stored cursor is already ahead keeps it, and a second flush with no new
+// ack writes nothing.
+func TestFlushAcksPersistsEverySession(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "u.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	sc, err := schema.New(1).Table("tasks", "id", schema.String("id"), schema.String("project_id")).
+		Scope("project:{project_id}").Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No flush of the hub's own while the test runs.
+	h := NewHub(Config{Engine: engine.New(engine.Config{Store: st, Schema: sc}), Store: st,
+		WriteTimeout: time.Second, AckFlush: time.Hour})
+	t.Cleanup(h.Close)
+	part, err := st.TouchPartition(ctx, "p", 1000, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	p := h.part("p", true)
+	want := map[string]int64{}
+	for i := range n {
+		id := fmt.Sprintf("c%03d", i)
+		stored := int64(5)
+		if i%50 == 0 {
+			stored = 10_000 // ahead of the ack: kept
+		}
+		if err := st.PutClient(ctx, "p", store.ClientRecord{ClientID: id, ActorID: "a", WireVersion: 3,
+			Cursor: stored, UpdatedAtMs: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		server, client := net.Pipe()
+		t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+		s := &session{hub: h, part: p, conn: newConn(server, 16, 1<<20, time.Second, &h.stats.closedSlow),
+			auth: engine.Auth{ActorID: "a", Partition: "p"}, clientID: id, epoch: part.LogEpoch}
+		p.mu.Lock()
+		p.sessions[s] = struct{}{}
+		p.mu.Unlock()
+		ack := int64(100 + i)
+		s.ack(ack - 1)
+		s.ack(ack)
+		want[id] = max(ack, stored)
+	}
+	h.flushAcks()
+	for id, cursor := range want {
+		rec, err := st.Client(ctx, "p", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Cursor != cursor {
+			t.Errorf("client %s cursor %d, want %d", id, rec.Cursor, cursor)
+		}
+	}
+	before := st.Stats()
+	h.flushAcks()
+	if after := st.Stats(); after != before {
+		t.Errorf("a flush with no new ack wrote: stats %+v, then %+v", before, after)
+	}
+}
