@@ -648,8 +648,9 @@ const fanoutShare = 128
 // last socket waits for all the others' writes); fanout returns when all
 // are delivered, so every session still sees commits in order.
 func (h *Hub) fanout(sessions []*session, n notified) {
-	cache := &deltaCaches{}
+	shared := &deltaShared{}
 	deliver := func(part []*session) {
+		cache := &deltaCaches{shared: shared}
 		for _, s := range part {
 			woke, inRound := n.rounds[s]
 			s.deliverMarked(n.CommitNotice, cache, inRound, woke)
