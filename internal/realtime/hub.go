@@ -366,26 +366,43 @@ func (h *Hub) loop() {
 }
 
 // flushAcks persists the sessions' acknowledged cursors (§8.2): coalesced
-// per session, monotonic in the store. The writes run ackFlushWidth at a
-// time: an in-process writer (SQLite) commits the writes queued together
-// in one transaction, so a flush of 1,000 sockets' acks is a few dozen
-// transactions rather than 1,000 (each writing its pages to the WAL), and
-// the CPU burst it makes every AckFlush, which delays the fan-outs running
-// beside it, is that much shorter. Another store gets a few at a time, not
-// to take every connection of its pool from the pushes.
+// per session, monotonic in the store. A store that applies many acks in
+// one write (SQLite) gets them per partition, ackBatch at a time: a flush
+// of 10,000 sockets' acks is 20 writes, not 10,000 (each a savepoint,
+// a read of the partition's epoch and a commit of its own), and the CPU
+// burst it makes every AckFlush, beside the fan-outs, is that much
+// shorter. Another store gets one ack per write, ackFlushWidth at a time
+// (not every connection of its pool, which the pushes need).
 func (h *Hub) flushAcks() {
 	type pending struct {
-		s      *session
-		cursor int64
-		epoch  string
+		partition string
+		advance   store.CursorAdvance
 	}
 	var acks []pending
+	now := h.cfg.Now()
 	for _, s := range h.allSessions() {
 		if cursor, epoch, ok := s.takeAck(); ok {
-			acks = append(acks, pending{s, cursor, epoch})
+			acks = append(acks, pending{s.auth.Partition, store.CursorAdvance{
+				ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: now}})
 		}
 	}
 	ctx := context.Background()
+	if b, ok := h.cfg.Store.(store.CursorBatchAdvancer); ok {
+		byPart := map[string][]store.CursorAdvance{}
+		for _, a := range acks {
+			byPart[a.partition] = append(byPart[a.partition], a.advance)
+		}
+		for part, advances := range byPart {
+			for len(advances) > 0 {
+				n := min(len(advances), ackBatch)
+				if _, err := b.AdvanceClientCursors(ctx, part, advances[:n]); err != nil {
+					h.cfg.Logger.Debug("acks not persisted", "partition", part, "acks", n, "err", err)
+				}
+				advances = advances[n:]
+			}
+		}
+		return
+	}
 	var next atomic.Int64
 	persist := func() {
 		for {
@@ -394,30 +411,24 @@ func (h *Hub) flushAcks() {
 				return
 			}
 			a := acks[i]
-			_, err := h.cfg.Store.AdvanceClientCursor(ctx, a.s.auth.Partition, store.CursorAdvance{
-				ClientID: a.s.clientID, ActorID: a.s.auth.ActorID, LogEpoch: a.epoch, Cursor: a.cursor, AtMs: h.cfg.Now()})
-			if err != nil {
-				h.cfg.Logger.Debug("ack not persisted", "partition", a.s.auth.Partition, "err", err)
+			if _, err := h.cfg.Store.AdvanceClientCursor(ctx, a.partition, a.advance); err != nil {
+				h.cfg.Logger.Debug("ack not persisted", "partition", a.partition, "err", err)
 			}
 		}
 	}
-	width := ackFlushWidthShared
-	if _, local := h.cfg.Store.(store.LocalWriter); local {
-		width = ackFlushWidthLocal
-	}
 	var wg sync.WaitGroup
-	for range min(width, len(acks)) - 1 {
+	for range min(ackFlushWidth, len(acks)) - 1 {
 		wg.Go(persist)
 	}
 	persist()
 	wg.Wait()
 }
 
-// ackFlushWidthLocal and ackFlushWidthShared are how many ack writes a
-// flush keeps in flight, to an in-process writer and to another store.
+// ackBatch is the most acks one batched write applies; ackFlushWidth how
+// many one-ack writes a flush keeps in flight.
 const (
-	ackFlushWidthLocal  = 64
-	ackFlushWidthShared = 4
+	ackBatch      = 512
+	ackFlushWidth = 4
 )
 
 // Close closes every connection with a going-away close frame and stops
