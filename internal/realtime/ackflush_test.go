@@ -61,7 +61,7 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 		s := &session{hub: h, part: p, conn: newConn(server, 16, 1<<20, time.Second, &h.stats.closedSlow),
 			auth: engine.Auth{ActorID: "a", Partition: "p"}, clientID: id, epoch: epoch}
 		p.mu.Lock()
-		p.sessions[s] = struct{}{}
+		p.addLocked(s)
 		p.mu.Unlock()
 		ack := int64(100 + i)
 		s.ack(ack - 1)
@@ -85,5 +85,43 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 	h.flushAcks()
 	if after := st.Stats(); after != before {
 		t.Errorf("a flush with no new ack wrote: stats %+v, then %+v", before, after)
+	}
+}
+
+// TestOnResolveReachesTheClientsSockets: a resolution of a client's
+// scopes narrows the sockets of that client (and actor) only, found by
+// the partition's clientId index, which follows sessions leaving.
+func TestOnResolveReachesTheClientsSockets(t *testing.T) {
+	h := testHub(t)
+	c1, _ := testSession(t, h, "p1", "p2")
+	c2, _ := testSession(t, h, "p1", "p2")
+	other, _ := testSession(t, h, "p1", "p2")
+	p := h.part("p", false)
+	p.mu.Lock()
+	p.removeLocked(other)
+	other.clientID = "d"
+	p.addLocked(other)
+	p.removeLocked(c2) // gone: not narrowed
+	p.mu.Unlock()
+	h.OnResolve(context.Background(), engine.Auth{ActorID: "a", Partition: "p"}, "c",
+		map[string][]string{"project_id": {"p1"}}, true)
+	values := func(s *session) []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.regs) != 1 || len(s.regs[0].effective) != 1 {
+			t.Fatalf("registrations %+v", s.regs)
+		}
+		return s.regs[0].effective[0].Values
+	}
+	if got := values(c1); len(got) != 1 || got[0] != "p1" {
+		t.Errorf("client c's socket registered on %v, want [p1]", got)
+	}
+	for name, s := range map[string]*session{"client d's socket": other, "a socket that left": c2} {
+		if got := values(s); len(got) != 2 {
+			t.Errorf("%s registered on %v, want both projects still", name, got)
+		}
+	}
+	if n := h.Stats().Narrowed; n != 1 {
+		t.Errorf("narrowed %d sockets, want 1", n)
 	}
 }

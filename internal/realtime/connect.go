@@ -65,13 +65,13 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
 	p.mu.Lock()
-	p.sessions[s] = struct{}{}
+	p.addLocked(s)
 	p.mu.Unlock()
 	h.stats.sessions.Add(1)
 	h.churn.Add(1)
 	if err := h.start(ctx, s); err != nil {
 		p.mu.Lock()
-		delete(p.sessions, s)
+		p.removeLocked(s)
 		p.mu.Unlock()
 		h.stats.sessions.Add(-1)
 		return err
@@ -557,7 +557,7 @@ func (h *Hub) detach(s *session) {
 	p := s.part
 	p.mu.Lock()
 	h.dropPresenceLocked(s)
-	delete(p.sessions, s)
+	p.removeLocked(s)
 	p.mu.Unlock()
 	if cursor, epoch, ok := s.takeAck(); ok {
 		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, store.CursorAdvance{

@@ -226,6 +226,9 @@ type partition struct {
 	mu       sync.Mutex
 	id       string
 	sessions map[*session]struct{}
+	// byClient indexes sessions by clientId (OnResolve looks a client's
+	// sockets up on every sync request it makes).
+	byClient map[string][]*session
 	presence map[string]map[*session]presenceEntry
 	// seq orders notifications: next is the sequence fan-out expects.
 	next    int64
@@ -276,11 +279,38 @@ func (h *Hub) part(id string, create bool) *partition {
 	defer h.mu.Unlock()
 	p := h.parts[id]
 	if p == nil && create {
-		p = &partition{id: id, sessions: map[*session]struct{}{}, presence: map[string]map[*session]presenceEntry{},
+		p = &partition{id: id, sessions: map[*session]struct{}{}, byClient: map[string][]*session{},
+			presence: map[string]map[*session]presenceEntry{},
 			pending: map[int64]notified{}}
 		h.parts[id] = p
 	}
 	return p
+}
+
+// addLocked and removeLocked add a session to the partition and remove
+// it. p.mu is held.
+func (p *partition) addLocked(s *session) {
+	p.sessions[s] = struct{}{}
+	p.byClient[s.clientID] = append(p.byClient[s.clientID], s)
+}
+
+func (p *partition) removeLocked(s *session) {
+	if _, ok := p.sessions[s]; !ok {
+		return
+	}
+	delete(p.sessions, s)
+	list := p.byClient[s.clientID]
+	for i, o := range list {
+		if o == s {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(p.byClient, s.clientID)
+	} else {
+		p.byClient[s.clientID] = list
+	}
 }
 
 func (h *Hub) sessionsOf(p *partition) []*session {
