@@ -281,7 +281,7 @@ func (h *Hub) part(id string, create bool) *partition {
 	if p == nil && create {
 		p = &partition{id: id, sessions: map[*session]struct{}{}, byClient: map[string][]*session{},
 			presence: map[string]map[*session]presenceEntry{},
-			pending: map[int64]notified{}}
+			pending:  map[int64]notified{}}
 		h.parts[id] = p
 	}
 	return p
