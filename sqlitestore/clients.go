@@ -186,6 +186,50 @@ WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor <
 	return updated, nil
 }
 
+var _ store.CursorBatchAdvancer = (*Store)(nil)
+
+// AdvanceClientCursors applies many acks of a partition in one write (one
+// savepoint of the writer's batch transaction, the partition's epoch read
+// once), each as advanceClientCursor applies one; an advance of another
+// epoch is skipped.
+func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, advances []store.CursorAdvance) ([]bool, error) {
+	run := func() ([]bool, error) {
+		updated := make([]bool, len(advances))
+		err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+			clear(updated) // a retried write starts over
+			var epoch string
+			err := c.queryRow("SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
+			if errors.Is(err, errNoRows) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for i, a := range advances {
+				if a.LogEpoch != epoch {
+					continue
+				}
+				n, err := c.execChanges(`UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
+WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`,
+					a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
+				if err != nil {
+					return err
+				}
+				updated[i] = n == 1
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("advance client cursors: %w", err)
+		}
+		return updated, nil
+	}
+	if s.clients == nil {
+		return run()
+	}
+	return s.clients.AdvanceMany(partition, advances, run)
+}
+
 // ActiveCursorFloor returns the lowest cursor among clients updated at or
 // after sinceMs.
 func (s *Store) ActiveCursorFloor(ctx context.Context, partition string, sinceMs int64) (int64, bool, error) {

@@ -214,6 +214,32 @@ func (w *ClientWriteBehind) Advance(partition, clientID string, cursor int64, fn
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.advancedLocked(partition, clientID, cursor)
+	return updated, nil
+}
+
+// AdvanceMany is Advance for several acks of a partition written by one
+// fn, which reports which of them updated their record.
+func (w *ClientWriteBehind) AdvanceMany(partition string, advances []CursorAdvance, fn func() ([]bool, error)) ([]bool, error) {
+	w.flushing.RLock()
+	defer w.flushing.RUnlock()
+	updated, err := fn()
+	if err != nil {
+		return updated, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, a := range advances {
+		if i < len(updated) && updated[i] {
+			w.advancedLocked(partition, a.ClientID, a.Cursor)
+		}
+	}
+	return updated, nil
+}
+
+// advancedLocked settles the pending write of a record whose stored
+// cursor an ack has just set. w.mu is held.
+func (w *ClientWriteBehind) advancedLocked(partition, clientID string, cursor int64) {
 	k := clientKey{partition, clientID}
 	if d, ok := w.pending[k]; ok {
 		if d.Cursor <= cursor {
@@ -222,7 +248,6 @@ func (w *ClientWriteBehind) Advance(partition, clientID string, cursor int64, fn
 			d.BaseCursor = cursor
 		}
 	}
-	return updated, nil
 }
 
 // Flush writes every pending record now.

@@ -194,6 +194,17 @@ type ReadAheadWriter interface {
 	WriteReadAhead(ctx context.Context, partition string, reads WriteReads, fn func(ctx context.Context, tx WriteTx) error) error
 }
 
+// CursorBatchAdvancer is implemented by stores that apply many realtime
+// acks of one partition in one write (the hub's periodic flush of its
+// sockets' acknowledged cursors), rather than one write per ack. Each
+// advance is applied as AdvanceClientCursor would apply it: monotonic,
+// only for the record's own actor, and not at all when its LogEpoch is
+// not the partition's (no error for that one: the others still apply).
+type CursorBatchAdvancer interface {
+	// AdvanceClientCursors reports which advances updated a record.
+	AdvanceClientCursors(ctx context.Context, partition string, advances []CursorAdvance) ([]bool, error)
+}
+
 // LocalWriter is implemented by stores whose write boundary is an
 // in-process writer (SQLite's single write connection): entering it costs
 // a request no more than a read, so the engine looks a pushed commit up

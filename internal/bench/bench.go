@@ -73,6 +73,11 @@ type Config struct {
 	SQLite     bool // bootstrap: accept sqlite images
 	URLs       bool // bootstrap: accept signed segment URLs
 	Sockets    int  // fanout, memory
+	// SocketGoroutines (fanout): read every socket on a goroutine of its
+	// own, parked in Go's netpoller, as the tool did before round seven,
+	// instead of the tool's epoll readers (Linux), which read every ready
+	// socket before handling any (see sockPoller).
+	SocketGoroutines bool
 	// PID is the server's process id: memory reads its VmRSS, and every
 	// workload reports its resident memory and CPU time when set.
 	PID int

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -83,6 +84,7 @@ func TestWorkloads(t *testing.T) {
 		{Config{Workload: "bootstrap", Rows: 1500}, "cold rows/s"},
 		{Config{Workload: "bootstrap", Rows: 1500, SQLite: true}, "warm rows"},
 		{Config{Workload: "fanout", Sockets: 5, Commits: 5}, "deliveries"},
+		{Config{Workload: "fanout", Sockets: 5, Commits: 5, SocketGoroutines: true}, "deliveries"},
 		{Config{Workload: "memory", Sockets: 5, PID: os.Getpid()}, "server RSS with sockets"},
 		{Config{Workload: "reconnect", Clients: 5, Commits: 3}, "converged"},
 	}
@@ -97,6 +99,15 @@ func TestWorkloads(t *testing.T) {
 			}
 			if res.Errors != 0 {
 				t.Errorf("errors = %d, want 0", res.Errors)
+			}
+			if tt.cfg.Workload == "fanout" {
+				readers, _ := res.Params["socket readers"].(string)
+				if wantGoroutines := tt.cfg.SocketGoroutines || runtime.GOOS != "linux"; (readers == "goroutine per socket") != wantGoroutines {
+					t.Errorf("socket readers %q, want a goroutine per socket: %v", readers, wantGoroutines)
+				}
+				if n, _ := res.Figure("deliveries"); n != float64(cfg.Sockets*cfg.Commits) {
+					t.Errorf("deliveries %v, want %d", n, cfg.Sockets*cfg.Commits)
+				}
 			}
 			got, ok := res.Figure(tt.figure)
 			if !ok || got <= 0 {

@@ -97,6 +97,13 @@ func runFanout(ctx context.Context, r *runner) error {
 	n, commits := r.cfg.Sockets, r.cfg.Commits
 	r.res.Params["sockets"], r.res.Params["commits"] = n, commits
 	d := &deliveries{want: n, seqs: map[int64]*delivery{}}
+	if !r.cfg.SocketGoroutines {
+		r.startPollers()
+	}
+	r.res.Params["socket readers"] = "goroutine per socket"
+	if len(r.pollers) > 0 {
+		r.res.Params["socket readers"] = fmt.Sprintf("%d epoll readers", len(r.pollers))
+	}
 	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at, rx time.Time) { d.got(cursor, at, rx) })
 	defer closeSockets(socks)
 	if err != nil {
@@ -111,10 +118,10 @@ func runFanout(ctx context.Context, r *runner) error {
 	}
 	within := min(r.cfg.Timeout, 5*time.Second)
 	var (
-		fromResp, fromSend, spread, rxSpread, push []time.Duration
-		early, missed                              int
-		pushed                                     atomic.Int64
-		rec                                        recorder
+		fromResp, fromSend, spread, spreadResp, rxSpread, push []time.Duration
+		early, missed                                          int
+		pushed                                                 atomic.Int64
+		rec                                                    recorder
 	)
 	line := &rateLine{what: "fanout", unit: "commits"}
 	r.status(func(el time.Duration) string {
@@ -122,6 +129,10 @@ func runFanout(ctx context.Context, r *runner) error {
 		return line.render(el, int(pushed.Load()), p99)
 	})
 	wakes0 := r.sockets.wakes.Load()
+	// The CPU of the commits' phase alone (the registrations and connects
+	// left out), per delivered delta.
+	srv0, srvErr := readCPUSeconds(r.pid)
+	self0 := selfCPUSeconds()
 	for k := range commits {
 		if err := r.upsertN(w, "f"+r.cfg.Scope, r.cfg.Scope, k, 1, false); err != nil {
 			return err
@@ -143,14 +154,15 @@ func runFanout(ctx context.Context, r *runner) error {
 		if len(rx) == len(arrivals) {
 			rxSpread = spreadOf(rxSpread, rx)
 		}
-		first := resp
+		spread = spreadOf(spread, arrivals)
+		first := resp // the reading of rounds one to six: from the push response when it came first
 		for _, at := range arrivals {
 			if at.Before(first) {
 				first = at
 			}
 		}
 		for _, at := range arrivals {
-			spread = append(spread, at.Sub(first))
+			spreadResp = append(spreadResp, at.Sub(first))
 			lat := at.Sub(resp)
 			if lat < 0 {
 				early++
@@ -161,12 +173,21 @@ func runFanout(ctx context.Context, r *runner) error {
 			rec.add(lat)
 		}
 	}
+	selfCPU := selfCPUSeconds() - self0
+	srv1, srvErr1 := readCPUSeconds(r.pid)
 	r.errors.Add(int64(missed))
+	if len(fromResp) > 0 {
+		r.res.add("bench tool CPU per delivery (commits phase)", selfCPU/float64(len(fromResp))*1e6, "µs")
+		if r.pid > 0 && srvErr == nil && srvErr1 == nil {
+			r.res.add("server CPU per delivery (commits phase)", (srv1-srv0)/float64(len(fromResp))*1e6, "µs")
+		}
+	}
 	r.res.add("commits", float64(pushed.Load()), "")
 	r.res.add("deliveries", float64(len(fromResp)), "")
 	r.res.addLatency("delivery latency from push response", summarize(fromResp))
 	r.res.addLatency("delivery latency from push request", summarize(fromSend))
 	r.res.addLatency("delivery spread after the first socket", summarize(spread))
+	r.res.addLatency("delivery spread after the first socket or the push response", summarize(spreadResp))
 	if len(rxSpread) > 0 {
 		r.res.addLatency("delivery spread after the first socket, kernel receive time", summarize(rxSpread))
 	}

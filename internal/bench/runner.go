@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,9 @@ type runner struct {
 	sockets socketCounters
 	pid     int
 	stop    func() // stops the child server, if one was started
+	// pollers read the realtime sockets when set (startPollers); socket
+	// i goes to pollers[i%len].
+	pollers []*sockPoller
 
 	statusMu sync.Mutex
 	st       *status
@@ -58,9 +62,34 @@ func newRunner(cfg Config) (*runner, error) {
 }
 
 func (r *runner) close() {
+	for _, p := range r.pollers {
+		p.stop()
+	}
 	r.stopStatus()
 	r.tr.CloseIdleConnections()
 	r.stop()
+}
+
+// startPollers makes the sockets connected from now on read by
+// GOMAXPROCS sockPollers instead of a goroutine each (where the system
+// has them).
+func (r *runner) startPollers() {
+	for range runtime.GOMAXPROCS(0) {
+		p, err := newSockPoller()
+		if err != nil {
+			return
+		}
+		r.pollers = append(r.pollers, p)
+	}
+}
+
+// pollerFor returns the poller of socket i, nil when sockets are read by
+// goroutines.
+func (r *runner) pollerFor(i int) *sockPoller {
+	if len(r.pollers) == 0 {
+		return nil
+	}
+	return r.pollers[i%len(r.pollers)]
 }
 
 // client returns a new sspclient for virtual client i: its own clientId,

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gobwas/ws"
+
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -28,6 +30,20 @@ type vsocket struct {
 	onDelta func(s *vsocket, cursor int64, at, rx time.Time)
 	// rx records the kernel's receive times of the realtime connection.
 	rx *rxClock
+
+	// polled: the connection is read by a sockPoller (see consume), not
+	// by readLoop; the fields below are its reader's state, used on the
+	// poller's goroutine only.
+	polled  bool
+	pending []byte    // the start of a frame cut by the end of a read
+	fragOp  ws.OpCode // the opcode of a fragmented message being assembled
+	frag    []byte
+	// messages counts the messages the poller's reader assembled.
+	messages int
+	endOnce  sync.Once
+	// recovering: a recovery pull runs; recAgain: another was asked for.
+	recMu                sync.Mutex
+	recovering, recAgain bool
 }
 
 // socketCounters count realtime events across all sockets.
@@ -95,6 +111,9 @@ func (s *vsocket) connect(ctx context.Context) error {
 			return fmt.Errorf("client %d recovery: %w", s.i, err)
 		}
 	}
+	if p := s.r.pollerFor(s.i); p != nil && p.add(s) {
+		return nil
+	}
 	go s.readLoop(rt, s.done)
 	return nil
 }
@@ -160,6 +179,10 @@ func (s *vsocket) cursor() int64 {
 // drop closes the connection without a close frame and waits for the
 // read loop.
 func (s *vsocket) drop() {
+	if s.polled {
+		s.endPolled()
+		return
+	}
 	if s.rt != nil {
 		_ = s.rt.Drop()
 		<-s.done
@@ -170,6 +193,11 @@ func closeSockets(socks []*vsocket) {
 	var wg sync.WaitGroup
 	for _, s := range socks {
 		if s == nil || s.rt == nil {
+			continue
+		}
+		if s.polled {
+			_ = s.rt.Close()
+			s.endPolled()
 			continue
 		}
 		wg.Add(1)

@@ -74,6 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.SQLite, "sqlite", false, "bootstrap: also accept sqlite images (accept bit 2)")
 	fs.BoolVar(&cfg.URLs, "urls", false, "bootstrap: also accept signed segment URLs (accept bit 3) and fetch segments from them")
 	fs.IntVar(&cfg.Sockets, "sockets", 0, "fanout, memory: sockets (1000)")
+	fs.BoolVar(&cfg.SocketGoroutines, "socket-goroutines", false, "fanout: read each socket on a goroutine of its own (the reader before round seven) instead of the tool's epoll readers")
 	fs.IntVar(&cfg.PID, "pid", 0, "the server's process id: its VmRSS and CPU time are reported")
 	fs.StringVar(&cfg.ServerCmd, "server-cmd", "", "memory: start the server with this command (split on spaces; it must listen on -url)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound of every wait for deliveries, convergence and server start")

@@ -65,13 +65,13 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
 	p.mu.Lock()
-	p.sessions[s] = struct{}{}
+	p.addLocked(s)
 	p.mu.Unlock()
 	h.stats.sessions.Add(1)
 	h.churn.Add(1)
 	if err := h.start(ctx, s); err != nil {
 		p.mu.Lock()
-		delete(p.sessions, s)
+		p.removeLocked(s)
 		p.mu.Unlock()
 		h.stats.sessions.Add(-1)
 		return err
@@ -196,7 +196,11 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 			return
 		}
 	}
-	if !h.parkHolding(s, rest) {
+	// Parked again without a system call: the registration is
+	// edge-triggered, so bytes that come from now on make a new event.
+	// Only a read that filled the buffer may have left bytes behind it,
+	// with no new event to come for them: the re-arm reports them.
+	if !h.parkHolding(s, rest, n == len(buf)) {
 		go h.readPolled(s, rest, taken)
 		return
 	}
@@ -316,12 +320,15 @@ func (h *Hub) readPolled(s *session, first []byte, taken bool) {
 // park re-arms the poller for a connection that has nothing buffered. A
 // closing connection is not parked: it is read until its end.
 func (h *Hub) park(s *session) bool {
-	return h.parkHolding(s, nil)
+	return h.parkHolding(s, nil, true)
 }
 
 // parkHolding parks a connection with the start of a frame already read
-// from it (see wsConn.partial); the next reader gets it first.
-func (h *Hub) parkHolding(s *session, partial []byte) bool {
+// from it (see wsConn.partial); the next reader gets it first. rearm: the
+// registration is re-armed (see pollEvents), as a connection a reader
+// goroutine held needs; the poller's own reads need it only when bytes
+// may be left in the socket.
+func (h *Hub) parkHolding(s *session, partial []byte, rearm bool) bool {
 	if h.isClosed() {
 		return false
 	}
@@ -335,7 +342,7 @@ func (h *Hub) parkHolding(s *session, partial []byte) bool {
 	if len(partial) > 0 {
 		c.partial, c.partialAt = partial, time.Now()
 	}
-	if !h.poll.rearm(c) {
+	if rearm && !h.poll.rearm(c) {
 		c.parked, c.partial = false, nil
 		return false
 	}
@@ -550,7 +557,7 @@ func (h *Hub) detach(s *session) {
 	p := s.part
 	p.mu.Lock()
 	h.dropPresenceLocked(s)
-	delete(p.sessions, s)
+	p.removeLocked(s)
 	p.mu.Unlock()
 	if cursor, epoch, ok := s.takeAck(); ok {
 		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, store.CursorAdvance{

@@ -42,8 +42,11 @@ func (h *Hub) OnResolve(ctx context.Context, auth engine.Auth, clientID string, 
 		return
 	}
 	self, _ := ctx.Value(roundSessionKey{}).(*session)
-	for _, s := range h.sessionsOf(p) {
-		if s != self && s.clientID == clientID && s.auth.ActorID == auth.ActorID {
+	p.mu.Lock()
+	mine := slices.Clone(p.byClient[clientID])
+	p.mu.Unlock()
+	for _, s := range mine {
+		if s != self && s.auth.ActorID == auth.ActorID {
 			s.applyGrant(allowed, ok)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 // poller waits for client bytes on idle connections without a goroutine
 // per connection: one epoll instance of the hub holds every parked
-// connection (one-shot), and a readable one gets a reader goroutine that
+// connection (edge-triggered), and a readable one gets a reader goroutine that
 // reads what arrived and parks the connection again. An idle socket
 // then holds no goroutine stack and no read buffer.
 type poller struct {
@@ -23,7 +23,18 @@ type poller struct {
 	closed bool
 }
 
-const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | syscall.EPOLLONESHOT
+// pollEvents registers a connection edge-triggered: new bytes (or the
+// peer's hang-up) make one event, whoever reads them. The poller reads an
+// ack from a parked connection and leaves it parked with no system call
+// (a one-shot registration needed an EPOLL_CTL_MOD after every ack);
+// events of a connection that a reader goroutine holds are ignored, and
+// parking it again re-arms it (rearm), which reports bytes that came
+// meanwhile at once.
+const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET
+
+// epollET is EPOLLET as the uint32 of epoll_event (package syscall
+// declares it negative).
+const epollET = 1 << 31
 
 // wakeToken marks the wake pipe's event.
 const wakeToken = -1
@@ -139,8 +150,9 @@ func (p *poller) add(s *session) bool {
 	return true
 }
 
-// rearm waits for the connection's next bytes (one-shot). An event
-// already pending fires at once.
+// rearm waits for the connection's next bytes. Bytes already there
+// (which came while a reader goroutine held the connection, their event
+// ignored) are reported at once.
 func (p *poller) rearm(c *wsConn) bool {
 	p.fds.RLock()
 	defer p.fds.RUnlock()

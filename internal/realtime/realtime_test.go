@@ -82,7 +82,7 @@ func testSession(t *testing.T, h *Hub, projects ...string) (*session, net.Conn) 
 		effective: wire.ScopeMap{{Key: "project_id", Values: projects}}}}, wire.Version3, "e")
 	p.mu.Lock()
 	s.mu.Lock()
-	p.sessions[s] = struct{}{}
+	p.addLocked(s)
 	s.installLocked(rs)
 	s.mu.Unlock()
 	p.mu.Unlock()

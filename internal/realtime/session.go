@@ -249,9 +249,24 @@ type deltaCache struct {
 	err     error // the delta cannot be encoded
 }
 
-// deltaCaches holds one commit's deltaCache per registration signature,
-// shared by the goroutines fanning the commit out.
+// deltaCaches is one fan-out goroutine's handle on a commit's deltaCache
+// per registration signature, shared by the goroutines fanning the
+// commit out. It remembers the last signature it looked up and that
+// entry's frame, so a run of sessions of one subscription (the common
+// case: every socket of a fan-out) takes the shared lock once per
+// goroutine, not twice per session.
 type deltaCaches struct {
+	shared *deltaShared // made on first use when nil
+
+	sig    unique.Handle[string]
+	dc     *deltaCache // the entry of sig; nil before the first lookup
+	frame  *frame
+	err    error
+	framed bool // frame and err are dc's
+}
+
+// deltaShared is the entries of one commit, per registration signature.
+type deltaShared struct {
 	mu sync.Mutex
 	m  map[unique.Handle[string]]*deltaCache
 }
@@ -259,25 +274,36 @@ type deltaCaches struct {
 // lookup returns the entry of s's registration signature, deciding on
 // first use whether the commit matches it. s.mu is held.
 func (c *deltaCaches) lookup(s *session, n engine.CommitNotice) *deltaCache {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[unique.Handle[string]]*deltaCache{}
+	if c.dc != nil && c.sig == s.sig {
+		return c.dc
 	}
-	dc := c.m[s.sig]
+	if c.shared == nil {
+		c.shared = &deltaShared{}
+	}
+	sh := c.shared
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = map[unique.Handle[string]]*deltaCache{}
+	}
+	dc := sh.m[s.sig]
 	if dc == nil {
 		dc = &deltaCache{matches: s.matchesLocked(n)}
-		c.m[s.sig] = dc
+		sh.m[s.sig] = dc
 	}
+	sh.mu.Unlock()
+	c.sig, c.dc, c.frame, c.err, c.framed = s.sig, dc, nil, nil, false
 	return dc
 }
 
 // frameFor returns the entry's delta frame, encoded on first use with s's
-// registrations (every session of the signature has the same). s.mu is
-// held.
+// registrations (every session of the signature has the same). dc is the
+// entry lookup just returned for s. s.mu is held.
 func (c *deltaCaches) frameFor(s *session, n engine.CommitNotice, dc *deltaCache) (*frame, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	if c.framed && c.dc == dc {
+		return c.frame, c.err
+	}
+	sh := c.shared
+	sh.mu.Lock()
 	if dc.frame == nil && dc.err == nil {
 		b, err := encodeDelta(s.hub.cfg.Engine, n, s.regs, s.version, s.epoch)
 		if err != nil {
@@ -289,7 +315,12 @@ func (c *deltaCaches) frameFor(s *session, n engine.CommitNotice, dc *deltaCache
 			dc.frame = &f
 		}
 	}
-	return dc.frame, dc.err
+	f, err := dc.frame, dc.err
+	sh.mu.Unlock()
+	if c.dc == dc {
+		c.frame, c.err, c.framed = f, err, true
+	}
+	return f, err
 }
 
 // roundCommitLocked takes the in-round path (§8.7 interleaving) for a

@@ -25,6 +25,7 @@ type Realtime struct {
 	c    *Client
 	conn net.Conn
 	rw   io.ReadWriter
+	br   *bufio.Reader
 	wmu  sync.Mutex
 	// Hello is the handshake event the server sent on connect (§8.1).
 	Hello wire.Hello
@@ -74,11 +75,11 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 	if br != nil {
 		r = br // holds bytes read past the handshake; keeps reading conn
 	}
-	rt := &Realtime{c: c, conn: conn}
+	rt := &Realtime{c: c, conn: conn, br: bufio.NewReader(r)}
 	rt.rw = struct {
 		io.Reader
 		io.Writer
-	}{bufio.NewReader(r), lockedWriter{rt}}
+	}{rt.br, lockedWriter{rt}}
 	m, err := rt.Next()
 	if err != nil {
 		_ = conn.Close()
@@ -127,6 +128,19 @@ func (rt *Realtime) Next() (RealtimeMessage, error) {
 		return RealtimeMessage{RoundChunk: b[1:]}, nil
 	}
 	return RealtimeMessage{}, fmt.Errorf("sspclient: realtime: unknown channel tag 0x%02x", b[0])
+}
+
+// Buffered reports how many bytes were read from the connection past the
+// messages Next returned. A caller that takes the reading of the
+// connection over (a reader of its own, parsing the server's frames
+// itself) may do so only when it is 0; Next must not be called after
+// that, while Ack, Pong, Close and Drop still may.
+func (rt *Realtime) Buffered() int { return rt.br.Buffered() }
+
+// Pong answers a ping from the server with its payload (RFC 6455 §5.5.3),
+// for a caller that reads the connection itself (see Buffered).
+func (rt *Realtime) Pong(payload []byte) error {
+	return wsutil.WriteClientMessage(lockedWriter{rt}, ws.OpPong, payload)
 }
 
 // Ack sends {"type":"ack","cursor":cursor} (§8.2).

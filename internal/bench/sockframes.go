@@ -1,0 +1,225 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// maxServerMessage bounds a server message the tool's own reader
+// assembles (a delta is at most 1 MiB on syncgo by default).
+const maxServerMessage = 64 << 20
+
+var (
+	errNoPoller       = errors.New("bench: no socket poller on this system")
+	errServerFrame    = errors.New("bench: malformed server frame")
+	errServerTooLarge = errors.New("bench: server message too large")
+)
+
+// serverFrame is the header of a frame from the server (RFC 6455 §5.2).
+type serverFrame struct {
+	fin    bool
+	op     ws.OpCode
+	length int
+	hdr    int // header bytes
+}
+
+// parseServerFrame reads the frame header at the start of b: ok false
+// when b holds only part of the header. A server's frames are never
+// masked and carry no reserved bits; control frames are unfragmented
+// and at most 125 bytes.
+func parseServerFrame(b []byte) (f serverFrame, ok bool, err error) {
+	if len(b) < 2 {
+		return f, false, nil
+	}
+	if b[0]&0x70 != 0 || b[1]&0x80 != 0 {
+		return f, false, errServerFrame
+	}
+	f.fin, f.op = b[0]&0x80 != 0, ws.OpCode(b[0]&0x0f)
+	size, hdr := uint64(b[1]&0x7f), 2
+	switch size {
+	case 126:
+		if len(b) < 4 {
+			return f, false, nil
+		}
+		size, hdr = uint64(b[2])<<8|uint64(b[3]), 4
+	case 127:
+		if len(b) < 10 {
+			return f, false, nil
+		}
+		size = 0
+		for _, x := range b[2:10] {
+			size = size<<8 | uint64(x)
+		}
+		hdr = 10
+	}
+	if f.op.IsControl() && (!f.fin || size > 125) {
+		return f, false, errServerFrame
+	}
+	if size > maxServerMessage {
+		return f, false, errServerTooLarge
+	}
+	f.length, f.hdr = int(size), hdr
+	return f, true, nil
+}
+
+// consume takes bytes read from a polled socket's connection at (and
+// received by the kernel at rx) and handles every message they complete;
+// a frame cut short waits for the next bytes. It reports false when the
+// connection must end.
+func (s *vsocket) consume(b []byte, at, rx time.Time) bool {
+	data := b
+	if len(s.pending) > 0 {
+		s.pending = append(s.pending, b...)
+		data = s.pending
+	}
+	for {
+		f, ok, err := parseServerFrame(data)
+		if err != nil {
+			return false
+		}
+		if !ok || len(data)-f.hdr < f.length {
+			break
+		}
+		payload := data[f.hdr : f.hdr+f.length]
+		data = data[f.hdr+f.length:]
+		if !s.frame(f, payload, at, rx) {
+			return false
+		}
+	}
+	if len(data) > 0 {
+		if len(s.pending)+len(data) > maxServerMessage+14 {
+			return false
+		}
+		s.pending = append([]byte(nil), data...)
+	} else {
+		s.pending = nil
+	}
+	return true
+}
+
+// frame handles one frame: control frames at once, data frames assembled
+// into messages.
+func (s *vsocket) frame(f serverFrame, payload []byte, at, rx time.Time) bool {
+	switch f.op {
+	case ws.OpPing:
+		return s.rt.Pong(append([]byte(nil), payload...)) == nil
+	case ws.OpPong:
+		return true
+	case ws.OpClose:
+		_ = s.rt.Close()
+		return false
+	case ws.OpContinuation:
+		if s.fragOp == 0 || len(s.frag)+len(payload) > maxServerMessage {
+			return false
+		}
+		s.frag = append(s.frag, payload...)
+		if !f.fin {
+			return true
+		}
+		op, msg := s.fragOp, s.frag
+		s.fragOp, s.frag = 0, nil
+		return s.message(op, msg, at, rx)
+	case ws.OpText, ws.OpBinary:
+		if s.fragOp != 0 {
+			return false
+		}
+		if !f.fin {
+			s.fragOp, s.frag = f.op, append([]byte(nil), payload...)
+			return true
+		}
+		return s.message(f.op, payload, at, rx)
+	}
+	return false
+}
+
+// message handles one server message as readLoop does: a delta is
+// applied and acked (§8.2), a wake-up behind the cursor starts a
+// recovery pull (§8.3).
+func (s *vsocket) message(op ws.OpCode, b []byte, at, rx time.Time) bool {
+	s.messages++
+	if op == ws.OpText {
+		ev, err := wire.ParseServerEvent(b)
+		if err != nil {
+			return false
+		}
+		if w, ok := ev.(wire.Wake); ok {
+			s.r.sockets.wakes.Add(1)
+			if s.cursor() < w.Cursor {
+				s.recoverAsync()
+			}
+		}
+		return true
+	}
+	if len(b) == 0 {
+		return false
+	}
+	switch b[0] {
+	case wire.ChannelTagRound:
+		return true
+	case wire.ChannelTagDelta:
+	default:
+		return false
+	}
+	// The delta is applied from bytes of its own: the reader's buffer is
+	// reused for the next round's reads.
+	cursor, err := s.c.ApplyDelta(append([]byte(nil), b[1:]...))
+	if err != nil {
+		if !errors.Is(err, sspclient.ErrRoundInFlight) {
+			s.r.fail(err)
+		}
+		s.recoverAsync()
+		return true
+	}
+	s.r.sockets.deltas.Add(1)
+	if cursor >= 0 {
+		if err := s.rt.Ack(cursor); err != nil {
+			return false
+		}
+		if s.onDelta != nil {
+			s.onDelta(s, cursor, at, rx)
+		}
+	}
+	return true
+}
+
+// recoverAsync runs a recovery pull on a goroutine of its own (a polled
+// socket's reader must not wait for HTTP); one asked for while one runs
+// runs after it.
+func (s *vsocket) recoverAsync() {
+	s.recMu.Lock()
+	if s.recovering {
+		s.recAgain = true
+		s.recMu.Unlock()
+		return
+	}
+	s.recovering = true
+	s.recMu.Unlock()
+	go func() {
+		for {
+			_ = s.recover(context.Background())
+			s.recMu.Lock()
+			if !s.recAgain {
+				s.recovering = false
+				s.recMu.Unlock()
+				return
+			}
+			s.recAgain = false
+			s.recMu.Unlock()
+		}
+	}()
+}
+
+// endPolled ends a polled socket: its connection is dropped (if not
+// closed already) and done closed, once.
+func (s *vsocket) endPolled() {
+	s.endOnce.Do(func() {
+		_ = s.rt.Drop()
+		close(s.done)
+	})
+}

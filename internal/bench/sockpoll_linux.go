@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// sockPoller reads the realtime connections of virtual sockets from an
+// epoll set of its own, on one goroutine, instead of a goroutine per
+// socket parked in Go's netpoller. Each round takes the ready sockets'
+// bytes first, every read stamped as it returns (the tool's receive time,
+// and the kernel's), and only then decodes, applies and acks what was
+// read: with a goroutine per socket, the last of 1,000 sockets made
+// readable by one fan-out was read only after the 999 others had been
+// decoded, applied and acked, so the tool's own apply-and-ack work sat
+// inside the spread it reports. Every delta is still decoded, validated,
+// applied and acked after it is applied, one ack per delta, as the
+// Syncular client does; wake-ups and recoveries run as before (a recovery
+// on a goroutine of its own).
+type sockPoller struct {
+	epfd int
+	wake [2]int // a byte on wake[1] ends run
+
+	mu    sync.Mutex
+	socks map[int32]*vsocket
+	next  int32
+	ended chan struct{}
+}
+
+// pollerBatch is how many ready sockets one epoll wait returns;
+// pollerArena the bytes one round reads before it handles them;
+// pollerRead the most read from one socket in a round (more is reported
+// ready again in the next round: the set is level-triggered).
+const (
+	pollerBatch = 256
+	pollerArena = 1 << 20
+	pollerRead  = 64 << 10
+)
+
+func newSockPoller() (*sockPoller, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	p := &sockPoller{epfd: epfd, socks: map[int32]*vsocket{}, ended: make(chan struct{})}
+	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		_ = syscall.Close(epfd)
+		return nil, err
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: -1}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p.wake[0], &ev); err != nil {
+		p.closeFDs()
+		return nil, err
+	}
+	go p.run()
+	return p, nil
+}
+
+func (p *sockPoller) closeFDs() {
+	_ = syscall.Close(p.epfd)
+	_ = syscall.Close(p.wake[0])
+	_ = syscall.Close(p.wake[1])
+}
+
+// stop ends run and waits for it.
+func (p *sockPoller) stop() {
+	_, _ = syscall.Write(p.wake[1], []byte{0})
+	<-p.ended
+}
+
+// add hands a connected socket's reading to the poller; false when it
+// cannot (no stamped TCP connection, or bytes already read past the
+// hello): the caller reads it with a goroutine.
+func (p *sockPoller) add(s *vsocket) bool {
+	c := s.rx.conn.Load()
+	if c == nil || s.rt.Buffered() > 0 {
+		return false
+	}
+	p.mu.Lock()
+	p.next++
+	tok := p.next
+	p.socks[tok] = s
+	s.polled = true // before the registration: its first event may come at once
+	p.mu.Unlock()
+	var err error = syscall.EBADF
+	if cerr := c.rc.Control(func(fd uintptr) {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: tok}
+		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+	}); cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		p.mu.Lock()
+		delete(p.socks, tok)
+		s.polled = false
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// remove forgets a socket (its connection is closed, which also takes
+// its descriptor out of the epoll set).
+func (p *sockPoller) remove(tok int32) {
+	p.mu.Lock()
+	delete(p.socks, tok)
+	p.mu.Unlock()
+}
+
+type polledRead struct {
+	tok    int32
+	s      *vsocket
+	b      []byte
+	at, rx time.Time
+	end    bool
+}
+
+func (p *sockPoller) run() {
+	defer close(p.ended)
+	defer p.closeFDs()
+	evs := make([]syscall.EpollEvent, pollerBatch)
+	arena := make([]byte, pollerArena)
+	var oob [64]byte
+	reads := make([]polledRead, 0, pollerBatch)
+	for {
+		n, err := syscall.EpollWait(p.epfd, evs, -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			return
+		}
+		reads, off := reads[:0], 0
+		// First every ready socket's bytes, each read stamped.
+		for _, ev := range evs[:n] {
+			if ev.Fd == -1 {
+				return
+			}
+			p.mu.Lock()
+			s := p.socks[ev.Fd]
+			p.mu.Unlock()
+			if s == nil {
+				continue
+			}
+			if len(arena)-off < 16<<10 {
+				break // the rest are ready again in the next round
+			}
+			buf := arena[off:min(off+pollerRead, len(arena))]
+			m, rx, err := s.readRaw(buf, oob[:])
+			at := time.Now()
+			switch {
+			case err == syscall.EAGAIN:
+				continue
+			case err != nil || m == 0:
+				reads = append(reads, polledRead{tok: ev.Fd, s: s, end: true})
+				continue
+			}
+			off += m
+			reads = append(reads, polledRead{tok: ev.Fd, s: s, b: buf[:m], at: at, rx: rx})
+		}
+		// Then decode, apply and ack what was read.
+		for _, r := range reads {
+			if r.end || !r.s.consume(r.b, r.at, r.rx) {
+				p.remove(r.tok)
+				r.s.endPolled()
+			}
+		}
+	}
+}
+
+// readRaw reads what the socket holds without waiting, with the kernel's
+// receive time of the last segment read (SO_TIMESTAMPNS).
+func (s *vsocket) readRaw(buf, oob []byte) (n int, rx time.Time, err error) {
+	c := s.rx.conn.Load()
+	var oobn int
+	if rerr := c.rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, _, _, err = syscall.Recvmsg(int(fd), buf, oob, syscall.MSG_DONTWAIT)
+			if err != syscall.EINTR {
+				return true // never wait here
+			}
+		}
+	}); rerr != nil {
+		return 0, time.Time{}, rerr
+	}
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SO_TIMESTAMPNS &&
+				len(m.Data) >= int(unsafe.Sizeof(syscall.Timespec{})) {
+				ts := (*syscall.Timespec)(unsafe.Pointer(&m.Data[0]))
+				rx = time.Unix(0, ts.Nano())
+			}
+		}
+	}
+	return n, rx, nil
+}

@@ -1,0 +1,127 @@
+package realtime
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
+)
+
+// TestFlushAcksPersistsEverySession: a flush writes the acks of many
+// sessions in batches (SQLite); every session's acknowledged cursor is
+// stored, a record whose stored cursor is already ahead keeps it, an ack
+// of another log epoch is not written (the others are), and a second
+// flush with no new ack writes nothing.
+func TestFlushAcksPersistsEverySession(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "u.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	sc, err := schema.New(1).Table("tasks", "id", schema.String("id"), schema.String("project_id")).
+		Scope("project:{project_id}").Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No flush of the hub's own while the test runs.
+	h := NewHub(Config{Engine: engine.New(engine.Config{Store: st, Schema: sc}), Store: st,
+		WriteTimeout: time.Second, AckFlush: time.Hour})
+	t.Cleanup(h.Close)
+	part, err := st.TouchPartition(ctx, "p", 1000, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1200 // over two batches
+	p := h.part("p", true)
+	want := map[string]int64{}
+	for i := range n {
+		id := fmt.Sprintf("c%03d", i)
+		stored := int64(5)
+		if i%50 == 0 {
+			stored = 10_000 // ahead of the ack: kept
+		}
+		if err := st.PutClient(ctx, "p", store.ClientRecord{ClientID: id, ActorID: "a", WireVersion: 3,
+			Cursor: stored, UpdatedAtMs: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		server, client := net.Pipe()
+		t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+		epoch := part.LogEpoch
+		if i%70 == 0 {
+			epoch = "old"
+		}
+		s := &session{hub: h, part: p, conn: newConn(server, 16, 1<<20, time.Second, &h.stats.closedSlow),
+			auth: engine.Auth{ActorID: "a", Partition: "p"}, clientID: id, epoch: epoch}
+		p.mu.Lock()
+		p.addLocked(s)
+		p.mu.Unlock()
+		ack := int64(100 + i)
+		s.ack(ack - 1)
+		s.ack(ack)
+		want[id] = max(ack, stored)
+		if epoch != part.LogEpoch {
+			want[id] = stored
+		}
+	}
+	h.flushAcks()
+	for id, cursor := range want {
+		rec, err := st.Client(ctx, "p", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Cursor != cursor {
+			t.Errorf("client %s cursor %d, want %d", id, rec.Cursor, cursor)
+		}
+	}
+	before := st.Stats()
+	h.flushAcks()
+	if after := st.Stats(); after != before {
+		t.Errorf("a flush with no new ack wrote: stats %+v, then %+v", before, after)
+	}
+}
+
+// TestOnResolveReachesTheClientsSockets: a resolution of a client's
+// scopes narrows the sockets of that client (and actor) only, found by
+// the partition's clientId index, which follows sessions leaving.
+func TestOnResolveReachesTheClientsSockets(t *testing.T) {
+	h := testHub(t)
+	c1, _ := testSession(t, h, "p1", "p2")
+	c2, _ := testSession(t, h, "p1", "p2")
+	other, _ := testSession(t, h, "p1", "p2")
+	p := h.part("p", false)
+	p.mu.Lock()
+	p.removeLocked(other)
+	other.clientID = "d"
+	p.addLocked(other)
+	p.removeLocked(c2) // gone: not narrowed
+	p.mu.Unlock()
+	h.OnResolve(context.Background(), engine.Auth{ActorID: "a", Partition: "p"}, "c",
+		map[string][]string{"project_id": {"p1"}}, true)
+	values := func(s *session) []string {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if len(s.regs) != 1 || len(s.regs[0].effective) != 1 {
+			t.Fatalf("registrations %+v", s.regs)
+		}
+		return s.regs[0].effective[0].Values
+	}
+	if got := values(c1); len(got) != 1 || got[0] != "p1" {
+		t.Errorf("client c's socket registered on %v, want [p1]", got)
+	}
+	for name, s := range map[string]*session{"client d's socket": other, "a socket that left": c2} {
+		if got := values(s); len(got) != 2 {
+			t.Errorf("%s registered on %v, want both projects still", name, got)
+		}
+	}
+	if n := h.Stats().Narrowed; n != 1 {
+		t.Errorf("narrowed %d sockets, want 1", n)
+	}
+}
