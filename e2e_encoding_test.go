@@ -22,13 +22,7 @@ import (
 // likewise; and clients that ask for each encoding end with the same rows.
 func TestE2EResponseEncodings(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newE2EEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		for i := range 40 {
-			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", fmt.Sprintf("a task with a compressible title %d", i)))
-		}
-		syncQuiet(t, w)
-		epoch := e.partitionState().LogEpoch
+		e, epoch := compressibleEnv(t, d)
 		pull := encodeRequest(t, &wire.Request{Version: 3,
 			Header: &wire.ReqHeader{ClientID: "enc-device", SchemaVersion: 1, LogEpoch: &epoch},
 			Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
@@ -123,13 +117,7 @@ func TestE2EResponseEncodings(t *testing.T) {
 // that refuses identity gets even a small response encoded.
 func TestE2ESmallResponses(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newE2EEnv(t, d)
-		w := e.client("writer", sspclient.Options{})
-		for i := range 40 {
-			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", fmt.Sprintf("a task with a compressible title %d", i)))
-		}
-		syncQuiet(t, w)
-		epoch := e.partitionState().LogEpoch
+		e, epoch := compressibleEnv(t, d)
 		pull := func(rows int32) []byte {
 			return encodeRequest(t, &wire.Request{Version: 3,
 				Header: &wire.ReqHeader{ClientID: "small-device", SchemaVersion: 1, LogEpoch: &epoch},
@@ -176,6 +164,19 @@ func TestE2ESmallResponses(t *testing.T) {
 			decompress(t, map[string]string{"": "identity"}[want]+want, r.body)
 		}
 	})
+}
+
+// compressibleEnv is a server holding 40 tasks of project p1 with
+// compressible titles, and its log epoch.
+func compressibleEnv(t *testing.T, d e2eDriver) (*e2eEnv, string) {
+	t.Helper()
+	e := newE2EEnv(t, d)
+	w := e.client("writer", sspclient.Options{})
+	for i := range 40 {
+		mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", fmt.Sprintf("a task with a compressible title %d", i)))
+	}
+	syncQuiet(t, w)
+	return e, e.partitionState().LogEpoch
 }
 
 func contentEncoding(accept string) string {

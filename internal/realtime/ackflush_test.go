@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
-	"github.com/syncgo/syncgo/schema"
-	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -21,16 +18,7 @@ import (
 // flush with no new ack writes nothing.
 func TestFlushAcksPersistsEverySession(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "u.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	sc, err := schema.New(1).Table("tasks", "id", schema.String("id"), schema.String("project_id")).
-		Scope("project:{project_id}").Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, sc := testStore(t)
 	// No flush of the hub's own while the test runs.
 	h := NewHub(Config{Engine: engine.New(engine.Config{Store: st, Schema: sc}), Store: st,
 		WriteTimeout: time.Second, AckFlush: time.Hour})

@@ -53,6 +53,17 @@ func TestStreamScannerFindsEND(t *testing.T) {
 // that drive sessions directly.
 func testHub(t *testing.T) *Hub {
 	t.Helper()
+	st, sc := testStore(t)
+	eng := engine.New(engine.Config{Store: st, Schema: sc})
+	h := NewHub(Config{Engine: eng, Store: st, WriteTimeout: time.Second})
+	t.Cleanup(h.Close)
+	return h
+}
+
+// testStore is a sqlite store in a temporary file and the tasks schema
+// (tasks scoped by project_id) the unit tests use.
+func testStore(t *testing.T) (*sqlitestore.Store, *schema.Compiled) {
+	t.Helper()
 	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "u.db")})
 	if err != nil {
 		t.Fatal(err)
@@ -63,10 +74,7 @@ func testHub(t *testing.T) *Hub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := engine.New(engine.Config{Store: st, Schema: sc})
-	h := NewHub(Config{Engine: eng, Store: st, WriteTimeout: time.Second})
-	t.Cleanup(h.Close)
-	return h
+	return st, sc
 }
 
 // testSession attaches a session on a net.Pipe, registered on projects,

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/schema"
-	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -39,16 +37,7 @@ type raceEnv struct {
 
 func newRaceEnv(t *testing.T, tweak func(*Config)) *raceEnv {
 	t.Helper()
-	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(t.TempDir(), "r.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	sc, err := schema.New(1).Table("tasks", "id", schema.String("id"), schema.String("project_id")).
-		Scope("project:{project_id}").Compile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, sc := testStore(t)
 	if err := st.EnsureSchema(context.Background(), sc); err != nil {
 		t.Fatal(err)
 	}
