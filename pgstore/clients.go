@@ -1,9 +1,12 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -228,6 +231,67 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 		return advance()
 	}
 	return s.clients.Advance(partition, a.ClientID, a.Cursor, advance)
+}
+
+var _ store.CursorBatchAdvancer = (*Store)(nil)
+
+// AdvanceClientCursors applies many acks of a partition in one statement
+// (sqlAdvanceCursors), each as AdvanceClientCursor applies one; an ack of
+// another epoch is skipped. Of several acks of one client the highest is
+// sent (the others report false), and the acks go in client order, so
+// that two instances' batches lock the records they share in one order.
+func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, advances []store.CursorAdvance) ([]bool, error) {
+	if err := s.checkWrite(); err != nil {
+		return nil, err
+	}
+	run := func() ([]bool, error) {
+		order := make([]int, 0, len(advances))
+		best := make(map[[2]string]int, len(advances))
+		for i, a := range advances {
+			k := [2]string{a.ClientID, a.ActorID}
+			if j, ok := best[k]; ok {
+				if advances[j].Cursor >= a.Cursor {
+					continue
+				}
+				order[slices.Index(order, j)] = i
+				best[k] = i
+				continue
+			}
+			best[k] = i
+			order = append(order, i)
+		}
+		slices.SortFunc(order, func(x, y int) int {
+			return cmp.Or(strings.Compare(advances[x].ClientID, advances[y].ClientID),
+				strings.Compare(advances[x].ActorID, advances[y].ActorID))
+		})
+		n := len(order)
+		clients, actors, epochs := make([]string, n), make([]string, n), make([]string, n)
+		cursors, ats, idx := make([]int64, n), make([]int64, n), make([]int32, n)
+		for k, i := range order {
+			a := advances[i]
+			clients[k], actors[k], epochs[k], cursors[k], ats[k], idx[k] = a.ClientID, a.ActorID, a.LogEpoch, a.Cursor, a.AtMs, int32(i)
+		}
+		rows, err := s.pool.Query(ctx, sqlAdvanceCursors, partition, clients, actors, epochs, cursors, ats, idx)
+		if err != nil {
+			return nil, fmt.Errorf("advance client cursors: %w", storageFull(err))
+		}
+		updated := make([]bool, len(advances))
+		var i int32
+		_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
+			if i >= 0 && int(i) < len(updated) {
+				updated[i] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("advance client cursors: %w", storageFull(err))
+		}
+		return updated, nil
+	}
+	if s.clients == nil {
+		return run()
+	}
+	return s.clients.AdvanceMany(partition, advances, run)
 }
 
 // ActiveCursorFloor returns the lowest cursor among the partition's

@@ -264,6 +264,17 @@ ON CONFLICT (partition, client_id) DO NOTHING`
 )
 SELECT (SELECT ok FROM cur), (SELECT count(*) FROM upd)`
 
+	// sqlAdvanceCursors applies a batch of acks of partition $1
+	// (AdvanceClientCursors) as sqlAdvanceCursor applies one: monotonic,
+	// the record's own actor, the partition's current epoch only; it
+	// returns the positions (idx) of the acks that moved a cursor.
+	sqlAdvanceCursors = `UPDATE sync_clients c SET cursor = a.cursor, updated_at_ms = GREATEST(c.updated_at_ms, a.at)
+FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[])
+  AS a(client_id, actor_id, epoch, cursor, at, idx)
+WHERE c.partition = $1 AND c.client_id = a.client_id AND c.actor_id = a.actor_id AND c.cursor < a.cursor
+  AND a.epoch = (SELECT log_epoch FROM sync_partition_registry WHERE partition = $1)
+RETURNING a.idx`
+
 	// sqlWriteDeferredClients moves the cursors of a batch of deferred
 	// client records: only records still bound to the actor, at the wire
 	// version and the cursor the request read, in a partition whose epoch

@@ -16,6 +16,7 @@ func RunClients(t *testing.T, open Opener) {
 		{"Absent", testClientAbsent},
 		{"AdvanceCursor", testAdvanceCursor},
 		{"AdvanceAbsent", testAdvanceAbsent},
+		{"AdvanceCursors", testAdvanceCursors},
 		{"ActiveCursorFloor", testActiveCursorFloor},
 		{"NoRebind", testClientNoRebind},
 		{"Bind", testClientBind},
@@ -200,6 +201,59 @@ func testAdvanceCursor(t *testing.T, open Opener) {
 		want.Cursor, want.UpdatedAtMs = 20, 2000
 		e.wantClient("p1", want)
 	})
+}
+
+// testAdvanceCursors: a store that applies a batch of acks in one write
+// (store.CursorBatchAdvancer) applies each as AdvanceClientCursor would:
+// forward only, the record's own actor, the partition's epoch (an ack of
+// another is skipped without failing the others), no record created; of
+// two acks of one client the higher stays.
+func testAdvanceCursors(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	b, ok := e.s.(store.CursorBatchAdvancer)
+	if !ok {
+		t.Skip("the store applies acks one at a time")
+	}
+	e.touch("p1")
+	base := func(id string) store.ClientRecord {
+		return store.ClientRecord{ClientID: id, ActorID: "a1", WireVersion: 3, Cursor: 10, UpdatedAtMs: 1000}
+	}
+	for _, id := range []string{"fwd", "same", "back", "actor", "stale", "twice"} {
+		e.putClient("p1", base(id))
+	}
+	ack := func(id, actor, epoch string, cursor int64) store.CursorAdvance {
+		return store.CursorAdvance{ClientID: id, ActorID: actor, LogEpoch: epoch, Cursor: cursor, AtMs: 2000}
+	}
+	ep := epochOf("p1")
+	advances := []store.CursorAdvance{
+		ack("twice", "a1", ep, 12), ack("fwd", "a1", ep, 15), ack("same", "a1", ep, 10), ack("back", "a1", ep, 3),
+		ack("actor", "a2", ep, 15), ack("stale", "a1", "stale", 15), ack("nobody", "a1", ep, 15), ack("twice", "a1", ep, 20),
+	}
+	updated, err := b.AdvanceClientCursors(e.ctx, "p1", advances)
+	if err != nil {
+		t.Fatalf("AdvanceClientCursors: %v", err)
+	}
+	if len(updated) != len(advances) {
+		t.Fatalf("AdvanceClientCursors reported %d results for %d acks", len(updated), len(advances))
+	}
+	for i, want := range []bool{updated[0], true, false, false, false, false, false, true} {
+		if updated[i] != want {
+			t.Errorf("ack %d (%s to %d): updated %t, want %t", i, advances[i].ClientID, advances[i].Cursor, updated[i], want)
+		}
+	}
+	moved := func(id string, cursor int64) store.ClientRecord {
+		r := base(id)
+		r.Cursor, r.UpdatedAtMs = cursor, 2000
+		return r
+	}
+	e.wantClient("p1", moved("fwd", 15))
+	e.wantClient("p1", moved("twice", 20))
+	for _, id := range []string{"same", "back", "actor", "stale"} {
+		e.wantClient("p1", base(id))
+	}
+	if rec, err := e.s.Client(e.ctx, "p1", "nobody"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Client after acking an absent record = %s, %v; want ErrNotFound", fmtClient(rec), err)
+	}
 }
 
 func testAdvanceAbsent(t *testing.T, open Opener) {
