@@ -69,49 +69,42 @@ func put[T interface{ Reset(io.Writer) }](ch chan T, w T) {
 // negotiate picks the response encoding from Accept-Encoding: zstd, then
 // gzip, else identity (§1.3). A coding with a zero q-value is refused.
 func negotiate(r *http.Request) string {
-	accept := strings.Join(r.Header.Values("Accept-Encoding"), ",")
-	zstdOK, gzipOK := false, false
-	for _, part := range strings.Split(accept, ",") {
-		name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if !acceptable(params) {
-			continue
-		}
-		switch strings.ToLower(strings.TrimSpace(name)) {
-		case "zstd":
-			zstdOK = true
-		case "gzip":
-			gzipOK = true
-		}
-	}
-	switch {
-	case zstdOK:
-		return "zstd"
-	case gzipOK:
-		return "gzip"
-	}
-	return ""
+	enc, _ := negotiateAll(r)
+	return enc
 }
 
-// identityRefused reports whether Accept-Encoding refuses the identity
-// coding: "identity;q=0", or "*;q=0" without identity named (RFC 9110
-// §12.5.3). A server then compresses even a small response.
-func identityRefused(r *http.Request) bool {
-	named, star := false, false
+// negotiateAll is negotiate, and also reports whether Accept-Encoding
+// refuses the identity coding: "identity;q=0", or "*;q=0" without identity
+// named (RFC 9110 §12.5.3). A server then compresses even a small
+// response. The header is read once.
+func negotiateAll(r *http.Request) (enc string, identityRefused bool) {
+	zstdOK, gzipOK := false, false
+	identityNamed, starRefused := false, false
 	for _, v := range r.Header.Values("Accept-Encoding") {
 		for _, part := range strings.Split(v, ",") {
 			name, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+			ok := acceptable(params)
 			switch strings.ToLower(strings.TrimSpace(name)) {
+			case "zstd":
+				zstdOK = zstdOK || ok
+			case "gzip":
+				gzipOK = gzipOK || ok
 			case "identity":
-				if !acceptable(params) {
-					return true
-				}
-				named = true
+				identityNamed = true
+				identityRefused = identityRefused || !ok
 			case "*":
-				star = star || !acceptable(params)
+				starRefused = starRefused || !ok
 			}
 		}
 	}
-	return star && !named
+	identityRefused = identityRefused || (starRefused && !identityNamed)
+	switch {
+	case zstdOK:
+		enc = "zstd"
+	case gzipOK:
+		enc = "gzip"
+	}
+	return enc, identityRefused
 }
 
 // acceptable reports whether the parameters of an Accept-Encoding element

@@ -99,8 +99,8 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		return // otherwise the client went away while queued
 	}
 	defer release()
-	resp := &httpResponder{s: s, w: w, rc: rc, encoding: negotiate(r), release: release,
-		compressSmall: identityRefused(r)}
+	enc, identityRefused := negotiateAll(r)
+	resp := &httpResponder{s: s, w: w, rc: rc, encoding: enc, release: release, compressSmall: identityRefused}
 	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {

@@ -245,24 +245,18 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 		return nil, err
 	}
 	run := func() ([]bool, error) {
-		order := make([]int, 0, len(advances))
-		best := make(map[[2]string]int, len(advances))
-		for i, a := range advances {
-			k := [2]string{a.ClientID, a.ActorID}
-			if j, ok := best[k]; ok {
-				if advances[j].Cursor >= a.Cursor {
-					continue
-				}
-				order[slices.Index(order, j)] = i
-				best[k] = i
-				continue
-			}
-			best[k] = i
-			order = append(order, i)
+		// Client order, a client's highest ack first; only that one is sent.
+		order := make([]int, len(advances))
+		for i := range order {
+			order[i] = i
 		}
 		slices.SortFunc(order, func(x, y int) int {
-			return cmp.Or(strings.Compare(advances[x].ClientID, advances[y].ClientID),
-				strings.Compare(advances[x].ActorID, advances[y].ActorID))
+			ax, ay := advances[x], advances[y]
+			return cmp.Or(strings.Compare(ax.ClientID, ay.ClientID), strings.Compare(ax.ActorID, ay.ActorID),
+				cmp.Compare(ay.Cursor, ax.Cursor))
+		})
+		order = slices.CompactFunc(order, func(x, y int) bool {
+			return advances[x].ClientID == advances[y].ClientID && advances[x].ActorID == advances[y].ActorID
 		})
 		n := len(order)
 		clients, actors, epochs := make([]string, n), make([]string, n), make([]string, n)

@@ -160,6 +160,11 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 	})
 }
 
+// sqlAdvanceCursor moves a client record's cursor forward for its own
+// actor: cursor, at, partition, client, actor, cursor.
+const sqlAdvanceCursor = `UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
+WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`
+
 func (s *Store) advanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	var updated bool
 	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
@@ -171,8 +176,7 @@ func (s *Store) advanceClientCursor(ctx context.Context, partition string, a sto
 		if err != nil {
 			return err
 		}
-		n, err := c.execChanges(`UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
-WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`,
+		n, err := c.execChanges(sqlAdvanceCursor,
 			a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
 		updated = n == 1
 		return err
@@ -209,8 +213,7 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 				if a.LogEpoch != epoch {
 					continue
 				}
-				n, err := c.execChanges(`UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
-WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`,
+				n, err := c.execChanges(sqlAdvanceCursor,
 					a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
 				if err != nil {
 					return err
