@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	r.res.Elapsed = time.Since(r.res.Started).Round(time.Millisecond).String()
 	r.res.add("bench tool CPU time", selfCPUSeconds()-self0, "s")
 	if r.pid > 0 {
-		if rss, err := readRSS(r.pid); err == nil {
+		if rss, err := readRSS(r.pid); err == nil && !r.rssDone {
 			r.res.add("server RSS after", float64(rss), "KiB")
 		}
 		if cpu, err := readCPUSeconds(r.pid); err == nil {

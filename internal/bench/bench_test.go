@@ -110,6 +110,17 @@ func TestWorkloads(t *testing.T) {
 					t.Errorf("deliveries %v, want %d", n, cfg.Sockets*cfg.Commits)
 				}
 			}
+			if tt.cfg.PID > 0 {
+				n := 0
+				for _, f := range res.Figures {
+					if f.Name == "server RSS after" {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Errorf("%d figures \"server RSS after\", want 1", n)
+				}
+			}
 			got, ok := res.Figure(tt.figure)
 			if !ok || got <= 0 {
 				t.Errorf("figure %q = %v (present %v), want > 0; figures %+v", tt.figure, got, ok, res.Figures)

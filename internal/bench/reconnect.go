@@ -85,11 +85,15 @@ func runReconnect(ctx context.Context, r *runner) error {
 	r.res.add("recovery pulls", float64(r.sockets.recoveries.Load()-rec0), "")
 	if r.pid > 0 {
 		// What the server keeps once the storm is over: the clients
-		// leave, and after memorySettle the server's resident set is
-		// read again (the figure the runner adds, "server RSS after",
-		// is read at once, with the storm's garbage still resident).
+		// leave; "server RSS after" is read at once, with the storm's
+		// garbage still resident (as every workload reads it), then
+		// again after memorySettle.
 		closeSockets(socks)
 		socks = nil
+		if rss, err := readRSS(r.pid); err == nil {
+			r.res.add("server RSS after", float64(rss), "KiB")
+			r.rssDone = true
+		}
 		time.Sleep(memorySettle)
 		if rss, err := readRSS(r.pid); err == nil {
 			r.res.add("server RSS settled after the clients left", float64(rss), "KiB")

@@ -29,6 +29,9 @@ type runner struct {
 	bytesIn atomic.Int64
 	sockets socketCounters
 	pid     int
+	// rssDone: the workload reported "server RSS after" itself (at the
+	// moment that figure means for it), so the runner does not.
+	rssDone bool
 	stop    func() // stops the child server, if one was started
 	// pollers read the realtime sockets when set (startPollers); socket
 	// i goes to pollers[i%len].
