@@ -145,6 +145,7 @@ func TestSegmentBodiesReadOnlyWithoutTable(t *testing.T) {
 	name := newSchema(t)
 	w := openIn(t, name, Config{})
 	ctx := context.Background()
+	ensure(t, w, testSchema(t, 1))
 	b := []byte(strings.Repeat("y", 3000))
 	sum := sha256.Sum256(b)
 	id := "sha256:" + hex.EncodeToString(sum[:])
@@ -157,6 +158,9 @@ func TestSegmentBodiesReadOnlyWithoutTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ro := openIn(t, name, Config{ReadOnly: true})
+	if err := ro.EnsureSchema(ctx, testSchema(t, 1)); err != nil {
+		t.Fatalf("EnsureSchema of a read-only store without sync_segment_bodies: %v", err)
+	}
 	if ro.segmentBodies {
 		t.Fatal("the read-only store saw a table that is not there")
 	}

@@ -174,9 +174,12 @@ func (g segmentStore) SegmentBody(ctx context.Context, id string) (store.Segment
 	seg := store.Segment{ID: id}
 	err := g.s.readTx(ctx, func(c *conn) error {
 		table := "sync_segment_bodies"
-		if err := c.queryRow(`SELECT body, content_encoding, byte_length, 'sync_segment_bodies' FROM sync_segment_bodies WHERE segment_id=?
-UNION ALL SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=? LIMIT 1`, id, id).Scan(
-			&seg.Bytes, &seg.Encoding, &seg.ByteLength, &table); err != nil {
+		read := `SELECT body, content_encoding, byte_length, 'sync_segment_bodies' FROM sync_segment_bodies WHERE segment_id=?1
+UNION ALL SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=?1 LIMIT 1`
+		if g.s.noSegmentBodies {
+			read = `SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=?1`
+		}
+		if err := c.queryRow(read, id).Scan(&seg.Bytes, &seg.Encoding, &seg.ByteLength, &table); err != nil {
 			if errors.Is(err, errNoRows) {
 				return store.ErrNotFound
 			}
@@ -219,9 +222,13 @@ UNION ALL SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHER
 func (g segmentStore) FindSegment(ctx context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
 	var rec store.SegmentRecord
 	err := g.s.read(ctx, func(c *conn) error {
+		bodies := "sync_segment_bodies"
+		if g.s.noSegmentBodies {
+			bodies = "(SELECT NULL AS segment_id, NULL AS byte_length WHERE 0)"
+		}
 		r := c.queryRow(`SELECT p.segment_id, coalesce(s.byte_length, b.byte_length), `+prefixed("p.", segmentPublicationColumns)+`
 FROM sync_segment_publications p LEFT JOIN sync_segments s ON s.segment_id = p.segment_id
-  LEFT JOIN sync_segment_bodies b ON b.segment_id = p.segment_id
+  LEFT JOIN `+bodies+` b ON b.segment_id = p.segment_id
 WHERE (s.segment_id IS NOT NULL OR b.segment_id IS NOT NULL) AND p.partition=? AND p.tbl=? AND p.scope_digest=? AND p.as_of_commit_seq=? AND p.log_epoch=? AND p.schema_version=?
   AND p.media_type=? AND p.row_cursor IS NULL AND p.expires_at_ms > ?
 ORDER BY p.expires_at_ms DESC LIMIT 1`, key.Partition, key.Table, key.ScopeDigest, key.AsOfCommitSeq, key.LogEpoch,
@@ -322,9 +329,13 @@ func (g segmentStore) SegmentStats(ctx context.Context) (store.SegmentStats, err
 	var st store.SegmentStats
 	err := g.s.readTx(ctx, func(c *conn) error {
 		// A segment stored both ways (bytes and a body) counts once.
-		if err := c.queryRow(`SELECT count(*), coalesce(sum(byte_length), 0) FROM (SELECT byte_length FROM sync_segments
+		q := `SELECT count(*), coalesce(sum(byte_length), 0) FROM (SELECT byte_length FROM sync_segments
   UNION ALL SELECT byte_length FROM sync_segment_bodies b
-  WHERE NOT EXISTS (SELECT 1 FROM sync_segments s WHERE s.segment_id = b.segment_id))`).Scan(&st.Segments, &st.Bytes); err != nil {
+  WHERE NOT EXISTS (SELECT 1 FROM sync_segments s WHERE s.segment_id = b.segment_id))`
+		if g.s.noSegmentBodies {
+			q = "SELECT count(*), coalesce(sum(byte_length), 0) FROM sync_segments"
+		}
+		if err := c.queryRow(q).Scan(&st.Segments, &st.Bytes); err != nil {
 			return err
 		}
 		return c.queryRow("SELECT count(*) FROM sync_segment_publications").Scan(&st.Publications)
