@@ -83,6 +83,18 @@ func runReconnect(ctx context.Context, r *runner) error {
 	r.res.add("converged", float64(len(ok)), "")
 	r.res.add("hellos with requiresSync", float64(r.sockets.requiresSync.Load()-sync0), "")
 	r.res.add("recovery pulls", float64(r.sockets.recoveries.Load()-rec0), "")
+	if r.pid > 0 {
+		// What the server keeps once the storm is over: the clients
+		// leave, and after memorySettle the server's resident set is
+		// read again (the figure the runner adds, "server RSS after",
+		// is read at once, with the storm's garbage still resident).
+		closeSockets(socks)
+		socks = nil
+		time.Sleep(memorySettle)
+		if rss, err := readRSS(r.pid); err == nil {
+			r.res.add("server RSS settled after the clients left", float64(rss), "KiB")
+		}
+	}
 	return nil
 }
 
