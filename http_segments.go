@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -53,8 +54,23 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 }
 
 // writeSegment writes a segment's 200 response: with an encoding, the
-// compressed body is shared across the downloads of the segment.
-func (s *Server) writeSegment(w http.ResponseWriter, id string, body []byte, enc string) {
+// compressed body is shared across the downloads of the segment. A body
+// stored in the negotiated coding goes out as it is; one in another is
+// decoded first. The Content-Encoding header is set by the caller.
+func (s *Server) writeSegment(w http.ResponseWriter, id string, seg engine.Body, enc string) {
+	if seg.Encoding != "" && seg.Encoding == enc {
+		s.writeEncoded(w, seg.Bytes)
+		return
+	}
+	body := seg.Bytes
+	if seg.Encoding != "" {
+		var err error
+		if body, err = store.DecodeSegmentBody(seg.Encoding, seg.Bytes, seg.ByteLength); err != nil {
+			w.Header().Del("Content-Encoding")
+			s.writeError(w, "segments", err)
+			return
+		}
+	}
 	if enc == "" {
 		s.writeBody(w, body, enc)
 		return
@@ -64,6 +80,20 @@ func (s *Server) writeSegment(w http.ResponseWriter, id string, body []byte, enc
 		s.writeBody(w, body, enc)
 		return
 	}
+	s.writeEncoded(w, b)
+}
+
+// encodeSegment is the engine's EncodeSegment: the zstd body of a
+// segment, kept for its downloads (segmentBodies) as a download would have
+// compressed it.
+func (s *Server) encodeSegment(id string, b []byte) (string, []byte, error) {
+	body, err := s.bodies.body(s.codecs, id, b, store.SegmentBodyZstd)
+	return store.SegmentBodyZstd, body, err
+}
+
+// writeEncoded writes a 200 response whose body b is already in the
+// response's coding.
+func (s *Server) writeEncoded(w http.ResponseWriter, b []byte) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)

@@ -470,6 +470,11 @@ func New(cfg Config) (*Server, error) {
 		Logger:   cfg.Logger,
 		Limits:   cfg.Limits,
 		Segments: cfg.Segments,
+		// Segments are stored as their zstd download bodies where the
+		// segment store keeps bodies (pgstore, sqlitestore): the store
+		// writes a few percent of the bytes, and the downloads serve the
+		// body this compression put in s.bodies.
+		EncodeSegment: s.encodeSegment,
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,

@@ -78,3 +78,10 @@ func BenchmarkRawCommit(b *testing.B) {
 func BenchmarkRequestEntry(b *testing.B) {
 	storetest.BenchmarkRequestEntry(b, openTest)
 }
+
+// BenchmarkPublishSegment is a bootstrap page's segment store write, as
+// bytes and as a zstd body.
+func BenchmarkPublishSegment(b *testing.B) {
+	testURL(b)
+	storetest.BenchmarkPublishSegment(b, openTest)
+}

@@ -95,8 +95,8 @@ func TestReadOnly(t *testing.T) {
 		t.Errorf("Open(ReadOnly) created %d relations", n)
 	}
 	p, err := ro.PlanSchema(ctx, c, nil)
-	if err != nil || p.Action != store.SchemaCreate || len(p.Upgrade) != 35 || p.Upgrade[0] != "create table sync_partitions" {
-		t.Errorf("PlanSchema(empty) = %+v, %v; want create with the 35 core steps", p, err)
+	if err != nil || p.Action != store.SchemaCreate || len(p.Upgrade) != 37 || p.Upgrade[0] != "create table sync_partitions" {
+		t.Errorf("PlanSchema(empty) = %+v, %v; want create with the 37 core steps", p, err)
 	}
 	if err := ro.EnsureSchema(ctx, c); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("EnsureSchema(empty, read-only) = %v; want ErrReadOnly", err)

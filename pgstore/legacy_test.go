@@ -206,6 +206,7 @@ func legacyCoreLines() []string {
 		"create table sync_blob_chunks", "create index sync_blob_chunks_by_age",
 		"create index sync_reactions_claim", "create index sync_reactions_expiry", "create index sync_reactions_terminal",
 		"create index sync_row_scopes_by_row",
+		"create table sync_segment_bodies", "create index sync_segment_bodies_by_expiry",
 	}
 }
 

@@ -355,7 +355,7 @@ func TestCoreColumnsMatchDDL(t *testing.T) {
 	for _, o := range objects {
 		kinds[o.kind]++
 	}
-	if kinds["table"] != 20 || kinds["index"] != 13 || kinds["function"] != 1 || kinds["trigger"] != 1 {
+	if kinds["table"] != 21 || kinds["index"] != 14 || kinds["function"] != 1 || kinds["trigger"] != 1 {
 		t.Errorf("parsed core objects: %v", kinds)
 	}
 }

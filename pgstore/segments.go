@@ -54,6 +54,20 @@ func mediaOf(name string) (wire.MediaType, error) {
 const (
 	sqlExtendSegment = `UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $2)
 WHERE segment_id = $1 RETURNING byte_length`
+	// sqlExtendEither extends the segment under either table (bodies:
+	// migrations/007), in one statement; both rows are locked when both
+	// exist (always in this order).
+	sqlExtendEither = `WITH s AS (
+  UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length),
+b AS (
+  UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length)
+SELECT byte_length FROM s UNION ALL SELECT byte_length FROM b LIMIT 1`
+	sqlInsertBody = `INSERT INTO sync_segment_bodies(segment_id, partition, log_epoch, tbl, schema_version, media_type,
+  scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms,
+  content_encoding, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segment_bodies.expires_at_ms, EXCLUDED.expires_at_ms)
+RETURNING byte_length`
 	sqlInsertSegment = `INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
   scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms, bytes)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
@@ -69,36 +83,78 @@ ON CONFLICT (segment_id, context) DO UPDATE
   row_cursor, next_row_cursor, row_count, created_at_ms, expires_at_ms`
 )
 
-// PublishSegment implements store.SegmentStore.
+// PublishSegment implements store.SegmentStore. A segment stored as a
+// body (PublishSegmentBody) is a stored segment too: it gains the
+// publication, and its bytes are not stored again.
 func (g segmentStore) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
 	if err := g.s.checkWrite(); err != nil {
 		return err
 	}
+	return g.publish(ctx, id, pub, b != nil, int64(len(b)), func(tx pgx.Tx) (int64, error) {
+		if g.s.segmentLZ4 {
+			// Postgres compresses the bytes it stores out of line;
+			// pglz took 20-30 ms of the backend per 570 KB segment
+			// (a cold 100,000-row bootstrap writes ten), lz4 a
+			// fifth of it, for 15 % more bytes stored.
+			if _, err := tx.Exec(ctx, sqlSegmentLZ4); err != nil {
+				return 0, err
+			}
+		}
+		var n int64
+		err := tx.QueryRow(ctx, sqlInsertSegment, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
+			mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
+			pub.NextRowCursor, len(b), pub.CreatedAtMs, pub.ExpiresAtMs, b).Scan(&n)
+		return n, err
+	})
+}
+
+var _ store.SegmentBodyStore = segmentStore{}
+
+// PublishSegmentBody implements store.SegmentBodyStore: the body goes to
+// sync_segment_bodies, which server processes that do not know bodies
+// never read (migrations/007).
+func (g segmentStore) PublishSegmentBody(ctx context.Context, id string, plainLength int64, enc string, body []byte, pub store.SegmentPublication) error {
+	if err := g.s.checkWrite(); err != nil {
+		return err
+	}
+	if enc != store.SegmentBodyZstd {
+		return fmt.Errorf("publish segment %s: unknown content coding %q", id, enc)
+	}
+	if !g.s.segmentBodies {
+		return fmt.Errorf("publish segment %s: the database has no sync_segment_bodies", id)
+	}
+	return g.publish(ctx, id, pub, true, plainLength, func(tx pgx.Tx) (int64, error) {
+		var n int64
+		err := tx.QueryRow(ctx, sqlInsertBody, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
+			mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
+			pub.NextRowCursor, plainLength, pub.CreatedAtMs, pub.ExpiresAtMs, enc, body).Scan(&n)
+		return n, err
+	})
+}
+
+// publish extends the stored segment id (as bytes or as a body) or, when
+// there is none and the caller has the segment (has), stores it with
+// insert; then it records pub. length is the segment's length in bytes,
+// checked against the stored one.
+func (g segmentStore) publish(ctx context.Context, id string, pub store.SegmentPublication, has bool, length int64, insert func(pgx.Tx) (int64, error)) error {
+	extend := sqlExtendSegment
+	if g.s.segmentBodies {
+		extend = sqlExtendEither
+	}
 	err := pgx.BeginFunc(ctx, g.s.pool, func(tx pgx.Tx) error {
 		var n int64
-		err := tx.QueryRow(ctx, sqlExtendSegment, id, pub.ExpiresAtMs).Scan(&n)
+		err := tx.QueryRow(ctx, extend, id, pub.ExpiresAtMs).Scan(&n)
 		if errors.Is(err, pgx.ErrNoRows) {
-			if b == nil {
+			if !has {
 				return store.ErrNotFound
 			}
-			if g.s.segmentLZ4 {
-				// Postgres compresses the bytes it stores out of line;
-				// pglz took 20-30 ms of the backend per 570 KB segment
-				// (a cold 100,000-row bootstrap writes ten), lz4 a
-				// fifth of it, for 15 % more bytes stored.
-				if _, err := tx.Exec(ctx, sqlSegmentLZ4); err != nil {
-					return err
-				}
-			}
-			err = tx.QueryRow(ctx, sqlInsertSegment, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
-				mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
-				pub.NextRowCursor, len(b), pub.CreatedAtMs, pub.ExpiresAtMs, b).Scan(&n)
+			n, err = insert(tx)
 		}
 		if err != nil {
 			return err
 		}
-		if b != nil && n != int64(len(b)) {
-			return fmt.Errorf("%d bytes stored under the id, %d published: a hash collision", n, len(b))
+		if has && n != length {
+			return fmt.Errorf("%d bytes stored under the id, %d published: a hash collision", n, length)
 		}
 		_, err = tx.Exec(ctx, sqlPublishSegment, id, pub.ContextKey(), pub.Partition, pub.LogEpoch, pub.Table,
 			pub.SchemaVersion, mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCursor,
@@ -128,14 +184,49 @@ func scanPublication(r pgx.Row, lead ...any) (store.SegmentPublication, error) {
 
 // Segment implements store.SegmentStore. A segment row without any
 // publication row (one another segment store wrote) is read as the one
-// publication its own columns hold.
+// publication its own columns hold. A segment stored as a body is
+// decoded.
 func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, error) {
+	seg, n, err := g.segment(ctx, id)
+	if err != nil || seg.Encoding == "" {
+		return seg, err
+	}
+	if seg.Bytes, err = store.DecodeSegmentBody(seg.Encoding, seg.Bytes, n); err != nil {
+		return store.Segment{}, fmt.Errorf("segment %s: %w", id, err)
+	}
+	seg.Encoding = ""
+	return seg, nil
+}
+
+// SegmentBody implements store.SegmentBodyStore.
+func (g segmentStore) SegmentBody(ctx context.Context, id string) (store.Segment, error) {
+	seg, n, err := g.segment(ctx, id)
+	seg.ByteLength = n
+	return seg, err
+}
+
+const (
+	sqlSegmentBytes = `SELECT bytes, '', byte_length FROM sync_segments WHERE segment_id = $1`
+	// sqlSegmentBytesOrBody prefers the body, the smaller of the two when
+	// both were stored (an older process stored the bytes too).
+	sqlSegmentBytesOrBody = `SELECT body, content_encoding, byte_length FROM sync_segment_bodies WHERE segment_id = $1
+UNION ALL ` + sqlSegmentBytes + ` LIMIT 1`
+)
+
+// segment reads a segment as stored, with its plain length.
+func (g segmentStore) segment(ctx context.Context, id string) (store.Segment, int64, error) {
 	if err := g.s.check(); err != nil {
-		return store.Segment{}, err
+		return store.Segment{}, 0, err
 	}
 	seg := store.Segment{ID: id}
+	var length int64
+	read, own := sqlSegmentBytes, "SELECT "+segmentPublicationColumns+" FROM sync_segments WHERE segment_id = $1"
+	if g.s.segmentBodies {
+		read = sqlSegmentBytesOrBody
+		own = "SELECT " + segmentPublicationColumns + " FROM sync_segment_bodies WHERE segment_id = $1 UNION ALL " + own + " LIMIT 1"
+	}
 	err := pgx.BeginTxFunc(ctx, g.s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "SELECT bytes FROM sync_segments WHERE segment_id = $1", id).Scan(&seg.Bytes); err != nil {
+		if err := tx.QueryRow(ctx, read, id).Scan(&seg.Bytes, &seg.Encoding, &length); err != nil {
 			if errors.Is(err, pgx.ErrNoRows) {
 				return store.ErrNotFound
 			}
@@ -158,7 +249,7 @@ func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, er
 			return err
 		}
 		if len(seg.Publications) == 0 {
-			p, err := scanPublication(tx.QueryRow(ctx, "SELECT "+segmentPublicationColumns+" FROM sync_segments WHERE segment_id = $1", id))
+			p, err := scanPublication(tx.QueryRow(ctx, own, id))
 			if err != nil {
 				return err
 			}
@@ -168,11 +259,11 @@ func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, er
 	})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return store.Segment{}, err
+		return store.Segment{}, 0, err
 	case err != nil:
-		return store.Segment{}, fmt.Errorf("segment %s: %w", id, err)
+		return store.Segment{}, 0, fmt.Errorf("segment %s: %w", id, err)
 	}
-	return seg, nil
+	return seg, length, nil
 }
 
 // FindSegment implements store.SegmentStore.
@@ -186,9 +277,16 @@ func (g segmentStore) FindSegment(ctx context.Context, key store.SegmentKey, now
 		names[i] = "p." + strings.TrimSpace(n)
 	}
 	cols := strings.Join(names, ", ")
-	p, err := scanPublication(g.s.pool.QueryRow(ctx, `SELECT p.segment_id, s.byte_length, `+cols+`
-FROM sync_segment_publications p JOIN sync_segments s ON s.segment_id = p.segment_id
-WHERE p.partition = $1 AND p.tbl = $2 AND p.scope_digest = $3 AND p.as_of_commit_seq = $4 AND p.log_epoch = $5
+	from, stored := `SELECT p.segment_id, s.byte_length, `+cols+`
+FROM sync_segment_publications p JOIN sync_segments s ON s.segment_id = p.segment_id`, "TRUE"
+	if g.s.segmentBodies {
+		stored = "(s.segment_id IS NOT NULL OR b.segment_id IS NOT NULL)"
+		from = `SELECT p.segment_id, COALESCE(s.byte_length, b.byte_length), ` + cols + `
+FROM sync_segment_publications p LEFT JOIN sync_segments s ON s.segment_id = p.segment_id
+  LEFT JOIN sync_segment_bodies b ON b.segment_id = p.segment_id`
+	}
+	p, err := scanPublication(g.s.pool.QueryRow(ctx, from+`
+WHERE `+stored+` AND p.partition = $1 AND p.tbl = $2 AND p.scope_digest = $3 AND p.as_of_commit_seq = $4 AND p.log_epoch = $5
   AND p.schema_version = $6 AND p.media_type = $7 AND p.row_cursor IS NULL AND p.expires_at_ms > $8
 ORDER BY p.expires_at_ms DESC LIMIT 1`, key.Partition, key.Table, key.ScopeDigest, key.AsOfCommitSeq, key.LogEpoch,
 		key.SchemaVersion, mediaName(key.MediaType), nowMs), &rec.ID, &rec.ByteLength)
@@ -222,6 +320,17 @@ SELECT count(*) FROM d`
       LIMIT $2)
   RETURNING s.byte_length)
 SELECT count(*), COALESCE(sum(byte_length), 0)::bigint FROM d`
+	sqlSweepBodies = `WITH d AS (
+  DELETE FROM sync_segment_bodies s
+  WHERE s.expires_at_ms < $1
+    AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = s.segment_id)
+    AND s.segment_id IN (
+      SELECT c.segment_id FROM sync_segment_bodies c
+      WHERE c.expires_at_ms < $1
+        AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = c.segment_id)
+      LIMIT $2)
+  RETURNING s.byte_length)
+SELECT count(*), COALESCE(sum(byte_length), 0)::bigint FROM d`
 )
 
 // SweepSegments implements store.SegmentStore, in statements of at most
@@ -241,17 +350,24 @@ func (g segmentStore) SweepSegments(ctx context.Context, beforeMs int64) (store.
 			break
 		}
 	}
-	for {
-		var n, b int64
-		if err := g.s.pool.QueryRow(ctx, sqlSweepSegments, beforeMs, sweepBatch).Scan(&n, &b); err != nil {
-			return out, fmt.Errorf("sweep segments: %w", err)
-		}
-		out.Segments += n
-		out.Bytes += b
-		if n == 0 {
-			return out, nil
+	sweeps := []string{sqlSweepSegments}
+	if g.s.segmentBodies {
+		sweeps = append(sweeps, sqlSweepBodies)
+	}
+	for _, sweep := range sweeps {
+		for {
+			var n, b int64
+			if err := g.s.pool.QueryRow(ctx, sweep, beforeMs, sweepBatch).Scan(&n, &b); err != nil {
+				return out, fmt.Errorf("sweep segments: %w", err)
+			}
+			out.Segments += n
+			out.Bytes += b
+			if n == 0 {
+				break
+			}
 		}
 	}
+	return out, nil
 }
 
 // SegmentStats implements store.SegmentStore.
@@ -260,9 +376,19 @@ func (g segmentStore) SegmentStats(ctx context.Context) (store.SegmentStats, err
 	if err := g.s.check(); err != nil {
 		return st, err
 	}
-	err := g.s.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM sync_segments),
+	q := `SELECT (SELECT count(*) FROM sync_segments),
   (SELECT COALESCE(sum(byte_length), 0)::bigint FROM sync_segments),
-  (SELECT count(*) FROM sync_segment_publications)`).Scan(&st.Segments, &st.Bytes, &st.Publications)
+  (SELECT count(*) FROM sync_segment_publications)`
+	if g.s.segmentBodies {
+		// A segment stored both ways (bytes by an older process, a body
+		// by a newer one) counts once.
+		q = `SELECT (SELECT count(*) FROM sync_segments) + (SELECT count(*) FROM sync_segment_bodies b
+    WHERE NOT EXISTS (SELECT 1 FROM sync_segments s WHERE s.segment_id = b.segment_id)),
+  (SELECT COALESCE(sum(byte_length), 0)::bigint FROM sync_segments) + (SELECT COALESCE(sum(byte_length), 0)::bigint
+    FROM sync_segment_bodies b WHERE NOT EXISTS (SELECT 1 FROM sync_segments s WHERE s.segment_id = b.segment_id)),
+  (SELECT count(*) FROM sync_segment_publications)`
+	}
+	err := g.s.pool.QueryRow(ctx, q).Scan(&st.Segments, &st.Bytes, &st.Publications)
 	if err != nil {
 		return st, fmt.Errorf("segment stats: %w", err)
 	}

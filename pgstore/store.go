@@ -38,6 +38,10 @@ type Store struct {
 	// segmentLZ4 is whether a segment's bytes are stored compressed with
 	// lz4 rather than pglz (segments.go): read at Open.
 	segmentLZ4 bool
+	// segmentBodies is whether the database has sync_segment_bodies
+	// (migrations/007; a read-only store may open a database without
+	// it): read at Open.
+	segmentBodies bool
 	// listenProbe is how long the listen connection may stay silent before
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
@@ -145,7 +149,7 @@ func (s *Store) open(ctx context.Context) error {
 	if err := s.pool.QueryRow(ctx, sqlCurrentSchema).Scan(&s.dbSchema); err != nil {
 		return fmt.Errorf("current schema: %w", err)
 	}
-	if err := s.pool.QueryRow(ctx, sqlToastLZ4).Scan(&s.segmentLZ4); err != nil {
+	if err := s.pool.QueryRow(ctx, sqlOpenProbe).Scan(&s.segmentLZ4, &s.segmentBodies); err != nil {
 		return fmt.Errorf("toast compression: %w", err)
 	}
 	return nil
@@ -154,6 +158,10 @@ func (s *Store) open(ctx context.Context) error {
 // sqlToastLZ4 reports whether the server can compress TOAST values with
 // lz4 (Postgres 14 and later, built with it).
 const sqlToastLZ4 = `SELECT coalesce((SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'), false)`
+
+// sqlOpenProbe reads sqlToastLZ4 and whether the database has
+// sync_segment_bodies (a read-only store may open one without it).
+const sqlOpenProbe = `SELECT (` + sqlToastLZ4 + `), to_regclass('sync_segment_bodies') IS NOT NULL`
 
 // Pool returns the connection pool.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }

@@ -64,3 +64,7 @@ func BenchmarkCommitWindow(b *testing.B) { storetest.BenchmarkCommitWindow(b, op
 func BenchmarkScanPages(b *testing.B) { storetest.BenchmarkScanPages(b, openTest) }
 
 func BenchmarkRequestEntry(b *testing.B) { storetest.BenchmarkRequestEntry(b, openTest) }
+
+// BenchmarkPublishSegment is a bootstrap page's segment store write, as
+// bytes and as a zstd body.
+func BenchmarkPublishSegment(b *testing.B) { storetest.BenchmarkPublishSegment(b, openTest) }

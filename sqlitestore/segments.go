@@ -62,30 +62,63 @@ const sqlPublishSegmentPublication = `INSERT INTO sync_segment_publications(segm
   created_at_ms, expires_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 ON CONFLICT(segment_id, context) DO UPDATE SET expires_at_ms = max(expires_at_ms, excluded.expires_at_ms)`
 
-// PublishSegment implements store.SegmentStore.
+// PublishSegment implements store.SegmentStore. A segment stored as a
+// body (PublishSegmentBody) is a stored segment too: it gains the
+// publication, and its bytes are not stored again.
 func (g segmentStore) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
-	return g.s.w.do(ctx, func(ctx context.Context, c *conn) error {
-		var n int64
-		err := c.queryRow("SELECT byte_length FROM sync_segments WHERE segment_id=?", id).Scan(&n)
-		switch {
-		case errors.Is(err, errNoRows):
-			if b == nil {
-				return store.ErrNotFound
-			}
-			if err := c.exec(`INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
+	return g.publish(ctx, id, pub, b != nil, int64(len(b)), func(c *conn) error {
+		return c.exec(`INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
   scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms, bytes)
 VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion, mediaName(pub.MediaType),
-				pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, optText(pub.RowCursor), optText(pub.NextRowCursor),
-				len(b), pub.CreatedAtMs, pub.ExpiresAtMs, b); err != nil {
+			pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, optText(pub.RowCursor), optText(pub.NextRowCursor),
+			len(b), pub.CreatedAtMs, pub.ExpiresAtMs, b)
+	})
+}
+
+var _ store.SegmentBodyStore = segmentStore{}
+
+// PublishSegmentBody implements store.SegmentBodyStore: the body goes to
+// sync_segment_bodies, which processes that do not know bodies never read
+// (migrations/004).
+func (g segmentStore) PublishSegmentBody(ctx context.Context, id string, plainLength int64, enc string, body []byte, pub store.SegmentPublication) error {
+	if enc != store.SegmentBodyZstd {
+		return fmt.Errorf("publish segment %s: unknown content coding %q", id, enc)
+	}
+	return g.publish(ctx, id, pub, true, plainLength, func(c *conn) error {
+		return c.exec(`INSERT INTO sync_segment_bodies(segment_id, partition, log_epoch, tbl, schema_version, media_type,
+  scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms,
+  content_encoding, body)
+VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion, mediaName(pub.MediaType),
+			pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, optText(pub.RowCursor), optText(pub.NextRowCursor),
+			plainLength, pub.CreatedAtMs, pub.ExpiresAtMs, enc, body)
+	})
+}
+
+// publish extends the stored segment id (as bytes or as a body) or, when
+// there is none and the caller has the segment (has), stores it with
+// insert; then it records pub. length is the segment's length in bytes,
+// checked against the stored one.
+func (g segmentStore) publish(ctx context.Context, id string, pub store.SegmentPublication, has bool, length int64, insert func(*conn) error) error {
+	return g.s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		var n int64
+		table := "sync_segments"
+		err := c.queryRow(`SELECT byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=?
+UNION ALL SELECT byte_length, 'sync_segment_bodies' FROM sync_segment_bodies WHERE segment_id=? LIMIT 1`, id, id).Scan(&n, &table)
+		switch {
+		case errors.Is(err, errNoRows):
+			if !has {
+				return store.ErrNotFound
+			}
+			if err := insert(c); err != nil {
 				return fmt.Errorf("publish segment: %w", err)
 			}
 		case err != nil:
 			return fmt.Errorf("publish segment: %w", err)
 		default:
-			if b != nil && n != int64(len(b)) {
-				return fmt.Errorf("publish segment %s: %d bytes stored under the id, %d published: a hash collision", id, n, len(b))
+			if has && n != length {
+				return fmt.Errorf("publish segment %s: %d bytes stored under the id, %d published: a hash collision", id, n, length)
 			}
-			if err := c.exec("UPDATE sync_segments SET expires_at_ms = max(expires_at_ms, ?) WHERE segment_id=?", pub.ExpiresAtMs, id); err != nil {
+			if err := c.exec("UPDATE "+table+" SET expires_at_ms = max(expires_at_ms, ?) WHERE segment_id=?", pub.ExpiresAtMs, id); err != nil {
 				return fmt.Errorf("publish segment: %w", err)
 			}
 		}
@@ -121,11 +154,32 @@ func scanPublication(r scanner) (store.SegmentPublication, error) {
 
 // Segment implements store.SegmentStore. A segment row without any
 // publication row (one the reference's segment store wrote) is read as
-// the one publication its own columns hold.
+// the one publication its own columns hold. A segment stored as a body
+// is decoded.
 func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, error) {
+	seg, err := g.SegmentBody(ctx, id)
+	if err != nil || seg.Encoding == "" {
+		return seg, err
+	}
+	if seg.Bytes, err = store.DecodeSegmentBody(seg.Encoding, seg.Bytes, seg.ByteLength); err != nil {
+		return store.Segment{}, fmt.Errorf("segment %s: %w", id, err)
+	}
+	seg.Encoding = ""
+	return seg, nil
+}
+
+// SegmentBody implements store.SegmentBodyStore. Of a segment stored both
+// ways (bytes by a process without bodies, a body by one with), the body.
+func (g segmentStore) SegmentBody(ctx context.Context, id string) (store.Segment, error) {
 	seg := store.Segment{ID: id}
 	err := g.s.readTx(ctx, func(c *conn) error {
-		if err := c.queryRow("SELECT bytes FROM sync_segments WHERE segment_id=?", id).Scan(&seg.Bytes); err != nil {
+		table := "sync_segment_bodies"
+		read := `SELECT body, content_encoding, byte_length, 'sync_segment_bodies' FROM sync_segment_bodies WHERE segment_id=?1
+UNION ALL SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=?1 LIMIT 1`
+		if g.s.noSegmentBodies {
+			read = `SELECT bytes, '', byte_length, 'sync_segments' FROM sync_segments WHERE segment_id=?1`
+		}
+		if err := c.queryRow(read, id).Scan(&seg.Bytes, &seg.Encoding, &seg.ByteLength, &table); err != nil {
 			if errors.Is(err, errNoRows) {
 				return store.ErrNotFound
 			}
@@ -147,7 +201,7 @@ func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, er
 			return err
 		}
 		if len(seg.Publications) == 0 {
-			p, err := scanPublication(c.queryRow("SELECT "+segmentPublicationColumns+" FROM sync_segments WHERE segment_id=?", id))
+			p, err := scanPublication(c.queryRow("SELECT "+segmentPublicationColumns+" FROM "+table+" WHERE segment_id=?", id))
 			if err != nil {
 				return err
 			}
@@ -168,9 +222,14 @@ func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, er
 func (g segmentStore) FindSegment(ctx context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
 	var rec store.SegmentRecord
 	err := g.s.read(ctx, func(c *conn) error {
-		r := c.queryRow(`SELECT p.segment_id, s.byte_length, `+prefixed("p.", segmentPublicationColumns)+`
-FROM sync_segment_publications p JOIN sync_segments s ON s.segment_id = p.segment_id
-WHERE p.partition=? AND p.tbl=? AND p.scope_digest=? AND p.as_of_commit_seq=? AND p.log_epoch=? AND p.schema_version=?
+		bodies := "sync_segment_bodies"
+		if g.s.noSegmentBodies {
+			bodies = "(SELECT NULL AS segment_id, NULL AS byte_length WHERE 0)"
+		}
+		r := c.queryRow(`SELECT p.segment_id, coalesce(s.byte_length, b.byte_length), `+prefixed("p.", segmentPublicationColumns)+`
+FROM sync_segment_publications p LEFT JOIN sync_segments s ON s.segment_id = p.segment_id
+  LEFT JOIN `+bodies+` b ON b.segment_id = p.segment_id
+WHERE (s.segment_id IS NOT NULL OR b.segment_id IS NOT NULL) AND p.partition=? AND p.tbl=? AND p.scope_digest=? AND p.as_of_commit_seq=? AND p.log_epoch=? AND p.schema_version=?
   AND p.media_type=? AND p.row_cursor IS NULL AND p.expires_at_ms > ?
 ORDER BY p.expires_at_ms DESC LIMIT 1`, key.Partition, key.Table, key.ScopeDigest, key.AsOfCommitSeq, key.LogEpoch,
 			key.SchemaVersion, mediaName(key.MediaType), nowMs)
@@ -234,17 +293,21 @@ func (g segmentStore) SweepSegments(ctx context.Context, beforeMs int64) (store.
 			if err != nil {
 				return err
 			}
-			var bytes int64
-			if err := c.queryRow(`SELECT coalesce(sum(byte_length), 0) FROM (SELECT byte_length FROM sync_segments s
+			var bytes, segs int64
+			for _, table := range []string{"sync_segments", "sync_segment_bodies"} {
+				var b int64
+				if err := c.queryRow(`SELECT coalesce(sum(byte_length), 0) FROM (SELECT byte_length FROM `+table+` s
   WHERE s.expires_at_ms < ? AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = s.segment_id)
-  LIMIT ?)`, beforeMs, sweepBatch).Scan(&bytes); err != nil {
-				return err
-			}
-			segs, err := c.execChanges(`DELETE FROM sync_segments WHERE segment_id IN (SELECT segment_id FROM sync_segments s
+  LIMIT ?)`, beforeMs, sweepBatch).Scan(&b); err != nil {
+					return err
+				}
+				n, err := c.execChanges(`DELETE FROM `+table+` WHERE segment_id IN (SELECT segment_id FROM `+table+` s
   WHERE s.expires_at_ms < ? AND NOT EXISTS (SELECT 1 FROM sync_segment_publications p WHERE p.segment_id = s.segment_id)
   LIMIT ?)`, beforeMs, sweepBatch)
-			if err != nil {
-				return err
+				if err != nil {
+					return err
+				}
+				bytes, segs = bytes+b, segs+n
 			}
 			out.Publications += pubs
 			out.Segments += segs
@@ -265,7 +328,14 @@ func (g segmentStore) SweepSegments(ctx context.Context, beforeMs int64) (store.
 func (g segmentStore) SegmentStats(ctx context.Context) (store.SegmentStats, error) {
 	var st store.SegmentStats
 	err := g.s.readTx(ctx, func(c *conn) error {
-		if err := c.queryRow("SELECT count(*), coalesce(sum(byte_length), 0) FROM sync_segments").Scan(&st.Segments, &st.Bytes); err != nil {
+		// A segment stored both ways (bytes and a body) counts once.
+		q := `SELECT count(*), coalesce(sum(byte_length), 0) FROM (SELECT byte_length FROM sync_segments
+  UNION ALL SELECT byte_length FROM sync_segment_bodies b
+  WHERE NOT EXISTS (SELECT 1 FROM sync_segments s WHERE s.segment_id = b.segment_id))`
+		if g.s.noSegmentBodies {
+			q = "SELECT count(*), coalesce(sum(byte_length), 0) FROM sync_segments"
+		}
+		if err := c.queryRow(q).Scan(&st.Segments, &st.Bytes); err != nil {
 			return err
 		}
 		return c.queryRow("SELECT count(*) FROM sync_segment_publications").Scan(&st.Publications)

@@ -115,6 +115,10 @@ type Store struct {
 	// scans of bootstrap pages (scanMmapBytes).
 	scanners *readPool
 	w        *writer // owns the write connection
+	// noSegmentBodies: a read-only store on a database of a release
+	// before sync_segment_bodies (migrations/004), whose segments are all
+	// stored as bytes (segments.go).
+	noSegmentBodies bool
 	// clients is the write-behind of deferred client records
 	// (clients.go); nil without a writer.
 	clients *store.ClientWriteBehind
@@ -226,8 +230,10 @@ func (s *Store) openReadOnly(ctx context.Context) (*Store, error) {
 	}
 	// Fail now on a file that is not a database.
 	if err := s.read(ctx, func(c *conn) error {
-		var n int64
-		return c.queryRow("SELECT count(*) FROM sqlite_master").Scan(&n)
+		var n, bodies int64
+		err := c.queryRow("SELECT count(*), count(*) FILTER (WHERE name = 'sync_segment_bodies') FROM sqlite_master").Scan(&n, &bodies)
+		s.noSegmentBodies = bodies == 0
+		return err
 	}); err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)

@@ -55,6 +55,12 @@ func CoreTables() map[string][]CoreColumn {
 		"sync_segment_publications": cols("segment_id", "context", "partition", "log_epoch", "tbl", "schema_version",
 			"media_type", "scope_digest", "as_of_commit_seq", "row_cursor", "next_row_cursor", "row_count",
 			"created_at_ms", "expires_at_ms"),
+		// Segments kept as their download bodies (store.SegmentBodyStore):
+		// sync_segments' columns and the coding, in a table of its own
+		// that server processes without bodies do not read.
+		"sync_segment_bodies": cols("segment_id", "partition", "log_epoch", "tbl", "schema_version", "media_type",
+			"scope_digest", "as_of_commit_seq", "row_count", "row_cursor", "next_row_cursor", "byte_length",
+			"created_at_ms", "expires_at_ms", "content_encoding", "body"),
 		// The database blob store (§5.9.2): blobs and their chunks.
 		"sync_blob_objects": cols("partition", "blob_id", "byte_length", "media_type", "created_at_ms", "upload_id"),
 		"sync_blob_chunks":  cols("upload_id", "idx", "started_at_ms", "bytes"),

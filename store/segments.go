@@ -75,8 +75,16 @@ func eqStrPtr(a, b *string) bool {
 // Segment is a stored segment: its content address, its bytes and every
 // publication of it the store still holds.
 type Segment struct {
-	ID           string
-	Bytes        []byte
+	ID    string
+	Bytes []byte
+	// Encoding is the content coding of Bytes: "" for the segment's own
+	// bytes (whose hash is ID). Only SegmentBodyStore.SegmentBody returns
+	// another ("zstd": Bytes is a zstd frame of the segment's bytes);
+	// Segment always returns the segment's own bytes.
+	Encoding string
+	// ByteLength is the length of the segment's bytes (those of Bytes
+	// once decoded); SegmentBody sets it, other readers may leave it 0.
+	ByteLength   int64
 	Publications []SegmentPublication
 }
 
@@ -152,6 +160,28 @@ type SegmentStore interface {
 	SweepSegments(ctx context.Context, beforeMs int64) (SegmentSweep, error)
 	// SegmentStats counts what the store holds.
 	SegmentStats(ctx context.Context) (SegmentStats, error)
+}
+
+// SegmentBodyStore is implemented by segment stores that can keep a
+// segment compressed: the body a download serves (a zstd frame of the
+// segment's bytes, a few percent of their size for a rows page) instead of
+// the bytes, so that a publication writes and a download reads the small
+// body. Stores that keep bodies never let a server process that does not
+// know them read a body as a segment's bytes (pgstore and sqlitestore keep
+// them in a table of their own, sync_segment_bodies).
+type SegmentBodyStore interface {
+	SegmentStore
+	// PublishSegmentBody is PublishSegment for a segment given as its
+	// body: body holds the segment's bytes, plainLength of them, in the
+	// content coding enc ("zstd"; the store refuses a coding it does not
+	// decode). A segment already stored under id, as bytes or as a body,
+	// keeps what is stored (the plain lengths must agree) and gains the
+	// publication.
+	PublishSegmentBody(ctx context.Context, id string, plainLength int64, enc string, body []byte, pub SegmentPublication) error
+	// SegmentBody is Segment without decoding a stored body: the returned
+	// Segment's Encoding names the coding of its Bytes ("" when the
+	// segment is stored as its bytes).
+	SegmentBody(ctx context.Context, id string) (Segment, error)
 }
 
 // SegmentStorer is implemented by drivers that keep segments in their own

@@ -18,28 +18,50 @@ import (
 // A segment this process published lately is authorized against the
 // publications it remembers (hotSegments) without reading its bytes back;
 // any other outcome is decided by the segment store's record.
-func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) ([]byte, error) {
+//
+// The body returned is the segment's bytes, or, from a store that keeps
+// bodies, the stored body in the coding its Encoding names (ByteLength
+// the length of the bytes).
+func (e *Engine) Download(ctx context.Context, auth Auth, segmentID string, requested map[string][]string) (Body, error) {
 	if seg, ok := e.hot.get(segmentID); ok {
-		if b, err := e.authorizeDownload(ctx, auth, seg, requested); err == nil {
-			return b, nil
+		if err := e.authorizeDownload(ctx, auth, seg, requested); err == nil {
+			return bodyOf(seg), nil
 		}
 	}
-	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
+	seg, err := e.storedSegment(ctx, segmentID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+		return Body{}, syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	if err != nil {
-		return nil, err
+		return Body{}, err
 	}
-	return e.authorizeDownload(ctx, auth, seg, requested)
+	if err := e.authorizeDownload(ctx, auth, seg, requested); err != nil {
+		return Body{}, err
+	}
+	return bodyOf(seg), nil
+}
+
+// Body is what a download serves: a segment's bytes (Encoding "") or its
+// stored body in the content coding Encoding, ByteLength bytes decoded.
+type Body struct {
+	Bytes      []byte
+	Encoding   string
+	ByteLength int64
+}
+
+func bodyOf(seg Segment) Body {
+	if seg.Encoding == "" {
+		return Body{Bytes: seg.Bytes, ByteLength: int64(len(seg.Bytes))}
+	}
+	return Body{Bytes: seg.Bytes, Encoding: seg.Encoding, ByteLength: seg.ByteLength}
 }
 
 // authorizeDownload runs the §5.5 re-authorization of a download against
-// the publications of seg and returns its bytes.
-func (e *Engine) authorizeDownload(ctx context.Context, auth Auth, seg Segment, requested map[string][]string) ([]byte, error) {
+// the publications of seg.
+func (e *Engine) authorizeDownload(ctx context.Context, auth Auth, seg Segment, requested map[string][]string) error {
 	p, err := e.cfg.Store.Partition(ctx, auth.Partition)
 	if err != nil {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+		return syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	var live []Publication
 	for _, pub := range seg.Publications {
@@ -48,11 +70,11 @@ func (e *Engine) authorizeDownload(ctx context.Context, auth Auth, seg Segment, 
 		}
 	}
 	if len(live) == 0 {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+		return syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	allowed, rerr := e.resolveAllowed(ctx, auth)
 	if rerr != nil {
-		return nil, syncerr.New(syncerr.CodeForbidden, "scopes could not be resolved")
+		return syncerr.New(syncerr.CodeForbidden, "scopes could not be resolved")
 	}
 	now := e.cfg.Now()
 	expired := false
@@ -73,12 +95,12 @@ func (e *Engine) authorizeDownload(ctx context.Context, auth Auth, seg Segment, 
 			expired = true
 			continue
 		}
-		return seg.Bytes, nil
+		return nil
 	}
 	if expired {
-		return nil, syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
+		return syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
 	}
-	return nil, syncerr.New(syncerr.CodeForbidden, "the scopes do not authorize this segment")
+	return syncerr.New(syncerr.CodeForbidden, "the scopes do not authorize this segment")
 }
 
 func (e *Engine) resolveAllowed(ctx context.Context, auth Auth) (map[string][]string, error) {
@@ -131,25 +153,28 @@ func (e *Engine) predatesCheckpoint(ctx context.Context, pub Publication) bool {
 // issuance, inside the pull. A segment or publication the audience does
 // not reach is sync.not_found (no existence leak), another digest
 // sync.forbidden, an expired publication sync.segment_expired.
-func (e *Engine) DownloadSigned(ctx context.Context, segmentID, aud, scopeDigest string, audienceOf func(partition string) string) ([]byte, error) {
+func (e *Engine) DownloadSigned(ctx context.Context, segmentID, aud, scopeDigest string, audienceOf func(partition string) string) (Body, error) {
 	if seg, ok := e.hot.get(segmentID); ok {
-		if b, err := e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf); err == nil {
-			return b, nil
+		if err := e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf); err == nil {
+			return bodyOf(seg), nil
 		}
 	}
-	seg, err := e.cfg.Segments.Segment(ctx, segmentID)
+	seg, err := e.storedSegment(ctx, segmentID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, syncerr.New(syncerr.CodeNotFound, "segment not found")
+		return Body{}, syncerr.New(syncerr.CodeNotFound, "segment not found")
 	}
 	if err != nil {
-		return nil, err
+		return Body{}, err
 	}
-	return e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf)
+	if err := e.authorizeSigned(ctx, seg, aud, scopeDigest, audienceOf); err != nil {
+		return Body{}, err
+	}
+	return bodyOf(seg), nil
 }
 
 // authorizeSigned checks a verified token's audience and digest against
-// the publications of seg (DownloadSigned) and returns its bytes.
-func (e *Engine) authorizeSigned(ctx context.Context, seg Segment, aud, scopeDigest string, audienceOf func(partition string) string) ([]byte, error) {
+// the publications of seg (DownloadSigned).
+func (e *Engine) authorizeSigned(ctx context.Context, seg Segment, aud, scopeDigest string, audienceOf func(partition string) string) error {
 	notFound := syncerr.New(syncerr.CodeNotFound, "segment not found")
 	epochs := map[string]string{}
 	reached, expired := false, false
@@ -161,7 +186,7 @@ func (e *Engine) authorizeSigned(ctx context.Context, seg Segment, aud, scopeDig
 		if !ok {
 			p, err := e.cfg.Store.Partition(ctx, pub.Partition)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return nil, err
+				return err
 			}
 			epoch = p.LogEpoch
 			epochs[pub.Partition] = epoch
@@ -177,13 +202,13 @@ func (e *Engine) authorizeSigned(ctx context.Context, seg Segment, aud, scopeDig
 			expired = true
 			continue
 		}
-		return seg.Bytes, nil
+		return nil
 	}
 	switch {
 	case expired:
-		return nil, syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
+		return syncerr.New(syncerr.CodeSegmentExpired, "segment expired; pull again")
 	case reached:
-		return nil, syncerr.New(syncerr.CodeForbidden, "the token does not authorize this segment")
+		return syncerr.New(syncerr.CodeForbidden, "the token does not authorize this segment")
 	}
-	return nil, notFound
+	return notFound
 }

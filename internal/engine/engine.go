@@ -58,6 +58,13 @@ type Config struct {
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore
+	// EncodeSegment, when set, compresses a segment's bytes into the body
+	// its downloads serve (content coding enc), and segments are published
+	// as bodies to a segment store that keeps them
+	// (store.SegmentBodyStore): the store writes the small body, and a
+	// download negotiated to enc serves it as it is. nil: segments are
+	// stored as their bytes.
+	EncodeSegment func(id string, b []byte) (enc string, body []byte, err error)
 	// Blobs stores blob bytes (§5.9); nil leaves blob_ref values
 	// unchecked and unindexed.
 	Blobs store.BlobStore

@@ -225,10 +225,35 @@ func (e *Engine) publish(ctx context.Context, id string, b []byte, pub Publicati
 	if e.published.fresh(key, now, e.cfg.Limits.SegmentTTL.Milliseconds()) {
 		return nil
 	}
-	if err := e.cfg.Segments.PublishSegment(ctx, id, b, pub); err != nil {
+	if err := e.storeSegment(ctx, id, b, pub); err != nil {
 		return err
 	}
 	e.published.record(key, now, pub.ExpiresAtMs)
 	e.hot.add(id, b, pub)
 	return nil
+}
+
+// storeSegment publishes a segment in the segment store: as its body
+// when the engine encodes segments and the store keeps bodies, else as
+// its bytes.
+func (e *Engine) storeSegment(ctx context.Context, id string, b []byte, pub Publication) error {
+	if b != nil && e.cfg.EncodeSegment != nil {
+		if bs, ok := e.cfg.Segments.(store.SegmentBodyStore); ok {
+			enc, body, err := e.cfg.EncodeSegment(id, b)
+			if err != nil {
+				return fmt.Errorf("encode segment %s: %w", id, err)
+			}
+			return bs.PublishSegmentBody(ctx, id, int64(len(b)), enc, body, pub)
+		}
+	}
+	return e.cfg.Segments.PublishSegment(ctx, id, b, pub)
+}
+
+// storedSegment reads a segment from the segment store, as its body when
+// the store keeps bodies (Segment.Encoding names the coding).
+func (e *Engine) storedSegment(ctx context.Context, id string) (Segment, error) {
+	if bs, ok := e.cfg.Segments.(store.SegmentBodyStore); ok {
+		return bs.SegmentBody(ctx, id)
+	}
+	return e.cfg.Segments.Segment(ctx, id)
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -60,6 +62,10 @@ func RunSegmentStore(t *testing.T, open SegmentOpener) {
 		{"SharedAcrossProcesses", segShared},
 		{"ConcurrentPublishers", segConcurrent},
 		{"Large", segLarge},
+		{"BodyRoundTrip", segBodyRoundTrip},
+		{"BodyAndBytes", segBodyAndBytes},
+		{"BodyFindSweep", segBodyFindSweep},
+		{"BodyShared", segBodyShared},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -405,4 +411,165 @@ func segLarge(t *testing.T, open SegmentOpener) {
 	if got := mustSegment(t, s, id); !bytes.Equal(got.Bytes, b) {
 		t.Fatalf("a 6 MiB segment came back with %d bytes, not the published ones", len(got.Bytes))
 	}
+}
+
+// bodyStore returns the store as a store.SegmentBodyStore, or skips.
+func bodyStore(tb testing.TB, s store.SegmentStore) store.SegmentBodyStore {
+	tb.Helper()
+	bs, ok := s.(store.SegmentBodyStore)
+	if !ok {
+		tb.Skip("the store does not keep segment bodies")
+	}
+	return bs
+}
+
+// segBody returns compressible segment-like bytes, their address and their
+// zstd body.
+func segBody(tb testing.TB, seed string, n int) ([]byte, string, []byte) {
+	tb.Helper()
+	b := bytes.Repeat([]byte(seed+" row payload; "), n/(len(seed)+14)+1)[:n]
+	sum := sha256.Sum256(b)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer enc.Close()
+	return b, "sha256:" + hex.EncodeToString(sum[:]), enc.EncodeAll(b, nil)
+}
+
+func mustPublishBody(tb testing.TB, s store.SegmentBodyStore, id string, n int, body []byte, p store.SegmentPublication) {
+	tb.Helper()
+	if err := s.PublishSegmentBody(context.Background(), id, int64(n), store.SegmentBodyZstd, body, p); err != nil {
+		tb.Fatalf("PublishSegmentBody(%s): %v", id, err)
+	}
+}
+
+func segBodyRoundTrip(t *testing.T, open SegmentOpener) {
+	s0, _ := open(t)
+	s := bodyStore(t, s0)
+	ctx := context.Background()
+	b, id, body := segBody(t, "body", 50_000)
+	if len(body) >= len(b)/10 {
+		t.Fatalf("test body of %d bytes for %d: not compressed", len(body), len(b))
+	}
+	p := segPub("part-1", nil, 1000, 5000)
+	mustPublishBody(t, s, id, len(b), body, p)
+	seg := mustSegment(t, s, id)
+	if !bytes.Equal(seg.Bytes, b) || seg.Encoding != "" {
+		t.Fatalf("Segment of a body returned %d bytes coded %q; want the %d bytes of the segment", len(seg.Bytes), seg.Encoding, len(b))
+	}
+	samePubs(t, "body", seg.Publications, p)
+	raw, err := s.SegmentBody(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw.Encoding != store.SegmentBodyZstd || !bytes.Equal(raw.Bytes, body) || raw.ByteLength != int64(len(b)) {
+		t.Fatalf("SegmentBody = %d bytes coded %q, length %d; want the %d-byte zstd body of %d bytes",
+			len(raw.Bytes), raw.Encoding, raw.ByteLength, len(body), len(b))
+	}
+	samePubs(t, "body, as stored", raw.Publications, p)
+	// A segment stored as bytes reads the same through SegmentBody, uncoded.
+	plain, plainID := segBytes("plain", 700)
+	mustPublish(t, s, plainID, plain, p)
+	if raw, err := s.SegmentBody(ctx, plainID); err != nil || raw.Encoding != "" || !bytes.Equal(raw.Bytes, plain) || raw.ByteLength != 700 {
+		t.Fatalf("SegmentBody of stored bytes = %q %d bytes (length %d), %v; want the bytes uncoded", raw.Encoding, len(raw.Bytes), raw.ByteLength, err)
+	}
+	st, err := s.SegmentStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Segments != 2 || st.Publications != 2 || st.Bytes != int64(len(b))+700 {
+		t.Fatalf("SegmentStats = %+v; want 2 segments, 2 publications, %d bytes (the segments' own lengths)", st, len(b)+700)
+	}
+	if err := s.PublishSegmentBody(ctx, id, int64(len(b)), "br", body, p); err == nil {
+		t.Fatal("a body in an unknown coding was accepted")
+	}
+	if _, err := s.SegmentBody(ctx, "sha256:"+hex.EncodeToString(make([]byte, 32))); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("SegmentBody of an unknown id: %v; want ErrNotFound", err)
+	}
+}
+
+func segBodyAndBytes(t *testing.T, open SegmentOpener) {
+	s0, _ := open(t)
+	s := bodyStore(t, s0)
+	ctx := context.Background()
+	b, id, body := segBody(t, "both", 20_000)
+	p := segPub("part-1", nil, 1000, 5000)
+	mustPublishBody(t, s, id, len(b), body, p)
+	// The bytes of a segment stored as a body add a publication and are
+	// not stored again; nil bytes refresh it; another length collides.
+	q := segPub("part-2", nil, 1000, 7000)
+	mustPublish(t, s, id, b, q)
+	r := segPub("part-3", nil, 1000, 8000)
+	mustPublish(t, s, id, nil, r)
+	if err := s.PublishSegment(ctx, id, b[:len(b)-1], segPub("part-4", nil, 1, 2)); err == nil {
+		t.Fatal("bytes of another length under an id stored as a body were accepted")
+	}
+	if err := s.PublishSegmentBody(ctx, id, int64(len(b)+1), store.SegmentBodyZstd, body, segPub("part-4", nil, 1, 2)); err == nil {
+		t.Fatal("a body of another length under a stored id was accepted")
+	}
+	raw, err := s.SegmentBody(ctx, id)
+	if err != nil || raw.Encoding != store.SegmentBodyZstd || !bytes.Equal(raw.Bytes, body) {
+		t.Fatalf("after publishing the bytes too: %q %d bytes, %v; want the body kept", raw.Encoding, len(raw.Bytes), err)
+	}
+	samePubs(t, "a body published three ways", raw.Publications, p, q, r)
+	// A body of a segment stored as bytes keeps the bytes.
+	plain, plainID := segBytes("plain-first", 900)
+	mustPublish(t, s, plainID, plain, p)
+	mustPublishBody(t, s, plainID, len(plain), []byte("not read"), q)
+	raw, err = s.SegmentBody(ctx, plainID)
+	if err != nil || raw.Encoding != "" || !bytes.Equal(raw.Bytes, plain) {
+		t.Fatalf("a body published over stored bytes: %q %d bytes, %v; want the bytes kept", raw.Encoding, len(raw.Bytes), err)
+	}
+	samePubs(t, "bytes, then a body", raw.Publications, p, q)
+}
+
+func segBodyFindSweep(t *testing.T, open SegmentOpener) {
+	s0, _ := open(t)
+	s := bodyStore(t, s0)
+	ctx := context.Background()
+	img, imgID, body := segBody(t, "image", 30_000)
+	p := segPub("part-1", nil, 1000, 5000)
+	p.MediaType, p.NextRowCursor = wire.MediaSQLite, nil
+	mustPublishBody(t, s, imgID, len(img), body, p)
+	rec, err := s.FindSegment(ctx, store.KeyOf(p), 2000)
+	if err != nil || rec.ID != imgID || rec.ByteLength != int64(len(img)) {
+		t.Fatalf("FindSegment of an image stored as a body = %s (%d bytes), %v; want %s of %d bytes", rec.ID, rec.ByteLength, err, imgID, len(img))
+	}
+	page, pageID, pageBody := segBody(t, "page", 10_000)
+	mustPublishBody(t, s, pageID, len(page), pageBody, segPub("part-1", nil, 1000, 9000))
+	sw, err := s.SweepSegments(ctx, 6000)
+	if err != nil || sw.Segments != 1 || sw.Publications != 1 || sw.Bytes != int64(len(img)) {
+		t.Fatalf("SweepSegments(6000) = %+v, %v; want the image (1 segment, 1 publication, %d bytes)", sw, err, len(img))
+	}
+	if _, err := s.Segment(ctx, imgID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a swept body: %v; want ErrNotFound", err)
+	}
+	if _, err := s.FindSegment(ctx, store.KeyOf(p), 2000); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("FindSegment of a swept body: %v; want ErrNotFound", err)
+	}
+	if got := mustSegment(t, s, pageID); !bytes.Equal(got.Bytes, page) {
+		t.Fatal("the live body was changed by the sweep")
+	}
+	if err := s.PublishSegment(ctx, imgID, nil, p); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("refreshing a swept body: %v; want ErrNotFound", err)
+	}
+}
+
+func segBodyShared(t *testing.T, open SegmentOpener) {
+	a0, share := open(t)
+	if share == nil {
+		t.Skip("the store is not shared between processes")
+	}
+	a := bodyStore(t, a0)
+	b := share(t)
+	plain, id, body := segBody(t, "shared-body", 40_000)
+	p := segPub("part-1", nil, 1000, 5000)
+	mustPublishBody(t, a, id, len(plain), body, p)
+	if got := mustSegment(t, b, id); !bytes.Equal(got.Bytes, plain) {
+		t.Fatal("the other process read other bytes")
+	}
+	q := segPub("part-2", nil, 1000, 7000)
+	mustPublish(t, b, id, nil, q)
+	samePubs(t, "a body published by both", mustSegment(t, a, id).Publications, p, q)
 }
