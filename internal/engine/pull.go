@@ -96,6 +96,10 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	case aheadOK && doneAt.Before(r.enteredAt):
 		// §4.6: the entry's partition and gate were read after the window.
 		now, r.gateAfterReads = r.partition, r.gate
+	case aheadOK && win.State != nil:
+		// The read ahead read them after its rows (take keeps that state
+		// only when it was read at this request's running version).
+		now, r.gateAfterReads = win.State.Partition, &win.State.Gate
 	case aheadOK:
 		if now, err = r.recheck(ctx); err != nil {
 			return subOutcome{}, err
