@@ -255,3 +255,92 @@ func TestWindowRawHeadsAndCandidates(t *testing.T) {
 		t.Errorf("the candidates' column is not a binary int8: %+v", fds)
 	}
 }
+
+// TestRangeChangesSameScopes: sqlRangeChanges sends NULL instead of the
+// scopes of exactly the changes whose stored scopes equal the window's
+// one value per key, and a window read by ranges gives every change its
+// stored scopes either way (those sent as NULL and those sent whole),
+// bulk or by candidates.
+func TestRangeChangesSameScopes(t *testing.T) {
+	s := openStore(t)
+	s.shortWindow = 0 // the paged reads, however short the log
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	tasks := []task{{id: "t0", project: "a", owner: "o"}, {id: "t1", project: "a", owner: "o2"},
+		{id: "t2", project: "b", owner: "o"}, {id: "t3", project: "a", owner: "o"}}
+	var seqs []int64
+	for _, tk := range tasks {
+		seqs = append(seqs, apply(t, s, p, tk.write(t, c, 1)))
+	}
+	lo, hi := seqs[0], seqs[len(seqs)-1]
+	both := wire.ScopeMap{{Key: "owner_id", Values: []string{"o"}}, {Key: "project_id", Values: []string{"a"}}}
+
+	var w windowReader
+	w.sameScopes(both)
+	if w.same == nil {
+		t.Fatal("no same scopes for one value per key")
+	}
+	rows, err := s.pool.Query(ctx, sqlRangeChanges, p, "tasks", lo, hi, w.sameArg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nulls []string
+	for rows.Next() {
+		v := rows.RawValues()
+		if v[8] == nil {
+			nulls = append(nulls, string(v[5]))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(nulls, []string{"t0", "t3"}) {
+		t.Errorf("changes sent without their scopes: %v, want t0 and t3 (the ones storing owner o, project a)", nulls)
+	}
+	for _, multi := range []wire.ScopeMap{{{Key: "project_id", Values: []string{"a", "b"}}}, {{Key: "owner_id", Values: []string{"o", "o"}}, {Key: "project_id", Values: []string{"a", "c"}}}} {
+		var m windowReader
+		if m.sameScopes(multi); m.same != nil || m.sameArg() != nil {
+			t.Errorf("same scopes %v for %v, want none (two values of a key)", m.same, multi)
+		}
+	}
+
+	for _, tc := range []struct {
+		scopes wire.ScopeMap
+		want   []string // row ids, each change's scopes checked against its task
+	}{
+		{both, []string{"t0", "t3"}},
+		{wire.ScopeMap{{Key: "project_id", Values: []string{"a"}}}, []string{"t0", "t1", "t3"}},
+		{wire.ScopeMap{{Key: "project_id", Values: []string{"a", "b"}}}, []string{"t0", "t1", "t2", "t3"}},
+	} {
+		for _, bulk := range []bool{false, true} {
+			win, err := s.ReadCommitWindow(ctx, p, store.CommitWindowQuery{Table: "tasks", Scopes: tc.scopes, ThroughSeq: hi, LimitChanges: 100, Bulk: bulk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, cm := range win.Commits {
+				for _, ch := range cm.Changes {
+					got = append(got, ch.RowID)
+					var tk task
+					for _, x := range tasks {
+						if x.id == ch.RowID {
+							tk = x
+						}
+					}
+					want := wire.StoredScopes{{Key: "owner_id", Value: tk.owner}, {Key: "project_id", Value: tk.project}}
+					if !slices.Equal(ch.Scopes, want) {
+						t.Errorf("%v bulk %v: %s has scopes %v, want %v", tc.scopes, bulk, ch.RowID, ch.Scopes, want)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%v bulk %v: window %v, want %v", tc.scopes, bulk, got, tc.want)
+			}
+			if win.Release != nil {
+				win.Release()
+			}
+		}
+	}
+}
