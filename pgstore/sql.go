@@ -182,6 +182,13 @@ const sqlRangeCommits = `SELECT commit_seq, created_at_ms, actor_id, client_id, 
  WHERE partition = $1 AND commit_seq >= $2 AND commit_seq <= $3
  ORDER BY commit_seq`
 
+// sqlRangeCommitsWire is sqlRangeCommits for a WireOnly window: the
+// client ids are not read (NULL, read as empty).
+const sqlRangeCommitsWire = `SELECT commit_seq, created_at_ms, actor_id, NULL::text, NULL::text
+  FROM sync_commits
+ WHERE partition = $1 AND commit_seq >= $2 AND commit_seq <= $3
+ ORDER BY commit_seq`
+
 const sqlRangeChanges = `SELECT commit_seq, NULL::bigint, NULL::text, NULL::text, NULL::text,
        row_id, op, row_version, CASE WHEN scopes = $5::jsonb THEN NULL ELSE scopes END, payload
   FROM sync_changes

@@ -48,7 +48,10 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		// out; then the next pages grow.
 		page = min(q.LimitChanges+1, defaultWindowPageCommits)
 	}
-	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
+	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes, headsSQL: sqlRangeCommits}
+	if q.WireOnly {
+		w.headsSQL = sqlRangeCommitsWire
+	}
 	w.sameScopes(q.Scopes)
 	sc, _ := s.windowScratch.Get().(*windowScratch)
 	if sc == nil {
@@ -157,6 +160,9 @@ type windowReader struct {
 	// ever cut back while a window is read.
 	chs   []store.Change
 	arena rowbuf.Arena
+	// headsSQL is the commit rows' range read: sqlRangeCommits, or
+	// sqlRangeCommitsWire for a WireOnly window.
+	headsSQL string
 	// same are the stored scopes that sqlRangeChanges sends as NULL
 	// (sameJSON, its $5), when the scopes have one value per key.
 	same     wire.StoredScopes
@@ -378,7 +384,7 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	b := &pgx.Batch{}
 	dense := hi-lo+1 <= int64(rangeDensity*len(cands))
 	if dense {
-		b.Queue(sqlRangeCommits, partition, lo, hi)
+		b.Queue(w.headsSQL, partition, lo, hi)
 		b.Queue(sqlRangeChanges, partition, table, lo, hi, w.sameArg())
 	} else {
 		b.Queue(sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
@@ -424,7 +430,7 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 // row is a pruned commit's, skipped as readPage skips it.
 func (w *windowReader) readRange(ctx context.Context, s *Store, partition, table string, after, hi int64) error {
 	b := &pgx.Batch{}
-	b.Queue(sqlRangeCommits, partition, after+1, hi)
+	b.Queue(w.headsSQL, partition, after+1, hi)
 	b.Queue(sqlRangeChanges, partition, table, after+1, hi, w.sameArg())
 	if w.running != nil {
 		queuePartitionState(b, partition, *w.running)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -340,6 +341,53 @@ func TestRangeChangesSameScopes(t *testing.T) {
 			}
 			if win.Release != nil {
 				win.Release()
+			}
+		}
+	}
+}
+
+// TestWindowWireOnly: a WireOnly window is the window read without it
+// but for the commits' client ids, which it leaves empty, on every read
+// path (short, by candidates, bulk by ranges).
+func TestWindowWireOnly(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	var hi int64
+	for i := range 12 {
+		hi = apply(t, s, p, task{id: fmt.Sprintf("t%d", i), project: []string{"a", "b"}[i%3/2], owner: "o"}.write(t, c, 1))
+	}
+	for _, short := range []int64{shortWindowCommits, 0} {
+		s.shortWindow = short
+		for _, bulk := range []bool{false, true} {
+			q := store.CommitWindowQuery{Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"a"}}},
+				ThroughSeq: hi, LimitChanges: 5, Bulk: bulk}
+			full, err := s.ReadCommitWindow(ctx, p, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.WireOnly = true
+			only, err := s.ReadCommitWindow(ctx, p, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(full.Commits) != 5 || len(only.Commits) != len(full.Commits) || only.Complete != full.Complete {
+				t.Fatalf("short %d bulk %v: %d commits wire-only, %d without, want 5 both", short, bulk, len(only.Commits), len(full.Commits))
+			}
+			for i, fc := range full.Commits {
+				wc := only.Commits[i]
+				if fc.ClientID == "" || fc.ClientCommitID == "" {
+					t.Fatalf("commit %d read without its client ids: %+v", fc.Seq, fc)
+				}
+				if s.shortWindow == 0 && (wc.ClientID != "" || wc.ClientCommitID != "") {
+					t.Errorf("short %d bulk %v: a paged wire-only commit %d read its client ids %q %q", short, bulk, wc.Seq, wc.ClientID, wc.ClientCommitID)
+				}
+				wc.ClientID, wc.ClientCommitID = fc.ClientID, fc.ClientCommitID
+				if !reflect.DeepEqual(wc, fc) {
+					t.Errorf("short %d bulk %v: commit %d wire-only %+v, without %+v", short, bulk, fc.Seq, wc, fc)
+				}
 			}
 		}
 	}

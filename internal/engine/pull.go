@@ -73,7 +73,10 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		next, err := r.bootstrap(ctx, sub, eff, p, lim)
 		return subOutcome{active: true, nextCursor: next, effective: eff}, err
 	}
-	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits}
+	// WireOnly: a section sends what COMMIT frames carry, never the
+	// commits' client ids.
+	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq,
+		LimitChanges: lim.commits, WireOnly: true}
 	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
 		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
 	}
