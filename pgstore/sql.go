@@ -176,7 +176,9 @@ const sqlWindowCandidates = `SELECT DISTINCT x.commit_seq
 // when they equal $5 (windowReader.same: the scopes every change of a
 // one-value-per-key window stores), which the reader knows decoded:
 // comparing two JSONB values costs the backend less than printing one,
-// and a catch-up's changes mostly store the same scopes.
+// and a catch-up's changes mostly store the same scopes. Scopes stored in
+// the reference's JSONB string form (COMPAT.md) never equal $5 and come
+// whole.
 const sqlRangeCommits = `SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id
   FROM sync_commits
  WHERE partition = $1 AND commit_seq >= $2 AND commit_seq <= $3
