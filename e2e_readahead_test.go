@@ -3,10 +3,14 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -210,4 +214,188 @@ func waitReadAhead(t *testing.T, e *metricsEnv, n float64) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// stateHooks watch a store's request state reads and hold its bulk
+// window reads (a catch-up's read-ahead) back: rechecks counts the reads
+// of the partition and serve gate without a client record (the recheck
+// after a window), entered is called after each request entry's read (a
+// client's), and beforeBulk runs before a bulk window is read.
+type stateHooks struct {
+	rechecks   atomic.Int64
+	entered    func()
+	beforeBulk func(ctx context.Context)
+}
+
+func (h *stateHooks) state(clientID string) {
+	if clientID == "" {
+		h.rechecks.Add(1)
+	} else if h.entered != nil {
+		h.entered()
+	}
+}
+
+func (h *stateHooks) window(ctx context.Context, q store.CommitWindowQuery) {
+	if q.Bulk && h.beforeBulk != nil {
+		h.beforeBulk(ctx)
+	}
+}
+
+// hookedSQLite and hookedPostgres are the drivers' stores with hooks;
+// every other method (and optional interface) is the store's own.
+type hookedSQLite struct {
+	*sqlitestore.Store
+	h *stateHooks
+}
+
+func (s *hookedSQLite) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	st, err := s.Store.ReadRequestState(ctx, partition, clientID, running)
+	s.h.state(clientID)
+	return st, err
+}
+
+func (s *hookedSQLite) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	s.h.window(ctx, q)
+	return s.Store.ReadCommitWindow(ctx, partition, q)
+}
+
+type hookedPostgres struct {
+	*pgstore.Store
+	h *stateHooks
+}
+
+func (s *hookedPostgres) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	st, err := s.Store.ReadRequestState(ctx, partition, clientID, running)
+	s.h.state(clientID)
+	return st, err
+}
+
+func (s *hookedPostgres) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	s.h.window(ctx, q)
+	return s.Store.ReadCommitWindow(ctx, partition, q)
+}
+
+// hooked is the driver d with h on its stores.
+func hooked(d e2eDriver, h *stateHooks) e2eDriver {
+	return e2eDriver{name: d.name, open: func(t *testing.T) store.Store {
+		switch s := d.open(t).(type) {
+		case *sqlitestore.Store:
+			return &hookedSQLite{Store: s, h: h}
+		case *pgstore.Store:
+			return &hookedPostgres{Store: s, h: h}
+		default:
+			t.Fatalf("no hooks for %T", s)
+			return nil
+		}
+	}}
+}
+
+// A window read ahead that ends after the next request's entry (held back
+// here until the request is waiting for it) carries the partition and the
+// serve gate read after its rows: the request serves it without reading
+// them again (no recheck), and the catch-up is whole.
+func TestE2EReadAheadStateAfterRows(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		h := &stateHooks{}
+		e, _, r := readAheadPair(t, hooked(d, h), "tasks-p1", []string{"p1"}, 5, 23, inP1)
+		var waiting atomic.Bool
+		h.entered = func() { waiting.Store(true) }
+		h.beforeBulk = func(ctx context.Context) {
+			// Until the client's next request entered (or a while).
+			for end := time.Now().Add(2 * time.Second); !waiting.Load() && time.Now().Before(end) && ctx.Err() == nil; {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		// The windows of 5 commits: the first read by its request, the
+		// next four read ahead. (The empty pull after them may recheck:
+		// a store need not read the state after no rows.)
+		rechecks0 := h.rechecks.Load()
+		got := 0
+		for round := 0; round < 5; round++ {
+			waiting.Store(false)
+			res, err := r.Round(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := sectionOf(t, res, "tasks-p1")
+			if want := min(5, 23-got); s.Status != wire.SubActive || s.Commits != want {
+				t.Fatalf("round %d: status %s, %d commits; want active, %d", round, s.Status, s.Commits, want)
+			}
+			got += s.Commits
+		}
+		rechecks := h.rechecks.Load() - rechecks0
+		syncQuiet(t, r)
+		sameRows(t, "reader vs server", clientRows(t, r, "tasks"), e.serverRows("tasks"))
+		if _, used := readAheadCounts(t, e); used < 4 {
+			t.Fatalf("%v windows read ahead were used, want at least 4", used)
+		}
+		if rechecks != 0 {
+			t.Fatalf("%d rechecks of the partition after windows read ahead, want none (their state was read after their rows)", rechecks)
+		}
+	})
+}
+
+// A prune that lands after the next request's entry but before the window
+// read ahead for it reads its rows: the state read after those rows shows
+// the horizon past the cursor, and the request answers reset
+// (sync.cursor_expired), never the window with the pruned commits
+// missing.
+func TestE2EReadAheadPruneAfterEntry(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		h := &stateHooks{}
+		e, _, r := readAheadPair(t, hooked(d, h), "tasks-p1", []string{"p1"}, 5, 12, inP1)
+		ctx := context.Background()
+		entered := make(chan struct{}, 1)
+		var armed atomic.Bool
+		h.entered = func() {
+			if armed.Load() {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+			}
+		}
+		pruned := make(chan error, 1)
+		h.beforeBulk = func(ctx context.Context) {
+			if !armed.Load() {
+				return
+			}
+			select {
+			case <-entered:
+			case <-ctx.Done():
+				pruned <- ctx.Err()
+				return
+			}
+			p, err := e.store.Partition(ctx, e2ePartition)
+			if err == nil {
+				_, err = e.store.PruneThrough(ctx, e2ePartition, p.LogEpoch, p.MaxCommitSeq)
+			}
+			pruned <- err
+		}
+		armed.Store(true)
+		res, err := r.Round(ctx) // the first window; the second is read ahead, held back
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := sectionOf(t, res, "tasks-p1"); s.Commits != 5 {
+			t.Fatalf("first window: %d commits, want 5", s.Commits)
+		}
+		res, err = r.Round(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		armed.Store(false)
+		select {
+		case err := <-pruned:
+			if err != nil {
+				t.Fatalf("prune: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the window read ahead never ran")
+		}
+		s := sectionOf(t, res, "tasks-p1")
+		if s.Status != wire.SubReset || s.Reason != syncerr.CodeCursorExpired || s.Commits != 0 {
+			t.Fatalf("pruned after the entry: status %s reason %q commits %d; want reset, %s, 0", s.Status, s.Reason, s.Commits, syncerr.CodeCursorExpired)
+		}
+	})
 }

@@ -172,14 +172,27 @@ const sqlWindowCandidates = `SELECT DISTINCT x.commit_seq
 // (a fresh database) the planner joined the two ranges by a nested loop
 // that rescanned one range per row of the other (0.6 s for 1,000
 // commits). sqlRangeChanges has sqlCommitWindow's columns, the commit's
-// own left NULL (they come from sqlRangeCommits).
+// own left NULL (they come from sqlRangeCommits), and its scopes NULL
+// when they equal $5 (windowReader.same: the scopes every change of a
+// one-value-per-key window stores), which the reader knows decoded:
+// comparing two JSONB values costs the backend less than printing one,
+// and a catch-up's changes mostly store the same scopes. Scopes stored in
+// the reference's JSONB string form (COMPAT.md) never equal $5 and come
+// whole.
 const sqlRangeCommits = `SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id
   FROM sync_commits
  WHERE partition = $1 AND commit_seq >= $2 AND commit_seq <= $3
  ORDER BY commit_seq`
 
+// sqlRangeCommitsWire is sqlRangeCommits for a WireOnly window: the
+// client ids are not read (NULL, read as empty).
+const sqlRangeCommitsWire = `SELECT commit_seq, created_at_ms, actor_id, NULL::text, NULL::text
+  FROM sync_commits
+ WHERE partition = $1 AND commit_seq >= $2 AND commit_seq <= $3
+ ORDER BY commit_seq`
+
 const sqlRangeChanges = `SELECT commit_seq, NULL::bigint, NULL::text, NULL::text, NULL::text,
-       row_id, op, row_version, scopes, payload
+       row_id, op, row_version, CASE WHEN scopes = $5::jsonb THEN NULL ELSE scopes END, payload
   FROM sync_changes
  WHERE partition = $1 AND commit_seq >= $3 AND commit_seq <= $4 AND tbl = $2
  ORDER BY commit_seq, idx`

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -47,7 +48,11 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		// out; then the next pages grow.
 		page = min(q.LimitChanges+1, defaultWindowPageCommits)
 	}
-	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes}
+	w := windowReader{limit: q.LimitChanges, scopes: q.Scopes, headsSQL: sqlRangeCommits}
+	if q.WireOnly {
+		w.headsSQL = sqlRangeCommitsWire
+	}
+	w.sameScopes(q.Scopes)
 	sc, _ := s.windowScratch.Get().(*windowScratch)
 	if sc == nil {
 		sc = &windowScratch{}
@@ -155,11 +160,45 @@ type windowReader struct {
 	// ever cut back while a window is read.
 	chs   []store.Change
 	arena rowbuf.Arena
+	// headsSQL is the commit rows' range read: sqlRangeCommits, or
+	// sqlRangeCommitsWire for a WireOnly window.
+	headsSQL string
+	// same are the stored scopes that sqlRangeChanges sends as NULL
+	// (sameJSON, its $5), when the scopes have one value per key.
+	same     wire.StoredScopes
+	sameJSON string
 	// running, when set, asks each page's round trip to read the
 	// partition and the serve gate after its rows (StateAfter); state is
 	// the last page's.
 	running *int32
 	state   *store.RequestState
+}
+
+// sameScopes sets w.same and w.sameJSON when every key of the scopes has
+// one value: the stored scopes {key: value, ...} are then those of most
+// changes of the window (all of them when the table's scope columns are
+// the window's keys), and sqlRangeChanges sends NULL instead of them.
+func (w *windowReader) sameScopes(scopes wire.ScopeMap) {
+	m := make(map[string]string, len(scopes))
+	for _, e := range scopes {
+		if len(e.Values) == 0 || slices.ContainsFunc(e.Values[1:], func(v string) bool { return v != e.Values[0] }) {
+			return
+		}
+		m[e.Key] = e.Values[0]
+	}
+	doc, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	w.same, w.sameJSON = store.ScopesFromMap(m), string(doc)
+}
+
+// sameArg is sqlRangeChanges' $5: w.sameJSON, or NULL.
+func (w *windowReader) sameArg() any {
+	if w.same == nil {
+		return nil
+	}
+	return w.sameJSON
 }
 
 // payload copies b into the arena (nil stays nil).
@@ -270,7 +309,7 @@ func (r *windowRow) fromRaw(v [][]byte, jsonbBinary bool, ws *windowScan) error 
 		return err
 	}
 	r.scopes = v[8]
-	if jsonbBinary {
+	if r.scopes != nil && jsonbBinary {
 		// A version byte (1), then the JSON text.
 		if len(v[8]) == 0 || v[8][0] != 1 {
 			return fmt.Errorf("read commit window: scopes: JSONB binary version %v", v[8][:min(len(v[8]), 1)])
@@ -345,8 +384,8 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 	b := &pgx.Batch{}
 	dense := hi-lo+1 <= int64(rangeDensity*len(cands))
 	if dense {
-		b.Queue(sqlRangeCommits, partition, lo, hi)
-		b.Queue(sqlRangeChanges, partition, table, lo, hi)
+		b.Queue(w.headsSQL, partition, lo, hi)
+		b.Queue(sqlRangeChanges, partition, table, lo, hi, w.sameArg())
 	} else {
 		b.Queue(sqlCommitWindow, partition, table, first.Key, first.Values, after, through, page)
 	}
@@ -391,8 +430,8 @@ func (w *windowReader) readPage(ctx context.Context, s *Store, partition, table 
 // row is a pruned commit's, skipped as readPage skips it.
 func (w *windowReader) readRange(ctx context.Context, s *Store, partition, table string, after, hi int64) error {
 	b := &pgx.Batch{}
-	b.Queue(sqlRangeCommits, partition, after+1, hi)
-	b.Queue(sqlRangeChanges, partition, table, after+1, hi)
+	b.Queue(w.headsSQL, partition, after+1, hi)
+	b.Queue(sqlRangeChanges, partition, table, after+1, hi, w.sameArg())
 	if w.running != nil {
 		queuePartitionState(b, partition, *w.running)
 	}
@@ -609,8 +648,15 @@ func (w *windowReader) readRows(rows pgx.Rows, table string, cands []int64, head
 			continue
 		}
 		ch := store.Change{Table: table, RowID: row.rowID, Op: row.op, RowVersion: row.rowVersion}
-		if ch.Scopes, err = w.scan.decodeScopes(row.scopes); err != nil {
-			return 0, 0, err
+		switch {
+		case row.scopes != nil:
+			if ch.Scopes, err = w.scan.decodeScopes(row.scopes); err != nil {
+				return 0, 0, err
+			}
+		case w.same != nil: // sqlRangeChanges: they equal w.sameJSON
+			ch.Scopes = w.same
+		default:
+			return 0, 0, fmt.Errorf("read commit window: commit %d: change without scopes", row.seq)
 		}
 		if store.MatchScopes(ch.Scopes, w.scopes) {
 			ch.Payload = w.payload(row.payload)

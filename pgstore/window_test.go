@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -253,5 +254,141 @@ func TestWindowRawHeadsAndCandidates(t *testing.T) {
 	rows.Close()
 	if len(fds) != 1 || fds[0].DataTypeOID != pgtype.Int8OID || fds[0].Format != pgtype.BinaryFormatCode {
 		t.Errorf("the candidates' column is not a binary int8: %+v", fds)
+	}
+}
+
+// TestRangeChangesSameScopes: sqlRangeChanges sends NULL instead of the
+// scopes of exactly the changes whose stored scopes equal the window's
+// one value per key, and a window read by ranges gives every change its
+// stored scopes either way (those sent as NULL and those sent whole),
+// bulk or by candidates.
+func TestRangeChangesSameScopes(t *testing.T) {
+	s := openStore(t)
+	s.shortWindow = 0 // the paged reads, however short the log
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	tasks := []task{{id: "t0", project: "a", owner: "o"}, {id: "t1", project: "a", owner: "o2"},
+		{id: "t2", project: "b", owner: "o"}, {id: "t3", project: "a", owner: "o"}}
+	var seqs []int64
+	for _, tk := range tasks {
+		seqs = append(seqs, apply(t, s, p, tk.write(t, c, 1)))
+	}
+	lo, hi := seqs[0], seqs[len(seqs)-1]
+	both := wire.ScopeMap{{Key: "owner_id", Values: []string{"o"}}, {Key: "project_id", Values: []string{"a"}}}
+
+	var w windowReader
+	w.sameScopes(both)
+	if w.same == nil {
+		t.Fatal("no same scopes for one value per key")
+	}
+	rows, err := s.pool.Query(ctx, sqlRangeChanges, p, "tasks", lo, hi, w.sameArg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nulls []string
+	for rows.Next() {
+		v := rows.RawValues()
+		if v[8] == nil {
+			nulls = append(nulls, string(v[5]))
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(nulls, []string{"t0", "t3"}) {
+		t.Errorf("changes sent without their scopes: %v, want t0 and t3 (the ones storing owner o, project a)", nulls)
+	}
+	for _, multi := range []wire.ScopeMap{{{Key: "project_id", Values: []string{"a", "b"}}}, {{Key: "owner_id", Values: []string{"o", "o"}}, {Key: "project_id", Values: []string{"a", "c"}}}} {
+		var m windowReader
+		if m.sameScopes(multi); m.same != nil || m.sameArg() != nil {
+			t.Errorf("same scopes %v for %v, want none (two values of a key)", m.same, multi)
+		}
+	}
+
+	for _, tc := range []struct {
+		scopes wire.ScopeMap
+		want   []string // row ids, each change's scopes checked against its task
+	}{
+		{both, []string{"t0", "t3"}},
+		{wire.ScopeMap{{Key: "project_id", Values: []string{"a"}}}, []string{"t0", "t1", "t3"}},
+		{wire.ScopeMap{{Key: "project_id", Values: []string{"a", "b"}}}, []string{"t0", "t1", "t2", "t3"}},
+	} {
+		for _, bulk := range []bool{false, true} {
+			win, err := s.ReadCommitWindow(ctx, p, store.CommitWindowQuery{Table: "tasks", Scopes: tc.scopes, ThroughSeq: hi, LimitChanges: 100, Bulk: bulk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, cm := range win.Commits {
+				for _, ch := range cm.Changes {
+					got = append(got, ch.RowID)
+					var tk task
+					for _, x := range tasks {
+						if x.id == ch.RowID {
+							tk = x
+						}
+					}
+					want := wire.StoredScopes{{Key: "owner_id", Value: tk.owner}, {Key: "project_id", Value: tk.project}}
+					if !slices.Equal(ch.Scopes, want) {
+						t.Errorf("%v bulk %v: %s has scopes %v, want %v", tc.scopes, bulk, ch.RowID, ch.Scopes, want)
+					}
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%v bulk %v: window %v, want %v", tc.scopes, bulk, got, tc.want)
+			}
+			if win.Release != nil {
+				win.Release()
+			}
+		}
+	}
+}
+
+// TestWindowWireOnly: a WireOnly window is the window read without it
+// but for the commits' client ids, which it leaves empty, on every read
+// path (short, by candidates, bulk by ranges).
+func TestWindowWireOnly(t *testing.T) {
+	s := openStore(t)
+	c := testSchema(t, 1)
+	ensure(t, s, c)
+	ctx := context.Background()
+	const p = "p1"
+	var hi int64
+	for i := range 12 {
+		hi = apply(t, s, p, task{id: fmt.Sprintf("t%d", i), project: []string{"a", "b"}[i%3/2], owner: "o"}.write(t, c, 1))
+	}
+	for _, short := range []int64{shortWindowCommits, 0} {
+		s.shortWindow = short
+		for _, bulk := range []bool{false, true} {
+			q := store.CommitWindowQuery{Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"a"}}},
+				ThroughSeq: hi, LimitChanges: 5, Bulk: bulk}
+			full, err := s.ReadCommitWindow(ctx, p, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.WireOnly = true
+			only, err := s.ReadCommitWindow(ctx, p, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(full.Commits) != 5 || len(only.Commits) != len(full.Commits) || only.Complete != full.Complete {
+				t.Fatalf("short %d bulk %v: %d commits wire-only, %d without, want 5 both", short, bulk, len(only.Commits), len(full.Commits))
+			}
+			for i, fc := range full.Commits {
+				wc := only.Commits[i]
+				if fc.ClientID == "" || fc.ClientCommitID == "" {
+					t.Fatalf("commit %d read without its client ids: %+v", fc.Seq, fc)
+				}
+				if s.shortWindow == 0 && (wc.ClientID != "" || wc.ClientCommitID != "") {
+					t.Errorf("short %d bulk %v: a paged wire-only commit %d read its client ids %q %q", short, bulk, wc.Seq, wc.ClientID, wc.ClientCommitID)
+				}
+				wc.ClientID, wc.ClientCommitID = fc.ClientID, fc.ClientCommitID
+				if !reflect.DeepEqual(wc, fc) {
+					t.Errorf("short %d bulk %v: commit %d wire-only %+v, without %+v", short, bulk, fc.Seq, wc, fc)
+				}
+			}
+		}
 	}
 }

@@ -535,6 +535,11 @@ const windowCandSQL = `SELECT commit_seq FROM sync_change_scopes
 const rangeCommitsSQL = `SELECT commit_seq, created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
  WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 ORDER BY commit_seq`
 
+// rangeCommitsWireSQL is rangeCommitsSQL for a WireOnly window: the
+// client ids are not read.
+const rangeCommitsWireSQL = `SELECT commit_seq, created_at_ms, actor_id FROM sync_commits
+ WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 ORDER BY commit_seq`
+
 const rangeChangesSQL = `SELECT commit_seq, row_id, op, row_version, scopes, payload FROM sync_changes
  WHERE partition=?1 AND commit_seq >= ?2 AND commit_seq <= ?3 AND tbl=?4 ORDER BY commit_seq, idx`
 
@@ -616,7 +621,7 @@ func readWindowRange(c *conn, partition string, w *windowReader, after int64) (i
 		// A new backing array: the commits added point into the old one.
 		rs.chs = make([]store.Change, 0, len(cands))
 	}
-	if err := rs.readHeads(c, partition, cands, &w.scan); err != nil {
+	if err := rs.readHeads(c, partition, cands, &w.scan, w.q.WireOnly); err != nil {
 		return 0, 0, false, err
 	}
 	if err := w.readRangeChanges(c, partition, cands); err != nil {
@@ -626,9 +631,13 @@ func readWindowRange(c *conn, partition string, w *windowReader, after int64) (i
 }
 
 // readHeads reads the commit rows of cands' stretch of the log into
-// rs.heads, one per candidate.
-func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *windowScan) error {
-	r, err := c.query(rangeCommitsSQL, partition, cands[0], cands[len(cands)-1])
+// rs.heads, one per candidate (without their client ids when wireOnly).
+func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *windowScan, wireOnly bool) error {
+	query := rangeCommitsSQL
+	if wireOnly {
+		query = rangeCommitsWireSQL
+	}
+	r, err := c.query(query, partition, cands[0], cands[len(cands)-1])
 	if err != nil {
 		return fmt.Errorf("read commit window: %w", err)
 	}
@@ -647,9 +656,12 @@ func (rs *rangeScan) readHeads(c *conn, partition string, cands []int64, ws *win
 		if cands[next] != seq {
 			continue // not a candidate
 		}
-		ws.actor, ws.client = ws.text(st, 2, ws.actor), ws.text(st, 3, ws.client)
-		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor, ClientID: ws.client,
-			ClientCommitID: ws.arenaText(st, 4)}
+		ws.actor = ws.text(st, 2, ws.actor)
+		rs.heads[next] = store.Commit{Seq: seq, CreatedAtMs: st.ColumnInt64(1), ActorID: ws.actor}
+		if !wireOnly {
+			ws.client = ws.text(st, 3, ws.client)
+			rs.heads[next].ClientID, rs.heads[next].ClientCommitID = ws.client, ws.arenaText(st, 4)
+		}
 	}
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("read commit window: %w", err)

@@ -136,3 +136,44 @@ func firstDiff(a, b []int64) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestWindowWireOnlyRange: a WireOnly window read by ranges (the pages
+// after a catch-up's first) leaves the commits' client ids unread, and
+// holds what the window without it holds otherwise.
+func TestWindowWireOnlyRange(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := context.Background()
+	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	const p = "p1"
+	var last int64
+	for i := range 30 {
+		r := storetest.Task{ID: fmt.Sprintf("r%02d", i), ProjectID: "a"}.RowWrite(t, 1)
+		last = storetest.AppendCommit(t, s, p, storetest.UpsertChange(r))
+	}
+	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: wire.ScopeMap{{Key: storetest.VarProject, Values: []string{"a"}}},
+		AfterSeq: 5, ThroughSeq: last, LimitChanges: 10, Bulk: true}
+	full, err := s.ReadCommitWindow(ctx, p, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.WireOnly = true
+	only, err := s.ReadCommitWindow(ctx, p, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(full.Commits) != 10 || len(only.Commits) != 10 {
+		t.Fatalf("%d and %d commits, want 10 each", len(full.Commits), len(only.Commits))
+	}
+	for i, c := range only.Commits {
+		f := full.Commits[i]
+		if f.ClientID == "" || f.ClientCommitID == "" || c.ClientID != "" || c.ClientCommitID != "" {
+			t.Fatalf("commit %d: client ids %q %q without WireOnly, %q %q with it; want them read only without", f.Seq, f.ClientID, f.ClientCommitID, c.ClientID, c.ClientCommitID)
+		}
+		if c.Seq != f.Seq || c.CreatedAtMs != f.CreatedAtMs || c.ActorID != f.ActorID || len(c.Changes) != 1 || c.Changes[0].RowID != f.Changes[0].RowID {
+			t.Fatalf("commit %+v with WireOnly, %+v without", c, f)
+		}
+	}
+}

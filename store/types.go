@@ -103,6 +103,11 @@ type CommitWindowQuery struct {
 	// store may skip the reads it tunes for windows of a commit or two.
 	// The answer is the same either way.
 	Bulk bool
+	// WireOnly tells the store that the caller reads only what a COMMIT
+	// frame carries: a store may leave each commit's ClientID and
+	// ClientCommitID empty (and not read them). Everything else is as
+	// without it.
+	WireOnly bool
 }
 
 // CommitWindow is the answer to a CommitWindowQuery.

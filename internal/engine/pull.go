@@ -73,7 +73,10 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		next, err := r.bootstrap(ctx, sub, eff, p, lim)
 		return subOutcome{active: true, nextCursor: next, effective: eff}, err
 	}
-	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq, LimitChanges: lim.commits}
+	// WireOnly: a section sends what COMMIT frames carry, never the
+	// commits' client ids.
+	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq,
+		LimitChanges: lim.commits, WireOnly: true}
 	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
 		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
 	}
@@ -96,6 +99,10 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	case aheadOK && doneAt.Before(r.enteredAt):
 		// §4.6: the entry's partition and gate were read after the window.
 		now, r.gateAfterReads = r.partition, r.gate
+	case aheadOK && win.State != nil:
+		// The read ahead read them after its rows (take keeps that state
+		// only when it was read at this request's running version).
+		now, r.gateAfterReads = win.State.Partition, &win.State.Gate
 	case aheadOK:
 		if now, err = r.recheck(ctx); err != nil {
 			return subOutcome{}, err

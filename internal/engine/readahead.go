@@ -31,10 +31,12 @@ import (
 //     commits of one epoch never change, only pruning removes them);
 //   - its bound is this request's, or below it with the window cut short
 //     by the limit (a later bound then reads the same commits);
-//   - the read finished before the request's entry read the partition and
-//     the serve gate, which are then a read after every row of the window
-//     (the horizon recheck of §4.6 and the read-verify); when it finished
-//     later, the request reads the partition and gate again after it.
+//   - the partition and the serve gate were read after every row of the
+//     window (the horizon recheck of §4.6 and the read-verify): by the
+//     request's entry, when the read finished before it; else by the read
+//     itself, after its rows (StateAfter, in the window's round trip on
+//     Postgres, its read transaction on SQLite), when the request asked
+//     for that too; otherwise the request reads them again after it.
 //
 // A window is taken once; a request that does not match drops it. It is
 // kept for readAheadTTL at most, and at most maxReadAheads windows exist
@@ -96,7 +98,10 @@ func newReadAhead() *readAhead {
 // start begins reading window q for the key in the background, unless the
 // read-ahead is stopped or full. A window held for the key is replaced.
 func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string) {
-	q.StateAfter, q.Running = false, 0 // the request's own reads verify it
+	// StateAfter stays as the request asked: the state read after the
+	// window's rows spares the next request a recheck when the window
+	// ends after that request's entry (the usual case: the client asks
+	// for the next window as soon as it has read this one).
 	q.Scopes = cloneScopes(q.Scopes)
 	a := &aheadWindow{q: q, epoch: epoch, done: make(chan struct{})}
 	ra.mu.Lock()
@@ -141,7 +146,8 @@ func (ra *readAhead) dropLocked(k aheadKey, a *aheadWindow) {
 
 // take returns the window read ahead for the key when it answers q under
 // epoch, waiting for its read if it is still running, and when it ended.
-// Whatever the key held is dropped.
+// The window's State is kept only when both the read and q asked for it
+// at the same running version. Whatever the key held is dropped.
 func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQuery, epoch string) (store.CommitWindow, time.Time, bool) {
 	ra.mu.Lock()
 	a, ok := ra.entries[k]
@@ -162,7 +168,11 @@ func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQ
 		return store.CommitWindow{}, time.Time{}, false
 	}
 	ra.used.Add(1)
-	return a.win, a.doneAt, true
+	win := a.win
+	if !q.StateAfter || !a.q.StateAfter || a.q.Running != q.Running {
+		win.State = nil // not the state this request would read
+	}
+	return win, a.doneAt, true
 }
 
 // stop cancels the reads in flight, waits for them to end and starts no

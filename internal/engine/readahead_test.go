@@ -28,7 +28,11 @@ func (s *windowStore) ReadCommitWindow(ctx context.Context, _ string, q store.Co
 		return store.CommitWindow{}, ctx.Err()
 	}
 	c := store.Commit{Seq: q.AfterSeq + 1, Changes: []store.Change{{RowID: "r", Payload: make([]byte, s.payload)}}}
-	return store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete}, nil
+	win := store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete}
+	if q.StateAfter {
+		win.State = &store.RequestState{Gate: store.ServeGate{StoredSchemaVersion: q.Running}}
+	}
+	return win, nil
 }
 
 func aheadQuery(after, through int64, values ...string) store.CommitWindowQuery {
@@ -136,5 +140,45 @@ func TestReadAheadDropsLargeWindows(t *testing.T) {
 		if want := size <= readAheadMaxBytes; ok != want {
 			t.Errorf("window of %d payload bytes taken = %v, want %v", size, ok, want)
 		}
+	}
+}
+
+// A window read ahead with the state after its rows (StateAfter) hands
+// that state to a request that asks for it at the same running version,
+// and to no other.
+func TestReadAheadStateAfter(t *testing.T) {
+	ctx := context.Background()
+	k := aheadKey{partition: "p", actor: "a", client: "c"}
+	with := func(stateAfter bool, running int32) store.CommitWindowQuery {
+		q := aheadQuery(10, 100, "p1")
+		q.StateAfter, q.Running = stateAfter, running
+		return q
+	}
+	tests := []struct {
+		name      string
+		read, req store.CommitWindowQuery
+		state     bool
+	}{
+		{"both ask, the same version", with(true, 3), with(true, 3), true},
+		{"another running version", with(true, 3), with(true, 4), false},
+		{"the request does not ask", with(true, 3), with(false, 0), false},
+		{"the read did not ask", with(false, 0), with(true, 3), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ra := newReadAhead()
+			defer ra.stop()
+			ra.start(&windowStore{}, k, tt.read, "e1")
+			win, _, ok := ra.take(ctx, k, tt.req, "e1")
+			if !ok {
+				t.Fatal("the window was not taken")
+			}
+			if got := win.State != nil; got != tt.state {
+				t.Fatalf("state handed over = %v, want %v", got, tt.state)
+			}
+			if tt.state && win.State.Gate.StoredSchemaVersion != 3 {
+				t.Fatalf("state %+v, want the read's", win.State)
+			}
+		})
 	}
 }

@@ -21,6 +21,7 @@ func RunAppend(t *testing.T, open Opener) {
 		{"IndependentPartitions", testAppendIndependentPartitions},
 		{"TwoCommitsInOneWrite", testAppendTwoInOneWrite},
 		{"RoundTrip", testAppendRoundTrip},
+		{"WireOnlyWindow", testAppendWireOnlyWindow},
 	})
 }
 
@@ -224,6 +225,57 @@ func testAppendRoundTrip(t *testing.T, open Opener) {
 		got := e.window("p1", store.CommitWindowQuery{Table: tt.table, Scopes: projectScope("p1"), ThroughSeq: seq})
 		if len(got) != 1 || !sameCommit(got[0], tt.want) {
 			t.Errorf("%s window = %s,\nwant [%s]", tt.table, fmtCommits(got), fmtCommit(tt.want))
+		}
+	}
+}
+
+// testAppendWireOnlyWindow: a WireOnly window holds the commits and
+// changes of the window read without it, window by window, read by
+// candidates and in bulk, at limits that cut it; only the commits' client
+// ids may be left empty.
+func testAppendWireOnlyWindow(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	var last int64
+	for i := range 40 {
+		w := Task{ID: fmt.Sprintf("t%02d", i), ProjectID: []string{"p1", "p1", "p2"}[i%3]}.RowWrite(t, 1)
+		last = AppendCommit(t, e.s, "p1", UpsertChange(w))
+	}
+	for _, limit := range []int{0, 1, 7} {
+		for _, bulk := range []bool{false, true} {
+			q := store.CommitWindowQuery{Table: TableTasks, Scopes: projectScope("p1"), ThroughSeq: last, LimitChanges: limit, Bulk: bulk}
+			for pages := 0; q.AfterSeq < last && pages < 50; pages++ {
+				full, err := e.s.ReadCommitWindow(e.ctx, "p1", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := slices.Clone(full.Commits)
+				q.WireOnly = true
+				only, err := e.s.ReadCommitWindow(e.ctx, "p1", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				q.WireOnly = false
+				got := slices.Clone(only.Commits)
+				for i := range got {
+					if i < len(want) && got[i].ClientID == "" && got[i].ClientCommitID == "" {
+						got[i].ClientID, got[i].ClientCommitID = want[i].ClientID, want[i].ClientCommitID
+					}
+				}
+				if len(got) != len(want) || only.Complete != full.Complete || !slices.EqualFunc(got, want, sameCommit) {
+					t.Fatalf("limit %d bulk %v after %d: wire-only window %s (complete %v),\nwant %s (complete %v)",
+						limit, bulk, q.AfterSeq, fmtCommits(got), only.Complete, fmtCommits(want), full.Complete)
+				}
+				for _, w := range []store.CommitWindow{full, only} {
+					if w.Release != nil {
+						w.Release()
+					}
+				}
+				if len(want) == 0 || full.Complete {
+					break
+				}
+				q.AfterSeq = want[len(want)-1].Seq
+			}
 		}
 	}
 }
