@@ -59,7 +59,7 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 			want[id] = stored
 		}
 	}
-	h.flushAcks()
+	h.flushAcks(false)
 	for id, cursor := range want {
 		rec, err := st.Client(ctx, "p", id)
 		if err != nil {
@@ -70,9 +70,88 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 		}
 	}
 	before := st.Stats()
-	h.flushAcks()
+	h.flushAcks(false)
 	if after := st.Stats(); after != before {
 		t.Errorf("a flush with no new ack wrote: stats %+v, then %+v", before, after)
+	}
+}
+
+// TestFlushAcksSpreadsOverStripes: with more sessions holding an ack
+// than a flush takes (AckFlushAcks), each flush persists one stripe of
+// them: every stripe is a part of the sessions, the stripes of
+// consecutive flushes are disjoint, and after AckFlushSpread flushes every
+// session's latest ack is persisted. The hub's closing flush persists
+// every session's ack at once.
+func TestFlushAcksSpreadsOverStripes(t *testing.T) {
+	ctx := context.Background()
+	st, sc := testStore(t)
+	const n, spread = 600, 4
+	h := NewHub(Config{Engine: engine.New(engine.Config{Store: st, Schema: sc}), Store: st,
+		WriteTimeout: time.Second, AckFlush: time.Hour, AckFlushAcks: 100, AckFlushSpread: spread})
+	t.Cleanup(h.Close)
+	part, err := st.TouchPartition(ctx, "p", 1000, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.part("p", true)
+	sessions := make([]*session, n)
+	for i := range n {
+		id := fmt.Sprintf("c%03d", i)
+		if err := st.PutClient(ctx, "p", store.ClientRecord{ClientID: id, ActorID: "a", WireVersion: 3,
+			Cursor: 1, UpdatedAtMs: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		server, client := net.Pipe()
+		t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+		s := &session{hub: h, part: p, conn: newConn(server, 16, 1<<20, time.Second, &h.stats.closedSlow),
+			auth: engine.Auth{ActorID: "a", Partition: "p"}, clientID: id, epoch: part.LogEpoch}
+		p.mu.Lock()
+		p.addLocked(s)
+		p.mu.Unlock()
+		sessions[i] = s
+	}
+	stored := func(cursor int64) (at int) {
+		for i := range n {
+			rec, err := st.Client(ctx, "p", fmt.Sprintf("c%03d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Cursor >= cursor {
+				at++
+			}
+		}
+		return at
+	}
+	ackAll := func(cursor int64) {
+		for _, s := range sessions {
+			s.ack(cursor)
+		}
+	}
+	// The first flush sees no stripes yet: every ack, then 600 waiting
+	// acks make 6 stripes, capped at 4.
+	ackAll(10)
+	h.flushAcks(false)
+	if got := stored(10); got != n {
+		t.Fatalf("first flush persisted %d acks, want %d", got, n)
+	}
+	ackAll(20)
+	prev := 0
+	for f := 1; f <= spread; f++ {
+		h.flushAcks(false)
+		got := stored(20)
+		if got == prev || (f < spread && got == n) {
+			t.Fatalf("flush %d of %d: %d sessions' acks persisted in all (%d before): want a stripe, a part of them", f, spread, got, prev)
+		}
+		prev = got
+	}
+	if prev != n {
+		t.Fatalf("after %d flushes %d of %d acks persisted", spread, prev, n)
+	}
+	// Every session has an ack again: the closing flush takes them all.
+	ackAll(30)
+	h.flushAcks(true)
+	if got := stored(30); got != n {
+		t.Fatalf("the closing flush persisted %d acks, want %d", got, n)
 	}
 }
 
