@@ -3,10 +3,10 @@ package realtime
 import (
 	"bufio"
 	"context"
+	"hash/maphash"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
-	"hash/maphash"
 	"sort"
 	"sync"
 	"sync/atomic"
