@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,60 @@ func TestOnResolveReachesTheClientsSockets(t *testing.T) {
 	}
 	if n := h.Stats().Narrowed; n != 1 {
 		t.Errorf("narrowed %d sockets, want 1", n)
+	}
+}
+
+// TestHeartbeatOnlyToQuietSockets: a socket sent other frames more often
+// than half the heartbeat interval hears no heartbeat (§8.5: any frame
+// counts), while an idle socket beside it hears one every interval.
+func TestHeartbeatOnlyToQuietSockets(t *testing.T) {
+	const beat = 300 * time.Millisecond
+	e := newRaceEnv(t, func(c *Config) { c.Heartbeat = beat })
+	busy := e.attach()
+	busySession := e.only()
+	idle := e.attach()
+	if m := busy.next(); !isHello(m) {
+		t.Fatalf("busy socket's first message %q, want hello", m.data)
+	}
+	if m := idle.next(); !isHello(m) {
+		t.Fatalf("idle socket's first message %q, want hello", m.data)
+	}
+	probe := textFrame([]byte(`{"event":"probe","data":{}}`))
+	const span = 5 * beat
+	for end := time.Now().Add(span); time.Now().Before(end); {
+		if err := busySession.conn.send(probe); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(beat / 20)
+	}
+	// count counts the heartbeats and probes a socket heard, and the
+	// heartbeats between its first and its last probe.
+	count := func(c *raceClient) (beats, inside, probes int) {
+		between := 0
+		for {
+			select {
+			case m := <-c.in:
+				switch {
+				case strings.Contains(string(m.data), `"event":"heartbeat"`):
+					beats++
+					if probes > 0 {
+						between++
+					}
+				case strings.Contains(string(m.data), `"event":"probe"`):
+					probes++
+					inside += between
+					between = 0
+				}
+			case <-time.After(100 * time.Millisecond):
+				return beats, inside, probes
+			}
+		}
+	}
+	if _, inside, probes := count(busy); inside != 0 || probes < 20 {
+		t.Errorf("busy socket: %d heartbeats between %d other frames, want none and at least 20 frames", inside, probes)
+	}
+	// 5 expected; one every other interval would be 2 or 3.
+	if beats, _, _ := count(idle); beats < 4 {
+		t.Errorf("idle socket: %d heartbeats in %v, want one per %v", beats, span, beat)
 	}
 }

@@ -27,7 +27,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the server clock in Unix milliseconds.
 	Now func() int64
-	// Heartbeat is the interval of heartbeat events (§8.5). Default 30 s.
+	// Heartbeat is the interval of heartbeat events (§8.5): a socket
+	// hears a frame at least this often, a heartbeat when no other frame
+	// was sent to it. Default 30 s.
 	Heartbeat time.Duration
 	// QueueMessages and QueueBytes bound a connection's send queue.
 	// Defaults 256 messages, 1 MiB.
@@ -61,9 +63,10 @@ type Config struct {
 	// a socket's last ack is persisted when it closes, every session's
 	// when the hub closes. Default 1,000.
 	AckFlushAcks int
-	// AckFlushSpread is the most stripes: the most AckFlush intervals a
-	// session's ack waits to be persisted. Default 20 (10 s at the
-	// default AckFlush).
+	// AckFlushSpread is the most stripes. A cycle of as many flushes
+	// persists each stripe once, so an ack waits at most two cycles:
+	// 2*AckFlushSpread flushes. Default 10 (at most 10 s at the default
+	// AckFlush).
 	AckFlushSpread int
 	// ReorderWait is how long fan-out waits for a missing commit
 	// notification before treating it as a gap. Default 50 ms.
@@ -129,7 +132,7 @@ func (c Config) withDefaults() Config {
 		c.AckFlushAcks = 1000
 	}
 	if c.AckFlushSpread <= 0 {
-		c.AckFlushSpread = 20
+		c.AckFlushSpread = 10
 	}
 	if c.ReorderWait <= 0 {
 		c.ReorderWait = 50 * time.Millisecond
@@ -226,10 +229,13 @@ type Hub struct {
 	churn, releases atomic.Int64
 
 	// ackSeed hashes sessions into the ack flush's stripes; ackStripes
-	// (at least 1) and ackTurn are the loop goroutine's (flushAcks).
-	ackSeed    maphash.Seed
-	ackStripes int
-	ackTurn    int
+	// (at least 1), ackTurn (the stripe the next flush persists) and
+	// ackCycleAcks (the acks persisted since turn 0) are the loop
+	// goroutine's (flushAcks).
+	ackSeed      maphash.Seed
+	ackStripes   int
+	ackTurn      int
+	ackCycleAcks int
 
 	// beforeFanout, when set (by tests, before the first notification),
 	// runs on the fan-out goroutine before a commit is delivered: a test
@@ -367,7 +373,9 @@ func (h *Hub) allSessions() []*session {
 
 func (h *Hub) loop() {
 	defer h.wg.Done()
-	hb := time.NewTicker(h.cfg.Heartbeat)
+	// Ticks at half the heartbeat interval: a socket gets a heartbeat at
+	// the second tick with no frame queued on it (wsConn.beatDue).
+	hb := time.NewTicker(h.cfg.Heartbeat / 2)
 	ack := time.NewTicker(h.cfg.AckFlush)
 	defer hb.Stop()
 	defer ack.Stop()
@@ -415,7 +423,9 @@ func (h *Hub) loop() {
 					// applies the stall timeout to the rest of it.
 					h.wakeReader(s)
 				}
-				_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
+				if s.conn.beatDue() {
+					_ = s.conn.send(f) // a full queue skips a heartbeat: data is pending anyway
+				}
 			}
 		case <-ack.C:
 			h.flushAcks(false)
@@ -436,10 +446,13 @@ func (h *Hub) loop() {
 // CPU of a fan-out run: measured in round seven).
 //
 // With more than AckFlushAcks sessions holding an ack, a flush persists
-// one stripe of them (Config.AckFlushAcks): at 10,000 acking sockets every
-// cursor written every 500 ms was 20,000 updates a second, the SQLite
-// writer a third of the server's CPU in a fan-out. all persists every
-// session's ack (the hub closing).
+// one stripe of them (Config.AckFlushAcks): the sessions are hashed into
+// stripes, a cycle of as many flushes persists each stripe once, and the
+// number of stripes of the next cycle is the acks of this one over
+// AckFlushAcks (at most AckFlushSpread), so a session's ack waits at most
+// two cycles. At 10,000 acking sockets every cursor written every 500 ms
+// was 20,000 updates a second, the SQLite writer a third of the server's
+// CPU in a fan-out. all persists every session's ack (the hub closing).
 func (h *Hub) flushAcks(all bool) {
 	type pending struct {
 		partition string
@@ -448,26 +461,27 @@ func (h *Hub) flushAcks(all bool) {
 	var acks []pending
 	now := h.cfg.Now()
 	stripes, turn := 1, 0
-	if !all && h.ackStripes > 1 {
-		stripes = h.ackStripes
-		turn = h.ackTurn % stripes
-		h.ackTurn++
+	if !all {
+		stripes, turn = h.ackStripes, h.ackTurn
 	}
-	waiting := 0 // sessions with an ack, persisted now or not
 	for _, s := range h.allSessions() {
 		if stripes > 1 && maphash.Comparable(h.ackSeed, s)%uint64(stripes) != uint64(turn) {
-			if s.hasAck() {
-				waiting++
-			}
 			continue
 		}
 		if cursor, epoch, ok := s.takeAck(); ok {
-			waiting++
 			acks = append(acks, pending{s.auth.Partition, store.CursorAdvance{
 				ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: now}})
 		}
 	}
-	h.ackStripes = min(max(1, (waiting+h.cfg.AckFlushAcks-1)/h.cfg.AckFlushAcks), h.cfg.AckFlushSpread)
+	if !all {
+		// A cycle of flushes visits every stripe once; the next cycle's
+		// stripes follow from the acks this one persisted.
+		h.ackCycleAcks += len(acks)
+		if h.ackTurn++; h.ackTurn >= h.ackStripes {
+			h.ackStripes = min(max(1, (h.ackCycleAcks+h.cfg.AckFlushAcks-1)/h.cfg.AckFlushAcks), h.cfg.AckFlushSpread)
+			h.ackTurn, h.ackCycleAcks = 0, 0
+		}
+	}
 	ctx := context.Background()
 	if b, ok := h.cfg.Store.(store.CursorBatchAdvancer); ok {
 		byPart := map[string][]store.CursorAdvance{}

@@ -458,13 +458,6 @@ func (s *session) ack(cursor int64) {
 	s.ackPending = true
 }
 
-// hasAck reports whether an acknowledged cursor waits to be persisted.
-func (s *session) hasAck() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ackPending
-}
-
 // takeAck returns the acknowledged cursor to persist, with the log epoch
 // it belongs to.
 func (s *session) takeAck() (cursor int64, epoch string, ok bool) {
