@@ -174,6 +174,23 @@ func runFanout(ctx context.Context, r *runner) error {
 		}
 	}
 	selfCPU := selfCPUSeconds() - self0
+	// Sockets that ended during the run (the server closed them, a read
+	// failed): each misses every later commit.
+	ended := 0
+	var why []string
+	for _, s := range socks {
+		select {
+		case <-s.done:
+			if ended < 5 {
+				why = append(why, fmt.Sprintf("socket %d: %s", s.i, s.endWhy))
+			}
+			ended++
+		default:
+		}
+	}
+	if ended > 0 {
+		r.res.Params["sockets ended"] = why
+	}
 	srv1, srvErr1 := readCPUSeconds(r.pid)
 	r.errors.Add(int64(missed))
 	if len(fromResp) > 0 {
@@ -193,6 +210,7 @@ func runFanout(ctx context.Context, r *runner) error {
 	}
 	r.res.add("deliveries before push response", float64(early), "")
 	r.res.add("deliveries missed", float64(missed), "")
+	r.res.add("sockets ended during the run", float64(ended), "")
 	r.res.add("wake-ups", float64(r.sockets.wakes.Load()-wakes0), "")
 	r.res.addMs("push latency p50", summarize(push).P50)
 	return nil
