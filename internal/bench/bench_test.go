@@ -173,6 +173,10 @@ func TestFanoutReportsEndedSockets(t *testing.T) {
 	if missed, _ := res.Figure("deliveries missed"); missed < 1 {
 		t.Errorf("deliveries missed: %v, want at least 1", missed)
 	}
+	short, _ := res.Params["sockets that missed deliveries"].([]string)
+	if len(short) != 1 || !strings.HasPrefix(short[0], "socket 3: ") {
+		t.Errorf("sockets that missed deliveries: %q, want socket 3 alone", short)
+	}
 	why, _ := res.Params["sockets ended"].([]string)
 	if len(why) != 1 || !strings.HasPrefix(why[0], "socket 3: ") || !strings.Contains(why[0], "1008") {
 		t.Errorf("sockets ended: %q, want socket 3 closed with 1008 (policy violation)", why)
