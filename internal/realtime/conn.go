@@ -292,6 +292,12 @@ func (c *wsConn) flush() {
 			return
 		}
 		if len(c.queue) == 0 {
+			// No write deadline outlives this flusher: writeNow's writes
+			// check the descriptor's deadline too, and an expired one
+			// failed them (the connection closed, uncounted and without
+			// a close frame, WriteTimeout after the flusher's last write).
+			// Cleared before flushing is, so never a later flusher's.
+			_ = c.nc.SetWriteDeadline(time.Time{})
 			c.flushing = false
 			closing, drained := c.closing, c.drained
 			c.mu.Unlock()
