@@ -65,7 +65,8 @@ const NeverInline = engine.NeverInline
 // RealtimeConfig tunes the realtime channel (§8). Zero fields take the
 // defaults noted.
 type RealtimeConfig struct {
-	// Heartbeat is the heartbeat interval. Default 30 s.
+	// Heartbeat is the heartbeat interval: a socket sent no other frame
+	// for this long gets a heartbeat event (§8.5). Default 30 s.
 	Heartbeat time.Duration
 	// QueueMessages and QueueBytes bound each socket's send queue; a
 	// consumer that falls behind gets wake-ups, then is closed. Defaults

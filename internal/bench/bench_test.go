@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,14 @@ import (
 // newTestServer serves syncgo on a fresh SQLite file with the demo
 // schema and the development authentication of syncgo serve.
 func newTestServer(t testing.TB) (*httptest.Server, *schema.Compiled) {
+	t.Helper()
+	hs, sc, _ := newTestServerWrapped(t, nil)
+	return hs, sc
+}
+
+// newTestServerWrapped is newTestServer with the server's handler wrapped
+// (nil: as it is); it also returns the server.
+func newTestServerWrapped(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.Handler) (*httptest.Server, *schema.Compiled, *syncgo.Server) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
 	if err != nil {
@@ -58,14 +67,18 @@ func newTestServer(t testing.TB) (*httptest.Server, *schema.Compiled) {
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv.Handler())
+	var h http.Handler = srv.Handler()
+	if wrap != nil {
+		h = wrap(srv, h)
+	}
+	hs := httptest.NewServer(h)
 	t.Cleanup(func() {
 		hs.CloseClientConnections()
 		_ = srv.Stop(context.Background())
 		hs.Close()
 		_ = st.Close()
 	})
-	return hs, sc
+	return hs, sc, srv
 }
 
 // TestWorkloads runs every workload with tiny parameters and checks that
@@ -137,6 +150,48 @@ func TestWorkloads(t *testing.T) {
 				t.Errorf("table lacks %q (err %v):\n%s", tt.figure, err, b.String())
 			}
 		})
+	}
+}
+
+// TestFanoutReportsEndedSockets: a socket the server closes during a
+// fan-out run misses the later commits, and the run says which socket
+// ended and why, besides counting the missed deliveries.
+func TestFanoutReportsEndedSockets(t *testing.T) {
+	const sockets = 5
+	var upgrades, syncs atomic.Int64
+	hs, sc, _ := newTestServerWrapped(t, func(srv *syncgo.Server, next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case strings.HasSuffix(r.URL.Path, "/realtime"):
+				upgrades.Add(1)
+			case strings.HasSuffix(r.URL.Path, "/sync") && upgrades.Load() == sockets:
+				// The writer's first round, then its pushes: before the
+				// second push, socket 3's connection is closed.
+				if syncs.Add(1) == 3 {
+					srv.CloseActor("default", "bench-3")
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	res, err := Run(context.Background(), Config{Workload: "fanout", Sockets: sockets, Commits: 4,
+		URL: hs.URL, Schema: sc, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.Figure("sockets ended during the run"); n != 1 {
+		t.Errorf("sockets ended during the run: %v, want 1", n)
+	}
+	if missed, _ := res.Figure("deliveries missed"); missed < 1 {
+		t.Errorf("deliveries missed: %v, want at least 1", missed)
+	}
+	short, _ := res.Params["sockets that missed deliveries"].([]string)
+	if len(short) != 1 || !strings.HasPrefix(short[0], "socket 3: ") {
+		t.Errorf("sockets that missed deliveries: %q, want socket 3 alone", short)
+	}
+	why, _ := res.Params["sockets ended"].([]string)
+	if len(why) != 1 || !strings.HasPrefix(why[0], "socket 3: ") || !strings.Contains(why[0], "1008") {
+		t.Errorf("sockets ended: %q, want socket 3 closed with 1008 (policy violation)", why)
 	}
 }
 

@@ -24,6 +24,8 @@ type delivery struct {
 	// recorded.
 	rx  []time.Time
 	all chan struct{}
+	// counted is how many arrivals the wait returned.
+	counted int
 }
 
 func (d *deliveries) entry(seq int64) *delivery {
@@ -62,6 +64,7 @@ func (d *deliveries) wait(seq int64, within time.Duration) (arrivals, rx []time.
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	e.counted = len(e.arrivals)
 	return append([]time.Time(nil), e.arrivals...), append([]time.Time(nil), e.rx...)
 }
 
@@ -104,7 +107,14 @@ func runFanout(ctx context.Context, r *runner) error {
 	if len(r.pollers) > 0 {
 		r.res.Params["socket readers"] = fmt.Sprintf("%d epoll readers", len(r.pollers))
 	}
-	socks, err := r.openSockets(ctx, n, func(_ *vsocket, cursor int64, at, rx time.Time) { d.got(cursor, at, rx) })
+	// Per socket: the deltas it applied and the last one's cursor (a
+	// socket that missed a delivery is reported with them).
+	perSock := make([]struct{ deltas, last atomic.Int64 }, n)
+	socks, err := r.openSockets(ctx, n, func(s *vsocket, cursor int64, at, rx time.Time) {
+		perSock[s.i].deltas.Add(1)
+		perSock[s.i].last.Store(cursor)
+		d.got(cursor, at, rx)
+	})
 	defer closeSockets(socks)
 	if err != nil {
 		return err
@@ -174,6 +184,43 @@ func runFanout(ctx context.Context, r *runner) error {
 		}
 	}
 	selfCPU := selfCPUSeconds() - self0
+	// Sockets that ended during the run (the server closed them, a read
+	// failed): each misses every later commit.
+	ended := 0
+	var why []string
+	for _, s := range socks {
+		select {
+		case <-s.done:
+			if ended < 5 {
+				why = append(why, fmt.Sprintf("socket %d: %s", s.i, s.endWhy))
+			}
+			ended++
+		default:
+		}
+	}
+	if ended > 0 {
+		r.res.Params["sockets ended"] = why
+	}
+	// Deliveries that came after their commit's wait ended (late, not
+	// lost), and the sockets that missed any: whether their cursor still
+	// reached the last commit says late or lost.
+	late := 0
+	d.mu.Lock()
+	for _, e := range d.seqs {
+		late += len(e.arrivals) - e.counted
+	}
+	d.mu.Unlock()
+	if missed > 0 {
+		var short []string
+		for i := range perSock {
+			ps := &perSock[i]
+			if got := ps.deltas.Load(); got < pushed.Load() && len(short) < 5 {
+				short = append(short, fmt.Sprintf("socket %d: %d of %d deltas, the last at cursor %d, subscription cursor %d",
+					i, got, pushed.Load(), ps.last.Load(), socks[i].cursor()))
+			}
+		}
+		r.res.Params["sockets that missed deliveries"] = short
+	}
 	srv1, srvErr1 := readCPUSeconds(r.pid)
 	r.errors.Add(int64(missed))
 	if len(fromResp) > 0 {
@@ -193,6 +240,8 @@ func runFanout(ctx context.Context, r *runner) error {
 	}
 	r.res.add("deliveries before push response", float64(early), "")
 	r.res.add("deliveries missed", float64(missed), "")
+	r.res.add("sockets ended during the run", float64(ended), "")
+	r.res.add("deliveries late (after their commit's wait)", float64(late), "")
 	r.res.add("wake-ups", float64(r.sockets.wakes.Load()-wakes0), "")
 	r.res.addMs("push latency p50", summarize(push).P50)
 	return nil

@@ -40,7 +40,10 @@ type vsocket struct {
 	frag    []byte
 	// messages counts the messages the poller's reader assembled.
 	messages int
-	endOnce  sync.Once
+	// endWhy says why the poller ended the connection (the run reports
+	// the sockets that ended before it did).
+	endWhy  string
+	endOnce sync.Once
 	// recovering: a recovery pull runs; recAgain: another was asked for.
 	recMu                sync.Mutex
 	recovering, recAgain bool
@@ -136,6 +139,7 @@ func (s *vsocket) readLoop(rt *sspclient.Realtime, done chan struct{}) {
 	for {
 		m, err := rt.Next()
 		if err != nil {
+			s.endWhy = "read: " + err.Error()
 			return
 		}
 		switch {

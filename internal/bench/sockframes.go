@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -81,6 +82,7 @@ func (s *vsocket) consume(b []byte, at, rx time.Time) bool {
 	for {
 		f, ok, err := parseServerFrame(data)
 		if err != nil {
+			s.endWhy = err.Error()
 			return false
 		}
 		if !ok || len(data)-f.hdr < f.length {
@@ -112,6 +114,7 @@ func (s *vsocket) frame(f serverFrame, payload []byte, at, rx time.Time) bool {
 	case ws.OpPong:
 		return true
 	case ws.OpClose:
+		s.endWhy = "close frame " + closeText(payload)
 		_ = s.rt.Close()
 		return false
 	case ws.OpContinuation:
@@ -146,6 +149,7 @@ func (s *vsocket) message(op ws.OpCode, b []byte, at, rx time.Time) bool {
 	if op == ws.OpText {
 		ev, err := wire.ParseServerEvent(b)
 		if err != nil {
+			s.endWhy = "event: " + err.Error()
 			return false
 		}
 		if w, ok := ev.(wire.Wake); ok {
@@ -179,6 +183,7 @@ func (s *vsocket) message(op ws.OpCode, b []byte, at, rx time.Time) bool {
 	s.r.sockets.deltas.Add(1)
 	if cursor >= 0 {
 		if err := s.rt.Ack(cursor); err != nil {
+			s.endWhy = "ack: " + err.Error()
 			return false
 		}
 		if s.onDelta != nil {
@@ -213,6 +218,14 @@ func (s *vsocket) recoverAsync() {
 			s.recMu.Unlock()
 		}
 	}()
+}
+
+// closeText renders a close frame's payload: its status code and reason.
+func closeText(p []byte) string {
+	if len(p) < 2 {
+		return "(no status)"
+	}
+	return fmt.Sprintf("%d %q", int(p[0])<<8|int(p[1]), p[2:])
 }
 
 // endPolled ends a polled socket: its connection is dropped (if not

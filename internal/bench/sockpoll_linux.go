@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"io"
 	"sync"
 	"syscall"
 	"time"
@@ -154,6 +155,10 @@ func (p *sockPoller) run() {
 			case err == syscall.EAGAIN:
 				continue
 			case err != nil || m == 0:
+				if err == nil {
+					err = io.EOF
+				}
+				s.endWhy = "read: " + err.Error()
 				reads = append(reads, polledRead{tok: ev.Fd, s: s, end: true})
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 			want[id] = stored
 		}
 	}
-	h.flushAcks()
+	h.flushAcks(false)
 	for id, cursor := range want {
 		rec, err := st.Client(ctx, "p", id)
 		if err != nil {
@@ -70,9 +71,88 @@ func TestFlushAcksPersistsEverySession(t *testing.T) {
 		}
 	}
 	before := st.Stats()
-	h.flushAcks()
+	h.flushAcks(false)
 	if after := st.Stats(); after != before {
 		t.Errorf("a flush with no new ack wrote: stats %+v, then %+v", before, after)
+	}
+}
+
+// TestFlushAcksSpreadsOverStripes: with more sessions holding an ack
+// than a flush takes (AckFlushAcks), each flush persists one stripe of
+// them: every stripe is a part of the sessions, the stripes of
+// consecutive flushes are disjoint, and after AckFlushSpread flushes every
+// session's latest ack is persisted. The hub's closing flush persists
+// every session's ack at once.
+func TestFlushAcksSpreadsOverStripes(t *testing.T) {
+	ctx := context.Background()
+	st, sc := testStore(t)
+	const n, spread = 600, 4
+	h := NewHub(Config{Engine: engine.New(engine.Config{Store: st, Schema: sc}), Store: st,
+		WriteTimeout: time.Second, AckFlush: time.Hour, AckFlushAcks: 100, AckFlushSpread: spread})
+	t.Cleanup(h.Close)
+	part, err := st.TouchPartition(ctx, "p", 1000, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := h.part("p", true)
+	sessions := make([]*session, n)
+	for i := range n {
+		id := fmt.Sprintf("c%03d", i)
+		if err := st.PutClient(ctx, "p", store.ClientRecord{ClientID: id, ActorID: "a", WireVersion: 3,
+			Cursor: 1, UpdatedAtMs: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		server, client := net.Pipe()
+		t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+		s := &session{hub: h, part: p, conn: newConn(server, 16, 1<<20, time.Second, &h.stats.closedSlow),
+			auth: engine.Auth{ActorID: "a", Partition: "p"}, clientID: id, epoch: part.LogEpoch}
+		p.mu.Lock()
+		p.addLocked(s)
+		p.mu.Unlock()
+		sessions[i] = s
+	}
+	stored := func(cursor int64) (at int) {
+		for i := range n {
+			rec, err := st.Client(ctx, "p", fmt.Sprintf("c%03d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Cursor >= cursor {
+				at++
+			}
+		}
+		return at
+	}
+	ackAll := func(cursor int64) {
+		for _, s := range sessions {
+			s.ack(cursor)
+		}
+	}
+	// The first flush sees no stripes yet: every ack, then 600 waiting
+	// acks make 6 stripes, capped at 4.
+	ackAll(10)
+	h.flushAcks(false)
+	if got := stored(10); got != n {
+		t.Fatalf("first flush persisted %d acks, want %d", got, n)
+	}
+	ackAll(20)
+	prev := 0
+	for f := 1; f <= spread; f++ {
+		h.flushAcks(false)
+		got := stored(20)
+		if got == prev || (f < spread && got == n) {
+			t.Fatalf("flush %d of %d: %d sessions' acks persisted in all (%d before): want a stripe, a part of them", f, spread, got, prev)
+		}
+		prev = got
+	}
+	if prev != n {
+		t.Fatalf("after %d flushes %d of %d acks persisted", spread, prev, n)
+	}
+	// Every session has an ack again: the closing flush takes them all.
+	ackAll(30)
+	h.flushAcks(true)
+	if got := stored(30); got != n {
+		t.Fatalf("the closing flush persisted %d acks, want %d", got, n)
 	}
 }
 
@@ -111,5 +191,60 @@ func TestOnResolveReachesTheClientsSockets(t *testing.T) {
 	}
 	if n := h.Stats().Narrowed; n != 1 {
 		t.Errorf("narrowed %d sockets, want 1", n)
+	}
+}
+
+// TestHeartbeatOnlyToQuietSockets: a socket sent other frames more often
+// than half the heartbeat interval hears no heartbeat (§8.5: any frame
+// counts), while an idle socket beside it hears one every interval.
+func TestHeartbeatOnlyToQuietSockets(t *testing.T) {
+	const beat = 250 * time.Millisecond
+	e := newRaceEnv(t, func(c *Config) { c.Heartbeat = beat })
+	busy := e.attach()
+	busySession := e.only()
+	idle := e.attach()
+	if m := busy.next(); !isHello(m) {
+		t.Fatalf("busy socket's first message %q, want hello", m.data)
+	}
+	if m := idle.next(); !isHello(m) {
+		t.Fatalf("idle socket's first message %q, want hello", m.data)
+	}
+	probe := textFrame([]byte(`{"event":"probe","data":{}}`))
+	const span = 8 * beat
+	for end := time.Now().Add(span); time.Now().Before(end); {
+		if err := busySession.conn.send(probe); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(beat / 20)
+	}
+	// count counts the heartbeats and probes a socket heard, and the
+	// heartbeats between its first and its last probe.
+	count := func(c *raceClient) (beats, inside, probes int) {
+		between := 0
+		for {
+			select {
+			case m := <-c.in:
+				switch {
+				case strings.Contains(string(m.data), `"event":"heartbeat"`):
+					beats++
+					if probes > 0 {
+						between++
+					}
+				case strings.Contains(string(m.data), `"event":"probe"`):
+					probes++
+					inside += between
+					between = 0
+				}
+			case <-time.After(100 * time.Millisecond):
+				return beats, inside, probes
+			}
+		}
+	}
+	if _, inside, probes := count(busy); inside != 0 || probes < 20 {
+		t.Errorf("busy socket: %d heartbeats between %d other frames, want none and at least 20 frames", inside, probes)
+	}
+	// 8 expected; one every other interval would be 4.
+	if beats, _, _ := count(idle); beats < 6 {
+		t.Errorf("idle socket: %d heartbeats in %v, want one per %v", beats, span, beat)
 	}
 }

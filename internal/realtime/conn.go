@@ -92,6 +92,10 @@ type wsConn struct {
 	flushing bool
 	closing  bool // the close frame is queued: nothing more is accepted
 	closed   bool
+	// quiet is set by a heartbeat tick and cleared by every frame queued
+	// (beatDue): a socket that was sent a frame since the last tick needs
+	// no heartbeat (§8.5: any frame counts).
+	quiet bool
 	// sent is closed once the close frame is written, or the socket
 	// closed (sentDone); drained is signalled when the queue empties
 	// (backpressure). Both are made on first use, under mu (sentC, and
@@ -137,6 +141,7 @@ func (c *wsConn) send(f frame) error {
 	if f.prio == prioWake && c.wakeAt >= 0 {
 		c.queued += len(f.b) - len(c.queue[c.wakeAt].b)
 		c.queue[c.wakeAt] = f
+		c.quiet = false
 		c.mu.Unlock()
 		return nil
 	}
@@ -157,6 +162,7 @@ func (c *wsConn) send(f frame) error {
 	}
 	c.queue = append(c.queue, f)
 	c.queued += len(f.b)
+	c.quiet = false
 	start := !c.flushing
 	c.flushing = true
 	c.mu.Unlock()
@@ -164,6 +170,21 @@ func (c *wsConn) send(f frame) error {
 		go c.flush()
 	}
 	return nil
+}
+
+// beatDue runs at each heartbeat tick (every half Heartbeat): it reports
+// whether the connection is due a heartbeat, that is whether no frame was
+// queued on it since the previous tick. A socket is then sent a frame
+// (a heartbeat if nothing else) at least every Heartbeat, as §8.5 asks,
+// and a socket that receives deltas is sent no heartbeat at all.
+func (c *wsConn) beatDue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.quiet {
+		c.quiet = true
+		return false
+	}
+	return true
 }
 
 // writeNow is the fast path of a send to an idle connection: the frame
@@ -271,6 +292,12 @@ func (c *wsConn) flush() {
 			return
 		}
 		if len(c.queue) == 0 {
+			// No write deadline outlives this flusher: writeNow's writes
+			// check the descriptor's deadline too, and an expired one
+			// failed them (the connection closed, uncounted and without
+			// a close frame, WriteTimeout after the flusher's last write).
+			// Cleared before flushing is, so never a later flusher's.
+			_ = c.nc.SetWriteDeadline(time.Time{})
 			c.flushing = false
 			closing, drained := c.closing, c.drained
 			c.mu.Unlock()
