@@ -638,7 +638,8 @@ func (s *Store) readOn(ctx context.Context, pool *readPool, fn func(c *conn) err
 }
 
 // scan runs fn on a scan connection (a read connection that maps the
-// file, see scanMmapBytes): the reads of bootstrap pages.
+// file, see scanMmapBytes): the reads of bootstrap pages. Bulk commit
+// windows (a catch-up's read-ahead) read on the same pool (readTxOn).
 func (s *Store) scan(ctx context.Context, fn func(c *conn) error) error {
 	return s.readOn(ctx, s.scanners, fn)
 }

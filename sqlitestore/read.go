@@ -136,7 +136,15 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		// whose statements run in one snapshot.
 		rng := w.single && (!first || q.Bulk)
 		read := s.read
-		if rng || q.StateAfter {
+		switch {
+		case q.Bulk:
+			// A bulk window (a catch-up's read-ahead) reads a thousand
+			// commits' pages: on a scan connection, which maps the file
+			// instead of reading each page into its cache.
+			read = func(ctx context.Context, fn func(c *conn) error) error {
+				return s.readTxOn(ctx, s.scanners, fn)
+			}
+		case rng || q.StateAfter:
 			read = s.readTx
 		}
 		err := read(ctx, func(c *conn) error {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/store/storetest"
@@ -174,6 +175,68 @@ func TestWindowWireOnlyRange(t *testing.T) {
 		}
 		if c.Seq != f.Seq || c.CreatedAtMs != f.CreatedAtMs || c.ActorID != f.ActorID || len(c.Changes) != 1 || c.Changes[0].RowID != f.Changes[0].RowID {
 			t.Fatalf("commit %+v with WireOnly, %+v without", c, f)
+		}
+	}
+}
+
+// TestWindowBulkOnScanConnections: a bulk window (a catch-up's read-ahead)
+// reads on the scan connections, which map the file; other windows on the
+// read connections. With every scan connection held, a bulk window waits
+// (until its context ends) while a window that is not bulk is read, and
+// once they are given back the bulk window is read and equals the other.
+func TestWindowBulkOnScanConnections(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := context.Background()
+	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	const p = "p1"
+	var last int64
+	for i := range 20 {
+		r := storetest.Task{ID: fmt.Sprintf("r%02d", i), ProjectID: "a"}.RowWrite(t, 1)
+		last = storetest.AppendCommit(t, s, p, storetest.UpsertChange(r))
+	}
+	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: wire.ScopeMap{{Key: storetest.VarProject, Values: []string{"a"}}},
+		AfterSeq: 0, ThroughSeq: last, LimitChanges: 8}
+	var held []*conn
+	release := func() {
+		for _, c := range held {
+			s.scanners.put(c)
+		}
+		held = nil
+	}
+	t.Cleanup(release) // before the store's Close, which waits for them
+	for range s.scanners.n {
+		c, err := s.scanners.take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	plain, err := s.ReadCommitWindow(ctx, p, q)
+	if err != nil {
+		t.Fatalf("a window that is not bulk, every scan connection held: %v", err)
+	}
+	bq := q
+	bq.Bulk = true
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = s.ReadCommitWindow(short, p, bq)
+	cancel()
+	if err == nil {
+		t.Fatal("a bulk window was read with every scan connection held: not on a scan connection")
+	}
+	release()
+	bulk, err := s.ReadCommitWindow(ctx, p, bq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain.Commits) != 8 || len(bulk.Commits) != 8 {
+		t.Fatalf("%d and %d commits, want 8 each", len(plain.Commits), len(bulk.Commits))
+	}
+	for i, c := range bulk.Commits {
+		if c.Seq != plain.Commits[i].Seq || c.Changes[0].RowID != plain.Commits[i].Changes[0].RowID {
+			t.Fatalf("bulk commit %d: %+v, not bulk %+v", i, c, plain.Commits[i])
 		}
 	}
 }
