@@ -143,17 +143,8 @@ func firstDiff(a, b []int64) int {
 // holds what the window without it holds otherwise.
 func TestWindowWireOnlyRange(t *testing.T) {
 	t.Parallel()
-	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
-	ctx := context.Background()
-	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
-		t.Fatal(err)
-	}
-	const p = "p1"
-	var last int64
-	for i := range 30 {
-		r := storetest.Task{ID: fmt.Sprintf("r%02d", i), ProjectID: "a"}.RowWrite(t, 1)
-		last = storetest.AppendCommit(t, s, p, storetest.UpsertChange(r))
-	}
+	s, last := oneScopeLog(t, 30)
+	ctx, p := context.Background(), "p1"
 	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: wire.ScopeMap{{Key: storetest.VarProject, Values: []string{"a"}}},
 		AfterSeq: 5, ThroughSeq: last, LimitChanges: 10, Bulk: true}
 	full, err := s.ReadCommitWindow(ctx, p, q)
@@ -186,17 +177,8 @@ func TestWindowWireOnlyRange(t *testing.T) {
 // once they are given back the bulk window is read and equals the other.
 func TestWindowBulkOnScanConnections(t *testing.T) {
 	t.Parallel()
-	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
-	ctx := context.Background()
-	if err := s.EnsureSchema(ctx, storetest.FixtureSchema(t)); err != nil {
-		t.Fatal(err)
-	}
-	const p = "p1"
-	var last int64
-	for i := range 20 {
-		r := storetest.Task{ID: fmt.Sprintf("r%02d", i), ProjectID: "a"}.RowWrite(t, 1)
-		last = storetest.AppendCommit(t, s, p, storetest.UpsertChange(r))
-	}
+	s, last := oneScopeLog(t, 20)
+	ctx, p := context.Background(), "p1"
 	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: wire.ScopeMap{{Key: storetest.VarProject, Values: []string{"a"}}},
 		AfterSeq: 0, ThroughSeq: last, LimitChanges: 8}
 	var held []*conn
@@ -239,4 +221,20 @@ func TestWindowBulkOnScanConnections(t *testing.T) {
 			t.Fatalf("bulk commit %d: %+v, not bulk %+v", i, c, plain.Commits[i])
 		}
 	}
+}
+
+// oneScopeLog opens a store whose partition p1 holds n commits, each one
+// upsert of a task of project "a"; it returns the last commit's seq.
+func oneScopeLog(t *testing.T, n int) (testStore, int64) {
+	t.Helper()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	if err := s.EnsureSchema(context.Background(), storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	for i := range n {
+		r := storetest.Task{ID: fmt.Sprintf("r%02d", i), ProjectID: "a"}.RowWrite(t, 1)
+		last = storetest.AppendCommit(t, s, "p1", storetest.UpsertChange(r))
+	}
+	return s, last
 }

@@ -2,7 +2,6 @@ package realtime
 
 import (
 	"bytes"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,21 +17,7 @@ import (
 // close frame or a count (10,000-socket fan-out runs lost a socket now and
 // then: every later delta missed, no wake-up).
 func TestWriteAfterFlusherDeadline(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cl, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	sv, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sv.Close()
+	cl, sv := tcpPair(t)
 	const writeTO = time.Second
 	var slow atomic.Int64
 	c := newConn(sv, 16, 64<<20, writeTO, &slow)

@@ -216,20 +216,7 @@ func TestQueueCoalescesWakes(t *testing.T) {
 // TestCloseFrameIsWrittenAndEndsTheStream: closeWith drops queued data,
 // writes the close frame, then ends the stream.
 func TestCloseFrameIsWrittenAndEndsTheStream(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	cl, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	sv, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl, sv := tcpPair(t)
 	c := newConn(sv, 16, 1<<20, time.Second, nil)
 	_ = c.send(textFrame([]byte("hello")))
 	c.closeWith(ws.StatusGoingAway, "bye")
@@ -262,4 +249,24 @@ func TestCloseFrameIsWrittenAndEndsTheStream(t *testing.T) {
 	if _, err := br.ReadByte(); err == nil {
 		t.Fatal("bytes after the close frame")
 	}
+}
+
+// tcpPair returns the two ends of a loopback TCP connection, client and
+// server, both closed when the test ends.
+func tcpPair(t testing.TB) (cl, sv net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if cl, err = net.Dial("tcp", ln.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	if sv, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sv.Close() })
+	return cl, sv
 }

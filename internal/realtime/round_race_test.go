@@ -139,19 +139,7 @@ type raceClient struct {
 // what the server sends on a goroutine.
 func (e *raceEnv) attach() *raceClient {
 	e.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer ln.Close()
-	cl, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	sv, err := ln.Accept()
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	cl, sv := tcpPair(e.t)
 	c := e.attachConn(cl, sv)
 	c.in = make(chan raceMsg, 256)
 	go func() {
