@@ -261,7 +261,9 @@ func (l *lazyEncoder) Write(p []byte) (int, error) {
 	}
 	if len(l.buf)+len(p) <= smallResponse {
 		if l.buf == nil {
-			l.buf = make([]byte, 0, smallResponse)
+			// Most responses reach here in one Write (the encoder's
+			// flush at its end): a buffer of their size, not of the most.
+			l.buf = make([]byte, 0, max(len(p), 256))
 		}
 		l.buf = append(l.buf, p...)
 		return len(p), nil
