@@ -73,8 +73,8 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			defer ra.stop()
 			s := &windowStore{complete: tt.complete}
 			before := time.Now()
-			ra.start(s, k, base, "e1")
-			win, doneAt, ok := ra.take(ctx, tt.key, tt.q, tt.epoch)
+			ra.start(s, k, base, "e1", nil)
+			win, _, doneAt, ok := ra.take(ctx, tt.key, tt.q, tt.epoch)
 			if ok != tt.ok {
 				t.Fatalf("take = %v, want %v", ok, tt.ok)
 			}
@@ -84,7 +84,7 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			if read, used := ra.read.Load(), ra.used.Load(); read != 1 || (used == 1) != tt.ok {
 				t.Fatalf("counters read %d used %d; want 1 and %v", read, used, tt.ok)
 			}
-			_, _, again := ra.take(ctx, k, base, "e1")
+			_, _, _, again := ra.take(ctx, k, base, "e1")
 			if tt.key == k && again {
 				t.Fatal("a window was taken twice, or kept after a request of its client that did not match it")
 			}
@@ -101,14 +101,14 @@ func TestReadAheadBounded(t *testing.T) {
 	ra := newReadAhead()
 	s := &windowStore{block: true}
 	for i := range 5 {
-		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1")
+		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1", nil)
 	}
 	if n := ra.read.Load(); n != maxReadingAhead {
 		t.Fatalf("%d reads started for 5 clients, want %d", n, maxReadingAhead)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, _, ok := ra.take(ctx, aheadKey{partition: "p", actor: "a", client: "a"}, aheadQuery(0, 100, "p1"), "e1"); ok {
+	if _, _, _, ok := ra.take(ctx, aheadKey{partition: "p", actor: "a", client: "a"}, aheadQuery(0, 100, "p1"), "e1"); ok {
 		t.Fatal("a read that never ended was taken")
 	}
 	done := make(chan struct{})
@@ -121,7 +121,7 @@ func TestReadAheadBounded(t *testing.T) {
 	if got := s.reads.Load(); got != maxReadingAhead {
 		t.Fatalf("the store saw %d reads, want %d", got, maxReadingAhead)
 	}
-	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1")
+	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1", nil)
 	if n := ra.read.Load(); n != maxReadingAhead {
 		t.Fatal("a read started after stop")
 	}
@@ -134,8 +134,8 @@ func TestReadAheadDropsLargeWindows(t *testing.T) {
 	k := aheadKey{partition: "p", actor: "a", client: "c"}
 	for _, size := range []int{readAheadMaxBytes, readAheadMaxBytes + 1} {
 		ra := newReadAhead()
-		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1")
-		_, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
+		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1", nil)
+		_, _, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
 		ra.stop()
 		if want := size <= readAheadMaxBytes; ok != want {
 			t.Errorf("window of %d payload bytes taken = %v, want %v", size, ok, want)
@@ -168,8 +168,8 @@ func TestReadAheadStateAfter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ra := newReadAhead()
 			defer ra.stop()
-			ra.start(&windowStore{}, k, tt.read, "e1")
-			win, _, ok := ra.take(ctx, k, tt.req, "e1")
+			ra.start(&windowStore{}, k, tt.read, "e1", nil)
+			win, _, _, ok := ra.take(ctx, k, tt.req, "e1")
 			if !ok {
 				t.Fatal("the window was not taken")
 			}
