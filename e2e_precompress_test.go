@@ -254,7 +254,7 @@ func TestE2EReadAheadPrecompressedChecks(t *testing.T) {
 			{"s2", "zstd", 0}, // another subscription id than the body's
 			{"s2", "zstd", maybe},
 			{"s2", "zstd", 1},
-			{"s2", "gzip", 0}, // the body is zstd
+			{"s2", "gzip", 0},     // the body is zstd
 			{"s2", "zstd", maybe}, // the body is zstd, or gzip if built for the gzip request
 			{"s2", "zstd", maybe},
 			{"s2", "zstd", 1},
