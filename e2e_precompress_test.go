@@ -3,17 +3,22 @@ package syncgo_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -273,5 +278,116 @@ func TestE2EReadAheadPrecompressedChecks(t *testing.T) {
 			}
 			cursor = next
 		}
+	})
+}
+
+// errClientWrite is the failure of a client record write, injected.
+var errClientWrite = errors.New("client record write failed (injected)")
+
+// failingClientSQLite and failingClientPostgres fail every client record
+// write while fail is set.
+type failingClientSQLite struct {
+	*sqlitestore.Store
+	fail *atomic.Bool
+}
+
+func (s *failingClientSQLite) DeferClient(ctx context.Context, partition, epoch string, rec store.ClientRecord, base int64) error {
+	if s.fail.Load() {
+		return errClientWrite
+	}
+	return s.Store.DeferClient(ctx, partition, epoch, rec, base)
+}
+
+func (s *failingClientSQLite) PutClient(ctx context.Context, partition string, rec store.ClientRecord) error {
+	if s.fail.Load() {
+		return errClientWrite
+	}
+	return s.Store.PutClient(ctx, partition, rec)
+}
+
+type failingClientPostgres struct {
+	*pgstore.Store
+	fail *atomic.Bool
+}
+
+func (s *failingClientPostgres) DeferClient(ctx context.Context, partition, epoch string, rec store.ClientRecord, base int64) error {
+	if s.fail.Load() {
+		return errClientWrite
+	}
+	return s.Store.DeferClient(ctx, partition, epoch, rec, base)
+}
+
+func (s *failingClientPostgres) PutClient(ctx context.Context, partition string, rec store.ClientRecord) error {
+	if s.fail.Load() {
+		return errClientWrite
+	}
+	return s.Store.PutClient(ctx, partition, rec)
+}
+
+// A request that chose the body compressed ahead and then failed to save
+// its client record sends none of it: the client gets an error, applies
+// nothing of the window, and its retry catches up to a replica equal to
+// the server's.
+func TestE2EReadAheadPrecompressedSaveFails(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		fail := &atomic.Bool{}
+		fd := e2eDriver{name: d.name, open: func(t *testing.T) store.Store {
+			switch s := d.open(t).(type) {
+			case *sqlitestore.Store:
+				return &failingClientSQLite{Store: s, fail: fail}
+			case *pgstore.Store:
+				return &failingClientPostgres{Store: s, fail: fail}
+			default:
+				t.Fatalf("no hooks for %T", s)
+				return nil
+			}
+		}}
+		e := newMetricsEnv(t, fd)
+		w := e.client("writer", sspclient.Options{})
+		z := e.client("reader", sspclient.Options{LimitCommits: 10, AcceptEncoding: "zstd"})
+		for _, c := range []*sspclient.Client{w, z} {
+			mustSubscribe(t, c, "tasks-p1", "p1")
+			syncQuiet(t, c)
+		}
+		for i := range 45 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%03d", i), "p1", longTitle(i)))
+			if _, err := w.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx := context.Background()
+		for range 2 {
+			if _, err := z.Round(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(clientRows(t, z, "tasks")); n != 20 {
+			t.Fatalf("%d rows after two windows, want 20", n)
+		}
+		_, pre0 := preCounts(t, e)
+		fail.Store(true)
+		if _, err := z.Round(ctx); err == nil {
+			t.Fatal("the round whose client record failed succeeded")
+		}
+		fail.Store(false)
+		if _, pre1 := preCounts(t, e); pre1 != pre0+1 {
+			t.Fatalf("precompressed %v -> %v: the failed round did not choose the body", pre0, pre1)
+		}
+		if n := len(clientRows(t, z, "tasks")); n != 20 {
+			t.Fatalf("%d rows after the failed round, want 20", n)
+		}
+		for round := 0; ; round++ {
+			res, err := z.Round(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sectionOf(t, res, "tasks-p1").Commits == 0 {
+				break
+			}
+			if round > 10 {
+				t.Fatal("no end")
+			}
+		}
+		sameRows(t, "reader", clientRows(t, z, "tasks"), e.serverRows("tasks"))
 	})
 }
