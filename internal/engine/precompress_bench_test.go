@@ -170,7 +170,10 @@ func BenchmarkTakenWindow(b *testing.B) {
 				a := e.ahead.entries[aheadKey{partition: "p", actor: "reader", client: "bench"}]
 				e.ahead.mu.Unlock()
 				if a == nil {
-					b.Fatal("no window read ahead")
+					e.ahead.mu.Lock()
+					held, reading := e.ahead.held, e.ahead.reading
+					e.ahead.mu.Unlock()
+					b.Fatalf("no window read ahead (held %d, reading %d)", held, reading)
 				}
 				<-a.done
 			}

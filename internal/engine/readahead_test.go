@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,4 +264,51 @@ func TestReadAheadChainedBounded(t *testing.T) {
 	if n := s.reads.Load(); n != maxReadAheads {
 		t.Fatalf("%d windows read for 12 clients, want %d", n, maxReadAheads)
 	}
+}
+
+// Clients that take, skip and repeat windows in any order, with reads
+// that end early or late: once every key's window is taken or dropped,
+// the read-ahead holds none and reads none (its bounds never leak).
+func TestReadAheadAccounting(t *testing.T) {
+	ctx := context.Background()
+	s := &windowStore{}
+	ra := newReadAhead()
+	var wg sync.WaitGroup
+	for c := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := aheadKey{partition: "p", actor: "a", client: string(rune('a' + c))}
+			after := int64(0)
+			for i := range 300 {
+				switch (i * (c + 7)) % 5 {
+				case 0: // the next window, as a catch-up asks for it
+					if _, _, _, ok := ra.take(ctx, k, aheadQuery(after, 100, "p1"), "e1"); ok {
+						after++
+					}
+				case 1: // another cursor
+					ra.take(ctx, k, aheadQuery(after+3, 100, "p1"), "e1")
+				case 2:
+					time.Sleep(time.Duration(i%3) * time.Millisecond)
+				}
+				ra.start(s, k, aheadQuery(after, 100, "p1"), "e1", nil)
+			}
+			ra.take(ctx, k, aheadQuery(-1, 100, "p1"), "e1")
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ra.mu.Lock()
+		held, reading, n := ra.held, ra.reading, len(ra.entries)
+		ra.mu.Unlock()
+		if held == 0 && reading == 0 && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every window was taken or dropped: %d held, %d reading, %d keys", held, reading, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ra.stop()
 }
