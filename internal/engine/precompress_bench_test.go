@@ -171,7 +171,7 @@ func BenchmarkTakenWindow(b *testing.B) {
 				e.ahead.mu.Unlock()
 				if a == nil {
 					e.ahead.mu.Lock()
-					held, reading := e.ahead.held, e.ahead.reading
+					held, reading := len(e.ahead.entries), e.ahead.reading
 					e.ahead.mu.Unlock()
 					b.Fatalf("no window read ahead (held %d, reading %d)", held, reading)
 				}

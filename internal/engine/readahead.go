@@ -46,22 +46,12 @@ import (
 // maxReadingAhead are being read. A window may also hold its response
 // body, encoded and compressed ahead (precompress.go), of at most
 // preBodyMaxBytes.
-//
-// The read-ahead is two windows deep: once the key's window is read and
-// was cut short by the limit, the window after it is read too (chained),
-// while the first is compressed and waits for its request; a request
-// that takes the first makes the second the key's window, and reading
-// the one after that starts. So the database reads the window after next
-// while the server compresses the next one and the client decodes the
-// current one. A chained window is checked by its request exactly as the
-// first (take); it is dropped with the window before it.
 type readAhead struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	cancel  context.CancelFunc
 	closed  bool
 	reading int // reads in flight
-	held    int // windows held or being read, chained ones included
 	wg      sync.WaitGroup
 	entries map[aheadKey]*aheadWindow
 	// read counts the windows read ahead, used those a request took,
@@ -95,21 +85,14 @@ type aheadKey struct {
 }
 
 type aheadWindow struct {
-	k     aheadKey
-	s     store.Store
 	q     store.CommitWindowQuery
 	epoch string
 	timer *time.Timer
-	pre   *preSpec
-	// Under readAhead.mu: pre, when set, is what the window's response
-	// body is compressed ahead for (read when the read ended); readEnded
-	// is set when win, err and doneAt are;
-	// next is the chained window after this one; gone is set when the
-	// window left the read-ahead (taken or dropped).
-	readEnded, gone bool
-	next            *aheadWindow
+	// pre, when set, is what the window's response body is compressed
+	// ahead for.
+	pre *preSpec
 	// done is closed when the read ended and the body was built; win,
-	// err, body and doneAt are set before.
+	// err, body and doneAt (when the read ended) are set before.
 	done   chan struct{}
 	win    store.CommitWindow
 	err    error
@@ -123,127 +106,62 @@ func newReadAhead() *readAhead {
 }
 
 // start begins reading window q for the key in the background, unless the
-// read-ahead is stopped or full. A window held for the key is replaced,
-// unless it is that window already (chained, with a bound at or below
-// q's). With pre set, the window's response body is also encoded and
-// compressed once it is read.
+// read-ahead is stopped or full. A window held for the key is replaced.
+// With pre set, the window's response body is also encoded and compressed
+// once it is read.
 func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string, pre *preSpec) {
 	// StateAfter stays as the request asked: the state read after the
 	// window's rows spares the next request a recheck when the window
 	// ends after that request's entry (the usual case: the client asks
 	// for the next window as soon as it has read this one).
+	q.Scopes = cloneScopes(q.Scopes)
+	a := &aheadWindow{q: q, epoch: epoch, pre: pre, done: make(chan struct{})}
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	if old, ok := ra.entries[k]; ok {
-		if old.epoch == epoch && sameWindowQuery(old.q, q) {
-			// Bodies not built yet are built for this request, which the
-			// next one is expected to repeat.
-			old.pre = pre
-			if old.next != nil {
-				old.next.pre = pre
-			}
-			return
-		}
 		ra.dropLocked(k, old)
 	}
-	if ra.closed || ra.held >= maxReadAheads || ra.reading >= maxReadingAhead {
+	if ra.closed || len(ra.entries) >= maxReadAheads || ra.reading >= maxReadingAhead {
 		return
 	}
-	q.Scopes = cloneScopes(q.Scopes)
-	a := &aheadWindow{k: k, s: s, q: q, epoch: epoch, pre: pre, done: make(chan struct{})}
 	ra.entries[k] = a
-	ra.armLocked(a)
-	ra.readLocked(a)
-}
-
-// sameWindowQuery reports whether a window read for a answers b: the same
-// query (read in bulk or not), with a bound at or below b's (take
-// decides on the bound).
-func sameWindowQuery(a, b store.CommitWindowQuery) bool {
-	return a.Table == b.Table && a.AfterSeq == b.AfterSeq && a.LimitChanges == b.LimitChanges &&
-		a.ThroughSeq <= b.ThroughSeq && a.WireOnly == b.WireOnly &&
-		a.StateAfter == b.StateAfter && a.Running == b.Running && sameScopes(a.Scopes, b.Scopes)
-}
-
-// armLocked starts the TTL of the key's window a.
-func (ra *readAhead) armLocked(a *aheadWindow) {
 	a.timer = time.AfterFunc(readAheadTTL, func() {
 		ra.mu.Lock()
 		defer ra.mu.Unlock()
-		if ra.entries[a.k] == a {
-			ra.dropLocked(a.k, a)
+		if ra.entries[k] == a {
+			ra.dropLocked(k, a)
 		}
 	})
-}
-
-// readLocked starts the read of a.
-func (ra *readAhead) readLocked(a *aheadWindow) {
-	ra.held++
-	ra.reading++
-	ra.read.Add(1)
 	ra.wg.Add(1)
-	go ra.run(a)
-}
-
-func (ra *readAhead) run(a *aheadWindow) {
-	defer ra.wg.Done()
-	win, err := a.s.ReadCommitWindow(ra.ctx, a.k.partition, a.q)
-	if err == nil && payloadBytes(win) > readAheadMaxBytes {
-		win, err = store.CommitWindow{}, errReadAheadTooLarge
-	}
-	ra.mu.Lock()
-	a.win, a.err, a.doneAt = win, err, time.Now()
-	a.readEnded = true
-	ra.reading--
-	if ra.entries[a.k] == a {
-		ra.chainLocked(a) // read the window after it while it is compressed
-	}
-	pre := a.pre
-	ra.mu.Unlock()
-	if err == nil && pre != nil {
-		buf, _ := ra.bufs.Get().(*bytes.Buffer)
-		if buf == nil {
-			buf = new(bytes.Buffer)
+	ra.read.Add(1)
+	ra.reading++
+	go func() {
+		defer ra.wg.Done()
+		a.win, a.err = s.ReadCommitWindow(ra.ctx, k.partition, a.q)
+		if a.err == nil && payloadBytes(a.win) > readAheadMaxBytes {
+			a.win, a.err = store.CommitWindow{}, errReadAheadTooLarge
 		}
-		a.body = pre.build(win, a.q, buf)
-		ra.bufs.Put(buf)
-	}
-	close(a.done)
+		a.doneAt = time.Now() // the rows (and the state after them) were read
+		if a.err == nil && a.pre != nil {
+			buf, _ := ra.bufs.Get().(*bytes.Buffer)
+			if buf == nil {
+				buf = new(bytes.Buffer)
+			}
+			a.body = a.pre.build(a.win, a.q, buf)
+			ra.bufs.Put(buf)
+		}
+		close(a.done)
+		ra.mu.Lock()
+		ra.reading--
+		ra.mu.Unlock()
+	}()
 }
 
-// chainLocked starts reading the window after the key's window a, when a
-// is read, was cut short by the limit and has no successor yet, and the
-// bounds allow another read.
-func (ra *readAhead) chainLocked(a *aheadWindow) {
-	if ra.closed || a.gone || !a.readEnded || a.err != nil || a.next != nil || a.win.Complete || len(a.win.Commits) == 0 ||
-		ra.held >= maxReadAheads || ra.reading >= maxReadingAhead {
-		return
-	}
-	q := a.q
-	q.AfterSeq, q.Bulk = a.win.Commits[len(a.win.Commits)-1].Seq, true
-	a.next = &aheadWindow{k: a.k, s: a.s, q: q, epoch: a.epoch, pre: a.pre, done: make(chan struct{})}
-	ra.readLocked(a.next)
-}
-
-// dropLocked removes the key's window a and the window chained after it.
 func (ra *readAhead) dropLocked(k aheadKey, a *aheadWindow) {
-	ra.removeLocked(k, a)
-	if c := a.next; c != nil {
-		a.next = nil
-		c.gone = true
-		ra.held--
-	}
-}
-
-// removeLocked removes the key's window a, leaving its chained window
-// with it.
-func (ra *readAhead) removeLocked(k aheadKey, a *aheadWindow) {
 	delete(ra.entries, k)
 	if a.timer != nil {
 		a.timer.Stop()
 	}
-	a.gone = true
-	ra.held--
 }
 
 // take returns the window read ahead for the key when it answers q under
@@ -251,71 +169,32 @@ func (ra *readAhead) removeLocked(k aheadKey, a *aheadWindow) {
 // with its body compressed ahead if it has one (which the request checks
 // before it uses it: usable). The window's State is kept only when both
 // the read and q asked for it at the same running version. Whatever the
-// key held is dropped, but for the window chained after a window taken,
-// which becomes the key's window.
+// key held is dropped.
 func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQuery, epoch string) (store.CommitWindow, *preBody, time.Time, bool) {
 	ra.mu.Lock()
 	a, ok := ra.entries[k]
 	if ok {
-		ra.removeLocked(k, a)
+		ra.dropLocked(k, a)
 	}
 	ra.mu.Unlock()
-	if !ok {
-		return store.CommitWindow{}, nil, time.Time{}, false
-	}
-	if a.epoch != epoch || a.q.Table != q.Table || a.q.AfterSeq != q.AfterSeq ||
+	if !ok || a.epoch != epoch || a.q.Table != q.Table || a.q.AfterSeq != q.AfterSeq ||
 		a.q.LimitChanges != q.LimitChanges || a.q.ThroughSeq > q.ThroughSeq || !sameScopes(a.q.Scopes, q.Scopes) {
-		ra.dropNext(a)
 		return store.CommitWindow{}, nil, time.Time{}, false
 	}
 	select {
 	case <-a.done:
 	case <-ctx.Done():
-		ra.dropNext(a)
 		return store.CommitWindow{}, nil, time.Time{}, false
 	}
 	if a.err != nil || (a.q.ThroughSeq != q.ThroughSeq && a.win.Complete) {
-		ra.dropNext(a)
 		return store.CommitWindow{}, nil, time.Time{}, false
 	}
-	ra.promote(k, a)
 	ra.used.Add(1)
 	win := a.win
 	if !q.StateAfter || !a.q.StateAfter || a.q.Running != q.Running {
 		win.State = nil // not the state this request would read
 	}
 	return win, a.body, a.doneAt, true
-}
-
-// dropNext drops the window chained after a window not taken.
-func (ra *readAhead) dropNext(a *aheadWindow) {
-	ra.mu.Lock()
-	defer ra.mu.Unlock()
-	if c := a.next; c != nil {
-		a.next = nil
-		c.gone = true
-		ra.held--
-	}
-}
-
-// promote makes the window chained after the taken window a the key's
-// window, and starts reading the one after it if it is read already.
-func (ra *readAhead) promote(k aheadKey, a *aheadWindow) {
-	ra.mu.Lock()
-	defer ra.mu.Unlock()
-	c := a.next
-	if c == nil {
-		return
-	}
-	a.next = nil
-	if ra.closed || ra.entries[k] != nil {
-		c.gone = true
-		ra.held--
-		return
-	}
-	ra.entries[k] = c
-	ra.armLocked(c)
-	ra.chainLocked(c)
 }
 
 // stop cancels the reads in flight, waits for them to end and starts no

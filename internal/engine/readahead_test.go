@@ -82,9 +82,8 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			if ok && (len(win.Commits) != 1 || win.Commits[0].Seq != 11 || doneAt.Before(before)) {
 				t.Fatalf("took %+v done at %v (started after %v); want the window after 10, read after the start", win, doneAt, before)
 			}
-			// (the window after it may be read too, chained)
-			if read, used := ra.read.Load(), ra.used.Load(); read < 1 || read > 2 || (used == 1) != tt.ok {
-				t.Fatalf("counters read %d used %d; want 1 or 2 and %v", read, used, tt.ok)
+			if read, used := ra.read.Load(), ra.used.Load(); read != 1 || (used == 1) != tt.ok {
+				t.Fatalf("counters read %d used %d; want 1 and %v", read, used, tt.ok)
 			}
 			_, _, _, again := ra.take(ctx, k, base, "e1")
 			if tt.key == k && again {
@@ -185,87 +184,6 @@ func TestReadAheadStateAfter(t *testing.T) {
 	}
 }
 
-// waitReads waits until the store saw n reads.
-func waitReads(t *testing.T, s *windowStore, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for s.reads.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the store saw %d reads, want %d", s.reads.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// The read-ahead is two windows deep: once the key's window is read (and
-// cut short by the limit), the window after it is read too, and no more;
-// taking the first makes the second the key's window, which a request
-// takes under the same checks, and starts reading the third. A request
-// that does not take the key's window drops the chained one with it.
-func TestReadAheadChained(t *testing.T) {
-	ctx := context.Background()
-	k := aheadKey{partition: "p", actor: "a", client: "c"}
-	s := &windowStore{}
-	ra := newReadAhead()
-	defer ra.stop()
-	ra.start(s, k, aheadQuery(0, 100, "p1"), "e1", nil)
-	waitReads(t, s, 2)
-	time.Sleep(20 * time.Millisecond)
-	if n := s.reads.Load(); n != 2 {
-		t.Fatalf("%d windows read ahead of a client that took none, want 2", n)
-	}
-	for after := int64(0); after < 3; after++ {
-		win, _, _, ok := ra.take(ctx, k, aheadQuery(after, 100, "p1"), "e1")
-		if !ok || len(win.Commits) != 1 || win.Commits[0].Seq != after+1 {
-			t.Fatalf("window after %d: taken %v, %+v; want commit %d", after, ok, win.Commits, after+1)
-		}
-		waitReads(t, s, after+3)
-		// The section's own start of the window it expects next keeps
-		// the chained window instead of reading it again.
-		ra.start(s, k, aheadQuery(after+1, 100, "p1"), "e1", nil)
-	}
-	time.Sleep(20 * time.Millisecond)
-	if n := s.reads.Load(); n != 5 {
-		t.Fatalf("%d reads after taking 3 windows, want 5", n)
-	}
-	// Checked as the first: another scope is not taken, and drops the
-	// chain.
-	if _, _, _, ok := ra.take(ctx, k, aheadQuery(3, 100, "p2"), "e1"); ok {
-		t.Fatal("a chained window was taken for another scope")
-	}
-	if _, _, _, ok := ra.take(ctx, k, aheadQuery(4, 100, "p1"), "e1"); ok {
-		t.Fatal("the window chained after a window not taken was kept")
-	}
-	ra.mu.Lock()
-	held := ra.held
-	ra.mu.Unlock()
-	if held != 0 {
-		t.Fatalf("%d windows held after every one was dropped", held)
-	}
-}
-
-// With chaining, the reads in flight and the windows held stay within
-// their bounds, all clients together.
-func TestReadAheadChainedBounded(t *testing.T) {
-	s := &windowStore{}
-	ra := newReadAhead()
-	defer ra.stop()
-	for i := range 12 {
-		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1", nil)
-		ra.mu.Lock()
-		held, reading := ra.held, ra.reading
-		ra.mu.Unlock()
-		if held > maxReadAheads || reading > maxReadingAhead {
-			t.Fatalf("%d windows held, %d being read", held, reading)
-		}
-		waitReads(t, s, min(int64(2*(i+1)), maxReadAheads))
-	}
-	time.Sleep(20 * time.Millisecond)
-	if n := s.reads.Load(); n != maxReadAheads {
-		t.Fatalf("%d windows read for 12 clients, want %d", n, maxReadAheads)
-	}
-}
-
 // Clients that take, skip and repeat windows in any order, with reads
 // that end early or late: once every key's window is taken or dropped,
 // the read-ahead holds none and reads none (its bounds never leak).
@@ -300,13 +218,13 @@ func TestReadAheadAccounting(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ra.mu.Lock()
-		held, reading, n := ra.held, ra.reading, len(ra.entries)
+		reading, n := ra.reading, len(ra.entries)
 		ra.mu.Unlock()
-		if held == 0 && reading == 0 && n == 0 {
+		if reading == 0 && n == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after every window was taken or dropped: %d held, %d reading, %d keys", held, reading, n)
+			t.Fatalf("after every window was taken or dropped: %d reading, %d held", reading, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
