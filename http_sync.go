@@ -294,7 +294,30 @@ func (l *lazyEncoder) close() error {
 	return err
 }
 
-var _ engine.StreamResponder = (*httpResponder)(nil)
+// BodyEncoding implements engine.BodyResponder: a body compressed ahead
+// is sent in the negotiated coding (compressBody refuses a body that
+// would go out uncompressed).
+func (h *httpResponder) BodyEncoding() string { return h.encoding }
+
+// BeginEncoded implements engine.BodyResponder: the body written is
+// already in the negotiated coding and goes out as it is, held like a
+// compressed response (sent whole with its length up to heldResponse).
+func (h *httpResponder) BeginEncoded(uint16) (io.Writer, error) {
+	if h.encoding == "" {
+		return nil, errors.New("syncgo: a coded body for a response without a coding")
+	}
+	hd := h.w.Header()
+	hd.Set("Content-Type", ProtocolContentType)
+	hd.Set("Cache-Control", "no-store")
+	hd.Add("Vary", "Accept-Encoding")
+	hd.Set("Content-Encoding", h.encoding)
+	h.started = true
+	h.held = &heldWriter{w: h.w}
+	h.closeEnc = func() error { return nil }
+	return &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}, nil
+}
+
+var _ engine.BodyResponder = (*httpResponder)(nil)
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()

@@ -158,6 +158,39 @@ func (e *Encoder) Close() error {
 	return err
 }
 
+// Pending returns the message as buffered so far, envelope header first,
+// while none of it was written to the destination; ok is false after the
+// first write. The bytes are the encoder's: read them before the next
+// Encode.
+func (e *Encoder) Pending() (msg []byte, ok bool) {
+	if e.err != nil || e.closed || !e.unflushedHeader {
+		return nil, false
+	}
+	return e.w.b, true
+}
+
+// Detach ends the message without writing it, for a caller that sends
+// a body of its own whose bytes it checked against this message (a
+// response compressed ahead of its request): when nothing was written to
+// the destination yet, it checks the grammar of the whole message as
+// Close does, closes the encoder and returns the message, END included.
+// Once bytes were written it returns ok false and changes nothing.
+func (e *Encoder) Detach() (msg []byte, ok bool, err error) {
+	if e.err != nil {
+		return nil, false, e.err
+	}
+	if e.closed || !e.unflushedHeader {
+		return nil, false, nil
+	}
+	if m := e.g.end(); m != "" {
+		return nil, false, encodeErrorf("%s", m)
+	}
+	e.closed = true
+	msg = append(e.w.b, byte(FrameEnd), 0, 0, 0, 0)
+	e.w.b = nil
+	return msg, true, nil
+}
+
 // Abort ends the message with an in-band ERROR frame: the frames buffered
 // since the last flush are discarded (they never reached the destination,
 // and flushes happen at frame boundaries), then ERROR and END are written.
