@@ -217,13 +217,7 @@ func (h *httpResponder) Begin(version uint16) (*wire.Encoder, error) {
 // the first verified chunk of the response is released, so a serve-gate
 // refusal found before that is still answered as HTTP 503.
 func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
-	hd := h.w.Header()
-	hd.Set("Content-Type", ProtocolContentType)
-	hd.Set("Cache-Control", "no-store")
-	hd.Add("Vary", "Accept-Encoding")
-	h.started = true
-	h.held = &heldWriter{w: h.w}
-	dw := &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
+	dw := h.startBody()
 	if h.encoding == "" {
 		h.closeEnc = func() error { return nil }
 		return &flushWriter{w: dw, rw: h.w}, nil
@@ -306,15 +300,22 @@ func (h *httpResponder) BeginEncoded(uint16) (io.Writer, error) {
 	if h.encoding == "" {
 		return nil, errors.New("syncgo: a coded body for a response without a coding")
 	}
+	h.w.Header().Set("Content-Encoding", h.encoding)
+	h.closeEnc = func() error { return nil }
+	return h.startBody(), nil
+}
+
+// startBody sets a /sync response's headers and returns the writer of its
+// body as sent (after any coding): held up to heldResponse, each write
+// under the write timeout.
+func (h *httpResponder) startBody() *deadlineWriter {
 	hd := h.w.Header()
 	hd.Set("Content-Type", ProtocolContentType)
 	hd.Set("Cache-Control", "no-store")
 	hd.Add("Vary", "Accept-Encoding")
-	hd.Set("Content-Encoding", h.encoding)
 	h.started = true
 	h.held = &heldWriter{w: h.w}
-	h.closeEnc = func() error { return nil }
-	return &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}, nil
+	return &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
 }
 
 var _ engine.BodyResponder = (*httpResponder)(nil)
