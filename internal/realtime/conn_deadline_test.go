@@ -18,7 +18,10 @@ import (
 // then: every later delta missed, no wake-up).
 func TestWriteAfterFlusherDeadline(t *testing.T) {
 	cl, sv := tcpPair(t)
-	const writeTO = time.Second
+	// The timeout bounds the flusher's whole write of the big frame: 1 s
+	// was too short for the reader under -race on a loaded 2-vCPU machine
+	// (20 of 32 MiB read, then the timeout closed the connection).
+	const writeTO = 3 * time.Second
 	var slow atomic.Int64
 	c := newConn(sv, 16, 64<<20, writeTO, &slow)
 	if c.rc == nil {
