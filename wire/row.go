@@ -132,6 +132,52 @@ func (c *RowCodec) readRow(r *reader, dst []Value) {
 	}
 }
 
+// frameRow walks one full row at the reader's position as readRow does
+// without dst: the null bitmap (padding bits, non-nullable columns), the
+// size of every non-null value, the integer range and the boolean byte,
+// so the row ends where its layout says. It does not look into the bytes
+// of variable-length values: a string's UTF-8, a json value's document, a
+// blob_ref's syntax (the contents an encoder of this codec checked when
+// it wrote them). Failures are left in r.err.
+func (c *RowCodec) frameRow(r *reader) {
+	bitmap := r.take(c.bitmapLen, "row null bitmap")
+	if r.err != nil {
+		return
+	}
+	if c.bitmapLen > 0 && bitmap[c.bitmapLen-1]&c.padMask != 0 {
+		r.fail("row null bitmap has a set padding bit")
+		return
+	}
+	for k, b := range bitmap {
+		if b&c.nonNull[k] != 0 {
+			i := k*8 + bits.TrailingZeros8(b&c.nonNull[k])
+			r.fail("null bit set for non-nullable column %s", c.cols[i].Name)
+			return
+		}
+	}
+	for i := range c.cols {
+		if bitmap[i>>3]&(1<<(i&7)) != 0 {
+			continue
+		}
+		col := &c.cols[i]
+		switch col.Type {
+		case TypeString, TypeJSON, TypeBlobRef, TypeBytes, TypeCRDT:
+			r.bytes(col.Name)
+		case TypeInteger:
+			r.i64(col.Name)
+		case TypeFloat:
+			r.take(8, col.Name)
+		case TypeBoolean:
+			r.boolean(col.Name)
+		default:
+			r.fail("column %s has unknown type tag %d", col.Name, col.Type)
+		}
+		if r.err != nil {
+			return
+		}
+	}
+}
+
 // readValue decodes the non-null value of column i into v, which must be
 // the zero Value or a scratch value whose stale fields do not matter.
 func (c *RowCodec) readValue(r *reader, i int, v *Value) {

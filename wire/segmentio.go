@@ -63,6 +63,30 @@ func (sw *SegmentWriter) WriteRow(serverVersion int64, row []byte) error {
 	return sw.added(mark)
 }
 
+// WriteStoredRow appends a row record whose row bytes the caller encoded
+// with the full-row codec of the header's columns itself (a server's
+// stored rows, encoded and checked when they were written): the bytes are
+// the same as WriteRow's. It checks the serverVersion and the row's
+// framing (frameRow: the null bitmap, every value's size, the integer
+// range and boolean bytes, the row's end), so a row of another layout (one
+// a concurrent migration rewrote, with appended columns) is still refused;
+// it does not validate the contents of variable-length values (UTF-8,
+// JSON documents, BlobRefs), which WriteRow does. Errors as WriteRow's.
+func (sw *SegmentWriter) WriteStoredRow(serverVersion int64, row []byte) error {
+	if err := sw.usable(); err != nil {
+		return err
+	}
+	chk := writer{}
+	sw.codec.checkStoredRecord(&chk, serverVersion, row)
+	if chk.err != nil {
+		return chk.err
+	}
+	mark := len(sw.buf.b)
+	sw.buf.i64("row serverVersion", serverVersion)
+	sw.buf.b = append(sw.buf.b, row...)
+	return sw.added(mark)
+}
+
 // WriteValues encodes row (one Value per header column) with the full-row
 // codec straight into the current block, validating it once: the fast path
 // for a server producing a segment from stored values. It refuses what
