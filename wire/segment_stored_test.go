@@ -207,3 +207,74 @@ func mustAppendRaw(t *testing.T, cols []Column, at int, s string) []byte {
 	}
 	return w.b
 }
+
+// TestSegmentAppenderSameBytes: a NewSegmentAppender writer gives the bytes
+// of a NewSegmentWriter for the same calls (rows that fill a block by rows
+// or by bytes, a row that takes a block past BlockBytes and starts the
+// next, a row larger than a block, explicit blocks, refused rows in
+// between), after dst's own bytes, and nothing before Close.
+func TestSegmentAppenderSameBytes(t *testing.T) {
+	c := mustCodec(t, storedTestColumns, "id")
+	h := SegmentHeader{Table: "t", SchemaVersion: 3, Columns: storedTestColumns}
+	for _, tc := range []struct{ rows, bytes int }{{0, 0}, {7, 300}, {1000, 120}, {3, 1 << 20}, {1, 1}} {
+		var stream bytes.Buffer
+		ws, err := NewSegmentWriter(&stream, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := []byte("prefix")
+		wa, err := NewSegmentAppender(append(make([]byte, 0, 64), prefix...), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []*SegmentWriter{ws, wa} {
+			w.BlockRows, w.BlockBytes = tc.rows, tc.bytes
+		}
+		for i := range 120 {
+			id := string(rune('a'+i%26)) + "-row"
+			if i%17 == 5 {
+				id += string(bytes.Repeat([]byte("long"), 100)) // past any small block
+			}
+			row := storedTestRow(t, c, id, int64(i))
+			for _, w := range []*SegmentWriter{ws, wa} {
+				var err error
+				switch i % 4 {
+				case 0:
+					err = w.WriteRow(int64(i+1), row)
+				case 1:
+					err = w.WriteStoredRow(int64(i+1), row)
+				case 2:
+					err = w.WriteValues(int64(i+1), []Value{{Str: id}, {Int: int64(i)}, {Null: true}, {Bool: false}, {Null: true}, {Null: true}, {Null: true}})
+				default:
+					err = w.WriteBlock([]SegmentRow{{ServerVersion: int64(i + 1), Row: row}, {ServerVersion: int64(i + 2), Row: row}})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Refused rows in between leave nothing behind.
+				if w.WriteStoredRow(1, row[:len(row)-1]) == nil || w.WriteValues(0, nil) == nil {
+					t.Fatal("a bad row was accepted")
+				}
+			}
+			if wa.Bytes() != nil {
+				t.Fatal("Bytes before Close")
+			}
+		}
+		if err := ws.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := wa.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got := wa.Bytes()
+		if !bytes.HasPrefix(got, prefix) || !bytes.Equal(got[len(prefix):], stream.Bytes()) {
+			t.Fatalf("blocks of %d rows / %d bytes: appender bytes differ from the writer's", tc.rows, tc.bytes)
+		}
+		if err := ValidateSegment(got[len(prefix):]); err != nil {
+			t.Fatalf("ValidateSegment: %v", err)
+		}
+		if err := wa.Close(); err != nil || !bytes.Equal(wa.Bytes(), got) {
+			t.Fatalf("second Close: %v", err)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -404,8 +403,9 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 	for _, row := range rows {
 		size += len(row.Payload) + 10
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	sw, err := wire.NewSegmentWriter(buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	// Built in place: each block is appended to the segment's slice, not
+	// staged and copied.
+	sw, err := wire.NewSegmentAppender(make([]byte, 0, size), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
@@ -428,7 +428,7 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 	if err := sw.Close(); err != nil {
 		return page{}, err
 	}
-	pg.bytes, pg.rowCount = buf.Bytes(), len(rows)
+	pg.bytes, pg.rowCount = sw.Bytes(), len(rows)
 	sum := sha256.Sum256(pg.bytes)
 	pg.id = "sha256:" + hex.EncodeToString(sum[:])
 	return pg, nil
