@@ -192,41 +192,38 @@ func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key
 	}
 	defer rows.Close()
 	var (
-		id      []byte // the current index entry's row id, reused
-		skipped int
-		rowID   string
-		hasRow  = rows.Next()
+		// The current index entry's and table row's ids, read into
+		// reused buffers: a row's id becomes a string (cut from rb's
+		// blocks) only when the row is taken.
+		id, rowID []byte
+		skipped   int
+		hasRow    = rows.Next()
 	)
 	if hasRow {
-		rowID = rows.st.ColumnText(0)
+		rowID = columnReuse(rows.st, 0, rowID)
 	}
 	for ids.Next() {
-		l := ids.st.ColumnLen(0)
-		if cap(id) < l {
-			id = make([]byte, l)
-		}
-		id = id[:l]
-		ids.st.ColumnBytes(0, id)
-		for hasRow && rowID < string(id) {
+		id = columnReuse(ids.st, 0, id)
+		for hasRow && string(rowID) < string(id) {
 			skipped++
 			if skipped > denseGiveUp && skipped > n {
 				return n, false, nil
 			}
 			if hasRow = rows.Next(); hasRow {
-				rowID = rows.st.ColumnText(0)
+				rowID = columnReuse(rows.st, 0, rowID)
 			}
 		}
-		if !hasRow || rowID != string(id) {
+		if !hasRow || string(rowID) != string(id) {
 			return n, false, rows.Err()
 		}
-		r, err := readScanRow(rows.st, q.Table, rowID, lean, rb)
+		r, err := readScanRow(rows.st, q.Table, rb.String(rowID), lean, rb)
 		if err != nil {
 			return n, false, err
 		}
 		rb.Add(r)
 		n++
 		if hasRow = rows.Next(); hasRow {
-			rowID = rows.st.ColumnText(0)
+			rowID = columnReuse(rows.st, 0, rowID)
 		}
 	}
 	if err := ids.Err(); err != nil {
@@ -240,6 +237,17 @@ func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key
 const scanIDsSQL = `SELECT row_id FROM sync_row_scopes
 WHERE partition=? AND tbl=? AND var=? AND value=? AND row_id > ?
 ORDER BY row_id LIMIT ?`
+
+// columnReuse reads column i's bytes into buf, reusing its capacity.
+func columnReuse(st *sqlite.Stmt, i int, buf []byte) []byte {
+	l := st.ColumnLen(i)
+	if cap(buf) < l {
+		buf = make([]byte, l, max(l, 64))
+	}
+	buf = buf[:l]
+	st.ColumnBytes(i, buf)
+	return buf
+}
 
 // columnInto reads column i as bytes into rb's blocks: nil for NULL.
 func columnInto(rb *rowbuf.Buffer, st *sqlite.Stmt, i int) []byte {

@@ -82,6 +82,17 @@ func (b *Buffer) Alloc(n int) []byte {
 	return b.block[start : start+n : start+n]
 }
 
+// String returns b as a string whose bytes are a copy in the buffer's
+// blocks (which are never written again): "" for an empty b.
+func (b *Buffer) String(src []byte) string {
+	if len(src) == 0 {
+		return ""
+	}
+	v := b.Alloc(len(src))
+	copy(v, src)
+	return unsafe.String(&v[0], len(v))
+}
+
 // Copy returns a copy of src in the buffer's blocks: nil for nil, an
 // empty slice for an empty one.
 func (b *Buffer) Copy(src []byte) []byte {

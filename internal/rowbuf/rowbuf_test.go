@@ -157,3 +157,24 @@ func TestAppendGrowth(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferString: strings cut from the blocks keep their bytes while
+// more values are cut after them and the source is reused.
+func TestBufferString(t *testing.T) {
+	var b Buffer
+	src := make([]byte, 0, 16)
+	var got []string
+	for i := range 5000 {
+		src = strconv.AppendInt(src[:0], int64(i), 10)
+		got = append(got, b.String(src))
+		b.Copy(bytes.Repeat([]byte{0xee}, i%40))
+	}
+	for i, s := range got {
+		if s != strconv.Itoa(i) {
+			t.Fatalf("string %d is %q", i, s)
+		}
+	}
+	if b.String(nil) != "" || b.String([]byte{}) != "" {
+		t.Fatal("empty source")
+	}
+}
