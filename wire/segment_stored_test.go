@@ -278,3 +278,56 @@ func TestSegmentAppenderSameBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStoredRow: DecodeStoredRow gives DecodeRow's values for valid
+// rows (into a reused dst), accepts contents DecodeRow refuses, and
+// refuses every row that does not frame as a row of the columns.
+func TestDecodeStoredRow(t *testing.T) {
+	c := mustCodec(t, storedTestColumns, "id")
+	dst := make([]Value, len(storedTestColumns))
+	for i, row := range [][]byte{
+		storedTestRow(t, c, "row-1", 1),
+		mustAppend(t, c, []Value{{Str: ""}, {Int: -MaxSafeInteger}, {Null: true}, {Bool: false}, {Null: true}, {Null: true}, {Bytes: []byte{}}}),
+		mustAppend(t, c, []Value{{Str: "x"}, {Int: 0}, {Float: -0.5}, {Bool: true}, {Str: "null"}, {Null: true}, {Null: true}}),
+	} {
+		want, err := c.DecodeRow(row)
+		if err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		if err := c.DecodeStoredRow(dst, row); err != nil {
+			t.Fatalf("row %d: %v", i, err)
+		}
+		for k := range want {
+			w, g := want[k], dst[k]
+			if w.Null != g.Null || w.Str != g.Str || w.Int != g.Int || w.Float != g.Float || w.Bool != g.Bool || !bytes.Equal(w.Bytes, g.Bytes) || (w.Bytes == nil) != (g.Bytes == nil) {
+				t.Fatalf("row %d column %d: %+v, DecodeRow gives %+v", i, k, g, w)
+			}
+		}
+	}
+	if err := c.DecodeStoredRow(dst, mustAppendRaw(t, storedTestColumns, 4, "{not json")); err != nil {
+		t.Fatalf("contents re-validated: %v", err)
+	}
+	if dst[4].Str != "{not json" || !dst[2].Null {
+		t.Fatalf("values %+v", dst)
+	}
+	good := storedTestRow(t, c, "row-1", 1)
+	wider := append(append([]Column(nil), storedTestColumns...), Column{Name: "extra", Type: TypeString, Nullable: true})
+	wc := mustCodec(t, wider, "id")
+	widerRow := mustAppend(t, wc, []Value{{Str: "a"}, {Int: 1}, {Null: true}, {Bool: true}, {Null: true}, {Null: true}, {Null: true}, {Str: "x"}})
+	for name, row := range map[string][]byte{
+		"wider layout":   widerRow,
+		"truncated":      good[:len(good)-1],
+		"trailing byte":  append(append([]byte(nil), good...), 0),
+		"integer":        mustAppendRaw(t, storedTestColumns, -1, ""),
+		"empty":          {},
+		"bitmap padding": append([]byte{good[0] | 0x80}, good[1:]...),
+	} {
+		err := c.DecodeStoredRow(dst, row)
+		if _, ok := err.(*DecodeError); !ok {
+			t.Errorf("%s: error %v, want a *DecodeError", name, err)
+		}
+	}
+	if err := c.DecodeStoredRow(dst[:3], good); err == nil {
+		t.Error("a dst of the wrong length was accepted")
+	}
+}
