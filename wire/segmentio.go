@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"slices"
 )
 
 // SegmentWriter streams a rows segment (§5.2) to an io.Writer, holding only
@@ -71,6 +72,13 @@ func (sw *SegmentWriter) Bytes() []byte {
 		return nil
 	}
 	return sw.buf.b
+}
+
+// Grow makes room for n more bytes of rows without another allocation
+// (a NewSegmentAppender writer: the segment's slice; otherwise the block
+// buffer).
+func (sw *SegmentWriter) Grow(n int) {
+	sw.buf.b = slices.Grow(sw.buf.b, n)
 }
 
 // WriteRow appends a row record: the row's serverVersion (≥ 1) and its

@@ -387,6 +387,10 @@ func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLay
 	}
 }
 
+// visitFirstRows is the rows a visited page has room for before it grows
+// to a full page.
+const visitFirstRows = 16
+
 // visitPage builds a page as buildPage (through nil) or buildRangePage
 // (through set) do, encoding each row as the store visits it (q reads
 // limit rows and a look-ahead row): the page holds the rows up to limit;
@@ -397,10 +401,15 @@ func (e *Engine) visitPage(ctx context.Context, v store.RowVisitor, partition st
 	if per <= 0 {
 		per = 128
 	}
-	// Sized by the last page's rows and an eighth more: one allocation
-	// for pages like it, no doubling of a page's bytes.
-	size := 1024 + len(l.cols)*32 + int(per+per/8)*limit
-	sw, err := wire.NewSegmentAppender(make([]byte, 0, size), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	per += per / 8
+	// Room for the first visitFirstRows rows (an empty or small page,
+	// every section of a request with many subscriptions, allocates
+	// little), then for 16 times as many at each step up to a full page,
+	// sized by the last page's bytes per row and an eighth more: a full
+	// page copies its first 256 rows on the way, not its bytes at each
+	// doubling. A page that ends well short of its room is trimmed.
+	next := min(limit, visitFirstRows)
+	sw, err := wire.NewSegmentAppender(make([]byte, 0, 1024+len(l.cols)*32+int(per)*next), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
@@ -435,6 +444,10 @@ func (e *Engine) visitPage(ctx context.Context, v store.RowVisitor, partition st
 		rowBytes += len(payload) + 8
 		lastID = append(lastID[:0], r.RowID...)
 		n++
+		if n == next && limit > n {
+			next = min(limit, n*16)
+			sw.Grow(int(per) * (next - n))
+		}
 		return true
 	})
 	if err == nil {
@@ -461,6 +474,9 @@ func (e *Engine) visitPage(ctx context.Context, v store.RowVisitor, partition st
 		e.pageRowBytes.Store(int64(rowBytes / n))
 	}
 	pg.bytes = sw.Bytes()
+	if cap(pg.bytes)-len(pg.bytes) > len(pg.bytes)/4+4096 {
+		pg.bytes = slices.Clone(pg.bytes) // kept by the page cache
+	}
 	sum := sha256.Sum256(pg.bytes)
 	pg.id = "sha256:" + hex.EncodeToString(sum[:])
 	return pg, nil
