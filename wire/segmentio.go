@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"math"
-	"slices"
 )
 
 // SegmentWriter streams a rows segment (§5.2) to an io.Writer, holding only
@@ -78,7 +77,15 @@ func (sw *SegmentWriter) Bytes() []byte {
 // (a NewSegmentAppender writer: the segment's slice; otherwise the block
 // buffer).
 func (sw *SegmentWriter) Grow(n int) {
-	sw.buf.b = slices.Grow(sw.buf.b, n)
+	b := sw.buf.b
+	if n <= cap(b)-len(b) {
+		return
+	}
+	// One allocation and a copy of what is there (slices.Grow appends a
+	// temporary slice of n zeros).
+	grown := make([]byte, len(b), len(b)+n)
+	copy(grown, b)
+	sw.buf.b = grown
 }
 
 // WriteRow appends a row record: the row's serverVersion (≥ 1) and its
