@@ -1,6 +1,7 @@
 package syncgo
 
 import (
+	"bytes"
 	"io"
 	"net/http"
 	"strconv"
@@ -122,6 +123,24 @@ func acceptable(params string) bool {
 		}
 	}
 	return true
+}
+
+// compressBody is the engine's CompressBody: a whole /sync response
+// message compressed as a response in encoding streams it (one stream of
+// the pooled compressor), for a catch-up window's body compressed ahead.
+// A message the transport sends uncompressed (smallResponse) or an
+// unknown coding is refused.
+func (s *Server) compressBody(encoding string, raw []byte) ([]byte, bool) {
+	if len(raw) <= smallResponse || (encoding != "zstd" && encoding != "gzip") {
+		return nil, false
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(raw)/8+512))
+	w, closeEnc := s.codecs.writer(buf, encoding)
+	_, err := w.Write(raw)
+	if cerr := closeEnc(); err != nil || cerr != nil {
+		return nil, false
+	}
+	return buf.Bytes(), true
 }
 
 // writer wraps w in the negotiated encoder. close finishes the stream and

@@ -156,6 +156,36 @@ func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(out)
 }
 
+// fleetSegmentRefs starts two processes A and B on one database, with
+// segments never inline, writes rows a00, a01, … of project p1 (title
+// title) through A, and bootstraps alice from A in pages of 10 rows: the
+// SEGMENT_REFs she got, one per page.
+func fleetSegmentRefs(t *testing.T, open func(t *testing.T) store.Store, rows int, title string) (e *e2eEnv, a, b *fleetNode, refs []wire.SegmentRef) {
+	t.Helper()
+	e = &e2eEnv{t: t, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
+	never := func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline }
+	a = startNode(t, e, open(t), never)
+	b = startNode(t, e, open(t), never)
+	e.store, e.url = a.store, a.http.URL
+
+	w := e.client("writer", sspclient.Options{})
+	for i := range rows {
+		mustUpsert(t, w, taskRow(fmt.Sprintf("a%02d", i), "p1", title))
+	}
+	syncQuiet(t, w)
+	ca := e.client("alice", sspclient.Options{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 10})
+	mustSubscribe(t, ca, "tasks-p1", "p1")
+	for _, res := range syncQuiet(t, ca) {
+		for _, s := range res.Sections {
+			refs = append(refs, s.Refs...)
+		}
+	}
+	if want := (rows + 9) / 10; len(refs) != want {
+		t.Fatalf("bootstrap of %d rows in pages of 10 used %d SEGMENT_REFs, want %d", rows, len(refs), want)
+	}
+	return e, a, b, refs
+}
+
 // A bootstrap whose SEGMENT_REFs one process minted downloads from
 // another; behind a load balancer that alternates every request, a client
 // bootstraps and writes through both; a process started after another
@@ -164,29 +194,8 @@ func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
 // instead of rebuilt (§5.3).
 func TestE2EFleetSegments(t *testing.T) {
 	forEachFleetDB(t, func(t *testing.T, open func(t *testing.T) store.Store) {
-		e := &e2eEnv{t: t, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
-		a := startNode(t, e, open(t), func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline })
-		b := startNode(t, e, open(t), func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline })
-		e.store, e.url = a.store, a.http.URL
-
-		w := e.client("writer", sspclient.Options{})
-		for i := range 45 {
-			mustUpsert(t, w, taskRow(fmt.Sprintf("a%02d", i), "p1", "in p1"))
-		}
-		syncQuiet(t, w)
-
 		// Minted by A, downloaded from B.
-		ca := e.client("alice", sspclient.Options{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 10})
-		mustSubscribe(t, ca, "tasks-p1", "p1")
-		var refs []wire.SegmentRef
-		for _, res := range syncQuiet(t, ca) {
-			for _, s := range res.Sections {
-				refs = append(refs, s.Refs...)
-			}
-		}
-		if len(refs) != 5 {
-			t.Fatalf("bootstrap of 45 rows in pages of 10 used %d SEGMENT_REFs, want 5", len(refs))
-		}
+		e, a, b, refs := fleetSegmentRefs(t, open, 45, "in p1")
 		cb, err := sspclient.New(b.http.URL, "alice", e.schema, sspclient.Options{})
 		if err != nil {
 			t.Fatal(err)

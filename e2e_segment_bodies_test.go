@@ -6,14 +6,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"net/http"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -26,28 +24,7 @@ import (
 // the segment's bytes (its content address) once its coding is undone.
 func TestE2ESegmentBodies(t *testing.T) {
 	forEachFleetDB(t, func(t *testing.T, open func(t *testing.T) store.Store) {
-		e := &e2eEnv{t: t, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
-		never := func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline }
-		a := startNode(t, e, open(t), never)
-		b := startNode(t, e, open(t), never)
-		e.store, e.url = a.store, a.http.URL
-
-		w := e.client("writer", sspclient.Options{})
-		for i := range 30 {
-			mustUpsert(t, w, taskRow(fmt.Sprintf("a%02d", i), "p1", "a title repeated, repeated, repeated, repeated"))
-		}
-		syncQuiet(t, w)
-		ca := e.client("alice", sspclient.Options{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 10})
-		mustSubscribe(t, ca, "tasks-p1", "p1")
-		var refs []wire.SegmentRef
-		for _, res := range syncQuiet(t, ca) {
-			for _, s := range res.Sections {
-				refs = append(refs, s.Refs...)
-			}
-		}
-		if len(refs) != 3 {
-			t.Fatalf("bootstrap of 30 rows in pages of 10 used %d SEGMENT_REFs, want 3", len(refs))
-		}
+		e, a, b, refs := fleetSegmentRefs(t, open, 30, "a title repeated, repeated, repeated, repeated")
 		bs, ok := a.store.(store.SegmentStorer).SegmentStore().(store.SegmentBodyStore)
 		if !ok {
 			t.Fatal("the driver's segment store keeps no bodies")

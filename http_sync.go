@@ -217,13 +217,7 @@ func (h *httpResponder) Begin(version uint16) (*wire.Encoder, error) {
 // the first verified chunk of the response is released, so a serve-gate
 // refusal found before that is still answered as HTTP 503.
 func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
-	hd := h.w.Header()
-	hd.Set("Content-Type", ProtocolContentType)
-	hd.Set("Cache-Control", "no-store")
-	hd.Add("Vary", "Accept-Encoding")
-	h.started = true
-	h.held = &heldWriter{w: h.w}
-	dw := &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
+	dw := h.startBody()
 	if h.encoding == "" {
 		h.closeEnc = func() error { return nil }
 		return &flushWriter{w: dw, rw: h.w}, nil
@@ -261,7 +255,9 @@ func (l *lazyEncoder) Write(p []byte) (int, error) {
 	}
 	if len(l.buf)+len(p) <= smallResponse {
 		if l.buf == nil {
-			l.buf = make([]byte, 0, smallResponse)
+			// Most responses reach here in one Write (the encoder's
+			// flush at its end): a buffer of their size, not of the most.
+			l.buf = make([]byte, 0, max(len(p), 256))
 		}
 		l.buf = append(l.buf, p...)
 		return len(p), nil
@@ -292,7 +288,37 @@ func (l *lazyEncoder) close() error {
 	return err
 }
 
-var _ engine.StreamResponder = (*httpResponder)(nil)
+// BodyEncoding implements engine.BodyResponder: a body compressed ahead
+// is sent in the negotiated coding (compressBody refuses a body that
+// would go out uncompressed).
+func (h *httpResponder) BodyEncoding() string { return h.encoding }
+
+// BeginEncoded implements engine.BodyResponder: the body written is
+// already in the negotiated coding and goes out as it is, held like a
+// compressed response (sent whole with its length up to heldResponse).
+func (h *httpResponder) BeginEncoded(uint16) (io.Writer, error) {
+	if h.encoding == "" {
+		return nil, errors.New("syncgo: a coded body for a response without a coding")
+	}
+	h.w.Header().Set("Content-Encoding", h.encoding)
+	h.closeEnc = func() error { return nil }
+	return h.startBody(), nil
+}
+
+// startBody sets a /sync response's headers and returns the writer of its
+// body as sent (after any coding): held up to heldResponse, each write
+// under the write timeout.
+func (h *httpResponder) startBody() *deadlineWriter {
+	hd := h.w.Header()
+	hd.Set("Content-Type", ProtocolContentType)
+	hd.Set("Cache-Control", "no-store")
+	hd.Add("Vary", "Accept-Encoding")
+	h.started = true
+	h.held = &heldWriter{w: h.w}
+	return &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
+}
+
+var _ engine.BodyResponder = (*httpResponder)(nil)
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()

@@ -59,7 +59,8 @@ func newServerCollector(s *Server) *serverCollector {
 		pageCache: d("syncgo_segment_cache_requests_total", "Bootstrap segment page look-ups, by result: hit (built or being built for "+
 			"another client) or miss (built for this one).", "result"),
 		readAhead: d("syncgo_pull_read_ahead_total", "Commit windows of catch-ups, by result: read (read ahead, while the client "+
-			"read the window before) or used (taken by the client's next request instead of reading it).", "result"),
+			"read the window before), used (taken by the client's next request instead of reading it) or precompressed (used, and "+
+			"answered with its response body encoded and compressed while it was read ahead).", "result"),
 		images: d("syncgo_sqlite_images_total", "SQLite image bootstrap outcomes: built, reused, rows_lane (too large, served as rows).", "result"),
 
 		admCapacity: d("syncgo_admission_capacity", "Concurrent /sync requests allowed (Config.MaxConcurrentRequests)."),
@@ -136,9 +137,10 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	hits, misses := s.eng.PageCacheStats()
 	counter(c.pageCache, hits, "hit")
 	counter(c.pageCache, misses, "miss")
-	raRead, raUsed := s.eng.ReadAheadStats()
+	raRead, raUsed, raPre := s.eng.ReadAheadStats()
 	counter(c.readAhead, raRead, "read")
 	counter(c.readAhead, raUsed, "used")
+	counter(c.readAhead, raPre, "precompressed")
 	im := s.eng.SQLiteImageStats()
 	counter(c.images, im.Built, "built")
 	counter(c.images, im.Reused, "reused")

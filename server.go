@@ -476,6 +476,9 @@ func New(cfg Config) (*Server, error) {
 		// writes a few percent of the bytes, and the downloads serve the
 		// body this compression put in s.bodies.
 		EncodeSegment: s.encodeSegment,
+		// A catch-up's next window is encoded and compressed while it is
+		// read ahead (internal/engine/precompress.go).
+		CompressBody: s.compressBody,
 
 		Declarations: cfg.Declarations,
 		Window:       cfg.SchemaWindow,

@@ -16,9 +16,18 @@ var ErrNotWritten = errors.New("wire: the destination took none of the bytes")
 // encoderFlushBytes is the buffered size at which an Encoder writes out.
 const encoderFlushBytes = 32 << 10
 
-// encoderBufBytes is the buffer of a message that outgrew the first: a
-// flush's worth and room for the frame that crosses it.
+// encoderBufBytes is the buffer of a message that outgrew the first
+// ones: a flush's worth and room for the frame that crosses it.
 const encoderBufBytes = encoderFlushBytes + encoderFlushBytes/8
+
+// encoderFirstBytes is an Encoder's first buffer, which a push result
+// (about 100 bytes) and a push+pull round's response of its own commit
+// (about 400) fit; a message that outgrows it doubles it up to
+// encoderSmallBytes, then gets encoderBufBytes at once.
+const (
+	encoderFirstBytes = 1 << 10
+	encoderSmallBytes = 4 << 10
+)
 
 // Encoder writes an SSP2 message frame by frame to an io.Writer, checking
 // each frame's values and the grammar before it is written. It buffers at
@@ -51,7 +60,7 @@ func NewEncoder(dst io.Writer, kind MsgKind, version uint16) (*Encoder, error) {
 	copy(e.header[:4], "SSP2")
 	binary.LittleEndian.PutUint16(e.header[4:6], version)
 	e.header[6] = byte(kind)
-	e.w.b = make([]byte, 0, 4096)
+	e.w.b = make([]byte, 0, encoderFirstBytes)
 	e.w.b = append(e.w.b, e.header[:]...)
 	return e, nil
 }
@@ -73,11 +82,14 @@ func (e *Encoder) Encode(f Frame) error {
 		return encodeErrorf("frame type 0x%02x is registered and cannot be written as unknown", u.FrameType)
 	}
 	if c := cap(e.w.b); c < encoderFlushBytes && len(e.w.b) > c/2 {
-		// A message that outgrows the first buffer (a push+pull round's
-		// fits it) gets one that holds a flush's worth at once, instead
-		// of doubling up to it: a 1,000-commit window left 120 KB of
-		// outgrown buffers behind.
-		e.w.b = slices.Grow(e.w.b, encoderBufBytes-len(e.w.b))
+		// A message that outgrows the small buffers gets one that holds
+		// a flush's worth at once, instead of doubling up to it: a
+		// 1,000-commit window left 120 KB of outgrown buffers behind.
+		n := encoderBufBytes
+		if c < encoderSmallBytes {
+			n = 2 * c
+		}
+		e.w.b = slices.Grow(e.w.b, n-len(e.w.b))
 	}
 	start := len(e.w.b)
 	e.w.b = append(e.w.b, byte(f.Type()), 0, 0, 0, 0)
@@ -144,6 +156,39 @@ func (e *Encoder) Close() error {
 		e.closed = false
 	}
 	return err
+}
+
+// Pending returns the message as buffered so far, envelope header first,
+// while none of it was written to the destination; ok is false after the
+// first write. The bytes are the encoder's: read them before the next
+// Encode.
+func (e *Encoder) Pending() (msg []byte, ok bool) {
+	if e.err != nil || e.closed || !e.unflushedHeader {
+		return nil, false
+	}
+	return e.w.b, true
+}
+
+// Detach ends the message without writing it, for a caller that sends
+// a body of its own whose bytes it checked against this message (a
+// response compressed ahead of its request): when nothing was written to
+// the destination yet, it checks the grammar of the whole message as
+// Close does, closes the encoder and returns the message, END included.
+// Once bytes were written it returns ok false and changes nothing.
+func (e *Encoder) Detach() (msg []byte, ok bool, err error) {
+	if e.err != nil {
+		return nil, false, e.err
+	}
+	if e.closed || !e.unflushedHeader {
+		return nil, false, nil
+	}
+	if m := e.g.end(); m != "" {
+		return nil, false, encodeErrorf("%s", m)
+	}
+	e.closed = true
+	msg = append(e.w.b, byte(FrameEnd), 0, 0, 0, 0)
+	e.w.b = nil
+	return msg, true, nil
 }
 
 // Abort ends the message with an in-band ERROR frame: the frames buffered

@@ -66,6 +66,12 @@ type Config struct {
 	// download negotiated to enc serves it as it is. nil: segments are
 	// stored as their bytes.
 	EncodeSegment func(id string, b []byte) (enc string, body []byte, err error)
+	// CompressBody, when set, compresses a whole response message into
+	// the content coding encoding, for the response body of a catch-up
+	// window compressed ahead (precompress.go); ok false when the
+	// transport would not send it so (an unknown coding, a body it sends
+	// uncompressed). nil: nothing is compressed ahead.
+	CompressBody func(encoding string, raw []byte) (body []byte, ok bool)
 	// Blobs stores blob bytes (§5.9); nil leaves blob_ref values
 	// unchecked and unindexed.
 	Blobs store.BlobStore

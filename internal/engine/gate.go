@@ -157,6 +157,28 @@ func (g *gateWriter) Write(p []byte) (int, error) {
 	return g.w.Write(p)
 }
 
+// writeEncoded releases a whole response body already in the response's
+// content coding (precompress.go), verified as a first chunk is.
+func (g *gateWriter) writeEncoded(body []byte) error {
+	if !g.bypass {
+		if err := g.verify(); err != nil {
+			g.refusal = err
+			return fmt.Errorf("%w: %w", wire.ErrNotWritten, err)
+		}
+	}
+	br, ok := g.r.resp.(BodyResponder)
+	if g.w != nil || !ok {
+		return errPreBody // never: usable checked both
+	}
+	w, err := br.BeginEncoded(g.r.req.Version)
+	if err != nil {
+		return err
+	}
+	g.w = w
+	_, err = w.Write(body)
+	return err
+}
+
 func (g *gateWriter) verify() error {
 	entry := g.r.gate
 	// A gate read after every row the response holds so far verifies

@@ -87,13 +87,14 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 	key := aheadKey{partition: r.auth.Partition, actor: r.auth.ActorID, client: r.req.Header.ClientID}
 	var (
 		win     store.CommitWindow
+		body    *preBody
 		now     store.Partition
 		doneAt  time.Time
 		err     error
 		aheadOK bool
 	)
 	if catchUp {
-		win, doneAt, aheadOK = r.e.ahead.take(ctx, key, q, r.partition.LogEpoch)
+		win, body, doneAt, aheadOK = r.e.ahead.take(ctx, key, q, r.partition.LogEpoch)
 	}
 	switch {
 	case aheadOK && doneAt.Before(r.enteredAt):
@@ -127,42 +128,31 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		next = win.Commits[len(win.Commits)-1].Seq
 		if catchUp {
 			// The client's next request will ask for the window after
-			// this one: read it while this one is encoded and read.
+			// this one: read it (and encode and compress its response,
+			// precompress.go) while this one is encoded and read.
 			ahead := q
 			ahead.AfterSeq, ahead.Bulk = next, true
-			r.e.ahead.start(r.e.cfg.Store, key, ahead, r.partition.LogEpoch)
+			r.e.ahead.start(r.e.cfg.Store, key, ahead, r.partition.LogEpoch, r.preSpecFor(sub.ID))
 		}
 	}
 	next = max(next, cursor)
 	if err := r.enc.Encode(&wire.SubStart{ID: sub.ID, Status: wire.SubActive, EffectiveScopes: eff}); err != nil {
 		return subOutcome{}, err
 	}
-	tables := []string{sub.Table}
-	client, current, _ := r.tables(sub.Table)
-	// One frame and one change slice for the whole window: Encode
-	// serializes a frame before it returns and keeps no reference to it.
-	f := &wire.Commit{Tables: tables}
-	var changes []wire.Change
-	for _, c := range win.Commits {
-		changes = changes[:0]
-		for _, ch := range c.Changes {
-			row := ch.Payload
-			if row != nil && r.old() {
-				if row, err = narrowPayload(current, client, row); err != nil {
-					return subOutcome{}, err
-				}
-			}
-			changes = append(changes, wire.Change{RowID: ch.RowID, Op: ch.Op, RowVersion: ch.RowVersion, Scopes: ch.Scopes, Row: row})
-		}
-		f.CommitSeq, f.CreatedAtMs, f.ActorID, f.Changes = c.Seq, c.CreatedAtMs, WireActorID(c.ActorID), changes
-		if err := r.enc.Encode(f); err != nil {
+	if r.usable(body, next) {
+		// The window's frames are the body's: the response ends with it
+		// (close), after the request's SUB_END, checked against it.
+		r.preBody = body
+		r.e.ahead.precompressed.Add(1)
+	} else {
+		client, current, _ := r.tables(sub.Table)
+		if err := encodeCommits(r.enc, win, sub.Table, client, current, r.old()); err != nil {
 			return subOutcome{}, err
 		}
 	}
 	// Every commit is encoded (Encode copies what it writes): the
 	// window's memory may serve the store's next window.
 	if win.Release != nil {
-		clear(changes)
 		win.Release()
 	}
 	return subOutcome{active: true, nextCursor: next, effective: eff}, r.enc.Encode(&wire.SubEnd{NextCursor: next})

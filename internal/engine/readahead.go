@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -42,7 +43,9 @@ import (
 // kept for readAheadTTL at most, and at most maxReadAheads windows exist
 // at once, all clients together (each at most one window's limit of
 // changes, and of readAheadMaxBytes of row payloads), of which at most
-// maxReadingAhead are being read.
+// maxReadingAhead are being read. A window may also hold its response
+// body, encoded and compressed ahead (precompress.go), of at most
+// preBodyMaxBytes.
 type readAhead struct {
 	mu      sync.Mutex
 	ctx     context.Context
@@ -51,8 +54,11 @@ type readAhead struct {
 	reading int // reads in flight
 	wg      sync.WaitGroup
 	entries map[aheadKey]*aheadWindow
-	// read counts the windows read ahead, used those a request took.
-	read, used atomic.Int64
+	// read counts the windows read ahead, used those a request took,
+	// precompressed those answered with the body compressed ahead.
+	read, used, precompressed atomic.Int64
+	// bufs are the scratch buffers of the bodies' uncompressed messages.
+	bufs sync.Pool
 }
 
 // maxReadAheads bounds the windows held or being read at once, and
@@ -82,11 +88,15 @@ type aheadWindow struct {
 	q     store.CommitWindowQuery
 	epoch string
 	timer *time.Timer
-	// done is closed when the read ended; win, err and doneAt are set
-	// before.
+	// pre, when set, is what the window's response body is compressed
+	// ahead for.
+	pre *preSpec
+	// done is closed when the read ended and the body was built; win,
+	// err, body and doneAt (when the read ended) are set before.
 	done   chan struct{}
 	win    store.CommitWindow
 	err    error
+	body   *preBody
 	doneAt time.Time
 }
 
@@ -97,13 +107,15 @@ func newReadAhead() *readAhead {
 
 // start begins reading window q for the key in the background, unless the
 // read-ahead is stopped or full. A window held for the key is replaced.
-func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string) {
+// With pre set, the window's response body is also encoded and compressed
+// once it is read.
+func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string, pre *preSpec) {
 	// StateAfter stays as the request asked: the state read after the
 	// window's rows spares the next request a recheck when the window
 	// ends after that request's entry (the usual case: the client asks
 	// for the next window as soon as it has read this one).
 	q.Scopes = cloneScopes(q.Scopes)
-	a := &aheadWindow{q: q, epoch: epoch, done: make(chan struct{})}
+	a := &aheadWindow{q: q, epoch: epoch, pre: pre, done: make(chan struct{})}
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	if old, ok := ra.entries[k]; ok {
@@ -129,7 +141,15 @@ func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery,
 		if a.err == nil && payloadBytes(a.win) > readAheadMaxBytes {
 			a.win, a.err = store.CommitWindow{}, errReadAheadTooLarge
 		}
-		a.doneAt = time.Now()
+		a.doneAt = time.Now() // the rows (and the state after them) were read
+		if a.err == nil && a.pre != nil {
+			buf, _ := ra.bufs.Get().(*bytes.Buffer)
+			if buf == nil {
+				buf = new(bytes.Buffer)
+			}
+			a.body = a.pre.build(a.win, a.q, buf)
+			ra.bufs.Put(buf)
+		}
 		close(a.done)
 		ra.mu.Lock()
 		ra.reading--
@@ -145,10 +165,12 @@ func (ra *readAhead) dropLocked(k aheadKey, a *aheadWindow) {
 }
 
 // take returns the window read ahead for the key when it answers q under
-// epoch, waiting for its read if it is still running, and when it ended.
-// The window's State is kept only when both the read and q asked for it
-// at the same running version. Whatever the key held is dropped.
-func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQuery, epoch string) (store.CommitWindow, time.Time, bool) {
+// epoch, waiting for its read if it is still running, and when it ended,
+// with its body compressed ahead if it has one (which the request checks
+// before it uses it: usable). The window's State is kept only when both
+// the read and q asked for it at the same running version. Whatever the
+// key held is dropped.
+func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQuery, epoch string) (store.CommitWindow, *preBody, time.Time, bool) {
 	ra.mu.Lock()
 	a, ok := ra.entries[k]
 	if ok {
@@ -157,22 +179,22 @@ func (ra *readAhead) take(ctx context.Context, k aheadKey, q store.CommitWindowQ
 	ra.mu.Unlock()
 	if !ok || a.epoch != epoch || a.q.Table != q.Table || a.q.AfterSeq != q.AfterSeq ||
 		a.q.LimitChanges != q.LimitChanges || a.q.ThroughSeq > q.ThroughSeq || !sameScopes(a.q.Scopes, q.Scopes) {
-		return store.CommitWindow{}, time.Time{}, false
+		return store.CommitWindow{}, nil, time.Time{}, false
 	}
 	select {
 	case <-a.done:
 	case <-ctx.Done():
-		return store.CommitWindow{}, time.Time{}, false
+		return store.CommitWindow{}, nil, time.Time{}, false
 	}
 	if a.err != nil || (a.q.ThroughSeq != q.ThroughSeq && a.win.Complete) {
-		return store.CommitWindow{}, time.Time{}, false
+		return store.CommitWindow{}, nil, time.Time{}, false
 	}
 	ra.used.Add(1)
 	win := a.win
 	if !q.StateAfter || !a.q.StateAfter || a.q.Running != q.Running {
 		win.State = nil // not the state this request would read
 	}
-	return win, a.doneAt, true
+	return win, a.body, a.doneAt, true
 }
 
 // stop cancels the reads in flight, waits for them to end and starts no
@@ -217,8 +239,9 @@ func cloneScopes(m wire.ScopeMap) wire.ScopeMap {
 // reads to end; none start after it. Call it before closing the store.
 func (e *Engine) StopReadAhead() { e.ahead.stop() }
 
-// ReadAheadStats returns how many commit windows were read ahead and how
-// many of them a request used.
-func (e *Engine) ReadAheadStats() (read, used int64) {
-	return e.ahead.read.Load(), e.ahead.used.Load()
+// ReadAheadStats returns how many commit windows were read ahead, how
+// many of them a request used, and how many of those it answered with the
+// body compressed ahead.
+func (e *Engine) ReadAheadStats() (read, used, precompressed int64) {
+	return e.ahead.read.Load(), e.ahead.used.Load(), e.ahead.precompressed.Load()
 }

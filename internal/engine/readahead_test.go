@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,8 +74,8 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			defer ra.stop()
 			s := &windowStore{complete: tt.complete}
 			before := time.Now()
-			ra.start(s, k, base, "e1")
-			win, doneAt, ok := ra.take(ctx, tt.key, tt.q, tt.epoch)
+			ra.start(s, k, base, "e1", nil)
+			win, _, doneAt, ok := ra.take(ctx, tt.key, tt.q, tt.epoch)
 			if ok != tt.ok {
 				t.Fatalf("take = %v, want %v", ok, tt.ok)
 			}
@@ -84,7 +85,7 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			if read, used := ra.read.Load(), ra.used.Load(); read != 1 || (used == 1) != tt.ok {
 				t.Fatalf("counters read %d used %d; want 1 and %v", read, used, tt.ok)
 			}
-			_, _, again := ra.take(ctx, k, base, "e1")
+			_, _, _, again := ra.take(ctx, k, base, "e1")
 			if tt.key == k && again {
 				t.Fatal("a window was taken twice, or kept after a request of its client that did not match it")
 			}
@@ -101,14 +102,14 @@ func TestReadAheadBounded(t *testing.T) {
 	ra := newReadAhead()
 	s := &windowStore{block: true}
 	for i := range 5 {
-		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1")
+		ra.start(s, aheadKey{partition: "p", actor: "a", client: string(rune('a' + i))}, aheadQuery(0, 100, "p1"), "e1", nil)
 	}
 	if n := ra.read.Load(); n != maxReadingAhead {
 		t.Fatalf("%d reads started for 5 clients, want %d", n, maxReadingAhead)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, _, ok := ra.take(ctx, aheadKey{partition: "p", actor: "a", client: "a"}, aheadQuery(0, 100, "p1"), "e1"); ok {
+	if _, _, _, ok := ra.take(ctx, aheadKey{partition: "p", actor: "a", client: "a"}, aheadQuery(0, 100, "p1"), "e1"); ok {
 		t.Fatal("a read that never ended was taken")
 	}
 	done := make(chan struct{})
@@ -121,7 +122,7 @@ func TestReadAheadBounded(t *testing.T) {
 	if got := s.reads.Load(); got != maxReadingAhead {
 		t.Fatalf("the store saw %d reads, want %d", got, maxReadingAhead)
 	}
-	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1")
+	ra.start(s, aheadKey{partition: "p", actor: "a", client: "z"}, aheadQuery(0, 100, "p1"), "e1", nil)
 	if n := ra.read.Load(); n != maxReadingAhead {
 		t.Fatal("a read started after stop")
 	}
@@ -134,8 +135,8 @@ func TestReadAheadDropsLargeWindows(t *testing.T) {
 	k := aheadKey{partition: "p", actor: "a", client: "c"}
 	for _, size := range []int{readAheadMaxBytes, readAheadMaxBytes + 1} {
 		ra := newReadAhead()
-		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1")
-		_, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
+		ra.start(&windowStore{payload: size}, k, aheadQuery(0, 100, "p1"), "e1", nil)
+		_, _, _, ok := ra.take(ctx, k, aheadQuery(0, 100, "p1"), "e1")
 		ra.stop()
 		if want := size <= readAheadMaxBytes; ok != want {
 			t.Errorf("window of %d payload bytes taken = %v, want %v", size, ok, want)
@@ -168,8 +169,8 @@ func TestReadAheadStateAfter(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ra := newReadAhead()
 			defer ra.stop()
-			ra.start(&windowStore{}, k, tt.read, "e1")
-			win, _, ok := ra.take(ctx, k, tt.req, "e1")
+			ra.start(&windowStore{}, k, tt.read, "e1", nil)
+			win, _, _, ok := ra.take(ctx, k, tt.req, "e1")
 			if !ok {
 				t.Fatal("the window was not taken")
 			}
@@ -181,4 +182,51 @@ func TestReadAheadStateAfter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Clients that take, skip and repeat windows in any order, with reads
+// that end early or late: once every key's window is taken or dropped,
+// the read-ahead holds none and reads none (its bounds never leak).
+func TestReadAheadAccounting(t *testing.T) {
+	ctx := context.Background()
+	s := &windowStore{}
+	ra := newReadAhead()
+	var wg sync.WaitGroup
+	for c := range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := aheadKey{partition: "p", actor: "a", client: string(rune('a' + c))}
+			after := int64(0)
+			for i := range 300 {
+				switch (i * (c + 7)) % 5 {
+				case 0: // the next window, as a catch-up asks for it
+					if _, _, _, ok := ra.take(ctx, k, aheadQuery(after, 100, "p1"), "e1"); ok {
+						after++
+					}
+				case 1: // another cursor
+					ra.take(ctx, k, aheadQuery(after+3, 100, "p1"), "e1")
+				case 2:
+					time.Sleep(time.Duration(i%3) * time.Millisecond)
+				}
+				ra.start(s, k, aheadQuery(after, 100, "p1"), "e1", nil)
+			}
+			ra.take(ctx, k, aheadQuery(-1, 100, "p1"), "e1")
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ra.mu.Lock()
+		reading, n := ra.reading, len(ra.entries)
+		ra.mu.Unlock()
+		if reading == 0 && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after every window was taken or dropped: %d reading, %d held", reading, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ra.stop()
 }

@@ -58,6 +58,11 @@ type request struct {
 	// enteredAt is when the request began its entry reads (the partition
 	// and the serve gate), for a window read ahead (readahead.go).
 	enteredAt time.Time
+	// resp is the transport's responder.
+	resp Responder
+	// preBody is the body compressed ahead this response ends with, when
+	// its section chose it (precompress.go).
+	preBody *preBody
 	// build makes the operations of a server command (command.go).
 	build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
@@ -110,7 +115,7 @@ type SubscriptionOutcome struct {
 
 // ServeRound is Serve, also reporting the request's Outcome.
 func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, resp Responder) (Outcome, error) {
-	r := &request{e: e, auth: auth, req: req, enteredAt: time.Now()}
+	r := &request{e: e, auth: auth, req: req, resp: resp, enteredAt: time.Now()}
 	early, err := r.plan(ctx)
 	if err != nil {
 		return Outcome{}, asProtocolError(err)
@@ -129,7 +134,7 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 	}
 	err = r.serve(ctx)
 	if err == nil {
-		err = enc.Close()
+		err = r.close()
 	}
 	if err != nil {
 		r.explainByGate(err)
@@ -252,13 +257,14 @@ func (r *request) preStream(err error) error {
 }
 
 // abort ends a started response with an ERROR frame, past the gate. The
-// frames buffered so far go out first, unless the gate refused them: they
-// may hold reads made after the gate changed.
+// frames buffered so far go out first, unless the gate refused them (they
+// may hold reads made after the gate changed) or a section's commits are
+// in a body compressed ahead that was not sent.
 func (r *request) abort(pe *syncerr.Error) error {
-	discard := false
+	discard := r.preBody != nil // its section's frames are in the body
 	if r.gw != nil {
 		r.gw.bypass = true
-		discard = r.gw.refusal != nil
+		discard = discard || r.gw.refusal != nil
 	}
 	return writeErrorFrame(r.enc, pe, discard)
 }
