@@ -267,7 +267,7 @@ func collectDenseRows(rows pgx.Rows, table string, limit int, noScopes bool) ([]
 		vals := rows.RawValues()
 		id := ids.String(vals[0])
 		if version < 0 {
-			entries = append(entries, id)
+			entries = rowbuf.Append(entries, limit, id)
 			continue
 		}
 		r := store.Row{Table: table, RowID: id, ServerVersion: version, Payload: payload, ColumnVersions: cols}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"unsafe"
 
 	"zombiezen.com/go/sqlite"
 
@@ -177,6 +178,24 @@ const denseGiveUp = 64
 // index entry has no row (the join would skip it).
 func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key, value, after string, limit int, rb *rowbuf.Buffer) (n int, complete bool, err error) {
 	lean := skipScopes(q)
+	return walkDense(c, t, partition, q, key, value, after, limit, func(st *sqlite.Stmt, id []byte) (bool, error) {
+		r, err := readScanRow(st, q.Table, rb.String(id), lean, rb)
+		if err != nil {
+			return false, err
+		}
+		rb.Add(r)
+		return true, nil
+	})
+}
+
+// denseSink takes each row a dense walk finds: the statement stands on
+// the row, whose id is id (a buffer the walk reuses). It returns false to
+// end the walk, which then reports itself complete.
+type denseSink func(st *sqlite.Stmt, id []byte) (bool, error)
+
+// walkDense is scanDense handing each row to take.
+func walkDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key, value, after string, limit int, take denseSink) (n int, complete bool, err error) {
+	lean := skipScopes(q)
 	rangeSQL := t.scanRange
 	if lean {
 		rangeSQL = t.scanRangeLean
@@ -192,41 +211,40 @@ func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key
 	}
 	defer rows.Close()
 	var (
-		id      []byte // the current index entry's row id, reused
-		skipped int
-		rowID   string
-		hasRow  = rows.Next()
+		// The current index entry's and table row's ids, read into
+		// reused buffers: a row's id becomes a string (cut from rb's
+		// blocks) only when the row is taken.
+		id, rowID []byte
+		skipped   int
+		hasRow    = rows.Next()
 	)
 	if hasRow {
-		rowID = rows.st.ColumnText(0)
+		rowID = columnReuse(rows.st, 0, rowID)
 	}
 	for ids.Next() {
-		l := ids.st.ColumnLen(0)
-		if cap(id) < l {
-			id = make([]byte, l)
-		}
-		id = id[:l]
-		ids.st.ColumnBytes(0, id)
-		for hasRow && rowID < string(id) {
+		id = columnReuse(ids.st, 0, id)
+		for hasRow && string(rowID) < string(id) {
 			skipped++
 			if skipped > denseGiveUp && skipped > n {
 				return n, false, nil
 			}
 			if hasRow = rows.Next(); hasRow {
-				rowID = rows.st.ColumnText(0)
+				rowID = columnReuse(rows.st, 0, rowID)
 			}
 		}
-		if !hasRow || rowID != string(id) {
+		if !hasRow || string(rowID) != string(id) {
 			return n, false, rows.Err()
 		}
-		r, err := readScanRow(rows.st, q.Table, rowID, lean, rb)
+		more, err := take(rows.st, rowID)
 		if err != nil {
 			return n, false, err
 		}
-		rb.Add(r)
 		n++
+		if !more {
+			return n, true, nil
+		}
 		if hasRow = rows.Next(); hasRow {
-			rowID = rows.st.ColumnText(0)
+			rowID = columnReuse(rows.st, 0, rowID)
 		}
 	}
 	if err := ids.Err(); err != nil {
@@ -240,6 +258,17 @@ func scanDense(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key
 const scanIDsSQL = `SELECT row_id FROM sync_row_scopes
 WHERE partition=? AND tbl=? AND var=? AND value=? AND row_id > ?
 ORDER BY row_id LIMIT ?`
+
+// columnReuse reads column i's bytes into buf, reusing its capacity.
+func columnReuse(st *sqlite.Stmt, i int, buf []byte) []byte {
+	l := st.ColumnLen(i)
+	if cap(buf) < l {
+		buf = make([]byte, l, max(l, 64))
+	}
+	buf = buf[:l]
+	st.ColumnBytes(i, buf)
+	return buf
+}
 
 // columnInto reads column i as bytes into rb's blocks: nil for NULL.
 func columnInto(rb *rowbuf.Buffer, st *sqlite.Stmt, i int) []byte {
@@ -269,4 +298,90 @@ func dedupe(values []string) []string {
 		}
 	}
 	return out
+}
+
+// VisitRows implements store.RowVisitor. A scan of one value of one key
+// whose scopes are not read (every bootstrap page) hands each row to
+// visit as it steps over it, inside the read transaction, with its bytes
+// in buffers the scan reuses: the dense walk, then (when it gives up) the
+// join from the last row it visited, as scanMerge reads them. Any other
+// scan is ScanRows' rows, visited in order.
+func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScanQuery, visit func(r *store.Row) bool) error {
+	if len(q.Scopes) != 1 || !skipScopes(q) || len(dedupe(q.Scopes[0].Values)) != 1 || q.Limit <= 0 {
+		rows, err := s.ScanRows(ctx, partition, q)
+		if err != nil {
+			return err
+		}
+		for i := range rows {
+			if !visit(&rows[i]) {
+				break
+			}
+		}
+		return nil
+	}
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	t, err := s.table(q.Table)
+	if err != nil {
+		return err
+	}
+	after := ""
+	if q.After != nil {
+		after = *q.After
+	}
+	key, value := q.Scopes[0].Key, q.Scopes[0].Values[0]
+	return s.readTxOn(ctx, s.scanners, func(c *conn) error {
+		if err := visitOne(c, t, partition, q, key, value, after, q.Limit, visit); err != nil {
+			return fmt.Errorf("scan rows: %w", err)
+		}
+		return nil
+	})
+}
+
+// visitOne is scanMerge of one value without scopes, visiting the rows.
+func visitOne(c *conn, t *tableSQL, partition string, q store.RowScanQuery, key, value, after string, limit int, visit func(r *store.Row) bool) error {
+	var (
+		r                  = store.Row{Table: q.Table}
+		payload, cols, ids []byte
+		last               []byte
+		stopped            bool
+	)
+	take := func(st *sqlite.Stmt, id []byte) (bool, error) {
+		r.RowID = unsafe.String(unsafe.SliceData(id), len(id))
+		r.ServerVersion = st.ColumnInt64(1)
+		payload = columnReuse(st, 2, payload)
+		r.Payload = payload
+		r.ColumnVersions = nil
+		if st.ColumnType(3) != sqlite.TypeNull {
+			cols = columnReuse(st, 3, cols)
+			r.ColumnVersions = cols
+		}
+		last = append(last[:0], id...)
+		if !visit(&r) {
+			stopped = true
+			return false, nil
+		}
+		return true, nil
+	}
+	n, complete, err := walkDense(c, t, partition, q, key, value, after, limit, take)
+	if err != nil || stopped || complete {
+		return err
+	}
+	from := after
+	if n > 0 {
+		from = string(last)
+	}
+	rows, err := c.query(t.scanJoinLean, partition, q.Table, key, value, from, limit-n)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		ids = columnReuse(rows.st, 0, ids)
+		if more, err := take(rows.st, ids); err != nil || !more {
+			return err
+		}
+	}
+	return rows.Err()
 }

@@ -204,3 +204,86 @@ func TestReadTxAfterCancel(t *testing.T) {
 		}
 	}
 }
+
+// VisitRows visits the rows ScanRows returns, in order, whether the
+// dense walk completes, gives up for the join part-way (sparse) or is
+// not used (scopes read, several values); visit returning false stops it.
+func TestVisitRowsMatchesScanRows(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	const n = 400
+	project := func(i int) string {
+		switch {
+		case i < 150:
+			return "a" // dense
+		case i%10 == 0:
+			return "a" // then sparse: the walk gives up for the join
+		case i%2 == 0:
+			return "b"
+		default:
+			return "c"
+		}
+	}
+	seedScan(t, s, n, project)
+	type seen struct {
+		id      string
+		version int64
+		payload string
+		cols    string
+		nilCols bool
+	}
+	copyRow := func(r *store.Row) seen {
+		return seen{strings.Clone(r.RowID), r.ServerVersion, string(r.Payload), string(r.ColumnVersions), r.ColumnVersions == nil}
+	}
+	for _, c := range []struct {
+		name     string
+		values   []string
+		noScopes bool
+	}{
+		{"one value", []string{"a"}, true},
+		{"one value, scopes read", []string{"a"}, false},
+		{"two values", []string{"a", "b"}, true},
+		{"other value", []string{"c"}, true},
+	} {
+		for _, limit := range []int{7, 50, 151, 1000} {
+			for _, after := range []string{"", "r100", "r149", "r390"} {
+				q := store.RowScanQuery{Table: storetest.TableTasks, Scopes: wire.ScopeMap{{Key: storetest.VarProject, Values: c.values}}, Limit: limit, NoScopes: c.noScopes}
+				if after != "" {
+					q.After = &after
+				}
+				want, err := s.ScanRows(t.Context(), "p", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []seen
+				if err := s.VisitRows(t.Context(), "p", q, func(r *store.Row) bool {
+					got = append(got, copyRow(r))
+					return true
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(want) {
+					t.Fatalf("%s, limit %d after %q: visited %d rows, ScanRows %d", c.name, limit, after, len(got), len(want))
+				}
+				for i := range want {
+					if w := copyRow(&want[i]); got[i] != w {
+						t.Fatalf("%s, limit %d after %q: row %d visited %+v, ScanRows %+v", c.name, limit, after, i, got[i], w)
+					}
+				}
+				// Stopped after k rows: exactly k visited, the first k.
+				if k := len(want) / 2; k > 0 {
+					var ids []string
+					if err := s.VisitRows(t.Context(), "p", q, func(r *store.Row) bool {
+						ids = append(ids, strings.Clone(r.RowID))
+						return len(ids) < k
+					}); err != nil {
+						t.Fatal(err)
+					}
+					if len(ids) != k || ids[k-1] != want[k-1].RowID {
+						t.Fatalf("%s, limit %d: stopped after %d rows, want %d ending at %s", c.name, limit, len(ids), k, want[k-1].RowID)
+					}
+				}
+			}
+		}
+	}
+}

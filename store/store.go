@@ -118,6 +118,20 @@ type RequestStateReader interface {
 	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
 }
 
+// RowVisitor is implemented by stores that can hand the rows of a scan
+// to the caller as they are read instead of collecting them (a bootstrap
+// page is encoded straight from the store's buffers: no []Row of the
+// page, no copy of its payloads).
+type RowVisitor interface {
+	// VisitRows calls visit with the rows ScanRows(ctx, partition, q)
+	// returns, in the same order. The *Row, its strings and its byte
+	// slices are valid only during the call (the store reuses them): the
+	// caller copies what it keeps. visit returning false ends the scan
+	// (VisitRows then returns nil). An error may come after some rows
+	// were visited.
+	VisitRows(ctx context.Context, partition string, q RowScanQuery, visit func(r *Row) bool) error
+}
+
 // RequestState is the answer to ReadRequestState. A partition the store
 // does not know is ErrNotFound, as with Partition.
 type RequestState struct {

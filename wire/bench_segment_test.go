@@ -171,3 +171,46 @@ func BenchmarkSegmentReader10k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSegmentStoredRows10k writes 10,000 rows already in the
+// full-row codec (a server's stored rows) into a segment: WriteRow
+// validates each again, WriteStoredRow checks its framing only.
+func BenchmarkSegmentStoredRows10k(b *testing.B) {
+	h := benchHeader()
+	c := mustCodec(b, h.Columns, "id")
+	var encoded [][]byte
+	for _, row := range benchRows(10_000) {
+		rb, err := c.AppendRow(nil, row)
+		if err != nil {
+			b.Fatal(err)
+		}
+		encoded = append(encoded, rb)
+	}
+	for _, mode := range []string{"WriteRow", "WriteStoredRow"} {
+		b.Run(mode, func(b *testing.B) {
+			var out bytes.Buffer
+			b.ReportAllocs()
+			for b.Loop() {
+				out.Reset()
+				sw, err := NewSegmentWriter(&out, h)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, row := range encoded {
+					if mode == "WriteRow" {
+						err = sw.WriteRow(int64(i)+1, row)
+					} else {
+						err = sw.WriteStoredRow(int64(i)+1, row)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := sw.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(int64(out.Len()))
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"unsafe"
 )
 
 // RowCodec is the generated row codec of one table at one schema version
@@ -130,6 +131,111 @@ func (c *RowCodec) readRow(r *reader, dst []Value) {
 			return
 		}
 	}
+}
+
+// frameRow walks one full row at the reader's position as readRow does
+// without dst: the null bitmap (padding bits, non-nullable columns), the
+// size of every non-null value, the integer range and the boolean byte,
+// so the row ends where its layout says. It does not look into the bytes
+// of variable-length values: a string's UTF-8, a json value's document, a
+// blob_ref's syntax (the contents an encoder of this codec checked when
+// it wrote them). Failures are left in r.err.
+func (c *RowCodec) frameRow(r *reader) {
+	bitmap := c.readBitmap(r)
+	if r.err != nil {
+		return
+	}
+	for i := range c.cols {
+		if bitmap[i>>3]&(1<<(i&7)) != 0 {
+			continue
+		}
+		col := &c.cols[i]
+		switch col.Type {
+		case TypeString, TypeJSON, TypeBlobRef, TypeBytes, TypeCRDT:
+			r.bytes(col.Name)
+		case TypeInteger:
+			r.i64(col.Name)
+		case TypeFloat:
+			r.take(8, col.Name)
+		case TypeBoolean:
+			r.boolean(col.Name)
+		default:
+			r.fail("column %s has unknown type tag %d", col.Name, col.Type)
+		}
+		if r.err != nil {
+			return
+		}
+	}
+}
+
+// readBitmap reads a row's null bitmap and refuses a set padding bit or a
+// null in a non-nullable column.
+func (c *RowCodec) readBitmap(r *reader) []byte {
+	bitmap := r.take(c.bitmapLen, "row null bitmap")
+	if r.err != nil {
+		return nil
+	}
+	if c.bitmapLen > 0 && bitmap[c.bitmapLen-1]&c.padMask != 0 {
+		r.fail("row null bitmap has a set padding bit")
+		return nil
+	}
+	for k, b := range bitmap {
+		if b&c.nonNull[k] != 0 {
+			i := k*8 + bits.TrailingZeros8(b&c.nonNull[k])
+			r.fail("null bit set for non-nullable column %s", c.cols[i].Name)
+			return nil
+		}
+	}
+	return bitmap
+}
+
+// DecodeStoredRow decodes one full row into dst (one Value per column,
+// overwritten) as DecodeRow does, for row bytes the caller encoded with
+// this codec itself (a server's stored rows): it checks the row's framing
+// as SegmentWriter.WriteStoredRow does (the null bitmap, every value's
+// size, the integer range and boolean bytes, the row's end), so a row of
+// another layout is refused, but not the contents of strings, json values
+// and blob_refs. String and bytes values alias b. Failures are
+// *DecodeError values; dst is then unspecified.
+func (c *RowCodec) DecodeStoredRow(dst []Value, b []byte) error {
+	if len(dst) != len(c.cols) {
+		return invalidf("row decoded into %d values for %d columns", len(dst), len(c.cols))
+	}
+	r := reader{b: b}
+	bitmap := c.readBitmap(&r)
+	for i := range c.cols {
+		if r.err != nil {
+			return r.err
+		}
+		v := &dst[i]
+		*v = Value{}
+		if bitmap[i>>3]&(1<<(i&7)) != 0 {
+			v.Null = true
+			continue
+		}
+		col := &c.cols[i]
+		switch col.Type {
+		case TypeString, TypeJSON, TypeBlobRef:
+			if s := r.bytes(col.Name); len(s) > 0 {
+				v.Str = unsafe.String(&s[0], len(s))
+			}
+		case TypeInteger:
+			v.Int = r.i64(col.Name)
+		case TypeFloat:
+			v.Float = r.f64(col.Name)
+		case TypeBoolean:
+			v.Bool = r.boolean(col.Name)
+		case TypeBytes, TypeCRDT:
+			v.Bytes = r.bytes(col.Name)
+		default:
+			r.fail("column %s has unknown type tag %d", col.Name, col.Type)
+		}
+	}
+	r.finish("row")
+	if r.err != nil {
+		return r.err
+	}
+	return nil
 }
 
 // readValue decodes the non-null value of column i into v, which must be

@@ -249,6 +249,23 @@ func (c *RowCodec) checkRecord(w *writer, sv int64, row []byte) {
 	}
 }
 
+// checkStoredRecord refuses a row record whose serverVersion is out of
+// range or whose row does not frame as one full row of the columns
+// (frameRow): the check of a row the caller encoded with this layout's
+// codec itself.
+func (c *RowCodec) checkStoredRecord(w *writer, sv int64, row []byte) {
+	if sv < 1 || sv > MaxSafeInteger {
+		w.fail("row serverVersion %d is outside 1..2^53−1", sv)
+		return
+	}
+	r := reader{b: row}
+	c.frameRow(&r)
+	r.finish("row")
+	if r.err != nil {
+		w.fail("invalid row: %s", r.err.Reason)
+	}
+}
+
 // EncodeSegment encodes s canonically, one block per element of s.Blocks,
 // then the end marker. It refuses, with an *EncodeError, an empty block, a
 // serverVersion below 1 and a row that is not a valid full row of the

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -332,6 +331,9 @@ type pageLayout struct {
 // buildPage scans one page of rows and encodes it as an SSG2 segment.
 func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, limit int) (page, error) {
 	table := l.table
+	if v, ok := e.cfg.Store.(store.RowVisitor); ok {
+		return e.visitPage(ctx, v, partition, l, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true}, limit, nil)
+	}
 	rows, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true})
 	if err != nil {
 		return page{}, err
@@ -344,6 +346,9 @@ func (e *Engine) buildPage(ctx context.Context, partition string, l pageLayout, 
 // or, when the range now holds more than limit rows (rows written since
 // the boundaries were walked), the first limit of them (page.cut).
 func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLayout, eff wire.ScopeMap, after *string, through string, limit int) (page, error) {
+	if v, ok := e.cfg.Store.(store.RowVisitor); ok {
+		return e.visitPage(ctx, v, partition, l, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true}, limit, &through)
+	}
 	var rows []store.Row
 	for {
 		batch, err := e.cfg.Store.ScanRows(ctx, partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: limit + 1, NoScopes: true})
@@ -382,6 +387,101 @@ func (e *Engine) buildRangePage(ctx context.Context, partition string, l pageLay
 	}
 }
 
+// visitFirstRows is the rows a visited page has room for before it grows
+// to a full page.
+const visitFirstRows = 16
+
+// visitPage builds a page as buildPage (through nil) or buildRangePage
+// (through set) do, encoding each row as the store visits it (q reads
+// limit rows and a look-ahead row): the page holds the rows up to limit;
+// with through, those up to through, and when more than limit rows lie
+// before it, the first limit of them (cut). The bytes are encodeRows'.
+func (e *Engine) visitPage(ctx context.Context, v store.RowVisitor, partition string, l pageLayout, q store.RowScanQuery, limit int, through *string) (page, error) {
+	per := e.pageRowBytes.Load()
+	if per <= 0 {
+		per = 128
+	}
+	per += per / 8
+	// Room for the first visitFirstRows rows (an empty or small page,
+	// every section of a request with many subscriptions, allocates
+	// little), then for 16 times as many at each step up to a full page,
+	// sized by the last page's bytes per row and an eighth more: a full
+	// page copies its first 256 rows on the way, not its bytes at each
+	// doubling. A page that ends well short of its room is trimmed.
+	next := min(limit, visitFirstRows)
+	sw, err := wire.NewSegmentAppender(make([]byte, 0, 1024+len(l.cols)*32+int(per)*next), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	if err != nil {
+		return page{}, err
+	}
+	var (
+		n        int
+		lastID   []byte
+		more     bool
+		rowErr   error
+		rowBytes int
+	)
+	err = v.VisitRows(ctx, partition, q, func(r *store.Row) bool {
+		if through != nil && r.RowID > *through {
+			return false
+		}
+		if n == limit {
+			more = true
+			return false
+		}
+		payload := r.Payload
+		if l.narrow != nil {
+			if payload, rowErr = l.narrow(payload); rowErr != nil {
+				rowErr = fmt.Errorf("segment row %s: %w", r.RowID, rowErr)
+				return false
+			}
+		}
+		// As encodeRows: the framing of a stored row checked, not its
+		// contents.
+		if rowErr = sw.WriteStoredRow(r.ServerVersion, payload); rowErr != nil {
+			rowErr = fmt.Errorf("segment row %s: %w", r.RowID, rowErr)
+			return false
+		}
+		rowBytes += len(payload) + 8
+		lastID = append(lastID[:0], r.RowID...)
+		n++
+		if n == next && limit > n {
+			next = min(limit, n*16)
+			sw.Grow(int(per) * (next - n))
+		}
+		return true
+	})
+	if err == nil {
+		err = rowErr
+	}
+	if err != nil {
+		return page{}, err
+	}
+	if err := sw.Close(); err != nil {
+		return page{}, err
+	}
+	pg := page{rowCount: n}
+	switch {
+	case more:
+		// limit rows and another one (before through): the page ends at
+		// its last row; with through, the plan's page is cut there.
+		last := string(lastID)
+		pg.last, pg.cut = &last, through != nil
+	case through != nil:
+		last := *through
+		pg.last = &last
+	}
+	if n > 0 {
+		e.pageRowBytes.Store(int64(rowBytes / n))
+	}
+	pg.bytes = sw.Bytes()
+	if cap(pg.bytes)-len(pg.bytes) > len(pg.bytes)/4+4096 {
+		pg.bytes = slices.Clone(pg.bytes) // kept by the page cache
+	}
+	sum := sha256.Sum256(pg.bytes)
+	pg.id = "sha256:" + hex.EncodeToString(sum[:])
+	return pg, nil
+}
+
 // encodePage encodes the rows of a page scan (limit rows and a look-ahead
 // row when more follow) as an SSG2 segment.
 func encodePage(l pageLayout, rows []store.Row, limit int) (page, error) {
@@ -404,8 +504,9 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 	for _, row := range rows {
 		size += len(row.Payload) + 10
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	sw, err := wire.NewSegmentWriter(buf, wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
+	// Built in place: each block is appended to the segment's slice, not
+	// staged and copied.
+	sw, err := wire.NewSegmentAppender(make([]byte, 0, size), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
 	}
@@ -417,14 +518,18 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 				return page{}, fmt.Errorf("segment row %s: %w", row.RowID, err)
 			}
 		}
-		if err := sw.WriteRow(row.ServerVersion, payload); err != nil {
+		// Stored payloads were encoded and checked by this codec when
+		// they were written (a narrowed one just now): only their framing
+		// is checked again, which still refuses a row of another layout
+		// (a concurrent migration's; the serve gate explains it).
+		if err := sw.WriteStoredRow(row.ServerVersion, payload); err != nil {
 			return page{}, fmt.Errorf("segment row %s: %w", row.RowID, err)
 		}
 	}
 	if err := sw.Close(); err != nil {
 		return page{}, err
 	}
-	pg.bytes, pg.rowCount = buf.Bytes(), len(rows)
+	pg.bytes, pg.rowCount = sw.Bytes(), len(rows)
 	sum := sha256.Sum256(pg.bytes)
 	pg.id = "sha256:" + hex.EncodeToString(sum[:])
 	return pg, nil

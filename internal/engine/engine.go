@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncgo/syncgo/hostapi"
@@ -187,7 +188,10 @@ type Engine struct {
 	pages   pageCache
 	// bounds shares the page boundaries of bootstrap scans (pagePlan).
 	bounds sharedCache[boundsKey, []string]
-	images imageIndex
+	// pageRowBytes is the bytes per row of the last page visited from
+	// the store (visitPage): the next one's capacity.
+	pageRowBytes atomic.Int64
+	images       imageIndex
 	// published remembers recent segment publications (segments.go).
 	published recentPublications
 	// hot serves the downloads of the segments published lately

@@ -377,9 +377,15 @@ func (e *Engine) buildImage(ctx context.Context, key imageKey, t *schema.Compile
 			batch, full := probe, true
 			for {
 				buf := make([]sqliteimage.Row, 0, len(batch))
-				for _, row := range batch {
-					vals, err := codec.DecodeRow(row.Payload)
-					if err != nil {
+				// One slab of values per batch, and the stored rows'
+				// framing checked, not their contents (the codec checked
+				// them when they were written; a row of another layout is
+				// still refused).
+				n := len(t.Columns())
+				slab := make([]wire.Value, len(batch)*n)
+				for i, row := range batch {
+					vals := slab[i*n : (i+1)*n : (i+1)*n]
+					if err := codec.DecodeStoredRow(vals, row.Payload); err != nil {
 						send(scanned{err: fmt.Errorf("row %s: %w", row.RowID, err)})
 						return
 					}

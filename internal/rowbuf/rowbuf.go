@@ -38,20 +38,28 @@ type Buffer struct {
 
 // Add appends a row.
 func (b *Buffer) Add(r store.Row) {
-	if len(b.rows) == cap(b.rows) {
+	b.rows = Append(b.rows, b.Limit, r)
+}
+
+// Append appends v to s as Buffer.Add appends a row: a full s grows to
+// firstRows, then in one step to limit (at most 65,536), then by
+// doubling, instead of append's several copies on the way to a
+// 10,000-entry page.
+func Append[T any](s []T, limit int, v T) []T {
+	if len(s) == cap(s) {
 		n := firstRows
 		switch {
-		case cap(b.rows) == 0:
-		case b.Limit > cap(b.rows) && cap(b.rows) < maxStep:
-			n = min(b.Limit, maxStep)
+		case cap(s) == 0:
+		case limit > cap(s) && cap(s) < maxStep:
+			n = min(limit, maxStep)
 		default:
-			n = 2 * cap(b.rows)
+			n = 2 * cap(s)
 		}
-		grown := make([]store.Row, len(b.rows), n)
-		copy(grown, b.rows)
-		b.rows = grown
+		grown := make([]T, len(s), n)
+		copy(grown, s)
+		s = grown
 	}
-	b.rows = append(b.rows, r)
+	return append(s, v)
 }
 
 // Len is the number of rows added.
@@ -72,6 +80,17 @@ func (b *Buffer) Alloc(n int) []byte {
 	start := len(b.block)
 	b.block = b.block[:start+n]
 	return b.block[start : start+n : start+n]
+}
+
+// String returns b as a string whose bytes are a copy in the buffer's
+// blocks (which are never written again): "" for an empty b.
+func (b *Buffer) String(src []byte) string {
+	if len(src) == 0 {
+		return ""
+	}
+	v := b.Alloc(len(src))
+	copy(v, src)
+	return unsafe.String(&v[0], len(v))
 }
 
 // Copy returns a copy of src in the buffer's blocks: nil for nil, an

@@ -3,6 +3,7 @@ package rowbuf
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -128,5 +129,52 @@ func TestArenaReset(t *testing.T) {
 		a.Reset()
 	}); n != 0 {
 		t.Errorf("a fill after a Reset made %v allocations, want 0", n)
+	}
+}
+
+// TestAppendGrowth: Append keeps the values in order and grows a slice to
+// firstRows, then to the limit in one step, then by doubling; no step of
+// a 10,000-entry page under a limit of 10,001 copies it twice.
+func TestAppendGrowth(t *testing.T) {
+	var s []string
+	caps := map[int]bool{}
+	for i := range 25_000 {
+		s = Append(s, 10_001, strconv.Itoa(i))
+		caps[cap(s)] = true
+	}
+	for i, v := range s {
+		if v != strconv.Itoa(i) {
+			t.Fatalf("value %d is %q", i, v)
+		}
+	}
+	want := map[int]bool{firstRows: true, 10_001: true, 20_002: true, 40_004: true}
+	if len(caps) != len(want) {
+		t.Fatalf("capacities %v, want %v", caps, want)
+	}
+	for c := range want {
+		if !caps[c] {
+			t.Fatalf("capacities %v, want %v", caps, want)
+		}
+	}
+}
+
+// TestBufferString: strings cut from the blocks keep their bytes while
+// more values are cut after them and the source is reused.
+func TestBufferString(t *testing.T) {
+	var b Buffer
+	src := make([]byte, 0, 16)
+	var got []string
+	for i := range 5000 {
+		src = strconv.AppendInt(src[:0], int64(i), 10)
+		got = append(got, b.String(src))
+		b.Copy(bytes.Repeat([]byte{0xee}, i%40))
+	}
+	for i, s := range got {
+		if s != strconv.Itoa(i) {
+			t.Fatalf("string %d is %q", i, s)
+		}
+	}
+	if b.String(nil) != "" || b.String([]byte{}) != "" {
+		t.Fatal("empty source")
 	}
 }
