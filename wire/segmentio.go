@@ -101,10 +101,7 @@ func (sw *SegmentWriter) WriteRow(serverVersion int64, row []byte) error {
 	if chk.err != nil {
 		return chk.err
 	}
-	mark := len(sw.buf.b)
-	sw.buf.i64("row serverVersion", serverVersion)
-	sw.buf.b = append(sw.buf.b, row...)
-	return sw.added(mark)
+	return sw.appendRecord(serverVersion, row)
 }
 
 // WriteStoredRow appends a row record whose row bytes the caller encoded
@@ -125,6 +122,11 @@ func (sw *SegmentWriter) WriteStoredRow(serverVersion int64, row []byte) error {
 	if chk.err != nil {
 		return chk.err
 	}
+	return sw.appendRecord(serverVersion, row)
+}
+
+// appendRecord appends a checked row record to the current block.
+func (sw *SegmentWriter) appendRecord(serverVersion int64, row []byte) error {
 	mark := len(sw.buf.b)
 	sw.buf.i64("row serverVersion", serverVersion)
 	sw.buf.b = append(sw.buf.b, row...)
