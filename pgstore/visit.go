@@ -66,11 +66,7 @@ func (s *Store) visitScan(ctx context.Context, partition string, q store.RowScan
 	if err != nil {
 		return err
 	}
-	for i := range rows {
-		if !visit(&rows[i]) {
-			break
-		}
-	}
+	store.VisitEach(rows, visit)
 	return nil
 }
 

@@ -312,11 +312,7 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 		if err != nil {
 			return err
 		}
-		for i := range rows {
-			if !visit(&rows[i]) {
-				break
-			}
-		}
+		store.VisitEach(rows, visit)
 		return nil
 	}
 	if s.closed.Load() {

@@ -132,6 +132,16 @@ type RowVisitor interface {
 	VisitRows(ctx context.Context, partition string, q RowScanQuery, visit func(r *Row) bool) error
 }
 
+// VisitEach hands rows to visit in order until visit returns false: how a
+// RowVisitor visits a scan it reads whole (ScanRows' rows).
+func VisitEach(rows []Row, visit func(r *Row) bool) {
+	for i := range rows {
+		if !visit(&rows[i]) {
+			return
+		}
+	}
+}
+
 // RequestState is the answer to ReadRequestState. A partition the store
 // does not know is ErrNotFound, as with Partition.
 type RequestState struct {

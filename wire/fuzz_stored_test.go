@@ -13,18 +13,7 @@ import (
 func FuzzStoredRow(f *testing.F) {
 	c := mustCodec(f, testColumns(), "id")
 	h := SegmentHeader{Table: "t", SchemaVersion: 1, Columns: testColumns()}
-	seeds := [][]Value{
-		{{Str: "n-1"}, {Null: true}, {Str: ""}, {Null: true}, {Float: 3.5}, {Bool: true},
-			{Str: `{"tags": ["a"]}`}, {Null: true}, {Null: true}, {Null: true}},
-		{{Str: "n-2"}, {Str: "ζ"}, {Str: "b"}, {Int: -MaxSafeInteger}, {Float: -1.5}, {},
-			{Null: true}, {Bytes: []byte{0, 1}}, {Bytes: []byte{}}, {Str: `{"blobId":"` + testBlobID + `","byteLength":7,"name":"a.txt"}`}},
-	}
-	for _, row := range seeds {
-		if b, err := c.AppendRow(nil, row); err == nil {
-			f.Add(b)
-		}
-	}
-	f.Add([]byte{0xff, 0x03})
+	addRowSeeds(f, c)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		stored := make([]Value, len(testColumns()))
 		serr := c.DecodeStoredRow(stored, b)
