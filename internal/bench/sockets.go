@@ -148,7 +148,7 @@ func (s *vsocket) readLoop(rt *sspclient.Realtime, done chan struct{}) {
 			rx, _ := s.rx.last()
 			cursor, err := s.c.ApplyDelta(m.Delta)
 			if err != nil {
-				if !errors.Is(err, sspclient.ErrRoundInFlight) {
+				if !errors.Is(err, sspclient.ErrDeltaDropped) {
 					s.r.fail(err)
 				}
 				_ = s.recover(ctx)

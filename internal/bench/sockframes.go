@@ -174,7 +174,7 @@ func (s *vsocket) message(op ws.OpCode, b []byte, at, rx time.Time) bool {
 	// reused for the next round's reads.
 	cursor, err := s.c.ApplyDelta(append([]byte(nil), b[1:]...))
 	if err != nil {
-		if !errors.Is(err, sspclient.ErrRoundInFlight) {
+		if !errors.Is(err, sspclient.ErrDeltaDropped) {
 			s.r.fail(err)
 		}
 		s.recoverAsync()

@@ -176,7 +176,15 @@ type fclient struct {
 	realtime bool
 	dials    atomic.Int64
 	deltas   atomic.Int64
-	dropped  atomic.Int64 // deltas not applied (a round in flight)
+	dropped  atomic.Int64 // deltas not applied (a round in flight, or refused)
+	// refused counts the deltas refused because the pulls had not yet
+	// reached a dropped delta or the latest cursor at connect
+	// (sspclient.ErrCatchingUp): each would have applied over a gap.
+	refused atomic.Int64
+	// dialBehind counts the connections whose hello said the client was
+	// in sync (its client record, written when a pull was served) while
+	// the client's cursors were behind it: a pull's response was lost.
+	dialBehind atomic.Int64
 
 	vmu sync.Mutex // guards violation (rounds and deltas check it)
 	// violation is the first time the client held a row outside its
@@ -435,13 +443,14 @@ func (s *suite) run() {
 		}
 		errs += fc.errs
 	}
-	var dials, deltas int64
+	var dials, deltas, refused int64
 	for _, fc := range s.clients {
 		dials += fc.dials.Load()
 		deltas += fc.deltas.Load()
+		refused += fc.refused.Load()
 	}
-	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs; %d socket connections severed, %d deltas applied",
-		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries, dials, deltas)
+	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs; %d socket connections severed, %d deltas applied, %d refused until the pulls caught up",
+		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries, dials, deltas, refused)
 	if testing.Verbose() {
 		t.Logf("%s: the server's internal errors:%s", s.driver, s.internalErrors())
 	}
@@ -488,6 +497,9 @@ func (s *suite) socket(ctx context.Context, fc *fclient, stream uint64) {
 		}
 		fc.dials.Add(1)
 		if floor, ok := fc.c.AckFloor(); ok {
+			if !rt.Hello.RequiresSync && floor < rt.Hello.Cursor {
+				fc.dialBehind.Add(1)
+			}
 			_ = rt.Ack(floor) // the ack point after the last pull (§8.2): deltas start from it
 		}
 		sever := time.AfterFunc(time.Duration(30+rng.IntN(400))*time.Millisecond, func() { _ = rt.Drop() })
@@ -507,10 +519,13 @@ func (s *suite) socket(ctx context.Context, fc *fclient, stream uint64) {
 				continue // a heartbeat or another event
 			}
 			cursor, err := fc.c.ApplyDelta(m.Delta)
-			if errors.Is(err, sspclient.ErrRoundInFlight) {
+			if errors.Is(err, sspclient.ErrDeltaDropped) {
 				// Not applied: a wake-up, and no later delta may apply
 				// over the gap before a pull (§8.2).
 				fc.dropped.Add(1)
+				if errors.Is(err, sspclient.ErrCatchingUp) {
+					fc.refused.Add(1)
+				}
 				if !s.catchUp(ctx, fc, rt) {
 					break
 				}
@@ -755,8 +770,8 @@ func (s *suite) explainSuspects(ctx context.Context) {
 					subs = append(subs, fmt.Sprintf("%s cursor %d status %v effective %v", st.ID, st.Cursor, st.Status, st.Effective))
 				}
 			}
-			t.Logf("explain: %s (grants %v, realtime %v: %d deltas, %d dropped): %s", c, fc.grants, fc.realtime,
-				fc.deltas.Load(), fc.dropped.Load(), strings.Join(subs, "; "))
+			t.Logf("explain: %s (grants %v, realtime %v: %d deltas, %d dropped, dialBehind %d): %s", c, fc.grants, fc.realtime,
+				fc.deltas.Load(), fc.dropped.Load(), fc.dialBehind.Load(), strings.Join(subs, "; "))
 		}
 	}
 }

@@ -107,6 +107,9 @@ type Client struct {
 	// rowSeq is, by table and row id, the commit sequence of the last
 	// change applied to the row, deletes included (see applyChange).
 	rowSeq map[string]map[string]int64
+	// droppedMark is the highest SUB_END.nextCursor of the deltas that
+	// were not applied (-1 before any): see ApplyDelta.
+	droppedMark int64
 }
 
 // New returns a client of the server mounted at baseURL (the prefix of
@@ -122,7 +125,7 @@ func New(baseURL, token string, s *schema.Compiled, opts Options) (*Client, erro
 	}
 	c := &Client{
 		base: strings.TrimRight(baseURL, "/"), token: token, schema: s, opts: opts,
-		idPrefix: randomHex(6), rows: map[string]map[string]Row{}, rowSeq: map[string]map[string]int64{},
+		idPrefix: randomHex(6), rows: map[string]map[string]Row{}, rowSeq: map[string]map[string]int64{}, droppedMark: -1,
 	}
 	return c, nil
 }

@@ -91,6 +91,14 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 		return nil, fmt.Errorf("sspclient: realtime: first message is not hello")
 	}
 	rt.Hello = hello
+	// The server counts its deltas from the latest cursor at connect, and
+	// believes the client holds what its client record says (hello's
+	// cursor): the cursors the last pull answered, even when that answer
+	// never arrived. Deltas are refused until every subscription has
+	// pulled to the latest cursor, as after a dropped delta.
+	c.mu.Lock()
+	c.droppedMark = max(c.droppedMark, hello.LatestCursor)
+	c.mu.Unlock()
 	return rt, nil
 }
 
@@ -165,9 +173,20 @@ func (rt *Realtime) Close() error {
 // Drop closes the connection without a close frame, like a lost network.
 func (rt *Realtime) Drop() error { return rt.conn.Close() }
 
+// ErrDeltaDropped is what every error of ApplyDelta that leaves a delta
+// unapplied wraps: the caller must treat it as a wake-up and pull (§8.2).
+var ErrDeltaDropped = errors.New("sspclient: delta not applied")
+
 // ErrRoundInFlight is returned by ApplyDelta while a round runs: the delta
 // is not applied, and the caller must treat it as a wake-up (§8.2).
-var ErrRoundInFlight = errors.New("sspclient: a round is in flight; delta not applied")
+var ErrRoundInFlight = fmt.Errorf("%w: a round is in flight", ErrDeltaDropped)
+
+// ErrCatchingUp is returned by ApplyDelta after a delta was dropped and
+// before the pulls since reached it: a server without a replay buffer
+// never resends the dropped one, and a later delta would apply over the
+// gap (§8.2). A round limited by limitCommits can leave a subscription
+// short of the dropped delta; the caller pulls again.
+var ErrCatchingUp = fmt.Errorf("%w: the pulls since an earlier dropped delta have not reached it", ErrDeltaDropped)
 
 // ApplyDelta applies a delta (§8.2) like a pull response: per section,
 // only to a subscription that is active, has synced at least once and has
@@ -177,9 +196,14 @@ var ErrRoundInFlight = errors.New("sspclient: a round is in flight; delta not ap
 // delta of another log epoch applies nothing.
 func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 	if !c.roundMu.TryLock() {
+		c.markDropped(payload)
 		return -1, ErrRoundInFlight
 	}
 	defer c.roundMu.Unlock()
+	if c.behindDropped() {
+		c.markDropped(payload)
+		return -1, ErrCatchingUp
+	}
 	d := wire.NewBytesDecoder(payload, wire.DecoderOptions{Kind: wire.KindResponse})
 	if _, _, err := d.Header(); err != nil {
 		return -1, fmt.Errorf("sspclient: delta: %w", err)
@@ -266,4 +290,52 @@ func (c *Client) AckFloor() (int64, bool) {
 		}
 	}
 	return floor, ok
+}
+
+// markDropped records the highest SUB_END.nextCursor of a delta that was
+// not applied: until every subscription that applies deltas has pulled
+// to it, later deltas are refused (behindDropped). A delta that does not
+// decode, or of another log epoch, marks nothing: applying it would fail
+// or apply nothing.
+func (c *Client) markDropped(payload []byte) {
+	d := wire.NewBytesDecoder(payload, wire.DecoderOptions{Kind: wire.KindResponse})
+	if _, _, err := d.Header(); err != nil {
+		return
+	}
+	mark := int64(-1)
+	var epoch *string
+	for {
+		f, err := d.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *wire.RespHeader:
+			epoch = &f.LogEpoch
+		case *wire.SubEnd:
+			mark = max(mark, f.NextCursor)
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.opts.WireVersion >= wire.Version2 && (epoch == nil || c.logEpoch == nil || *c.logEpoch != *epoch) {
+		return // another log's delta applies nothing anyway
+	}
+	c.droppedMark = max(c.droppedMark, mark)
+}
+
+// behindDropped reports whether a subscription that applies deltas is
+// still short of the highest dropped delta.
+func (c *Client) behindDropped() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.subs {
+		if s.status == wire.SubActive && s.cursor >= 0 && s.bootstrapState == nil && s.cursor < c.droppedMark {
+			return true
+		}
+	}
+	return false
 }

@@ -114,6 +114,7 @@ func (c *Client) sub(id string) *subscription {
 func (c *Client) resetReplica() {
 	c.rows = map[string]map[string]Row{}
 	c.rowSeq = map[string]map[string]int64{} // a new log numbers its commits anew
+	c.droppedMark = -1
 	for _, s := range c.subs {
 		s.cursor, s.bootstrapState, s.effective, s.status, s.reason = -1, nil, nil, 0, ""
 	}
