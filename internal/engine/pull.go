@@ -185,8 +185,19 @@ func (r *request) saveClient(ctx context.Context) error {
 		for i, sub := range r.req.Subscriptions {
 			rec.Subscriptions[i] = store.SubscriptionRecord{ID: sub.ID, Table: sub.Table,
 				Scopes: scopeMapToMap(sub.Scopes), SchemaVersion: r.cs.Version()}
-			if out := r.pulled[i]; out.active && (first || out.nextCursor < rec.Cursor) {
-				rec.Cursor, first = out.nextCursor, false
+			out := r.pulled[i]
+			if !out.active {
+				continue
+			}
+			// What the client proved it holds: the cursor it sent, not
+			// the one this response answers, which may never arrive (see
+			// held). A subscription that has none yet counts its answer.
+			held := out.nextCursor
+			if sub.Cursor >= 0 && sub.Cursor < held {
+				held = sub.Cursor
+			}
+			if first || held < rec.Cursor {
+				rec.Cursor, first = held, false
 			}
 		}
 	}
