@@ -443,14 +443,15 @@ func (s *suite) run() {
 		}
 		errs += fc.errs
 	}
-	var dials, deltas, refused int64
+	var dials, deltas, refused, dialBehind int64
 	for _, fc := range s.clients {
 		dials += fc.dials.Load()
 		deltas += fc.deltas.Load()
 		refused += fc.refused.Load()
+		dialBehind += fc.dialBehind.Load()
 	}
-	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs; %d socket connections severed, %d deltas applied, %d refused until the pulls caught up",
-		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries, dials, deltas, refused)
+	t.Logf("%s: %d clients × %d steps in %v: faults %v, %d failed rounds (other than injected: %v), %d Postgres backends terminated, %d retried quiet syncs; %d socket connections severed, %d deltas applied, %d refused until the pulls caught up; %d connections told in sync while behind hello's cursor",
+		s.driver, len(s.clients), s.steps, faultPhase.Round(time.Millisecond), counts, errs, kinds, killed.Load(), quietRetries, dials, deltas, refused, dialBehind)
 	if testing.Verbose() {
 		t.Logf("%s: the server's internal errors:%s", s.driver, s.internalErrors())
 	}
