@@ -128,3 +128,85 @@ func nextMessage(t *testing.T, rt *sspclient.Realtime) sspclient.RealtimeMessage
 		}
 	}
 }
+
+// TestE2EClientRecordKeepsAck: an ack after a delta (§8.2) covers the
+// subscriptions the delta did not touch, whose cursors the client still
+// sends lower in its next round. That round keeps the acked cursor in
+// the client record (the subscription list is the same), so the record
+// is not moved back, and a socket opened after it is not sent to pull;
+// a lost response of that round changes nothing.
+func TestE2EClientRecordKeepsAck(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		lt := &losingTransport{base: http.DefaultTransport}
+		reader := e.client("reader", sspclient.Options{HTTPClient: &http.Client{Transport: lt}})
+		writer := e.client("writer", sspclient.Options{})
+		mustSubscribe(t, reader, "s1", "p1")
+		mustSubscribe(t, reader, "s2", "p2")
+		mustUpsert(t, writer, taskRow("x", "p2", "before"))
+		syncQuiet(t, writer)
+		syncQuiet(t, reader)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		record := func() int64 {
+			rec, err := e.store.Client(ctx, e2ePartition, reader.ClientID())
+			if err != nil {
+				t.Fatalf("Client: %v", err)
+			}
+			return rec.Cursor
+		}
+		rt, err := reader.DialRealtime(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt.Hello.RequiresSync {
+			t.Fatalf("hello %+v after a quiet sync: want no sync required", rt.Hello)
+		}
+		mustUpsert(t, writer, taskRow("a", "p1", "delta"))
+		syncQuiet(t, writer)
+		head := e.partitionState().MaxCommitSeq
+		cursor, err := reader.ApplyDelta(nextDelta(t, rt))
+		if err != nil || cursor != head {
+			t.Fatalf("delta: cursor %d, err %v; want %d", cursor, err, head)
+		}
+		if err := rt.Ack(cursor); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the ack persisted", func() bool { return record() == head })
+		if s, _ := reader.Subscription("s2"); s.Cursor >= head {
+			t.Fatalf("s2's cursor %d; want below the acked %d (the delta did not touch it)", s.Cursor, head)
+		}
+		_ = rt.Close()
+
+		lt.lose.Store(true)
+		if _, err := reader.Round(ctx); !errors.Is(err, errResponseLost) {
+			t.Fatalf("lost round: %v", err)
+		}
+		lt.lose.Store(false)
+		if got := record(); got != head {
+			t.Fatalf("after a round sending s2's lower cursor: record %d; want the acked %d", got, head)
+		}
+		rt, err = reader.DialRealtime(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		if rt.Hello.RequiresSync || rt.Hello.Cursor != head {
+			t.Fatalf("hello %+v: want the acked cursor %d and no sync required", rt.Hello, head)
+		}
+	})
+}
+
+// nextDelta reads the socket until a delta arrives.
+func nextDelta(t *testing.T, rt *sspclient.Realtime) []byte {
+	t.Helper()
+	for {
+		m, err := rt.Next()
+		if err != nil {
+			t.Fatalf("waiting for a delta: %v", err)
+		}
+		if m.Delta != nil {
+			return m.Delta
+		}
+	}
+}

@@ -182,6 +182,7 @@ func (r *request) saveClient(ctx context.Context) error {
 	if r.req.Pull != nil {
 		rec.Subscriptions = make([]store.SubscriptionRecord, len(r.req.Subscriptions))
 		first := true
+		var answered int64
 		for i, sub := range r.req.Subscriptions {
 			rec.Subscriptions[i] = store.SubscriptionRecord{ID: sub.ID, Table: sub.Table,
 				Scopes: scopeMapToMap(sub.Scopes), SchemaVersion: r.cs.Version()}
@@ -190,15 +191,30 @@ func (r *request) saveClient(ctx context.Context) error {
 				continue
 			}
 			// What the client proved it holds: the cursor it sent, not
-			// the one this response answers, which may never arrive (see
-			// held). A subscription that has none yet counts its answer.
+			// the one this response answers, which may never arrive (a
+			// record ahead of the client would tell its next socket that
+			// it is in sync, and the next commit would reach it as a
+			// delta past what it holds). A subscription that has no
+			// cursor yet (a bootstrap) counts its answer: it applies no
+			// delta before it has one.
 			held := out.nextCursor
 			if sub.Cursor >= 0 && sub.Cursor < held {
 				held = sub.Cursor
 			}
 			if first || held < rec.Cursor {
-				rec.Cursor, first = held, false
+				rec.Cursor = held
 			}
+			if first || out.nextCursor < answered {
+				answered = out.nextCursor
+			}
+			first = false
+		}
+		// The stored cursor was proved too (sent, or acked after a delta,
+		// §8.2): over the same subscriptions it stays, up to this answer.
+		// An ack covers the subscriptions the delta did not touch, whose
+		// cursors the client sends lower.
+		if !first && prev != nil && prev.Cursor > rec.Cursor && store.SubscriptionsEqual(prev.Subscriptions, rec.Subscriptions) {
+			rec.Cursor = min(prev.Cursor, answered)
 		}
 	}
 	var err error
