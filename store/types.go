@@ -171,8 +171,12 @@ type ClientRecord struct {
 	ClientID    string
 	ActorID     string
 	WireVersion uint16
-	// Cursor is the minimum nextCursor across the client's active
-	// subscriptions at its last pull; -1 when it has none.
+	// Cursor is a cursor the client proved it holds: the lowest that its
+	// last pull's active subscriptions sent (a subscription without one
+	// counts the nextCursor answered), kept at a higher stored one over
+	// the same subscription list, or raised by a realtime ack (§8.2); -1
+	// when it has none. Not the nextCursor answered (§4.5): a lost
+	// response would leave it ahead of the client.
 	Cursor        int64
 	Subscriptions []SubscriptionRecord
 	UpdatedAtMs   int64
