@@ -91,11 +91,13 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 		return nil, fmt.Errorf("sspclient: realtime: first message is not hello")
 	}
 	rt.Hello = hello
-	// The server counts its deltas from the latest cursor at connect, and
-	// believes the client holds what its client record says (hello's
-	// cursor): the cursors the last pull answered, even when that answer
-	// never arrived. Deltas are refused until every subscription has
-	// pulled to the latest cursor, as after a dropped delta.
+	// The server counts its deltas from the latest cursor at connect,
+	// trusting its client record (hello's cursor), which can be ahead of
+	// a subscription: a server that records the cursors a pull answered
+	// (the reference) after that answer was lost, or acks that did not
+	// cover a subscription added since the last connect. Deltas are
+	// refused until every subscription has pulled to the latest cursor,
+	// as after a dropped delta.
 	c.mu.Lock()
 	c.droppedMark = max(c.droppedMark, hello.LatestCursor)
 	c.mu.Unlock()
@@ -185,7 +187,8 @@ var ErrRoundInFlight = fmt.Errorf("%w: a round is in flight", ErrDeltaDropped)
 // before the pulls since reached it: a server without a replay buffer
 // never resends the dropped one, and a later delta would apply over the
 // gap (§8.2). A round limited by limitCommits can leave a subscription
-// short of the dropped delta; the caller pulls again.
+// short of the dropped delta; the caller pulls again. The same holds
+// after a connect until the pulls reach hello's latestCursor.
 var ErrCatchingUp = fmt.Errorf("%w: the pulls since an earlier dropped delta have not reached it", ErrDeltaDropped)
 
 // ApplyDelta applies a delta (§8.2) like a pull response: per section,
