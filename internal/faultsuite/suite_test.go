@@ -414,16 +414,26 @@ func (s *suite) run() {
 	if s.pgKill != nil {
 		time.Sleep(1500 * time.Millisecond)
 	}
+	// A client far behind catches up limitCommits (8) commits a round:
+	// the large size's log takes more than 500 rounds (§8.4's catch-up by
+	// segments is not implemented), and each round that is not quiet
+	// brings at least one commit or bootstrap page.
+	part, err := s.store.Partition(ctx, partition)
+	if err != nil {
+		t.Fatalf("Partition: %v", err)
+	}
+	maxRounds := 500 + int(part.MaxCommitSeq)
 	quietRetries := 0
 	for pass := range 3 {
 		for _, fc := range s.clients {
 			for attempt := 0; ; attempt++ {
-				_, err := fc.c.SyncUntilQuiet(ctx, 500)
+				rounds, err := fc.c.SyncUntilQuiet(ctx, maxRounds)
 				if err == nil {
 					break
 				}
 				if attempt >= pgMaxConns || s.pgKill == nil {
-					t.Fatalf("%s: final sync (pass %d) without faults: %v\nthe server's internal errors:%s", fc.name, pass, err, s.internalErrors())
+					t.Fatalf("%s: final sync (pass %d) without faults: %v\nits last rounds:%s\nthe server's internal errors:%s",
+						fc.name, pass, err, lastRounds(rounds, 3), s.internalErrors())
 				}
 				quietRetries++
 				t.Logf("%s: final sync (pass %d) without faults failed, retrying: %v", fc.name, pass, err)
@@ -884,4 +894,22 @@ func render(t *testing.T, tbl *schema.CompiledTable, version int64, vals []wire.
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("v%d %s", version, b)
+}
+
+// lastRounds renders the sections of the last n rounds: what kept a
+// client from being quiet.
+func lastRounds(rounds []*sspclient.RoundResult, n int) string {
+	var b strings.Builder
+	for _, r := range rounds[max(0, len(rounds)-n):] {
+		fmt.Fprintf(&b, "\n  round: reset %v, %d pushed", r.ResetRequired, len(r.Pushed))
+		for _, sec := range r.Sections {
+			st := "none"
+			if sec.BootstrapState != nil {
+				st = "set"
+			}
+			fmt.Fprintf(&b, "\n    %s status %v reason %q bootstrap %v: %d commits, %d segments, %d rows, next %d, state %s, complete %v",
+				sec.ID, sec.Status, sec.Reason, sec.Bootstrap, sec.Commits, sec.Segments, sec.Rows, sec.NextCursor, st, sec.Complete)
+		}
+	}
+	return b.String()
 }
