@@ -123,7 +123,20 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // connection has the file open.
 func otherConnections(ctx context.Context, db string) ([]string, error) {
 	if config.IsPostgres(db) {
+		// A session that a process has just closed stays in
+		// pg_stat_activity until its backend exits: an operator who stops
+		// the servers and rotates at once would be refused. Sessions seen
+		// are looked at again for up to sessionGrace.
+		deadline := time.Now().Add(sessionGrace)
 		sessions, err := pgstore.OtherSessions(ctx, db)
+		for err == nil && len(sessions) > 0 && time.Now().Before(deadline) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+			sessions, err = pgstore.OtherSessions(ctx, db)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -139,6 +152,10 @@ func otherConnections(ctx context.Context, db string) ([]string, error) {
 	}
 	return []string{"another connection has " + db + " open (a running server?)"}, nil
 }
+
+// sessionGrace is how long the rotation waits for other sessions of a
+// Postgres database to end before it refuses.
+const sessionGrace = 2 * time.Second
 
 // newLogEpoch returns a fresh, unpredictable log epoch, as the engine
 // makes them.
