@@ -34,6 +34,16 @@ func (lt *losingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return nil, errResponseLost
 }
 
+// newLosingPair starts a server and two clients: a reader whose
+// responses the returned transport loses while told to, and a writer.
+func newLosingPair(t *testing.T, d e2eDriver) (*e2eEnv, *losingTransport, *sspclient.Client, *sspclient.Client) {
+	t.Helper()
+	e := newE2EEnv(t, d)
+	lt := &losingTransport{base: http.DefaultTransport}
+	reader := e.client("reader", sspclient.Options{HTTPClient: &http.Client{Transport: lt}})
+	return e, lt, reader, e.client("writer", sspclient.Options{})
+}
+
 // TestE2EDeltaAfterLostPull: a pull whose response is lost leaves the
 // client where it was. Had the server recorded the cursor that response
 // answered, a socket opened then would be told the client was in sync,
@@ -44,10 +54,7 @@ func (lt *losingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // wake-up, and deltas resume once the client's ack covers the log.
 func TestE2EDeltaAfterLostPull(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newE2EEnv(t, d)
-		lt := &losingTransport{base: http.DefaultTransport}
-		reader := e.client("reader", sspclient.Options{HTTPClient: &http.Client{Transport: lt}})
-		writer := e.client("writer", sspclient.Options{})
+		e, lt, reader, writer := newLosingPair(t, d)
 		mustSubscribe(t, reader, "s", "p1")
 		mustSubscribe(t, writer, "s", "p1")
 		syncQuiet(t, reader)
@@ -147,10 +154,7 @@ func nextMessage(t *testing.T, rt *sspclient.Realtime) sspclient.RealtimeMessage
 // a lost response of that round changes nothing.
 func TestE2EClientRecordKeepsAck(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newE2EEnv(t, d)
-		lt := &losingTransport{base: http.DefaultTransport}
-		reader := e.client("reader", sspclient.Options{HTTPClient: &http.Client{Transport: lt}})
-		writer := e.client("writer", sspclient.Options{})
+		e, lt, reader, writer := newLosingPair(t, d)
 		mustSubscribe(t, reader, "s1", "p1")
 		mustSubscribe(t, reader, "s2", "p2")
 		mustUpsert(t, writer, taskRow("x", "p2", "before"))
