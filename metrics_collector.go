@@ -22,7 +22,7 @@ type serverCollector struct {
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
-	pageCache, images, readAhead                              *prometheus.Desc
+	pageCache, images, readAhead, catchUpResets               *prometheus.Desc
 	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
 	socketsRefused                                            *prometheus.Desc
 	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
@@ -61,6 +61,8 @@ func newServerCollector(s *Server) *serverCollector {
 		readAhead: d("syncgo_pull_read_ahead_total", "Commit windows of catch-ups, by result: read (read ahead, while the client "+
 			"read the window before), used (taken by the client's next request instead of reading it) or precompressed (used, and "+
 			"answered with its response body encoded and compressed while it was read ahead).", "result"),
+		catchUpResets: d("syncgo_pull_catchup_resets_total", "Pulls far behind answered with a reset (a fresh bootstrap) instead of "+
+			"the replay of the log (§8.4, limits.catchup_bootstrap_after)."),
 		images: d("syncgo_sqlite_images_total", "SQLite image bootstrap outcomes: built, reused, rows_lane (too large, served as rows).", "result"),
 
 		admCapacity: d("syncgo_admission_capacity", "Concurrent /sync requests allowed (Config.MaxConcurrentRequests)."),
@@ -84,7 +86,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.readAhead, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
+		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -141,6 +143,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.readAhead, raRead, "read")
 	counter(c.readAhead, raUsed, "used")
 	counter(c.readAhead, raPre, "precompressed")
+	counter(c.catchUpResets, s.eng.CatchUpResets())
 	im := s.eng.SQLiteImageStats()
 	counter(c.images, im.Built, "built")
 	counter(c.images, im.Reused, "reused")

@@ -71,6 +71,13 @@ type Limits struct {
 	// a merge result larger than it fails the operation with
 	// sync.crdt_merge_failed. Default 8 MiB.
 	MaxCRDTBytes int
+	// CatchUpBootstrapAfter: a pull whose cursor is more than this many
+	// commits behind the partition's newest (and more than its
+	// limitCommits) is answered reset, a fresh bootstrap, instead of the
+	// replay of the log (§8.4), when a change to the subscription's table
+	// in its scope follows the cursor and the scope's rows are at most
+	// half the gap. Default 10,000; negative: always replay.
+	CatchUpBootstrapAfter int64
 }
 
 // RetentionPolicy is the pruning policy of §4.6. Zero fields take the

@@ -314,6 +314,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 			InlineSegmentMaxBytes:      l.InlineSegmentMaxBytes,
 			SegmentTTL:                 l.SegmentTTL,
 			MaxCRDTBytes:               l.MaxCRDTBytes,
+			CatchUpBootstrapAfter:      l.CatchUpBootstrapAfter,
 		},
 		Realtime: syncgo.RealtimeConfig{
 			Heartbeat:         cfg.Realtime.Heartbeat,

@@ -172,6 +172,10 @@ type Limits struct {
 	// MaxCRDTBytes bounds a crdt column value, pushed or merged (0: the
 	// default, 8 MiB).
 	MaxCRDTBytes int `yaml:"max_crdt_bytes"`
+	// CatchUpBootstrapAfter: a pull more than this many commits behind
+	// may be answered with a fresh bootstrap (0: the default, 10,000;
+	// negative: never).
+	CatchUpBootstrapAfter int64 `yaml:"catchup_bootstrap_after"`
 	// RatePerActor and RateGlobal are request rates (per second) of POST
 	// /sync and socket rounds, per actor and in total; zero: no limit
 	// (syncgo.RateLimitConfig).

@@ -113,6 +113,10 @@ type CRDTMerger interface {
 	Merge(stored, incoming []byte) ([]byte, error)
 }
 
+// DefaultCatchUpBootstrapAfter is the default of
+// Limits.CatchUpBootstrapAfter.
+const DefaultCatchUpBootstrapAfter = 10_000
+
 // DefaultMaxCRDTBytes is the default of Limits.MaxCRDTBytes.
 const DefaultMaxCRDTBytes = 8 << 20
 
@@ -167,6 +171,9 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxSubscriptionsPerRequest <= 0 {
 		c.Limits.MaxSubscriptionsPerRequest = 1000
 	}
+	if c.Limits.CatchUpBootstrapAfter == 0 {
+		c.Limits.CatchUpBootstrapAfter = DefaultCatchUpBootstrapAfter
+	}
 	if c.Limits.MaxCRDTBytes <= 0 {
 		c.Limits.MaxCRDTBytes = DefaultMaxCRDTBytes
 	}
@@ -200,6 +207,10 @@ type Engine struct {
 	// ahead holds the commit windows read ahead for catch-ups
 	// (readahead.go).
 	ahead *readAhead
+	// rowFloors remembers the row counts walked by catch-up decisions
+	// (catchup.go); catchUpResets counts the pulls they reset.
+	rowFloors     rowFloors
+	catchUpResets atomic.Int64
 }
 
 type touchState struct {

@@ -39,6 +39,10 @@ func (e *Engine) PageCacheStats() (hits, misses int64) {
 	return e.pages.hits.Load(), e.pages.misses.Load()
 }
 
+// CatchUpResets returns how many subscriptions far behind were answered
+// reset instead of a replay (catchup.go).
+func (e *Engine) CatchUpResets() int64 { return e.catchUpResets.Load() }
+
 // GateStatus is the serve gate as a readiness probe reads it, without a
 // partition: the stored schema version and the checkpoints pending at the
 // running version.

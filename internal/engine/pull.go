@@ -73,6 +73,16 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 		next, err := r.bootstrap(ctx, sub, eff, p, lim)
 		return subOutcome{active: true, nextCursor: next, effective: eff}, err
 	}
+	if sub.BootstrapState == nil {
+		reset, err := r.catchUpReset(ctx, sub, eff, p, lim)
+		if err != nil {
+			return subOutcome{}, err
+		}
+		if reset {
+			r.e.catchUpResets.Add(1)
+			return subOutcome{nextCursor: cursor}, r.emptySection(sub, wire.SubReset, syncerr.CodeCursorExpired)
+		}
+	}
 	// WireOnly: a section sends what COMMIT frames carry, never the
 	// commits' client ids.
 	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq,

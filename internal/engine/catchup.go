@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Catch-up by segments (§8.4): a pull whose cursor is far behind the head
+// is told to bootstrap again (a reset section, §4.6) when the snapshot of
+// its scope is small beside the log it would replay. The reset, not a
+// bootstrap answered to the cursor itself, because a client clears its
+// rows of the scope only on the first page of a fresh bootstrap (§5.6: a
+// request with cursor -1): segments sent to a pull with a cursor would
+// leave the rows deleted in the gap on the client.
+//
+// The test, in order of cost:
+//   - the gap (head - cursor) exceeds Limits.CatchUpBootstrapAfter and the
+//     request's limitCommits (one window would not do);
+//   - a change to the table carries a value of the subscription's first
+//     scope variable after the cursor (the replay is not empty);
+//   - the rows holding a value of the first scope variable, a bound of
+//     the snapshot's rows, are at most half the gap (a walk of at most
+//     gap/2+1 entries of the row scope index, remembered for a minute so
+//     that the windows of a catch-up that replays walk it once).
+//
+// A client that bootstraps slower than the log grows could be reset again
+// after its bootstrap; a replay would fall behind the same way.
+
+// maxCatchUpWalk bounds the index walk of the row test: a scope with more
+// rows is replayed, whatever the gap.
+const maxCatchUpWalk = 250_000
+
+// rowFloorTTL is how long a walk's result is used.
+const rowFloorTTL = time.Minute
+
+// maxRowFloors bounds the remembered walks.
+const maxRowFloors = 4096
+
+type rowFloorKey struct {
+	partition, epoch, table, digest string
+}
+
+// rowFloor is what a walk proved: at most over rows (atMost), or more
+// than over.
+type rowFloor struct {
+	over   int64
+	atMost bool
+	at     time.Time
+}
+
+// rowFloors remembers walks of the row scope index by scope.
+type rowFloors struct {
+	mu    sync.Mutex
+	m     map[rowFloorKey]rowFloor
+	order []rowFloorKey
+}
+
+// smallScope reports whether the rows of scope are at most n, walking the
+// index unless a remembered walk answers.
+func (f *rowFloors) smallScope(ctx context.Context, st store.Store, k rowFloorKey, scope wire.ScopeValues, n int64) (bool, error) {
+	now := time.Now()
+	f.mu.Lock()
+	got, ok := f.m[k]
+	f.mu.Unlock()
+	if ok && now.Sub(got.at) < rowFloorTTL {
+		switch {
+		case !got.atMost && got.over >= n: // more than got.over >= n rows
+			return false, nil
+		case got.atMost && got.over <= n: // at most got.over <= n rows
+			return true, nil
+		}
+	}
+	bounds, err := st.PageBoundaries(ctx, k.partition, store.RowScanQuery{Table: k.table,
+		Scopes: wire.ScopeMap{scope}, Limit: int(n), NoScopes: true}, 1)
+	if err != nil {
+		return false, fmt.Errorf("catch-up rows: %w", err)
+	}
+	small := len(bounds) == 0 // no page of n rows with a row after it
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[rowFloorKey]rowFloor{}
+	}
+	if _, had := f.m[k]; !had {
+		f.order = append(f.order, k)
+		for len(f.order) > maxRowFloors {
+			delete(f.m, f.order[0])
+			f.order = f.order[1:]
+		}
+	}
+	f.m[k] = rowFloor{over: n, atMost: small, at: now}
+	return small, nil
+}
+
+// catchUpReset reports whether a subscription at cursor (no resume
+// token, cursor within [horizon, head]) should bootstrap again rather
+// than replay the log (§8.4).
+func (r *request) catchUpReset(ctx context.Context, sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) (bool, error) {
+	after := r.e.cfg.Limits.CatchUpBootstrapAfter
+	gap := p.MaxCommitSeq - sub.Cursor
+	if after < 0 || gap <= after || gap <= int64(lim.commits) || len(eff) == 0 {
+		return false, nil
+	}
+	latest, err := r.e.cfg.Store.LatestScopedChangeSeq(ctx, r.auth.Partition, sub.Table, eff[0])
+	if err != nil {
+		return false, fmt.Errorf("catch-up: %w", err)
+	}
+	if latest <= sub.Cursor {
+		return false, nil
+	}
+	n := min(gap/2, maxCatchUpWalk)
+	if n < 1 {
+		return false, nil
+	}
+	k := rowFloorKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table,
+		digest: wire.ScopeDigest(map[string][]string{eff[0].Key: eff[0].Values})}
+	small, err := r.e.rowFloors.smallScope(ctx, r.e.cfg.Store, k, eff[0], n)
+	return small, err
+}
