@@ -224,3 +224,90 @@ func nextDelta(t *testing.T, rt *sspclient.Realtime) []byte {
 		}
 	}
 }
+
+// TestE2EAckAfterSubscriptionOverHTTP: a subscription added by a pull
+// over HTTP while the client's socket stays connected is registered on
+// the socket only at its next connect (§8.1), so the socket's deltas do
+// not carry its commits, and an ack of them does not cover it. The ack is
+// not persisted while the record stores a list the socket did not
+// register: a socket opened before the client pulls again is told to
+// pull (not told it is in sync and then sent deltas past the new
+// subscription's missed commits), and the pull brings them. Once the
+// socket registered the list, acks are persisted again.
+func TestE2EAckAfterSubscriptionOverHTTP(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		reader, writer := e.client("reader", sspclient.Options{}), e.client("writer", sspclient.Options{})
+		mustSubscribe(t, reader, "s1", "p1")
+		mustSubscribe(t, writer, "w", "p1", "p2")
+		syncQuiet(t, reader)
+		syncQuiet(t, writer)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		record := func() int64 {
+			rec, err := e.store.Client(ctx, e2ePartition, reader.ClientID())
+			if err != nil {
+				t.Fatalf("Client: %v", err)
+			}
+			return rec.Cursor
+		}
+		rt, err := reader.DialRealtime(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rt.Hello.RequiresSync {
+			t.Fatalf("hello %+v after a quiet sync: want no sync required", rt.Hello)
+		}
+
+		mustSubscribe(t, reader, "s2", "p2") // over HTTP, the socket stays
+		syncQuiet(t, reader)
+		added := record()
+		mustUpsert(t, writer, taskRow("missed", "p2", "only s2"))
+		mustUpsert(t, writer, taskRow("a", "p1", "delta"))
+		syncQuiet(t, writer)
+		head := e.partitionState().MaxCommitSeq
+		cursor, err := reader.ApplyDelta(nextDelta(t, rt))
+		if err != nil || cursor != head {
+			t.Fatalf("delta: cursor %d, err %v; want %d", cursor, err, head)
+		}
+		if _, ok := reader.Row("tasks", "missed"); ok {
+			t.Fatal("the socket delivered a commit of the subscription added over HTTP")
+		}
+		if err := rt.Ack(cursor); err != nil {
+			t.Fatal(err)
+		}
+		_ = rt.Close() // persists the socket's last ack at once, or not at all
+		time.Sleep(600 * time.Millisecond)
+		if got := record(); got != added {
+			t.Fatalf("record %d after an ack of a socket that did not register s2; want %d, the pull's", got, added)
+		}
+
+		rt, err = reader.DialRealtime(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		if !rt.Hello.RequiresSync {
+			t.Fatalf("hello %+v: want a sync required (s2 has not had commit %d)", rt.Hello, head-1)
+		}
+		syncQuiet(t, reader)
+		if _, ok := reader.Row("tasks", "missed"); !ok {
+			t.Fatal("the pull after the reconnect did not bring s2's commit")
+		}
+		if err := rt.Ack(e.partitionState().MaxCommitSeq); err != nil { // caught up (§8.2)
+			t.Fatal(err)
+		}
+
+		// Registered at this connect: its acks are persisted again.
+		mustUpsert(t, writer, taskRow("b", "p2", "delta"))
+		syncQuiet(t, writer)
+		head = e.partitionState().MaxCommitSeq
+		if cursor, err = reader.ApplyDelta(nextDelta(t, rt)); err != nil || cursor != head {
+			t.Fatalf("delta after the reconnect: cursor %d, err %v; want %d", cursor, err, head)
+		}
+		if err := rt.Ack(cursor); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the ack persisted", func() bool { return record() == head })
+	})
+}

@@ -213,11 +213,18 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 		return false, err
 	}
 	advance := func() (bool, error) {
+		subs, ok, err := s.checkedSubscriptions(ctx, partition, []store.CursorAdvance{a})
+		if err != nil {
+			return false, fmt.Errorf("advance client cursor: %w", err)
+		}
+		if !ok[0] {
+			return false, nil
+		}
 		var (
 			epochOK bool
 			updated int64
 		)
-		err := s.pool.QueryRow(ctx, sqlAdvanceCursor, partition, a.ClientID, a.ActorID, a.Cursor, a.AtMs, a.LogEpoch).
+		err = s.pool.QueryRow(ctx, sqlAdvanceCursor, partition, a.ClientID, a.ActorID, a.Cursor, a.AtMs, a.LogEpoch, subs[0]).
 			Scan(&epochOK, &updated)
 		if err != nil {
 			return false, fmt.Errorf("advance client cursor: %w", storageFull(err))
@@ -245,10 +252,17 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 		return nil, err
 	}
 	run := func() ([]bool, error) {
-		// Client order, a client's highest ack first; only that one is sent.
-		order := make([]int, len(advances))
-		for i := range order {
-			order[i] = i
+		subs, ok, err := s.checkedSubscriptions(ctx, partition, advances)
+		if err != nil {
+			return nil, fmt.Errorf("advance client cursors: %w", err)
+		}
+		// Client order, a client's highest ack first; only that one is
+		// sent. Acks whose socket's subscriptions are not stored are not.
+		order := make([]int, 0, len(advances))
+		for i := range advances {
+			if ok[i] {
+				order = append(order, i)
+			}
 		}
 		slices.SortFunc(order, func(x, y int) int {
 			ax, ay := advances[x], advances[y]
@@ -261,15 +275,20 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 		n := len(order)
 		clients, actors, epochs := make([]string, n), make([]string, n), make([]string, n)
 		cursors, ats, idx := make([]int64, n), make([]int64, n), make([]int32, n)
+		checked := make([]*string, n)
 		for k, i := range order {
 			a := advances[i]
 			clients[k], actors[k], epochs[k], cursors[k], ats[k], idx[k] = a.ClientID, a.ActorID, a.LogEpoch, a.Cursor, a.AtMs, int32(i)
+			checked[k] = subs[i]
 		}
-		rows, err := s.pool.Query(ctx, sqlAdvanceCursors, partition, clients, actors, epochs, cursors, ats, idx)
+		updated := make([]bool, len(advances))
+		if n == 0 {
+			return updated, nil
+		}
+		rows, err := s.pool.Query(ctx, sqlAdvanceCursors, partition, clients, actors, epochs, cursors, ats, idx, checked)
 		if err != nil {
 			return nil, fmt.Errorf("advance client cursors: %w", storageFull(err))
 		}
-		updated := make([]bool, len(advances))
 		var i int32
 		_, err = pgx.ForEachRow(rows, []any{&i}, func() error {
 			if i >= 0 && int(i) < len(updated) {
@@ -286,6 +305,48 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 		return run()
 	}
 	return s.clients.AdvanceMany(partition, advances, run)
+}
+
+// checkedSubscriptions reads the stored subscription lists of the
+// advances that carry a digest of their socket's (store.CursorAdvance):
+// ok is false for those whose record is absent or stores another list,
+// and subs holds, for those that match, the list read, which the update
+// requires still stored. Advances without a digest are ok, with a nil
+// list (unchecked).
+func (s *Store) checkedSubscriptions(ctx context.Context, partition string, advances []store.CursorAdvance) (subs []*string, ok []bool, err error) {
+	subs, ok = make([]*string, len(advances)), make([]bool, len(advances))
+	var ids []string
+	for i, a := range advances {
+		ok[i] = a.Subscriptions == 0
+		if !ok[i] {
+			ids = append(ids, a.ClientID)
+		}
+	}
+	if len(ids) == 0 {
+		return subs, ok, nil
+	}
+	stored := make(map[string]string, len(ids))
+	rows, err := s.pool.Query(ctx, sqlClientSubscriptions, partition, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	var id, text string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &text}, func() error {
+		stored[id] = text
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	for i, a := range advances {
+		text, found := stored[a.ClientID]
+		if ok[i] || !found {
+			continue
+		}
+		if store.StoredSubscriptionsMatch(a, []byte(text), decodeSubscriptions) {
+			ok[i], subs[i] = true, &text
+		}
+	}
+	return subs, ok, nil
 }
 
 // ActiveCursorFloor returns the lowest cursor among the partition's

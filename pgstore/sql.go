@@ -266,25 +266,29 @@ VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (partition, client_id) DO NOTHING`
 
 	// sqlAdvanceCursor checks the epoch and moves the cursor in one
-	// statement; an absent registry entry has the epoch "".
+	// statement; an absent registry entry has the epoch "". $7, when not
+	// null, is the subscription list read before (checkedSubscriptions):
+	// the record must still store it.
 	sqlAdvanceCursor = `WITH cur AS (
   SELECT coalesce((SELECT log_epoch FROM sync_partition_registry WHERE partition = $1), '') = $6 AS ok
 ), upd AS (
   UPDATE sync_clients SET cursor = GREATEST(cursor, $4), updated_at_ms = GREATEST(updated_at_ms, $5)
    WHERE partition = $1 AND client_id = $2 AND actor_id = $3 AND cursor < $4
-     AND (SELECT ok FROM cur)
+     AND (SELECT ok FROM cur) AND ($7::text IS NULL OR subscriptions = $7::jsonb)
   RETURNING 1
 )
 SELECT (SELECT ok FROM cur), (SELECT count(*) FROM upd)`
 
 	// sqlAdvanceCursors applies a batch of acks of partition $1
 	// (AdvanceClientCursors) as sqlAdvanceCursor applies one: monotonic,
-	// the record's own actor, the partition's current epoch only; it
-	// returns the positions (idx) of the acks that moved a cursor.
+	// the record's own actor, the partition's current epoch only, the
+	// subscription list read before when subs is not null; it returns the
+	// positions (idx) of the acks that moved a cursor.
 	sqlAdvanceCursors = `UPDATE sync_clients c SET cursor = a.cursor, updated_at_ms = GREATEST(c.updated_at_ms, a.at)
-FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[])
-  AS a(client_id, actor_id, epoch, cursor, at, idx)
+FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::int[], $8::text[])
+  AS a(client_id, actor_id, epoch, cursor, at, idx, subs)
 WHERE c.partition = $1 AND c.client_id = a.client_id AND c.actor_id = a.actor_id AND c.cursor < a.cursor
+  AND (a.subs IS NULL OR c.subscriptions = a.subs::jsonb)
   AND a.epoch = (SELECT log_epoch FROM sync_partition_registry WHERE partition = $1)
 RETURNING a.idx`
 
@@ -298,6 +302,9 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::bigin
 WHERE c.partition = u.partition AND c.client_id = u.client_id AND c.actor_id = u.actor_id
   AND c.wire_version = u.wire_version AND c.cursor = u.base
   AND EXISTS (SELECT 1 FROM sync_partition_registry r WHERE r.partition = u.partition AND r.log_epoch = u.epoch)`
+
+	sqlClientSubscriptions = `SELECT client_id, subscriptions::text FROM sync_clients
+ WHERE partition = $1 AND client_id = ANY($2::text[])`
 
 	sqlActiveCursorFloor = `SELECT min(cursor) FROM sync_clients WHERE partition = $1 AND updated_at_ms >= $2 AND cursor >= 0`
 )

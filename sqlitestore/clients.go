@@ -176,6 +176,9 @@ func (s *Store) advanceClientCursor(ctx context.Context, partition string, a sto
 		if err != nil {
 			return err
 		}
+		if ok, err := subscriptionsMatch(c, partition, a); err != nil || !ok {
+			return err
+		}
 		n, err := c.execChanges(sqlAdvanceCursor,
 			a.Cursor, a.AtMs, partition, a.ClientID, a.ActorID, a.Cursor)
 		updated = n == 1
@@ -188,6 +191,26 @@ func (s *Store) advanceClientCursor(ctx context.Context, partition string, a sto
 		return false, fmt.Errorf("advance client cursor: %w", err)
 	}
 	return updated, nil
+}
+
+// subscriptionsMatch reports whether an advance that carries a digest of
+// its socket's subscription list finds that list stored (on the writer,
+// so nothing changes it before the update). An absent record matches:
+// the update finds nothing.
+func subscriptionsMatch(c *conn, partition string, a store.CursorAdvance) (bool, error) {
+	if a.Subscriptions == 0 {
+		return true, nil
+	}
+	var subs []byte
+	err := c.queryRow(`SELECT subscriptions FROM sync_clients WHERE partition=? AND client_id=?`,
+		partition, a.ClientID).Scan(&subs)
+	if errors.Is(err, errNoRows) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return store.StoredSubscriptionsMatch(a, subs, store.DecodeSubscriptions), nil
 }
 
 var _ store.CursorBatchAdvancer = (*Store)(nil)
@@ -211,6 +234,11 @@ func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, adva
 			}
 			for i, a := range advances {
 				if a.LogEpoch != epoch {
+					continue
+				}
+				if ok, err := subscriptionsMatch(c, partition, a); err != nil {
+					return err
+				} else if !ok {
 					continue
 				}
 				n, err := c.execChanges(sqlAdvanceCursor,

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -317,6 +318,47 @@ func (w *ClientWriteBehind) Close(ctx context.Context) error {
 	close(w.stop)
 	<-w.done
 	return w.Flush(ctx)
+}
+
+// SubscriptionsDigest is a digest of a subscription list, in order: ids,
+// tables and scopes (keys sorted, values in order), never 0. Lists that
+// SubscriptionsEqual reports the same, whatever their schema versions,
+// have the same digest.
+func SubscriptionsDigest(subs []SubscriptionRecord) uint64 {
+	h := fnv.New64a()
+	var keys []string
+	for _, s := range subs {
+		h.Write([]byte(s.ID))
+		h.Write([]byte{0})
+		h.Write([]byte(s.Table))
+		h.Write([]byte{0})
+		keys = keys[:0]
+		for k := range s.Scopes {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			h.Write([]byte(k))
+			h.Write([]byte{1})
+			for _, v := range s.Scopes[k] {
+				h.Write([]byte(v))
+				h.Write([]byte{2})
+			}
+		}
+		h.Write([]byte{3})
+	}
+	return h.Sum64() | 1
+}
+
+// StoredSubscriptionsMatch reports whether an advance applies to a record
+// whose stored subscription list is stored (the encoded column): yes when
+// the advance carries no digest, or the list decodes to its digest.
+func StoredSubscriptionsMatch(a CursorAdvance, stored []byte, decode func([]byte) ([]SubscriptionRecord, error)) bool {
+	if a.Subscriptions == 0 {
+		return true
+	}
+	subs, err := decode(stored)
+	return err == nil && SubscriptionsDigest(subs) == a.Subscriptions
 }
 
 // SubscriptionsEqual reports whether two subscription lists are the same,

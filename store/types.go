@@ -202,6 +202,13 @@ type CursorAdvance struct {
 	LogEpoch string
 	Cursor   int64
 	AtMs     int64
+	// Subscriptions, when not zero, is the SubscriptionsDigest of the
+	// subscription list the acking socket registered: the advance applies
+	// only while the record stores a list of that digest. An ack covers
+	// what its socket delivers; a subscription that a pull over HTTP
+	// added or changed since is registered only at the next connect
+	// (§8.1), and its cursor is not the ack's.
+	Subscriptions uint64
 }
 
 // PruneResult reports a prune.

@@ -226,6 +226,7 @@ func (r *request) saveClient(ctx context.Context) error {
 		if !first && prev != nil && prev.Cursor > rec.Cursor && store.SubscriptionsEqual(prev.Subscriptions, rec.Subscriptions) {
 			rec.Cursor = min(prev.Cursor, answered)
 		}
+		r.savedSubs = store.SubscriptionsDigest(rec.Subscriptions)
 	}
 	var err error
 	if d, ok := r.e.cfg.Store.(store.ClientDeferrer); ok && r.deferrable(prev, rec) {

@@ -48,6 +48,9 @@ type request struct {
 	gw        *gateWriter
 	cs        *schema.Compiled // the schema version the client speaks
 	lastSeq   int64            // the newest commitSeq a push of this request answered
+	// savedSubs is the store.SubscriptionsDigest of the subscription list
+	// a pull recorded for the client (Outcome.SubscriptionsDigest).
+	savedSubs uint64
 	// pre is the request state read with the partition at entry (the
 	// serve gate and client record); nil when they are read one by one.
 	pre *store.RequestState
@@ -103,6 +106,11 @@ type Outcome struct {
 	LogEpoch string
 	// SchemaVersion is the schema version the client spoke.
 	SchemaVersion int32
+	// SubscriptionsDigest is the store.SubscriptionsDigest of the
+	// subscription list a pull recorded for the client: the list a socket
+	// that registers the pull's subscriptions acks for
+	// (store.CursorAdvance.Subscriptions).
+	SubscriptionsDigest uint64
 }
 
 // SubscriptionOutcome is one subscription of a completed pull.
@@ -157,6 +165,7 @@ func (e *Engine) ServeRound(ctx context.Context, auth Auth, req *wire.Request, r
 	out.SchemaVersion = r.cs.Version()
 	if req.Pull != nil {
 		out.Pulled = true
+		out.SubscriptionsDigest = r.savedSubs
 		out.Subscriptions = make([]SubscriptionOutcome, len(req.Subscriptions))
 		for i, sub := range req.Subscriptions {
 			so := SubscriptionOutcome{ID: sub.ID, Table: sub.Table, Active: r.pulled[i].active}

@@ -430,6 +430,7 @@ func (h *Hub) start(ctx context.Context, s *session) error {
 	latest := max(part.MaxCommitSeq, s.observed) // a commit notified after the read counts
 	s.observed = latest
 	s.epoch = part.LogEpoch
+	s.subs = store.SubscriptionsDigest(rec.Subscriptions)
 	behind := rec.Cursor < latest
 	s.suppressed = behind
 	s.starting = false
@@ -559,9 +560,8 @@ func (h *Hub) detach(s *session) {
 	h.dropPresenceLocked(s)
 	p.removeLocked(s)
 	p.mu.Unlock()
-	if cursor, epoch, ok := s.takeAck(); ok {
-		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, store.CursorAdvance{
-			ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: h.cfg.Now()})
+	if a, ok := s.takeAck(h.cfg.Now()); ok {
+		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, a)
 	}
 	h.stats.sessions.Add(-1)
 	h.churn.Add(1)

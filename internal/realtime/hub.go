@@ -468,9 +468,8 @@ func (h *Hub) flushAcks(all bool) {
 		if stripes > 1 && maphash.Comparable(h.ackSeed, s)%uint64(stripes) != uint64(turn) {
 			continue
 		}
-		if cursor, epoch, ok := s.takeAck(); ok {
-			acks = append(acks, pending{s.auth.Partition, store.CursorAdvance{
-				ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: epoch, Cursor: cursor, AtMs: now}})
+		if a, ok := s.takeAck(now); ok {
+			acks = append(acks, pending{s.auth.Partition, a})
 		}
 	}
 	if !all {

@@ -215,6 +215,9 @@ func (s *session) runRound(body []byte) {
 			completed = req.Version
 		case err == nil && out.Completed && out.Pulled:
 			completed = req.Version
+			s.mu.Lock()
+			s.subs = out.SubscriptionsDigest
+			s.mu.Unlock()
 			regs := make([]registration, 0, len(out.Subscriptions))
 			for _, sub := range out.Subscriptions {
 				if sub.Active {

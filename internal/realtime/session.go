@@ -74,8 +74,12 @@ type session struct {
 	wakeScheduled bool
 	ackPending    bool
 	ackCursor     int64
-	roundActive   bool
-	round         *roundState
+	// subs is the store.SubscriptionsDigest of the subscription list the
+	// registrations were made from (the stored one at connect, a round's
+	// after it): acks are persisted only while the record stores it.
+	subs        uint64
+	roundActive bool
+	round       *roundState
 	// roundMissed holds the commits observed during a round that did not
 	// match the registrations: the round's new registrations may match
 	// them after the round's pull read the log.
@@ -458,16 +462,18 @@ func (s *session) ack(cursor int64) {
 	s.ackPending = true
 }
 
-// takeAck returns the acknowledged cursor to persist, with the log epoch
-// it belongs to.
-func (s *session) takeAck() (cursor int64, epoch string, ok bool) {
+// takeAck returns the acknowledged cursor to persist, as an advance of
+// the client's record under the log epoch and subscription list it
+// belongs to.
+func (s *session) takeAck(atMs int64) (store.CursorAdvance, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.ackPending {
-		return 0, "", false
+		return store.CursorAdvance{}, false
 	}
 	s.ackPending = false
-	return s.ackCursor, s.epoch, true
+	return store.CursorAdvance{ClientID: s.clientID, ActorID: s.auth.ActorID, LogEpoch: s.epoch,
+		Cursor: s.ackCursor, AtMs: atMs, Subscriptions: s.subs}, true
 }
 
 // sectionChanges returns the changes of a commit that a registration

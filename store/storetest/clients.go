@@ -173,6 +173,11 @@ func testAdvanceCursor(t *testing.T, open Opener) {
 		{"backwards", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 3, AtMs: 2000}, false, nil, base},
 		{"other actor", store.CursorAdvance{ClientID: "c1", ActorID: "a2", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000}, false, nil, base},
 		{"stale epoch", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: "stale", Cursor: 15, AtMs: 2000}, false, store.ErrEpochMismatch, base},
+		{"stored subscriptions", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000,
+			Subscriptions: store.SubscriptionsDigest(base.Subscriptions)}, true, nil, advanced},
+		{"other subscriptions", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000,
+			Subscriptions: store.SubscriptionsDigest(append(base.Subscriptions, store.SubscriptionRecord{ID: "s2", Table: TableTasks,
+				Scopes: map[string][]string{VarProject: {"p2"}}}))}, false, nil, base},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,9 +223,20 @@ func testAdvanceCursors(t *testing.T, open Opener) {
 	base := func(id string) store.ClientRecord {
 		return store.ClientRecord{ClientID: id, ActorID: "a1", WireVersion: 3, Cursor: 10, UpdatedAtMs: 1000}
 	}
-	for _, id := range []string{"fwd", "same", "back", "actor", "stale", "twice"} {
-		e.putClient("p1", base(id))
+	for _, id := range []string{"fwd", "same", "back", "actor", "stale", "twice", "subs", "other-subs"} {
+		rec := base(id)
+		if id == "subs" || id == "other-subs" {
+			rec.Subscriptions = []store.SubscriptionRecord{{ID: "s1", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p1"}}}}
+		}
+		e.putClient("p1", rec)
 	}
+	// A socket acks for the list it registered: the stored one, or one
+	// that a pull over HTTP has replaced since.
+	withSubs := func(a store.CursorAdvance, subs ...store.SubscriptionRecord) store.CursorAdvance {
+		a.Subscriptions = store.SubscriptionsDigest(subs)
+		return a
+	}
+	s1 := store.SubscriptionRecord{ID: "s1", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p1"}}}
 	ack := func(id, actor, epoch string, cursor int64) store.CursorAdvance {
 		return store.CursorAdvance{ClientID: id, ActorID: actor, LogEpoch: epoch, Cursor: cursor, AtMs: 2000}
 	}
@@ -228,6 +244,7 @@ func testAdvanceCursors(t *testing.T, open Opener) {
 	advances := []store.CursorAdvance{
 		ack("twice", "a1", ep, 12), ack("fwd", "a1", ep, 15), ack("same", "a1", ep, 10), ack("back", "a1", ep, 3),
 		ack("actor", "a2", ep, 15), ack("stale", "a1", "stale", 15), ack("nobody", "a1", ep, 15), ack("twice", "a1", ep, 20),
+		withSubs(ack("subs", "a1", ep, 15), s1), withSubs(ack("other-subs", "a1", ep, 15)),
 	}
 	updated, err := b.AdvanceClientCursors(e.ctx, "p1", advances)
 	if err != nil {
@@ -236,7 +253,7 @@ func testAdvanceCursors(t *testing.T, open Opener) {
 	if len(updated) != len(advances) {
 		t.Fatalf("AdvanceClientCursors reported %d results for %d acks", len(updated), len(advances))
 	}
-	for i, want := range []bool{updated[0], true, false, false, false, false, false, true} {
+	for i, want := range []bool{updated[0], true, false, false, false, false, false, true, true, false} {
 		if updated[i] != want {
 			t.Errorf("ack %d (%s to %d): updated %t, want %t", i, advances[i].ClientID, advances[i].Cursor, updated[i], want)
 		}
@@ -251,6 +268,12 @@ func testAdvanceCursors(t *testing.T, open Opener) {
 	for _, id := range []string{"same", "back", "actor", "stale"} {
 		e.wantClient("p1", base(id))
 	}
+	withList := func(r store.ClientRecord) store.ClientRecord {
+		r.Subscriptions = []store.SubscriptionRecord{s1}
+		return r
+	}
+	e.wantClient("p1", withList(moved("subs", 15)))
+	e.wantClient("p1", withList(base("other-subs")))
 	if rec, err := e.s.Client(e.ctx, "p1", "nobody"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Client after acking an absent record = %s, %v; want ErrNotFound", fmtClient(rec), err)
 	}

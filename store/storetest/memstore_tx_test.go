@@ -79,7 +79,8 @@ func (s *memStore) AdvanceClientCursor(_ context.Context, id string, a store.Cur
 		return false, store.ErrEpochMismatch
 	}
 	c, ok := p.clients[a.ClientID]
-	if !ok || c.rec.ActorID != a.ActorID || (c.rec.Cursor >= a.Cursor && !s.is("advance-backwards")) {
+	if !ok || c.rec.ActorID != a.ActorID || (c.rec.Cursor >= a.Cursor && !s.is("advance-backwards")) ||
+		!store.StoredSubscriptionsMatch(a, c.subs, store.DecodeSubscriptions) {
 		return false, nil
 	}
 	c.rec.Cursor, c.rec.UpdatedAtMs = a.Cursor, a.AtMs
