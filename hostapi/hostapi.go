@@ -76,7 +76,7 @@ type Limits struct {
 	// limitCommits) is answered reset, a fresh bootstrap, instead of the
 	// replay of the log (§8.4), when a change to the subscription's table
 	// in its scope follows the cursor and the scope's rows are at most
-	// half the gap. Default 10,000; negative: always replay.
+	// half the gap and at most 10,000. Default 10,000; negative: always replay.
 	CatchUpBootstrapAfter int64
 }
 
