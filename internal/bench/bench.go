@@ -64,6 +64,11 @@ type Config struct {
 	Round    bool          // push: a push+pull round instead of a push
 	Commits  int           // catchup: seeded; fanout: pushed; reconnect: pushed while away
 	Seeded   bool          // catchup, bootstrap: the data exists under Scope
+	// CatchUpRows, when positive, makes the catch-up's commits update
+	// that many rows in turn instead of adding a row each: a scope small
+	// beside its log, which a server may answer with a fresh bootstrap
+	// (§8.4) that the catch-up then follows.
+	CatchUpRows int
 	// RoundDelay is a client's own time per catch-up round (its network
 	// round trip, its storage), spent waiting before the next request:
 	// what a server does meanwhile for the next round shows as less

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,9 +27,22 @@ func newTestServer(t testing.TB) (*httptest.Server, *schema.Compiled) {
 	return hs, sc
 }
 
+// newTestServerWith is newTestServer with the server's configuration
+// changed by tweak.
+func newTestServerWith(t testing.TB, tweak func(*syncgo.Config)) (*httptest.Server, *schema.Compiled) {
+	t.Helper()
+	hs, sc, _ := newTestServerOf(t, nil, tweak)
+	return hs, sc
+}
+
 // newTestServerWrapped is newTestServer with the server's handler wrapped
 // (nil: as it is); it also returns the server.
 func newTestServerWrapped(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.Handler) (*httptest.Server, *schema.Compiled, *syncgo.Server) {
+	t.Helper()
+	return newTestServerOf(t, wrap, nil)
+}
+
+func newTestServerOf(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.Handler, tweak func(*syncgo.Config)) (*httptest.Server, *schema.Compiled, *syncgo.Server) {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
 	if err != nil {
@@ -47,7 +61,7 @@ func newTestServerWrapped(t testing.TB, wrap func(*syncgo.Server, http.Handler) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := syncgo.New(syncgo.Config{
+	cfg := syncgo.Config{
 		Store:  st,
 		Schema: sc,
 		Authenticate: func(r *http.Request) (syncgo.Auth, error) {
@@ -60,7 +74,11 @@ func newTestServerWrapped(t testing.TB, wrap func(*syncgo.Server, http.Handler) 
 		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
 			return map[string][]string{"id": {"*"}, "project_id": {"*"}}, nil
 		},
-	})
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := syncgo.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,5 +257,31 @@ func TestSeededCatchup(t *testing.T) {
 	}
 	if got, _ := res.Figure("commits caught up"); got < 41_000/seedBatch || res.Errors != 0 {
 		t.Fatalf("seeded catch-up read %v commits with %d errors, want every seeded commit (at least %d)", got, res.Errors, 41_000/seedBatch)
+	}
+}
+
+// TestCatchUpFollowsReset: with -catchup-rows, commits that update a few
+// rows in turn make a scope small beside its log; a server that answers
+// such a catch-up with a reset (§8.4) is followed into a fresh bootstrap
+// of every row, and one that replays is read to the end.
+func TestCatchUpFollowsReset(t *testing.T) {
+	for _, after := range []int64{200, -1} {
+		t.Run(fmt.Sprint("after ", after), func(t *testing.T) {
+			hs, sc := newTestServerWith(t, func(c *syncgo.Config) { c.Limits.CatchUpBootstrapAfter = after })
+			res, err := Run(context.Background(), Config{URL: hs.URL, Schema: sc, Timeout: 10 * time.Second,
+				Workload: "catchup", Commits: 1500, CatchUpRows: 40})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resets, _ := res.Figure("resets (bootstrapped again)")
+			rows, _ := res.Figure("rows bootstrapped")
+			commits, _ := res.Figure("commits caught up")
+			if after > 0 && (resets != 1 || rows != 40 || commits != 0 || res.Errors != 0) {
+				t.Fatalf("resets %v, rows %v, commits %v, errors %d; want 1 reset and a bootstrap of the 40 rows", resets, rows, commits, res.Errors)
+			}
+			if after < 0 && (resets != 0 || commits != 1500 || res.Errors != 0) {
+				t.Fatalf("resets %v, commits %v, errors %d; want the 1,500 commits replayed", resets, commits, res.Errors)
+			}
+		})
 	}
 }

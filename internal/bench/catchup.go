@@ -51,16 +51,20 @@ func runCatchup(ctx context.Context, r *runner) error {
 	var last int64
 	if !r.cfg.Seeded {
 		var err error
-		if last, err = r.seed(ctx, r.cfg.Commits, false); err != nil {
+		if last, err = r.seedRows(ctx, r.cfg.Commits, r.cfg.CatchUpRows, false); err != nil {
 			return err
 		}
 	}
 	r.res.Params["fromCursor"] = p.sub.Cursor
+	if r.cfg.CatchUpRows > 0 {
+		r.res.Params["catchupRows"] = r.cfg.CatchUpRows
+	}
+	p.allowReset = true
 	var got atomic.Int64
 	line := &rateLine{what: "catchup", unit: "commits"}
 	r.status(func(el time.Duration) string { return line.render(el, int(got.Load()), 0) })
 	bytes0 := r.bytesIn.Load()
-	rounds := 0
+	rounds, resets, rows := 0, 0, 0
 	start := time.Now()
 	for {
 		st, err := p.round(ctx)
@@ -69,10 +73,18 @@ func runCatchup(ctx context.Context, r *runner) error {
 		}
 		rounds++
 		got.Add(int64(st.commits))
-		if st.epoch {
+		rows += st.rows
+		if st.reset {
+			// The server answers with a fresh bootstrap (§8.4): follow it.
+			if resets++; resets > 3 {
+				return r.fail(fmt.Errorf("catch-up: reset %d times", resets))
+			}
 			continue
 		}
-		if st.commits == 0 || (last > 0 && p.sub.Cursor >= last) {
+		if st.epoch || st.pending {
+			continue
+		}
+		if (st.commits == 0 && st.rows == 0) || (last > 0 && p.sub.Cursor >= last) {
 			break
 		}
 		if r.cfg.RoundDelay > 0 {
@@ -81,10 +93,16 @@ func runCatchup(ctx context.Context, r *runner) error {
 	}
 	elapsed := time.Since(start)
 	n := got.Load()
-	if !r.cfg.Seeded && n < int64(r.cfg.Commits) {
+	switch want := min(r.cfg.CatchUpRows, r.cfg.Commits); {
+	case r.cfg.Seeded:
+	case resets > 0 && r.cfg.CatchUpRows > 0 && rows < want:
+		r.errors.Add(int64(want - rows)) // the bootstrap must hold every row
+	case resets == 0 && n < int64(r.cfg.Commits):
 		r.errors.Add(int64(r.cfg.Commits) - n)
 	}
 	r.res.add("commits caught up", float64(n), "")
+	r.res.add("resets (bootstrapped again)", float64(resets), "")
+	r.res.add("rows bootstrapped", float64(rows), "")
 	r.res.addMs("catch-up time", elapsed)
 	r.res.add("commits/s", float64(n)/elapsed.Seconds(), "1/s")
 	r.res.add("rounds", float64(rounds), "")
@@ -97,6 +115,12 @@ func runCatchup(ctx context.Context, r *runner) error {
 // upserts each. It reports the seeding rate and returns the last
 // commitSeq.
 func (r *runner) seed(ctx context.Context, n int, batched bool) (int64, error) {
+	return r.seedRows(ctx, n, 0, batched)
+}
+
+// seedRows is seed, with the upserts going over rows rows in turn when
+// rows is positive (updates after the first rows upserts).
+func (r *runner) seedRows(ctx context.Context, n, rows int, batched bool) (int64, error) {
 	c, err := r.client(0, sspclient.Options{MaxOperationsPerRequest: seedBatch})
 	if err != nil {
 		return 0, err
@@ -113,7 +137,7 @@ func (r *runner) seed(ctx context.Context, n int, batched bool) (int64, error) {
 	start := time.Now()
 	for k := 0; k < n; k += seedBatch {
 		m := min(seedBatch, n-k)
-		if err := r.upsertN(c, prefix, r.cfg.Scope, k, m, batched); err != nil {
+		if err := r.upsertN(c, prefix, r.cfg.Scope, k, m, rows, batched); err != nil {
 			return 0, err
 		}
 		res, err := c.Push(ctx)

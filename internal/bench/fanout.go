@@ -144,7 +144,7 @@ func runFanout(ctx context.Context, r *runner) error {
 	srv0, srvErr := readCPUSeconds(r.pid)
 	self0 := selfCPUSeconds()
 	for k := range commits {
-		if err := r.upsertN(w, "f"+r.cfg.Scope, r.cfg.Scope, k, 1, false); err != nil {
+		if err := r.upsertN(w, "f"+r.cfg.Scope, r.cfg.Scope, k, 1, 0, false); err != nil {
 			return err
 		}
 		sent := time.Now()

@@ -39,6 +39,10 @@ type puller struct {
 	// being read.
 	codecs, segCodecs bodyDecoders
 	buf               *bufio.Reader
+	// allowReset: a reset section (§4.6, §8.4) restarts the subscription
+	// with a fresh bootstrap instead of failing the round; resetting is
+	// set from its SUB_START to its SUB_END.
+	allowReset, resetting bool
 }
 
 // checkSegment reads a downloaded segment's body, undoing its
@@ -95,6 +99,8 @@ type pullStats struct {
 	epoch bool
 	// pending reports an incomplete bootstrap (a resume token).
 	pending bool
+	// reset reports a reset section (puller.allowReset).
+	reset bool
 }
 
 func (r *runner) newPuller(i int, pull wire.PullHeader, cursor int64) *puller {
@@ -214,7 +220,14 @@ func (p *puller) apply(ctx context.Context, f wire.Frame, st *pullStats) error {
 	case *wire.SubEnd:
 		p.sub.Cursor, p.sub.BootstrapState = f.NextCursor, cloneOpt(f.BootstrapState)
 		st.pending = f.BootstrapState != nil
+		if p.resetting {
+			p.sub.Cursor, p.sub.BootstrapState, p.resetting, st.reset = -1, nil, false, true
+		}
 	case *wire.SubStart:
+		if f.Status == wire.SubReset && p.allowReset {
+			p.resetting = true
+			return nil
+		}
 		if f.Status != wire.SubActive {
 			return fmt.Errorf("subscription %s", f.Status)
 		}

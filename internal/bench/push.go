@@ -62,7 +62,7 @@ func runPush(ctx context.Context, r *runner) error {
 			defer wg.Done()
 			prefix := fmt.Sprintf("p%s-%d", r.cfg.Scope, i)
 			for k := 0; !stop.Load() && ctx.Err() == nil; k++ {
-				if err := r.upsertN(c, prefix, clientScope(r.cfg.Scope, i), k, 1, false); err != nil {
+				if err := r.upsertN(c, prefix, clientScope(r.cfg.Scope, i), k, 1, 0, false); err != nil {
 					r.fail(err)
 					return
 				}

@@ -36,7 +36,7 @@ func runReconnect(ctx context.Context, r *runner) error {
 	each(socks, (*vsocket).drop)
 	var last int64
 	for k := range r.cfg.Commits {
-		if err := r.upsertN(w, "r"+r.cfg.Scope, r.cfg.Scope, k, 1, false); err != nil {
+		if err := r.upsertN(w, "r"+r.cfg.Scope, r.cfg.Scope, k, 1, 0, false); err != nil {
 			return err
 		}
 		res, err := w.Push(ctx)

@@ -186,11 +186,17 @@ func (r *runner) waitCtx(ctx context.Context) (context.Context, context.CancelFu
 
 // upsertN queues n one-upsert commits of fresh rows in a scope value on
 // c, or one commit of n upserts when batched.
-func (r *runner) upsertN(c *sspclient.Client, prefix, scope string, from, n int, batched bool) error {
+func (r *runner) upsertN(c *sspclient.Client, prefix, scope string, from, n, rows int, batched bool) error {
+	id := func(k int) int {
+		if rows > 0 {
+			return k % rows
+		}
+		return k
+	}
 	if batched {
 		_, err := c.Mutate(func(tx *sspclient.Tx) error {
 			for k := from; k < from+n; k++ {
-				if err := tx.Upsert(r.gen.table.Name(), r.gen.row(prefix, k, scope)); err != nil {
+				if err := tx.Upsert(r.gen.table.Name(), r.gen.row(prefix, id(k), scope)); err != nil {
 					return err
 				}
 			}
@@ -199,7 +205,7 @@ func (r *runner) upsertN(c *sspclient.Client, prefix, scope string, from, n int,
 		return err
 	}
 	for k := from; k < from+n; k++ {
-		if _, err := c.Upsert(r.gen.table.Name(), r.gen.row(prefix, k, scope)); err != nil {
+		if _, err := c.Upsert(r.gen.table.Name(), r.gen.row(prefix, id(k), scope)); err != nil {
 			return err
 		}
 	}
