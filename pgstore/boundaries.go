@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // sqlPageBoundaries numbers the first $6 row ids after $5 of the scope
@@ -108,4 +109,27 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 		return nil, fmt.Errorf("page boundaries: %w", err)
 	}
 	return out, nil
+}
+
+var _ store.ScopeRowCounter = (*Store)(nil)
+
+// sqlCountScopeRows counts at most $5 entries of the row scope index of
+// the values $4 of key $3, in no order (no sort, no window).
+const sqlCountScopeRows = `SELECT count(*) FROM (SELECT 1 FROM sync_row_scopes
+ WHERE partition = $1 AND tbl = $2 AND var = $3 AND value = ANY($4::text[]) LIMIT $5) s`
+
+// CountScopeRows implements store.ScopeRowCounter in one statement over
+// the row scope index.
+func (s *Store) CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	if _, err := s.table(table); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, sqlCountScopeRows, partition, table, scope.Key, scope.Values, int64(limit)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count scope rows: %w", err)
+	}
+	return int(n), nil
 }

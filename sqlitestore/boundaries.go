@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // boundarySQL steps over one page of a scope value's index entries and
@@ -107,4 +108,42 @@ func boundariesOne(c *conn, partition, table, key, value, after string, limit, p
 		after = got[0]
 	}
 	return out, nil
+}
+
+var _ store.ScopeRowCounter = (*Store)(nil)
+
+// countScopeRowsSQL counts at most ? index entries of one scope value.
+const countScopeRowsSQL = `SELECT count(*) FROM (SELECT 1 FROM sync_row_scopes
+WHERE partition=? AND tbl=? AND var=? AND value=? LIMIT ?)`
+
+// CountScopeRows implements store.ScopeRowCounter from the row scope
+// index, value by value (a row holds one value per variable), in one read
+// transaction on a scan connection.
+func (s *Store) CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error) {
+	if s.closed.Load() {
+		return 0, store.ErrClosed
+	}
+	if _, err := s.table(table); err != nil {
+		return 0, err
+	}
+	values := dedupe(scope.Values)
+	n := 0
+	err := s.readTxOn(ctx, s.scanners, func(c *conn) error {
+		n = 0
+		for _, v := range values {
+			if n >= limit {
+				return nil
+			}
+			var got int64
+			if err := c.queryRow(countScopeRowsSQL, partition, table, scope.Key, v, limit-n).Scan(&got); err != nil {
+				return err
+			}
+			n += int(got)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("count scope rows: %w", err)
+	}
+	return min(n, limit), nil
 }

@@ -118,6 +118,13 @@ type RequestStateReader interface {
 	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
 }
 
+// ScopeRowCounter counts the rows of a table in a partition holding a value
+// of one scope variable, from the row scope index alone, up to a limit:
+// min(rows, limit). A store without it is asked with PageBoundaries.
+type ScopeRowCounter interface {
+	CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error)
+}
+
 // RowVisitor is implemented by stores that can hand the rows of a scan
 // to the caller as they are read instead of collecting them (a bootstrap
 // page is encoded straight from the store's buffers: no []Row of the

@@ -77,12 +77,21 @@ func (f *rowFloors) smallScope(ctx context.Context, st store.Store, k rowFloorKe
 			return true, nil
 		}
 	}
-	bounds, err := st.PageBoundaries(ctx, k.partition, store.RowScanQuery{Table: k.table,
-		Scopes: wire.ScopeMap{scope}, Limit: int(n), NoScopes: true}, 1)
-	if err != nil {
-		return false, fmt.Errorf("catch-up rows: %w", err)
+	var small bool
+	if c, ok := st.(store.ScopeRowCounter); ok {
+		rows, err := c.CountScopeRows(ctx, k.partition, k.table, scope, int(n)+1)
+		if err != nil {
+			return false, fmt.Errorf("catch-up rows: %w", err)
+		}
+		small = rows <= int(n)
+	} else {
+		bounds, err := st.PageBoundaries(ctx, k.partition, store.RowScanQuery{Table: k.table,
+			Scopes: wire.ScopeMap{scope}, Limit: int(n), NoScopes: true}, 1)
+		if err != nil {
+			return false, fmt.Errorf("catch-up rows: %w", err)
+		}
+		small = len(bounds) == 0 // no page of n rows with a row after it
 	}
-	small := len(bounds) == 0 // no page of n rows with a row after it
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {

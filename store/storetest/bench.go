@@ -257,4 +257,23 @@ func BenchmarkScanPages(b *testing.B, open Opener) {
 			}
 		}
 	})
+	// The row test of a catch-up far behind (engine/catchup.go): are
+	// there more than 10,000 rows? One page of 10,000 and the row after.
+	b.Run("CatchUpRowBound", func(b *testing.B) {
+		c, ok := s.(store.ScopeRowCounter)
+		for b.Loop() {
+			if ok {
+				n, err := c.CountScopeRows(ctx, partition, TableTasks, projectScope("bench")[0], 10_001)
+				if err != nil || n != 10_001 {
+					b.Fatalf("CountScopeRows = %d, %v; want 10001", n, err)
+				}
+				continue
+			}
+			got, err := s.PageBoundaries(ctx, partition, store.RowScanQuery{Table: TableTasks, Scopes: projectScope("bench"),
+				Limit: 10_000, NoScopes: true}, 1)
+			if err != nil || len(got) != 1 {
+				b.Fatalf("PageBoundaries = %d boundaries, %v; want 1", len(got), err)
+			}
+		}
+	})
 }

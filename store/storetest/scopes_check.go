@@ -220,6 +220,18 @@ func (e *env) checkBoundaries(what string, want []store.Row, table string, scope
 			}
 		}
 	}
+	if c, ok := e.s.(store.ScopeRowCounter); ok {
+		for _, lim := range []int{1, limit, len(want), len(want) + 1} {
+			if lim < 1 {
+				continue
+			}
+			got, err := c.CountScopeRows(e.ctx, "p1", table, scopes[0], lim)
+			if err != nil || got != min(len(want), lim) {
+				t.Errorf("%s: CountScopeRows(limit %d) = %d, %v; want %d", what, lim, got, err, min(len(want), lim))
+				return false
+			}
+		}
+	}
 	return true
 }
 
