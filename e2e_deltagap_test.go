@@ -162,20 +162,8 @@ func TestE2EClientRecordKeepsAck(t *testing.T) {
 		syncQuiet(t, reader)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		record := func() int64 {
-			rec, err := e.store.Client(ctx, e2ePartition, reader.ClientID())
-			if err != nil {
-				t.Fatalf("Client: %v", err)
-			}
-			return rec.Cursor
-		}
-		rt, err := reader.DialRealtime(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rt.Hello.RequiresSync {
-			t.Fatalf("hello %+v after a quiet sync: want no sync required", rt.Hello)
-		}
+		record := func() int64 { return recordCursor(ctx, t, e, reader) }
+		rt := dialInSync(ctx, t, reader)
 		mustUpsert(t, writer, taskRow("a", "p1", "delta"))
 		syncQuiet(t, writer)
 		head := e.partitionState().MaxCommitSeq
@@ -211,6 +199,30 @@ func TestE2EClientRecordKeepsAck(t *testing.T) {
 	})
 }
 
+// recordCursor is the cursor of a client's stored record.
+func recordCursor(ctx context.Context, t *testing.T, e *e2eEnv, c *sspclient.Client) int64 {
+	t.Helper()
+	rec, err := e.store.Client(ctx, e2ePartition, c.ClientID())
+	if err != nil {
+		t.Fatalf("Client: %v", err)
+	}
+	return rec.Cursor
+}
+
+// dialInSync opens a client's socket after a quiet sync: hello must not
+// ask for a pull.
+func dialInSync(ctx context.Context, t *testing.T, c *sspclient.Client) *sspclient.Realtime {
+	t.Helper()
+	rt, err := c.DialRealtime(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt.Hello.RequiresSync {
+		t.Fatalf("hello %+v after a quiet sync: want no sync required", rt.Hello)
+	}
+	return rt
+}
+
 // nextDelta reads the socket until a delta arrives.
 func nextDelta(t *testing.T, rt *sspclient.Realtime) []byte {
 	t.Helper()
@@ -244,20 +256,8 @@ func TestE2EAckAfterSubscriptionOverHTTP(t *testing.T) {
 		syncQuiet(t, writer)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		record := func() int64 {
-			rec, err := e.store.Client(ctx, e2ePartition, reader.ClientID())
-			if err != nil {
-				t.Fatalf("Client: %v", err)
-			}
-			return rec.Cursor
-		}
-		rt, err := reader.DialRealtime(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rt.Hello.RequiresSync {
-			t.Fatalf("hello %+v after a quiet sync: want no sync required", rt.Hello)
-		}
+		record := func() int64 { return recordCursor(ctx, t, e, reader) }
+		rt := dialInSync(ctx, t, reader)
 
 		mustSubscribe(t, reader, "s2", "p2") // over HTTP, the socket stays
 		syncQuiet(t, reader)
