@@ -38,17 +38,17 @@ import (
 // BenchmarkScanPages/CatchUpRowBound).
 const maxCatchUpWalk = 10_000
 
-// rowFloorTTL is how long a walk's result is used.
+// rowFloorTTL is how long a count's answer is used.
 const rowFloorTTL = time.Minute
 
-// maxRowFloors bounds the remembered walks.
+// maxRowFloors bounds the remembered answers.
 const maxRowFloors = 4096
 
 type rowFloorKey struct {
 	partition, epoch, table, digest string
 }
 
-// rowFloor is what a walk proved: at most over rows (atMost), or more
+// rowFloor is what a count proved: at most over rows (atMost), or more
 // than over.
 type rowFloor struct {
 	over   int64
@@ -56,7 +56,7 @@ type rowFloor struct {
 	at     time.Time
 }
 
-// rowFloors remembers walks of the row scope index by scope.
+// rowFloors remembers the counts of the row scope index by scope.
 type rowFloors struct {
 	mu    sync.Mutex
 	m     map[rowFloorKey]rowFloor
