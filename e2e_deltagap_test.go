@@ -164,16 +164,7 @@ func TestE2EClientRecordKeepsAck(t *testing.T) {
 		defer cancel()
 		record := func() int64 { return recordCursor(ctx, t, e, reader) }
 		rt := dialInSync(ctx, t, reader)
-		mustUpsert(t, writer, taskRow("a", "p1", "delta"))
-		syncQuiet(t, writer)
-		head := e.partitionState().MaxCommitSeq
-		cursor, err := reader.ApplyDelta(nextDelta(t, rt))
-		if err != nil || cursor != head {
-			t.Fatalf("delta: cursor %d, err %v; want %d", cursor, err, head)
-		}
-		if err := rt.Ack(cursor); err != nil {
-			t.Fatal(err)
-		}
+		head := commitAndAck(t, e, writer, reader, rt, taskRow("a", "p1", "delta"))
 		eventually(t, "the ack persisted", func() bool { return record() == head })
 		if s, _ := reader.Subscription("s2"); s.Cursor >= head {
 			t.Fatalf("s2's cursor %d; want below the acked %d (the delta did not touch it)", s.Cursor, head)
@@ -188,7 +179,7 @@ func TestE2EClientRecordKeepsAck(t *testing.T) {
 		if got := record(); got != head {
 			t.Fatalf("after a round sending s2's lower cursor: record %d; want the acked %d", got, head)
 		}
-		rt, err = reader.DialRealtime(ctx, nil)
+		rt, err := reader.DialRealtime(ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,6 +214,25 @@ func dialInSync(ctx context.Context, t *testing.T, c *sspclient.Client) *sspclie
 	return rt
 }
 
+// commitAndAck commits rows through the writer, applies the reader's
+// delta of them (which must reach the head) and acks it: the head.
+func commitAndAck(t *testing.T, e *e2eEnv, writer, reader *sspclient.Client, rt *sspclient.Realtime, rows ...map[string]any) int64 {
+	t.Helper()
+	for _, row := range rows {
+		mustUpsert(t, writer, row)
+	}
+	syncQuiet(t, writer)
+	head := e.partitionState().MaxCommitSeq
+	cursor, err := reader.ApplyDelta(nextDelta(t, rt))
+	if err != nil || cursor != head {
+		t.Fatalf("delta: cursor %d, err %v; want %d", cursor, err, head)
+	}
+	if err := rt.Ack(cursor); err != nil {
+		t.Fatal(err)
+	}
+	return head
+}
+
 // nextDelta reads the socket until a delta arrives.
 func nextDelta(t *testing.T, rt *sspclient.Realtime) []byte {
 	t.Helper()
@@ -250,64 +260,58 @@ func TestE2EAckAfterSubscriptionOverHTTP(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		e := newE2EEnv(t, d)
 		reader, writer := e.client("reader", sspclient.Options{}), e.client("writer", sspclient.Options{})
-		mustSubscribe(t, reader, "s1", "p1")
-		mustSubscribe(t, writer, "w", "p1", "p2")
-		syncQuiet(t, reader)
-		syncQuiet(t, writer)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		record := func() int64 { return recordCursor(ctx, t, e, reader) }
-		rt := dialInSync(ctx, t, reader)
-
-		mustSubscribe(t, reader, "s2", "p2") // over HTTP, the socket stays
-		syncQuiet(t, reader)
-		added := record()
-		mustUpsert(t, writer, taskRow("missed", "p2", "only s2"))
-		mustUpsert(t, writer, taskRow("a", "p1", "delta"))
-		syncQuiet(t, writer)
-		head := e.partitionState().MaxCommitSeq
-		cursor, err := reader.ApplyDelta(nextDelta(t, rt))
-		if err != nil || cursor != head {
-			t.Fatalf("delta: cursor %d, err %v; want %d", cursor, err, head)
-		}
-		if _, ok := reader.Row("tasks", "missed"); ok {
-			t.Fatal("the socket delivered a commit of the subscription added over HTTP")
-		}
-		if err := rt.Ack(cursor); err != nil {
-			t.Fatal(err)
-		}
-		_ = rt.Close() // persists the socket's last ack at once, or not at all
-		time.Sleep(600 * time.Millisecond)
-		if got := record(); got != added {
-			t.Fatalf("record %d after an ack of a socket that did not register s2; want %d, the pull's", got, added)
-		}
-
-		rt, err = reader.DialRealtime(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rt := ackNotOverAddedSubscription(ctx, t, e, reader, writer)
 		defer rt.Close()
-		if !rt.Hello.RequiresSync {
-			t.Fatalf("hello %+v: want a sync required (s2 has not had commit %d)", rt.Hello, head-1)
-		}
-		syncQuiet(t, reader)
-		if _, ok := reader.Row("tasks", "missed"); !ok {
-			t.Fatal("the pull after the reconnect did not bring s2's commit")
-		}
 		if err := rt.Ack(e.partitionState().MaxCommitSeq); err != nil { // caught up (§8.2)
 			t.Fatal(err)
 		}
 
 		// Registered at this connect: its acks are persisted again.
-		mustUpsert(t, writer, taskRow("b", "p2", "delta"))
-		syncQuiet(t, writer)
-		head = e.partitionState().MaxCommitSeq
-		if cursor, err = reader.ApplyDelta(nextDelta(t, rt)); err != nil || cursor != head {
-			t.Fatalf("delta after the reconnect: cursor %d, err %v; want %d", cursor, err, head)
-		}
-		if err := rt.Ack(cursor); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "the ack persisted", func() bool { return record() == head })
+		head := commitAndAck(t, e, writer, reader, rt, taskRow("b", "p2", "delta"))
+		eventually(t, "the ack persisted", func() bool { return recordCursor(ctx, t, e, reader) == head })
 	})
+}
+
+// ackNotOverAddedSubscription: the reader, in sync on s1 (p1) with its
+// socket open, adds s2 (p2) by a pull over HTTP (the reader's HTTP may go
+// to another server than its socket); the writer commits to p2, then p1;
+// the socket's delta of the p1 commit is acked, and the socket closed.
+// The record must keep the cursor the pull recorded, and a new socket
+// (returned, open) must be told to pull, which brings s2's commit.
+func ackNotOverAddedSubscription(ctx context.Context, t *testing.T, e *e2eEnv, reader, writer *sspclient.Client) *sspclient.Realtime {
+	t.Helper()
+	mustSubscribe(t, reader, "s1", "p1")
+	mustSubscribe(t, writer, "w", "p1", "p2")
+	syncQuiet(t, reader)
+	syncQuiet(t, writer)
+	rt := dialInSync(ctx, t, reader)
+
+	mustSubscribe(t, reader, "s2", "p2") // over HTTP, the socket stays
+	syncQuiet(t, reader)
+	added := recordCursor(ctx, t, e, reader)
+	head := commitAndAck(t, e, writer, reader, rt, taskRow("missed", "p2", "only s2"), taskRow("a", "p1", "delta"))
+	if _, ok := reader.Row("tasks", "missed"); ok {
+		t.Fatal("the socket delivered a commit of the subscription added over HTTP")
+	}
+	_ = rt.Close() // persists the socket's last ack at once, or not at all
+	time.Sleep(600 * time.Millisecond)
+	if got := recordCursor(ctx, t, e, reader); got != added {
+		t.Fatalf("record %d after an ack of a socket that did not register s2; want %d, the pull's", got, added)
+	}
+	rt, err := reader.DialRealtime(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rt.Hello.RequiresSync {
+		_ = rt.Close()
+		t.Fatalf("hello %+v: want a sync required (s2 has not had commit %d)", rt.Hello, head-1)
+	}
+	syncQuiet(t, reader)
+	if _, ok := reader.Row("tasks", "missed"); !ok {
+		_ = rt.Close()
+		t.Fatal("the pull after the reconnect did not bring s2's commit")
+	}
+	return rt
 }

@@ -376,3 +376,34 @@ func TestE2ESegmentStoreFull(t *testing.T) {
 		}
 	})
 }
+
+// hostRewrite sends a client's HTTP requests to another server of the
+// fleet; its socket, dialed by the client itself, stays on its base URL.
+type hostRewrite struct{ host string }
+
+func (h hostRewrite) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.URL.Host, r.Host = h.host, h.host
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestE2EFleetAckAfterSubscriptionOverHTTP is
+// TestE2EAckAfterSubscriptionOverHTTP across two processes: the socket on
+// A, the pull that adds a subscription on B. A's ack is not persisted
+// over the list B stored, and a reconnect is told to pull.
+func TestE2EFleetAckAfterSubscriptionOverHTTP(t *testing.T) {
+	forEachFleetDB(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		e := &e2eEnv{t: t, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
+		a, b := startNode(t, e, open(t)), startNode(t, e, open(t))
+		e.store, e.url = a.store, a.http.URL
+		bURL, err := url.Parse(b.http.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reader := e.client("reader", sspclient.Options{HTTPClient: &http.Client{Transport: hostRewrite{bURL.Host}}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rt := ackNotOverAddedSubscription(ctx, t, e, reader, e.client("writer", sspclient.Options{}))
+		_ = rt.Close()
+	})
+}
