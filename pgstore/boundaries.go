@@ -4,111 +4,139 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// sqlPageBoundaries numbers the first $6 row ids after $5 of the scope
-// values $4 of key $3 in bytewise order, from the primary key of
+// sqlWalkIDs is the walk's cursor over the first $6 row ids after $5 of
+// the scope values $4 of key $3 in bytewise order, from the primary key of
 // sync_row_scopes alone (one ordered, limited range per value, as scanSQL
-// reads them; row_id is COLLATE "C"), and returns those that end a page of
-// $7 rows and those that follow one: a page end is a boundary when the
-// next row exists. No row of the app table is read.
-const sqlPageBoundaries = `SELECT w.row_id, w.n FROM (
-  SELECT r.row_id, row_number() OVER (ORDER BY r.row_id COLLATE "C") AS n
-    FROM (SELECT r.row_id
-            FROM unnest($4::text[]) AS v(value)
-            CROSS JOIN LATERAL (
-              SELECT s.row_id FROM sync_row_scopes s
-               WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $3 AND s.value = v.value
-                 AND s.row_id COLLATE "C" > $5
-               ORDER BY s.row_id COLLATE "C"
-               LIMIT $6) r
-           ORDER BY r.row_id COLLATE "C"
-           LIMIT $6) r) w
- WHERE w.n % $7 IN (0, 1 % $7)
- ORDER BY w.n`
+// reads them; row_id is COLLATE "C"), merged. No row of the app table is
+// read.
+const sqlWalkIDs = `SELECT r.row_id
+  FROM unnest($4::text[]) AS v(value)
+  CROSS JOIN LATERAL (
+    SELECT s.row_id FROM sync_row_scopes s
+     WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $3 AND s.value = v.value
+       AND s.row_id COLLATE "C" > $5
+     ORDER BY s.row_id COLLATE "C"
+     LIMIT $6) r
+ ORDER BY r.row_id COLLATE "C"
+ LIMIT $6`
 
-// sqlPageBoundariesOne is sqlPageBoundaries for a single scope value ($4):
-// its range of the row scope key is in row-id order already, so the
-// entries are numbered as the index returns them, with no merge of
-// values and no sort of them (the sort of 100,000 entries, spilled to
-// disk at the default work_mem, was most of a 100,000-row walk).
-// Whatever index Postgres picks, the walk is one pass: a walk stepping
-// from boundary to boundary (OFFSET per page) was tried, and without
-// statistics Postgres ran each step over sync_row_scopes_by_row from the
-// start of the table's entries.
-const sqlPageBoundariesOne = `SELECT w.row_id, w.n FROM (
-  SELECT s.row_id, row_number() OVER (ORDER BY s.row_id COLLATE "C") AS n
-    FROM sync_row_scopes s
-   WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $3 AND s.value = $4
-     AND s.row_id COLLATE "C" > $5
-   ORDER BY s.row_id COLLATE "C"
-   LIMIT $6) w
- WHERE w.n % $7 IN (0, 1 % $7)
- ORDER BY w.n`
+// sqlWalkIDsOne is sqlWalkIDs for a single scope value ($4): its range of
+// the row scope key is in row-id order already, so the cursor reads the
+// index as it is, with no merge of values and no sort (the sort of
+// 100,000 entries, spilled to disk at the default work_mem, was most of a
+// 100,000-row walk).
+const sqlWalkIDsOne = `SELECT s.row_id FROM sync_row_scopes s
+ WHERE s.partition = $1 AND s.tbl = $2 AND s.var = $3 AND s.value = $4
+   AND s.row_id COLLATE "C" > $5
+ ORDER BY s.row_id COLLATE "C"
+ LIMIT $6`
 
-// PageBoundaries implements store.Store in one statement over the row
-// scope index.
+// walkCursor names the walk's cursor (one per transaction).
+const walkCursor = "sync_walk"
+
+// PageBoundaries implements store.Store: the boundaries of
+// WalkPageBoundaries, collected.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
-	if err := s.check(); err != nil {
+	var out []string
+	if err := s.WalkPageBoundaries(ctx, partition, q, pages, func(id string) { out = append(out, id) }); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+var _ store.BoundaryWalker = (*Store)(nil)
+
+// WalkPageBoundaries implements store.BoundaryWalker with a cursor over
+// the row scope index in one read-only transaction (one snapshot): each
+// step skips a page of entries on the server (MOVE, nothing sent) and
+// fetches the entry ending the page and the one after it, one round trip
+// per page, so a boundary is known about as soon as its page's entries
+// are passed. Numbering every entry in one statement (a window function)
+// cost its backend half as much again, and its answer came at the end.
+func (s *Store) WalkPageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int, found func(rowID string)) error {
+	if err := s.check(); err != nil {
+		return err
 	}
 	if len(q.Scopes) == 0 {
-		return nil, scanRequiresScope()
+		return scanRequiresScope()
 	}
 	if len(q.Scopes) > 1 {
-		return nil, store.ErrBoundariesOneKey
+		return store.ErrBoundariesOneKey
 	}
 	if q.Limit <= 0 || pages <= 0 {
-		return nil, fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
+		return fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
 	}
 	if _, err := s.table(q.Table); err != nil {
-		return nil, err
+		return err
 	}
 	first, _, ok := splitScopes(q.Scopes)
 	if !ok {
-		return nil, nil
+		return nil
 	}
 	after := ""
 	if q.After != nil {
 		after = *q.After
 	}
-	sql, values := sqlPageBoundaries, any(first.Values)
+	sql, values := sqlWalkIDs, any(first.Values)
 	if len(first.Values) == 1 {
-		sql, values = sqlPageBoundariesOne, first.Values[0]
+		sql, values = sqlWalkIDsOne, first.Values[0]
 	}
-	rows, err := s.pool.Query(ctx, sql, partition, q.Table, first.Key, values, after,
-		int64(q.Limit)*int64(pages)+1, int64(q.Limit))
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "DECLARE "+walkCursor+" NO SCROLL CURSOR FOR "+sql, partition, q.Table, first.Key, values, after,
+			int64(q.Limit)*int64(pages)+1); err != nil {
+			return err
+		}
+		return walkSteps(ctx, tx.Conn().PgConn(), q.Limit, pages, found)
+	})
 	if err != nil {
-		return nil, fmt.Errorf("page boundaries: %w", err)
+		return fmt.Errorf("page boundaries: %w", err)
 	}
-	defer rows.Close()
-	var (
-		out     []string
-		pending string // a page end waiting for the row after it
-		pendN   int64  = -1
-	)
-	for rows.Next() {
-		var (
-			id string
-			n  int64
-		)
-		if err := rows.Scan(&id, &n); err != nil {
-			return nil, fmt.Errorf("page boundaries: %w", err)
+	return nil
+}
+
+// walkSteps steps the walk's cursor a page at a time: it skips to the
+// entry ending page n+1 ((n+1)*limit) and fetches it and the one after
+// it. One-row pages are fetched at once (pages+1 entries): the row after
+// a boundary is then the next boundary, and a NO SCROLL cursor does not
+// step back.
+func walkSteps(ctx context.Context, conn *pgconn.PgConn, limit, pages int, found func(string)) error {
+	if limit == 1 {
+		res, err := conn.Exec(ctx, fmt.Sprintf("FETCH %d FROM %s", pages+1, walkCursor)).ReadAll()
+		if err != nil {
+			return err
 		}
-		if pendN >= 0 && n == pendN+1 && len(out) < pages {
-			out = append(out, pending)
+		rows := res[0].Rows
+		for i := 0; i+1 < len(rows) && i < pages; i++ {
+			found(string(rows[i][0]))
 		}
-		pendN = -1
-		if n%int64(q.Limit) == 0 {
-			pending, pendN = id, n
-		}
+		return nil
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("page boundaries: %w", err)
+	moved := 0 // entries passed: the cursor is on entry `moved`
+	for n := 0; n < pages; n++ {
+		sql := "FETCH 2 FROM " + walkCursor
+		skip := (n+1)*limit - 1 - moved
+		if skip > 0 {
+			sql = fmt.Sprintf("MOVE FORWARD %d IN %s; %s", skip, walkCursor, sql)
+		}
+		res, err := conn.Exec(ctx, sql).ReadAll()
+		if err != nil {
+			return err
+		}
+		rows := res[len(res)-1].Rows
+		if len(rows) < 2 { // the page is not full, or nothing follows it
+			return nil
+		}
+		found(string(rows[0][0]))
+		moved += skip + 2
 	}
-	return out, nil
+	return nil
 }
 
 var _ store.ScopeRowCounter = (*Store)(nil)

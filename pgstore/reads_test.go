@@ -330,15 +330,15 @@ func TestScopeReadsUseIndexes(t *testing.T) {
 	// The page boundary walk: the row scope key alone, in order per value
 	// (the table is not read): each value's range is limited straight off
 	// the index, only the merge of the values sorts.
-	if plan := explain(sqlPageBoundaries, "p", "tasks", "project_id", vals, "", int64(101), int64(10)); !regexp.MustCompile(`Limit[^\n]*\n\s*->  Index Only Scan using sync_row_scopes_pkey`).MatchString(plan) ||
+	if plan := explain(sqlWalkIDs, "p", "tasks", "project_id", vals, "", int64(101)); !regexp.MustCompile(`Limit[^\n]*\n\s*->  Index Only Scan using sync_row_scopes_pkey`).MatchString(plan) ||
 		strings.Contains(plan, "tasks_pkey") || strings.Contains(plan, "sync_row_scopes_by_row") {
 		t.Errorf("the page boundary walk does not read the row scope key alone, in order:\n%s", plan)
 	}
-	// The walk of one value: its range of the row scope key numbered in
-	// the key's order, with no sort of the entries.
-	if plan := explain(sqlPageBoundariesOne, "p", "tasks", "project_id", "a", "", int64(101), int64(10)); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
+	// The walk of one value: its range of the row scope key in the key's
+	// order, with no sort of the entries.
+	if plan := explain(sqlWalkIDsOne, "p", "tasks", "project_id", "a", "", int64(101)); !strings.Contains(plan, "Index Only Scan using sync_row_scopes_pkey") ||
 		strings.Contains(plan, "Sort Key: s.row_id") || strings.Contains(plan, " on tasks") || strings.Contains(plan, "sync_row_scopes_by_row") {
-		t.Errorf("the single-value boundary walk does not number the row scope key's range in order:\n%s", plan)
+		t.Errorf("the single-value boundary walk does not read the row scope key's range in order:\n%s", plan)
 	}
 	for _, after := range []bool{false, true} {
 		sql, args := ts.scanFirst, []any{"p", "tasks", vals, "project_id", []byte(`{"owner_id":["o"]}`), 100}

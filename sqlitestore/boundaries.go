@@ -23,36 +23,47 @@ const boundaryIDsSQL = `SELECT row_id FROM sync_row_scopes
 WHERE partition=? AND tbl=? AND var=? AND value=? AND row_id > ?
 ORDER BY row_id LIMIT ?`
 
-// PageBoundaries implements store.Store: one read transaction over the row
-// scope index, no row of the table read, on a scan connection.
+// PageBoundaries implements store.Store: the boundaries of
+// WalkPageBoundaries, collected.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
+	var out []string
+	if err := s.WalkPageBoundaries(ctx, partition, q, pages, func(id string) { out = append(out, id) }); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+var _ store.BoundaryWalker = (*Store)(nil)
+
+// WalkPageBoundaries implements store.BoundaryWalker: one read
+// transaction over the row scope index, no row of the table read, on a
+// scan connection. One scope value is walked a page at a time, each
+// boundary handed on as its step finds it; several values are merged
+// whole first.
+func (s *Store) WalkPageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int, found func(rowID string)) error {
 	if s.closed.Load() {
-		return nil, store.ErrClosed
+		return store.ErrClosed
 	}
 	if len(q.Scopes) == 0 {
-		return nil, store.ErrScanRequiresScope
+		return store.ErrScanRequiresScope
 	}
 	if len(q.Scopes) > 1 {
-		return nil, store.ErrBoundariesOneKey
+		return store.ErrBoundariesOneKey
 	}
 	if q.Limit <= 0 || pages <= 0 {
-		return nil, fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
+		return fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
 	}
 	if _, err := s.table(q.Table); err != nil {
-		return nil, err
+		return err
 	}
 	after := ""
 	if q.After != nil {
 		after = *q.After
 	}
 	key, values := q.Scopes[0].Key, dedupe(q.Scopes[0].Values)
-	var out []string
-	err := s.readTxOn(ctx, s.scanners, func(c *conn) error {
-		out = nil
+	return s.readTxOn(ctx, s.scanners, func(c *conn) error {
 		if len(values) == 1 {
-			var err error
-			out, err = boundariesOne(c, partition, q.Table, key, values[0], after, q.Limit, pages)
-			return err
+			return boundariesOne(c, partition, q.Table, key, values[0], after, q.Limit, pages, found)
 		}
 		// Several values: the ids of each, merged. A row has one value
 		// per key, so the streams do not overlap; Compact guards anyway.
@@ -73,41 +84,40 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 		}
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
-		for i := q.Limit; i < len(ids) && len(out) < pages; i += q.Limit {
-			out = append(out, ids[i-1])
+		for i, n := q.Limit, 0; i < len(ids) && n < pages; i, n = i+q.Limit, n+1 {
+			found(ids[i-1])
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // boundariesOne walks one scope value's index entries a page at a time.
-func boundariesOne(c *conn, partition, table, key, value, after string, limit, pages int) ([]string, error) {
-	var out []string
-	for len(out) < pages {
+func boundariesOne(c *conn, partition, table, key, value, after string, limit, pages int, found func(string)) error {
+	for n := 0; n < pages; n++ {
 		rows, err := c.query(boundarySQL, partition, table, key, value, after, limit-1)
 		if err != nil {
-			return nil, fmt.Errorf("page boundaries: %w", err)
+			return fmt.Errorf("page boundaries: %w", err)
 		}
-		var got []string
+		var got [2]string
+		k := 0
 		for rows.Next() {
-			got = append(got, rows.st.ColumnText(0))
+			if k < len(got) {
+				got[k] = rows.st.ColumnText(0)
+			}
+			k++
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("page boundaries: %w", err)
+			return fmt.Errorf("page boundaries: %w", err)
 		}
-		if len(got) < 2 { // the page is not full, or nothing follows it
-			break
+		if k < 2 { // the page is not full, or nothing follows it
+			return nil
 		}
-		out = append(out, got[0])
+		found(got[0])
 		after = got[0]
 	}
-	return out, nil
+	return nil
 }
 
 var _ store.ScopeRowCounter = (*Store)(nil)

@@ -125,6 +125,19 @@ type ScopeRowCounter interface {
 	CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error)
 }
 
+// BoundaryWalker is implemented by stores that can hand the page
+// boundaries of PageBoundaries to the caller as the walk finds them, so
+// that a bootstrap starts building each page as soon as its cursor is
+// known instead of after the whole walk.
+type BoundaryWalker interface {
+	// WalkPageBoundaries calls found with the boundaries PageBoundaries(ctx,
+	// partition, q, pages) returns, in the same order, each as soon as it
+	// is known (a boundary is known once the row after it is seen). It
+	// fails as PageBoundaries does; an error may come after some
+	// boundaries were found, which stay true of the walk's snapshot.
+	WalkPageBoundaries(ctx context.Context, partition string, q RowScanQuery, pages int, found func(rowID string)) error
+}
+
 // RowVisitor is implemented by stores that can hand the rows of a scan
 // to the caller as they are read instead of collecting them (a bootstrap
 // page is encoded straight from the store's buffers: no []Row of the

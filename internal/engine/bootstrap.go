@@ -183,23 +183,20 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	for n := 0; n < lim.pages; n++ {
 		if !planned && len(eff) == 1 && lim.pages-n > 1 && !(n == 0 && probe != nil) {
 			planned = true
-			var err error
-			if plan, err = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n); err != nil {
-				return 0, err
-			}
+			plan = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n)
 		}
-		var (
-			pg  page
-			err error
-		)
-		if plan.more() {
-			if pg, err = plan.take(); err == nil && pg.cut {
-				// The rest of the plan starts at a boundary this page did
-				// not reach: the pages after it are built one by one.
-				plan.stop()
-				plan = nil
-			}
-		} else {
+		pg, took, err := plan.take()
+		switch {
+		case !took:
+			plan.stop()
+			plan = nil
+		case err == nil && pg.cut:
+			// The rest of the plan starts at a boundary this page did
+			// not reach: the pages after it are built one by one.
+			plan.stop()
+			plan = nil
+		}
+		if !took {
 			key := base
 			if after != nil {
 				key.after, key.hasAfter = *after, true
@@ -537,10 +534,13 @@ func encodeRows(l pageLayout, rows []store.Row, last *string) (page, error) {
 
 // pagePlan is the pages of a bootstrap still to serve, their boundaries
 // walked from the scope index ahead (store.PageBoundaries), built
-// concurrently (at most planParallel at a time, started in order) and
-// taken in order. The last page of a plan that found fewer boundaries
-// than pages is an ordinary page (limit rows after the last boundary).
+// concurrently (at most planParallel at a time, started in order as the
+// walk finds their boundaries) and taken in order. The last page of a
+// plan that found fewer boundaries than pages is an ordinary page (limit
+// rows after the last boundary).
 type pagePlan struct {
+	// jobs has a slot per page the plan may hold; those after the walk's
+	// last page end absent.
 	jobs []*planJob
 	next int
 	// sem holds a slot per page started and not taken yet: a plan keeps
@@ -551,10 +551,11 @@ type pagePlan struct {
 }
 
 type planJob struct {
-	done chan struct{}
-	slot bool // it holds a slot of the plan's sem (set before it starts)
-	pg   page
-	err  error
+	done   chan struct{}
+	slot   bool // it holds a slot of the plan's sem (set before it starts)
+	absent bool // the walk ended before this page: the plan has no more
+	pg     page
+	err    error
 }
 
 // planParallel bounds the pages a plan builds at once, or holds built and
@@ -562,114 +563,170 @@ type planJob struct {
 // connections with every other request.
 func planParallel() int { return min(runtime.GOMAXPROCS(0), 4) }
 
-// planPages plans the pages after `after`, at most pages of them; nil when
-// the scope index holds no full page after it (one page left: nothing to
-// build ahead).
-func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) (*pagePlan, error) {
+// walkBoundaries hands the boundaries of q to found as the store's walk
+// finds them (store.BoundaryWalker), or all at once after it.
+func (e *Engine) walkBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int, found func(string)) error {
+	if w, ok := e.cfg.Store.(store.BoundaryWalker); ok {
+		return w.WalkPageBoundaries(ctx, partition, q, pages, found)
+	}
+	bounds, err := e.cfg.Store.PageBoundaries(ctx, partition, q, pages)
+	for _, b := range bounds {
+		found(b)
+	}
+	return err
+}
+
+// planPages plans the pages after `after`, at most pages of them. It does
+// not wait for the walk: each page starts as soon as its boundaries are
+// known (the first at once), and take waits for them.
+func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) *pagePlan {
 	bk := boundsKey{pageKey: base, pages: pages}
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel()), jobs: make([]*planJob, pages)}
+	for i := range p.jobs {
+		p.jobs[i] = &planJob{done: make(chan struct{})}
+	}
 	// The first page does not wait for the walk: it is built meanwhile as
 	// an ordinary page (the limit rows after `after`, the key the
 	// page-by-page loop would build), and it is the plan's first page when
-	// it ends at the first boundary; otherwise (rows written since) the
-	// plan builds its own. Without a plan the loop finds it built or
-	// building under that key.
-	firstKey, firstAfter, firstCtx := bk.pageKey, after, ctx
-	first := make(chan struct{})
-	var firstPg page
-	go func() {
-		defer close(first)
-		pg, err := e.pages.get(firstKey, func() (page, error) {
-			return e.buildPage(firstCtx, base.partition, l, eff, firstAfter, base.limit)
+	// it ends at the first boundary, or when the walk finds none;
+	// otherwise (rows written since) the plan builds its own.
+	firstKey := base
+	if after != nil {
+		firstKey.after, firstKey.hasAfter = *after, true
+	}
+	buildFirst := func() (page, error) {
+		return e.pages.get(firstKey, func() (page, error) {
+			return e.buildPage(ctx, base.partition, l, eff, after, base.limit)
 		})
-		if err == nil {
-			firstPg = pg
-		}
-	}()
-	bounds, err := e.bounds.get(bk, func() ([]string, error) {
-		return e.cfg.Store.PageBoundaries(ctx, base.partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: base.limit}, pages)
-	})
-	if err != nil || len(bounds) == 0 {
-		return nil, err
 	}
-	type spec struct {
-		key     pageKey
-		after   *string
-		through *string
-	}
-	var specs []spec
-	for i := 0; i <= len(bounds) && len(specs) < pages; i++ {
-		sp := spec{key: base, after: after}
-		if after != nil {
-			sp.key.after, sp.key.hasAfter = *after, true
-		}
-		if i < len(bounds) {
-			sp.through = &bounds[i]
-			sp.key.through, sp.key.hasThrough = bounds[i], true
-		}
-		specs = append(specs, sp)
-		if i < len(bounds) {
-			after = &bounds[i]
-		}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel())}
-	for range specs {
-		p.jobs = append(p.jobs, &planJob{done: make(chan struct{})})
-	}
-	sem := p.sem
-	p.wg.Add(1)
+	first := make(chan struct{})
+	var (
+		firstPg  page
+		firstErr error
+	)
+	// The walk: its boundaries go to the scheduler as they are found.
+	// Walked boundaries are kept for other clients (e.bounds); a client
+	// that finds them kept or being walked gets them all at once.
+	bounds := make(chan string, pages) // never blocks the walk
+	var walkErr error                  // set before bounds closes
+	p.wg.Add(3)
 	go func() {
 		defer p.wg.Done()
-		for i, sp := range specs {
+		defer close(first)
+		firstPg, firstErr = buildFirst()
+	}()
+	go func() {
+		defer p.wg.Done()
+		defer close(bounds)
+		streamed := false
+		all, err := e.bounds.get(bk, func() ([]string, error) {
+			streamed = true
+			var out []string
+			err := e.walkBoundaries(ctx, base.partition, store.RowScanQuery{Table: l.table, Scopes: eff, After: after, Limit: base.limit}, pages,
+				func(id string) {
+					if len(out) < pages {
+						out = append(out, id)
+						bounds <- id
+					}
+				})
+			return out, err
+		})
+		if err != nil {
+			walkErr = err
+			return
+		}
+		if !streamed {
+			for _, b := range all[:min(len(all), pages)] {
+				bounds <- b
+			}
+		}
+	}()
+	// The scheduler: page i starts once its boundary is walked (or the
+	// walk ended: the plan's last page is then an ordinary one) and a slot
+	// is free.
+	go func() {
+		defer p.wg.Done()
+		from := after
+		i := 0
+		defer func() {
+			for ; i < len(p.jobs); i++ {
+				p.jobs[i].absent = true
+				close(p.jobs[i].done)
+			}
+		}()
+		for ; i < len(p.jobs); i++ {
 			j := p.jobs[i]
+			key := base
+			if from != nil {
+				key.after, key.hasAfter = *from, true
+			}
+			var through *string
+			if b, ok := <-bounds; ok {
+				through = &b
+				key.through, key.hasThrough = b, true
+			} else if walkErr != nil {
+				j.err = walkErr
+				close(j.done)
+				i++
+				return
+			}
 			select {
-			case sem <- struct{}{}:
+			case p.sem <- struct{}{}:
 				j.slot = true
 			case <-ctx.Done():
 				j.err = ctx.Err()
 				close(j.done)
-				continue
+				i++
+				return
 			}
 			p.wg.Add(1)
-			go func() {
+			go func(i int, pageAfter *string) {
 				defer p.wg.Done()
+				defer close(j.done)
 				if i == 0 {
 					<-first
-					if firstPg.last != nil && sp.through != nil && *firstPg.last == *sp.through {
-						j.pg = firstPg
-						close(j.done)
+					if through == nil || (firstErr == nil && firstPg.last != nil && *firstPg.last == *through) {
+						j.pg, j.err = firstPg, firstErr
 						return
 					}
 				}
-				j.pg, j.err = e.pages.get(sp.key, func() (page, error) {
-					if sp.through == nil {
-						return e.buildPage(ctx, base.partition, l, eff, sp.after, base.limit)
+				j.pg, j.err = e.pages.get(key, func() (page, error) {
+					if through == nil {
+						return e.buildPage(ctx, base.partition, l, eff, pageAfter, base.limit)
 					}
-					return e.buildRangePage(ctx, base.partition, l, eff, sp.after, *sp.through, base.limit)
+					return e.buildRangePage(ctx, base.partition, l, eff, pageAfter, *through, base.limit)
 				})
-				close(j.done)
-			}()
+			}(i, from)
+			if through == nil {
+				i++
+				return // the walk's last page: the plan holds no more
+			}
+			from = through
 		}
 	}()
-	return p, nil
+	return p
 }
 
-// more reports whether the plan has a page left to take; a nil plan has
-// none.
-func (p *pagePlan) more() bool { return p != nil && p.next < len(p.jobs) }
-
-// take waits for the plan's next page.
-func (p *pagePlan) take() (page, error) {
+// take waits for the plan's next page; ok is false when the plan holds no
+// more (a nil plan holds none).
+func (p *pagePlan) take() (pg page, ok bool, err error) {
+	if p == nil || p.next >= len(p.jobs) {
+		return page{}, false, nil
+	}
 	j := p.jobs[p.next]
-	p.next++
 	<-j.done
+	if j.absent {
+		return page{}, false, nil
+	}
+	p.next++
 	if j.slot {
 		<-p.sem // the page leaves the plan: the next one may start
 	}
-	return j.pg, j.err
+	return j.pg, true, j.err
 }
 
 // stop cancels the builds not taken and waits for them; a nil plan has

@@ -218,6 +218,15 @@ func (e *env) checkBoundaries(what string, want []store.Row, table string, scope
 				t.Errorf("%s: PageBoundaries after %v, %d pages = %q, want %q", what, deref(after), pages, got, exp)
 				return false
 			}
+			if w, ok := e.s.(store.BoundaryWalker); ok {
+				var walked []string
+				err := w.WalkPageBoundaries(e.ctx, "p1", store.RowScanQuery{Table: table, Scopes: scopes, After: after, Limit: limit}, pages,
+					func(id string) { walked = append(walked, id) })
+				if err != nil || !slices.Equal(walked, exp) {
+					t.Errorf("%s: WalkPageBoundaries after %v, %d pages = %q, %v; want %q", what, deref(after), pages, walked, err, exp)
+					return false
+				}
+			}
 		}
 	}
 	if c, ok := e.s.(store.ScopeRowCounter); ok {
