@@ -257,6 +257,39 @@ func BenchmarkScanPages(b *testing.B, open Opener) {
 			}
 		}
 	})
+	// How soon the first boundary is known, the latency a bootstrap plan
+	// waits before its second page starts: found by the walk
+	// (store.BoundaryWalker), or at the end of PageBoundaries without one.
+	b.Run("FirstBoundary", func(b *testing.B) {
+		w, ok := s.(store.BoundaryWalker)
+		var (
+			first time.Duration
+			iters int
+		)
+		for b.Loop() {
+			iters++
+			q := store.RowScanQuery{Table: TableTasks, Scopes: projectScope("bench"), Limit: limit}
+			start, n := time.Now(), 0
+			if !ok {
+				got, err := s.PageBoundaries(ctx, partition, q, 50)
+				if err != nil || len(got) == 0 {
+					b.Fatalf("PageBoundaries = %d boundaries, %v", len(got), err)
+				}
+				first += time.Since(start)
+				continue
+			}
+			err := w.WalkPageBoundaries(ctx, partition, q, 50, func(string) {
+				if n == 0 {
+					first += time.Since(start)
+				}
+				n++
+			})
+			if err != nil || n != rows/limit-1 {
+				b.Fatalf("WalkPageBoundaries = %d boundaries, %v; want %d", n, err, rows/limit-1)
+			}
+		}
+		b.ReportMetric(float64(first.Microseconds())/float64(iters), "µs/first")
+	})
 	// The row test of a catch-up far behind (engine/catchup.go): are
 	// there more than 10,000 rows? One page of 10,000 and the row after.
 	b.Run("CatchUpRowBound", func(b *testing.B) {
