@@ -19,6 +19,7 @@ type serverCollector struct {
 	s *Server
 
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
+	memoryReleases                                            *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
@@ -41,6 +42,8 @@ func newServerCollector(s *Server) *serverCollector {
 		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol).", "reason"),
 		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
+		memoryReleases: d("syncgo_realtime_memory_releases_total", "Times free memory was returned to the system after a burst of "+
+			"socket connects and disconnects (realtime.release_after_churn)."),
 
 		storeWrites:      d("syncgo_store_writes_total", "Store write transactions (one per pushed commit batch) that committed."),
 		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
@@ -83,7 +86,7 @@ func newServerCollector(s *Server) *serverCollector {
 
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed,
+	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
@@ -115,6 +118,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.closes, rt.ClosedProtocol, "protocol")
 	counter(c.gaps, rt.NotificationGap)
 	counter(c.narrowed, rt.Narrowed)
+	counter(c.memoryReleases, rt.MemoryReleases)
 
 	st := s.cfg.Store.Stats()
 	counter(c.storeWrites, st.Writes)

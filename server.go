@@ -93,6 +93,14 @@ type RealtimeConfig struct {
 	// Zero: no cap.
 	MaxSockets         int
 	MaxSocketsPerActor int
+	// ReleaseAfterChurn: after a burst of at least this many socket
+	// connects and disconnects, once no socket has come or gone for half
+	// a second, the server returns its free memory to the system
+	// (debug.FreeOSMemory: a full collection, then every free page
+	// released; at most every 10 s), so that a reconnect storm's garbage
+	// does not stay resident. Default 500; negative disables it (a
+	// process with a large heap may prefer the runtime's own pacing).
+	ReleaseAfterChurn int
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
@@ -495,7 +503,7 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval, Admit: s.admitRound})
+		ReresolveInterval: rc.ReresolveInterval, ReleaseAfterChurn: rc.ReleaseAfterChurn, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

@@ -323,6 +323,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 			QueueBytes:        cfg.Realtime.QueueBytes,
 			MaxDeltaBytes:     cfg.Realtime.MaxDeltaBytes,
 			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
+			ReleaseAfterChurn: cfg.Realtime.ReleaseAfterChurn,
 		},
 	}
 	obs.apply(&scfg, accessLog)

@@ -199,6 +199,10 @@ type Realtime struct {
 	// and /operations/realtime), in total and per actor; zero: no cap.
 	MaxSockets         int `yaml:"max_sockets"`
 	MaxSocketsPerActor int `yaml:"max_sockets_per_actor"`
+	// ReleaseAfterChurn: the burst of socket connects and disconnects
+	// after which free memory is returned to the system; zero keeps the
+	// default (500), negative disables it.
+	ReleaseAfterChurn int `yaml:"release_after_churn"`
 }
 
 // Default returns the defaults.

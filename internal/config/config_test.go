@@ -33,6 +33,7 @@ idle_timeout: 5m
 schema: schema.json
 checkpoints: [p/a]
 limits: {max_request_bytes: 1000, queue_timeout: 2s}
+realtime: {release_after_churn: 50, max_delta_bytes: 4096}
 auth:
   issuer: https://file.test
   audience: [a, b]
@@ -42,12 +43,13 @@ auth:
 `)
 	dir := filepath.Dir(path)
 	c, err := Load(path, env(map[string]string{
-		"SYNCGO_MOUNT":                  "/env",
-		"SYNCGO_AUTH_ISSUER":            "https://env.test",
-		"SYNCGO_AUTH_AUDIENCE":          "x, y",
-		"SYNCGO_LIMITS_MAX_FRAME_BYTES": "77",
-		"SYNCGO_REALTIME_HEARTBEAT":     "7s",
-		"SYNCGO_MAX_CONNS":              "12",
+		"SYNCGO_MOUNT":                        "/env",
+		"SYNCGO_AUTH_ISSUER":                  "https://env.test",
+		"SYNCGO_AUTH_AUDIENCE":                "x, y",
+		"SYNCGO_LIMITS_MAX_FRAME_BYTES":       "77",
+		"SYNCGO_REALTIME_HEARTBEAT":           "7s",
+		"SYNCGO_MAX_CONNS":                    "12",
+		"SYNCGO_REALTIME_RELEASE_AFTER_CHURN": "-1",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -64,6 +66,8 @@ auth:
 	want.Limits.MaxFrameBytes = 77
 	want.Limits.QueueTimeout = 2 * time.Second
 	want.Realtime.Heartbeat = 7 * time.Second
+	want.Realtime.MaxDeltaBytes = 4096
+	want.Realtime.ReleaseAfterChurn = -1
 	want.Auth.Issuer = "https://env.test"
 	want.Auth.Audience = []string{"x", "y"}
 	want.Auth.HS256SecretFile = filepath.Join(dir, "secret.txt")

@@ -180,6 +180,9 @@ type Stats struct {
 	// Narrowed counts the times a socket's registrations were narrowed or
 	// dropped because its actor's scopes were resolved to fewer.
 	Narrowed int64
+	// MemoryReleases counts the memory releases after bursts of socket
+	// connects and disconnects (Config.ReleaseAfterChurn).
+	MemoryReleases int64
 }
 
 type counters struct {
@@ -305,7 +308,7 @@ func (h *Hub) Stats() Stats {
 		DropsUnencodable: s.dropsUnencodable.Load(),
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
-		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load()}
+		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.releases.Load()}
 }
 
 func (h *Hub) part(id string, create bool) *partition {
