@@ -228,12 +228,12 @@ func TestParkedSocketAcksWithoutReader(t *testing.T) {
 
 // TestReleaseAfterChurn: a burst of connects and disconnects at least
 // ReleaseAfterChurn long is followed, once quiet, by one memory release;
-// a smaller one by none.
+// a smaller one by none, and a negative threshold turns it off.
 func TestReleaseAfterChurn(t *testing.T) {
 	for _, tc := range []struct {
 		threshold, sockets int
 		want               int64
-	}{{threshold: 6, sockets: 3, want: 1}, {threshold: 100, sockets: 3, want: 0}} {
+	}{{threshold: 6, sockets: 3, want: 1}, {threshold: 100, sockets: 3, want: 0}, {threshold: -1, sockets: 3, want: 0}} {
 		e := newRaceEnv(t, func(c *Config) { c.ReleaseAfterChurn = tc.threshold })
 		for range tc.sockets {
 			c := e.attach()
