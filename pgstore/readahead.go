@@ -99,9 +99,15 @@ func (b *batch) readAhead(reqs []*writeReq) {
 		if r.reads == nil {
 			continue
 		}
-		if k := (journalKey{r.reads.ClientID, r.reads.ClientCommitID}); k.clientID != "" && !journals[k] && textOK(k.clientID) && textOK(k.clientCommitID) {
-			journals[k] = true
-			clients, commits = append(clients, k.clientID), append(commits, k.clientCommitID)
+		for i := -1; i < len(r.reads.MoreCommitIDs); i++ {
+			k := journalKey{r.reads.ClientID, r.reads.ClientCommitID}
+			if i >= 0 {
+				k.clientCommitID = r.reads.MoreCommitIDs[i]
+			}
+			if k.clientID != "" && !journals[k] && textOK(k.clientID) && textOK(k.clientCommitID) {
+				journals[k] = true
+				clients, commits = append(clients, k.clientID), append(commits, k.clientCommitID)
+			}
 		}
 		for _, rk := range r.reads.Rows {
 			k := rowKey{rk.Table, rk.RowID}

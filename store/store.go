@@ -220,11 +220,15 @@ type RowKey struct {
 }
 
 // WriteReads names what a Write's function reads first: a commit's push
-// result (ClientID and ClientCommitID; none when ClientID is empty) and
-// the current rows, with their tombstones, that its operations name.
+// result (ClientID and ClientCommitID; none when ClientID is empty), the
+// push results of the further commits of the same client that the
+// function applies after it (MoreCommitIDs: a request's later commits,
+// applied in the same Write), and the current rows, with their
+// tombstones, that their operations name.
 type WriteReads struct {
 	ClientID       string
 	ClientCommitID string
+	MoreCommitIDs  []string
 	Rows           []RowKey
 }
 

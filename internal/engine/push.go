@@ -21,6 +21,110 @@ type pushOutcome struct {
 	reactions int // reactions the commit planned (reactions.go)
 }
 
+// maxGroupedCommits bounds the commits of a request applied in one Write
+// (pushGrouped): a client flushing a long outbox holds the partition's
+// write boundary for at most this many commits at a time, so the pushes
+// of other clients interleave with it.
+const maxGroupedCommits = 64
+
+// pushCommits applies the request's PUSH_COMMITs in order and writes
+// their PUSH_RESULTs. Runs of several commits go through the write
+// boundary together (pushGrouped) when the store groups writes; a run
+// that fails there is applied one commit at a time, as requests of one
+// commit would be.
+func (r *request) pushCommits(ctx context.Context) error {
+	for rest := r.req.Commits; len(rest) > 0; {
+		run := rest[:min(len(rest), maxGroupedCommits)]
+		rest = rest[len(run):]
+		if len(run) > 1 {
+			done, err := r.pushGrouped(ctx, run)
+			if err != nil {
+				return err
+			}
+			if done {
+				continue
+			}
+		}
+		for _, c := range run {
+			if err := r.pushCommit(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pushGrouped applies commits, in order, in one Write: one transaction
+// (with the other pushes the driver groups with it) instead of one per
+// commit, and on Postgres their journal entries and rows read in its
+// first round trip. Each commit is applied exactly as pushCommit applies
+// it (applyCommit: the journal re-check, the candidate savepoint, a
+// rejection recorded and the next commit applied), and the results are
+// written once the transaction committed. When the Write fails, none of
+// the commits was applied (the driver undid them all): done is false and
+// the caller applies them one by one, so that a commit that fails still
+// fails alone, after the commits before it were applied, as it would in
+// requests of one commit. Stores that do not group writes (neither
+// ReadAheadWriter nor LocalWriter) are left to the caller.
+func (r *request) pushGrouped(ctx context.Context, commits []*wire.PushCommit) (done bool, err error) {
+	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
+	ra, readAhead := st.(store.ReadAheadWriter)
+	if _, local := st.(store.LocalWriter); !readAhead && !local {
+		return false, nil
+	}
+	outs := make([]pushOutcome, len(commits))
+	lastSeq := r.lastSeq
+	apply := func(ctx context.Context, tx store.WriteTx) error {
+		r.lastSeq = lastSeq
+		for i, pc := range commits {
+			out, err := r.applyCommit(ctx, tx, pc)
+			if err != nil {
+				return err
+			}
+			if out.record.Status == wire.PushApplied {
+				// A no-op commit after it reports the log position this
+				// one reached (applyCommit reads r.lastSeq).
+				r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
+			}
+			outs[i] = out
+		}
+		return nil
+	}
+	if readAhead {
+		reads := store.WriteReads{ClientID: clientID, ClientCommitID: commits[0].ClientCommitID,
+			MoreCommitIDs: make([]string, 0, len(commits)-1)}
+		for i, pc := range commits {
+			if i > 0 {
+				reads.MoreCommitIDs = append(reads.MoreCommitIDs, pc.ClientCommitID)
+			}
+			for _, op := range pc.Operations {
+				reads.Rows = append(reads.Rows, store.RowKey{Table: op.Table, RowID: op.RowID})
+			}
+		}
+		err = ra.WriteReadAhead(ctx, partition, reads, apply)
+	} else {
+		err = st.Write(ctx, partition, apply)
+	}
+	if err != nil {
+		r.lastSeq = lastSeq
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return true, ctxErr
+		}
+		return false, nil
+	}
+	for i, out := range outs {
+		if out.replay {
+			if err := r.ownResult(out.record); err != nil {
+				return true, err
+			}
+		}
+		if err := r.finishPush(commits[i].ClientCommitID, out); err != nil {
+			return true, err
+		}
+	}
+	return true, nil
+}
+
 // pushCommit applies one PUSH_COMMIT (§6) and writes its PUSH_RESULT.
 func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 	st, partition, clientID := r.e.cfg.Store, r.auth.Partition, r.req.Header.ClientID
@@ -81,7 +185,13 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 			}
 		}
 	}
-	if err := r.writePushResult(pc.ClientCommitID, out); err != nil {
+	return r.finishPush(pc.ClientCommitID, out)
+}
+
+// finishPush writes the PUSH_RESULT of a commit whose outcome is durable,
+// counts it and announces an appended commit.
+func (r *request) finishPush(id string, out pushOutcome) error {
+	if err := r.writePushResult(id, out); err != nil {
 		return err
 	}
 	r.e.notePush(out)

@@ -520,10 +520,8 @@ func (r *request) serve(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, c := range r.req.Commits {
-		if err := r.pushCommit(ctx, c); err != nil {
-			return err
-		}
+	if err := r.pushCommits(ctx); err != nil {
+		return err
 	}
 	if r.req.Pull != nil {
 		if err := r.pull(ctx); err != nil {
