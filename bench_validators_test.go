@@ -39,10 +39,27 @@ import (
 // commit (server and clients; Postgres's own CPU is not in it), a figure
 // the machine's load inflates less than throughput.
 func BenchmarkPushValidators(b *testing.B) {
-	for _, d := range []struct {
-		name string
-		open func(b *testing.B) store.Store
-	}{
+	for _, d := range benchDrivers() {
+		for _, rules := range []bool{false, true} {
+			name := d.name + "/none"
+			if rules {
+				name = d.name + "/validator+commit-validator"
+			}
+			b.Run(name, func(b *testing.B) { benchPush(b, d.open(b), rules) })
+		}
+	}
+}
+
+// benchDriver opens a fresh store of one driver for a benchmark.
+type benchDriver struct {
+	name string
+	open func(b *testing.B) store.Store
+}
+
+// benchDrivers are the storage drivers the benchmarks of this package run
+// on: an SQLite file, and a fresh schema of the test Postgres.
+func benchDrivers() []benchDriver {
+	return []benchDriver{
 		{"sqlite", func(b *testing.B) store.Store {
 			s, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(b.TempDir(), "sync.db")})
 			if err != nil {
@@ -59,14 +76,6 @@ func BenchmarkPushValidators(b *testing.B) {
 			b.Cleanup(func() { _ = s.Close() })
 			return s
 		}},
-	} {
-		for _, rules := range []bool{false, true} {
-			name := d.name + "/none"
-			if rules {
-				name = d.name + "/validator+commit-validator"
-			}
-			b.Run(name, func(b *testing.B) { benchPush(b, d.open(b), rules) })
-		}
 	}
 }
 

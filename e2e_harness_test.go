@@ -74,7 +74,7 @@ func openPostgres(t *testing.T) store.Store {
 }
 
 // testSchema is the served schema: tasks scoped by project.
-func e2eSchema(t *testing.T, version int32) *schema.Compiled {
+func e2eSchema(t testing.TB, version int32) *schema.Compiled {
 	t.Helper()
 	c, err := schema.New(version).
 		Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("title"),

@@ -45,7 +45,7 @@ func newServerCollector(s *Server) *serverCollector {
 		memoryReleases: d("syncgo_realtime_memory_releases_total", "Times free memory was returned to the system after a burst of "+
 			"socket connects and disconnects (realtime.release_after_churn)."),
 
-		storeWrites:      d("syncgo_store_writes_total", "Store write transactions (one per pushed commit batch) that committed."),
+		storeWrites:      d("syncgo_store_writes_total", "Store writes that committed: one per pushed commit, or one per run of up to 64 commits of one request."),
 		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
 		storeBatches:     d("syncgo_store_batches_total", "Database transactions that committed writes (group commit: fewer than writes)."),
 		storeCommits:     d("syncgo_store_commits_total", "Commits appended to the log."),
