@@ -118,6 +118,16 @@ type RequestStateReader interface {
 	ReadRequestState(ctx context.Context, partition, clientID string, running int32) (RequestState, error)
 }
 
+// CommitWindowBatcher is implemented by stores that read the windows of
+// several subscriptions of one pull in one go (Postgres: one round trip
+// for all of them instead of one each). ReadCommitWindows answers each
+// query as ReadCommitWindow would, in order; when the queries ask for
+// StateAfter (all with the same Running), every window's State may be one
+// read made after the rows of all of them.
+type CommitWindowBatcher interface {
+	ReadCommitWindows(ctx context.Context, partition string, qs []CommitWindowQuery) ([]CommitWindow, error)
+}
+
 // ScopeRowCounter counts the rows of a table in a partition holding a value
 // of one scope variable, from the row scope index alone, up to a limit:
 // min(rows, limit). A store without it is asked with PageBoundaries.

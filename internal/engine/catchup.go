@@ -32,6 +32,14 @@ import (
 // A client that bootstraps slower than the log grows could be reset again
 // after its bootstrap; a replay would fall behind the same way.
 
+// mayResetCatchUp is catchUpReset's first test, which reads nothing: a
+// gap longer than Limits.CatchUpBootstrapAfter and than one window.
+func (r *request) mayResetCatchUp(sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) bool {
+	after := r.e.cfg.Limits.CatchUpBootstrapAfter
+	gap := p.MaxCommitSeq - sub.Cursor
+	return after >= 0 && gap > after && gap > int64(lim.commits) && len(eff) > 0
+}
+
 // maxCatchUpWalk bounds the index count of the row test, which is in the
 // pull's path: a scope with more rows is replayed, whatever the gap
 // (10,001 entries: ~1 ms on SQLite, ~3 ms on Postgres,
@@ -120,11 +128,10 @@ func (f *rowFloors) smallScope(ctx context.Context, st store.Store, k rowFloorKe
 // token, cursor within [horizon, head]) should bootstrap again rather
 // than replay the log (§8.4).
 func (r *request) catchUpReset(ctx context.Context, sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) (bool, error) {
-	after := r.e.cfg.Limits.CatchUpBootstrapAfter
-	gap := p.MaxCommitSeq - sub.Cursor
-	if after < 0 || gap <= after || gap <= int64(lim.commits) || len(eff) == 0 {
+	if !r.mayResetCatchUp(sub, eff, p, lim) {
 		return false, nil
 	}
+	gap := p.MaxCommitSeq - sub.Cursor
 	n := min(gap/2, maxCatchUpWalk)
 	k := rowFloorKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table,
 		digest: wire.ScopeDigest(map[string][]string{eff[0].Key: eff[0].Values})}

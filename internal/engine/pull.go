@@ -49,8 +49,16 @@ func (r *request) pull(ctx context.Context) error {
 	p.MaxCommitSeq = max(p.MaxCommitSeq, r.lastSeq)
 	lim := clampLimits(r.req.Pull)
 	r.pulled = make([]subOutcome, len(r.req.Subscriptions))
+	wins, err := r.prefetchWindows(ctx, p, lim)
+	if err != nil {
+		return err
+	}
 	for i, sub := range r.req.Subscriptions {
-		out, err := r.section(ctx, sub, p, lim)
+		var pre *store.CommitWindow
+		if wins != nil {
+			pre = &wins[i]
+		}
+		out, err := r.section(ctx, sub, p, lim, pre)
 		if err != nil {
 			return err
 		}
@@ -59,7 +67,46 @@ func (r *request) pull(ctx context.Context) error {
 	return nil
 }
 
-func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits) (subOutcome, error) {
+// prefetchWindows reads the commit windows of every subscription of the
+// pull in one go, when the store can (store.CommitWindowBatcher; one
+// round trip on Postgres instead of one per subscription) and every
+// section will read one: each is active and caught up within the log,
+// with nothing that could reset it (so no section reads anything else,
+// and the state read after all the windows' rows is read after every row
+// the response will hold). nil otherwise: each section reads its own.
+func (r *request) prefetchWindows(ctx context.Context, p store.Partition, lim pullLimits) ([]store.CommitWindow, error) {
+	subs := r.req.Subscriptions
+	wb, ok := r.e.cfg.Store.(store.CommitWindowBatcher)
+	if !ok || len(subs) < 2 {
+		return nil, nil
+	}
+	qs := make([]store.CommitWindowQuery, len(subs))
+	for i, sub := range subs {
+		eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
+		c := sub.Cursor
+		if !active || sub.BootstrapState != nil || c < 0 || c < p.HorizonSeq || c > p.MaxCommitSeq ||
+			r.mayResetCatchUp(sub, eff, p, lim) {
+			return nil, nil
+		}
+		qs[i] = r.windowQuery(sub, eff, p, lim)
+	}
+	return wb.ReadCommitWindows(ctx, r.auth.Partition, qs)
+}
+
+// windowQuery is the commit window a caught-up section reads. WireOnly: a
+// section sends what COMMIT frames carry, never the commits' client ids.
+func (r *request) windowQuery(sub *wire.Subscription, eff wire.ScopeMap, p store.Partition, lim pullLimits) store.CommitWindowQuery {
+	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: sub.Cursor, ThroughSeq: p.MaxCommitSeq,
+		LimitChanges: lim.commits, WireOnly: true}
+	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
+		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
+	}
+	return q
+}
+
+// section answers one subscription; pre is its window when the pull read
+// it ahead (prefetchWindows).
+func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits, pre *store.CommitWindow) (subOutcome, error) {
 	r.gateAfterReads = nil // this section reads data after it
 	eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
 	if !active {
@@ -83,17 +130,11 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 			return subOutcome{nextCursor: cursor}, r.emptySection(sub, wire.SubReset, syncerr.CodeCursorExpired)
 		}
 	}
-	// WireOnly: a section sends what COMMIT frames carry, never the
-	// commits' client ids.
-	q := store.CommitWindowQuery{Table: sub.Table, Scopes: eff, AfterSeq: cursor, ThroughSeq: p.MaxCommitSeq,
-		LimitChanges: lim.commits, WireOnly: true}
-	if _, ok := r.e.cfg.Store.(store.RequestStateReader); ok && r.gate != nil {
-		q.StateAfter, q.Running = true, r.e.cfg.Schema.Version()
-	}
+	q := r.windowQuery(sub, eff, p, lim)
 	// A window read ahead is used only by a request whose response holds
 	// nothing read before this section: its entry reads are then reads
 	// after every row the response holds (readahead.go).
-	catchUp := len(r.req.Subscriptions) == 1 && len(r.req.Commits) == 0 && r.req.Header.ClientID != ""
+	catchUp := pre == nil && len(r.req.Subscriptions) == 1 && len(r.req.Commits) == 0 && r.req.Header.ClientID != ""
 	key := aheadKey{partition: r.auth.Partition, actor: r.auth.ActorID, client: r.req.Header.ClientID}
 	var (
 		win     store.CommitWindow
@@ -119,7 +160,9 @@ func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.P
 			return subOutcome{}, err
 		}
 	default:
-		if win, err = r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, q); err != nil {
+		if pre != nil {
+			win = *pre
+		} else if win, err = r.e.cfg.Store.ReadCommitWindow(ctx, r.auth.Partition, q); err != nil {
 			return subOutcome{}, err
 		}
 		// §4.6: recheck the horizon after reading the window (read with
