@@ -32,10 +32,11 @@ func (c *countingWindows) ReadCommitWindow(ctx context.Context, partition string
 
 // A client with several subscriptions, caught up, pulls the commits made
 // since in each of its scopes and nothing of the others. On Postgres the
-// pull reads all its sections' windows in one go (ReadCommitWindows),
-// unless a section does something else (here: one revoked), when each
-// section reads its own. Fails when a section of the batched read misses
-// or leaks a change, or when the caught-up pull reads window by window.
+// pull reads its sections' windows in one go (ReadCommitWindows), each
+// run of caught-up sections between sections that do something else
+// (here: revoked ones) in one read, and a section alone between those
+// reads its own. Fails when a section of a batched read misses or leaks a
+// change, or when caught-up sections read window by window.
 func TestE2EPullManySubscriptions(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		var counted *countingWindows
@@ -93,20 +94,29 @@ func TestE2EPullManySubscriptions(t *testing.T) {
 			}
 		}
 
-		// p4 revoked: its section reads nothing, the others their own.
-		e.allow("reader", map[string][]string{"project_id": {"p0", "p1", "p2", "p3"}})
-		push([2]string{"c2", "p2"}, [2]string{"c4", "p4"})
-		if counted != nil {
-			batches, singles = counted.batches.Load(), counted.singles.Load()
-		}
-		if _, err := reader.Sync(ctx); err != nil {
-			t.Fatal(err)
-		}
-		want("a0", "a1", "a2", "a3", "b1", "b3", "c2")
-		if counted != nil {
-			if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != 0 || s != 4 {
-				t.Fatalf("the pull with a revoked section made %d batched and %d single window reads; want 0 and 4", b, s)
+		// p2 revoked: its section reads nothing, and the runs of caught-up
+		// sections around it read theirs in one go each.
+		e.allow("reader", map[string][]string{"project_id": {"p0", "p1", "p3", "p4"}})
+		push([2]string{"c2", "p2"}, [2]string{"c4", "p4"}, [2]string{"c0", "p0"})
+		round := func(wantBatches, wantSingles int64, ids ...string) {
+			t.Helper()
+			if counted != nil {
+				batches, singles = counted.batches.Load(), counted.singles.Load()
+			}
+			if _, err := reader.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want(ids...)
+			if counted != nil {
+				if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != wantBatches || s != wantSingles {
+					t.Fatalf("the pull made %d batched and %d single window reads; want %d and %d", b, s, wantBatches, wantSingles)
+				}
 			}
 		}
+		round(2, 0, "a0", "a1", "a3", "a4", "b1", "b3", "b4", "c0", "c4")
+		// p1 and p3 revoked too: no run of two is left.
+		e.allow("reader", map[string][]string{"project_id": {"p0", "p4"}})
+		push([2]string{"d0", "p0"}, [2]string{"d1", "p1"}, [2]string{"d4", "p4"})
+		round(0, 2, "a0", "a4", "b4", "c0", "c4", "d0", "d4")
 	})
 }

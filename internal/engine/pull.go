@@ -49,46 +49,61 @@ func (r *request) pull(ctx context.Context) error {
 	p.MaxCommitSeq = max(p.MaxCommitSeq, r.lastSeq)
 	lim := clampLimits(r.req.Pull)
 	r.pulled = make([]subOutcome, len(r.req.Subscriptions))
-	wins, err := r.prefetchWindows(ctx, p, lim)
-	if err != nil {
-		return err
-	}
-	for i, sub := range r.req.Subscriptions {
-		var pre *store.CommitWindow
-		if wins != nil {
-			pre = &wins[i]
-		}
-		out, err := r.section(ctx, sub, p, lim, pre)
+	for i := 0; i < len(r.req.Subscriptions); {
+		run, err := r.prefetchRun(ctx, i, p, lim)
 		if err != nil {
 			return err
 		}
-		r.pulled[i] = out
+		if len(run) == 0 {
+			if r.pulled[i], err = r.section(ctx, r.req.Subscriptions[i], p, lim, nil); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		for j := range run {
+			if r.pulled[i+j], err = r.section(ctx, r.req.Subscriptions[i+j], p, lim, &run[j]); err != nil {
+				return err
+			}
+			run[j] = store.CommitWindow{} // encoded: its memory may go
+		}
+		i += len(run)
 	}
 	return nil
 }
 
-// prefetchWindows reads the commit windows of every subscription of the
-// pull in one go, when the store can (store.CommitWindowBatcher; one
-// round trip on Postgres instead of one per subscription) and every
-// section will read one: each is active and caught up within the log,
-// with nothing that could reset it (so no section reads anything else,
-// and the state read after all the windows' rows is read after every row
-// the response will hold). nil otherwise: each section reads its own.
-func (r *request) prefetchWindows(ctx context.Context, p store.Partition, lim pullLimits) ([]store.CommitWindow, error) {
-	subs := r.req.Subscriptions
+// maxPrefetchSections bounds the sections whose windows one read answers
+// (prefetchRun): the windows of a run are held together until their
+// sections are encoded.
+const maxPrefetchSections = 16
+
+// prefetchRun reads, in one go, the commit windows of the run of
+// sections from subscription from on that are caught-up replays (each
+// active, its cursor within the log and nothing that could reset it, so
+// that it reads nothing but its window), when the store can
+// (store.CommitWindowBatcher: one round trip on Postgres instead of one
+// per section) and the run holds at least two, at most
+// maxPrefetchSections. The state it reads after all the windows' rows is
+// read after every row the response holds when each of the run's
+// sections is encoded: the sections before the run read theirs before
+// it. Nil when there is no such run: the section at from reads its own.
+func (r *request) prefetchRun(ctx context.Context, from int, p store.Partition, lim pullLimits) ([]store.CommitWindow, error) {
 	wb, ok := r.e.cfg.Store.(store.CommitWindowBatcher)
-	if !ok || len(subs) < 2 {
+	if !ok {
 		return nil, nil
 	}
-	qs := make([]store.CommitWindowQuery, len(subs))
-	for i, sub := range subs {
+	var qs []store.CommitWindowQuery
+	for _, sub := range r.req.Subscriptions[from:] {
 		eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
 		c := sub.Cursor
-		if !active || sub.BootstrapState != nil || c < 0 || c < p.HorizonSeq || c > p.MaxCommitSeq ||
-			r.mayResetCatchUp(sub, eff, p, lim) {
-			return nil, nil
+		if len(qs) == maxPrefetchSections || !active || sub.BootstrapState != nil || c < 0 || c < p.HorizonSeq ||
+			c > p.MaxCommitSeq || r.mayResetCatchUp(sub, eff, p, lim) {
+			break
 		}
-		qs[i] = r.windowQuery(sub, eff, p, lim)
+		qs = append(qs, r.windowQuery(sub, eff, p, lim))
+	}
+	if len(qs) < 2 {
+		return nil, nil
 	}
 	return wb.ReadCommitWindows(ctx, r.auth.Partition, qs)
 }
@@ -105,7 +120,7 @@ func (r *request) windowQuery(sub *wire.Subscription, eff wire.ScopeMap, p store
 }
 
 // section answers one subscription; pre is its window when the pull read
-// it ahead (prefetchWindows).
+// it ahead (prefetchRun).
 func (r *request) section(ctx context.Context, sub *wire.Subscription, p store.Partition, lim pullLimits, pre *store.CommitWindow) (subOutcome, error) {
 	r.gateAfterReads = nil // this section reads data after it
 	eff, active := effectiveScopes(sub.Scopes, r.allowed, r.resolveOK)
