@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -25,20 +24,9 @@ func BenchmarkPushOutbox(b *testing.B) {
 	for _, d := range benchDrivers() {
 		b.Run(d.name, func(b *testing.B) {
 			sc := e2eSchema(b, 1)
-			srv, err := syncgo.New(syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-				ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
-					return map[string][]string{"project_id": {"*"}}, nil
-				}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := srv.Start(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = srv.Stop(context.Background()) })
-			hs := httptest.NewServer(srv.Handler())
-			b.Cleanup(hs.Close)
-			c, err := sspclient.New(hs.URL, "bench-0", sc, sspclient.Options{})
+			url := startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
+				ResolveScopes: allProjects})
+			c, err := sspclient.New(url, "bench-0", sc, sspclient.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/syncgo/syncgo"
@@ -21,21 +20,10 @@ func BenchmarkPullSubscriptions(b *testing.B) {
 		for _, subs := range []int{1, 10, 30} {
 			b.Run(fmt.Sprintf("%s/subs=%d", d.name, subs), func(b *testing.B) {
 				sc := e2eSchema(b, 1)
-				srv, err := syncgo.New(syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-					ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
-						return map[string][]string{"project_id": {"*"}}, nil
-					}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := srv.Start(context.Background()); err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = srv.Stop(context.Background()) })
-				hs := httptest.NewServer(srv.Handler())
-				b.Cleanup(hs.Close)
+				url := startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
+					ResolveScopes: allProjects})
 				ctx := context.Background()
-				writer, err := sspclient.New(hs.URL, "writer", sc, sspclient.Options{})
+				writer, err := sspclient.New(url, "writer", sc, sspclient.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -50,7 +38,7 @@ func BenchmarkPullSubscriptions(b *testing.B) {
 				if _, err := writer.Push(ctx); err != nil {
 					b.Fatal(err)
 				}
-				reader, err := sspclient.New(hs.URL, "reader", sc, sspclient.Options{})
+				reader, err := sspclient.New(url, "reader", sc, sspclient.Options{})
 				if err != nil {
 					b.Fatal(err)
 				}

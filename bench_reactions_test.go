@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -83,10 +82,7 @@ func BenchmarkPushReactions(b *testing.B) {
 func benchPushReactions(b *testing.B, st store.Store, mode string) {
 	sc := benchReactionSchema(b)
 	var delivered atomic.Int64
-	cfg := syncgo.Config{Store: st, Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
-			return map[string][]string{"project_id": {"*"}}, nil
-		}}
+	cfg := syncgo.Config{Store: st, Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth, ResolveScopes: allProjects}
 	if mode != "none" {
 		workers := -1
 		if mode == "plan+deliver" {
@@ -98,20 +94,11 @@ func benchPushReactions(b *testing.B, st store.Store, mode string) {
 				return nil
 			}}}
 	}
-	srv, err := syncgo.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	hs := httptest.NewServer(srv.Handler())
-	b.Cleanup(hs.Close)
+	url := startBenchServer(b, cfg)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchPushClients}}
 	clients := make([]*sspclient.Client, benchPushClients)
 	for i := range clients {
-		c, err := sspclient.New(hs.URL, fmt.Sprintf("bench-%d", i), sc, sspclient.Options{HTTPClient: hc})
+		c, err := sspclient.New(url, fmt.Sprintf("bench-%d", i), sc, sspclient.Options{HTTPClient: hc})
 		if err != nil {
 			b.Fatal(err)
 		}

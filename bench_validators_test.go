@@ -79,6 +79,28 @@ func benchDrivers() []benchDriver {
 	}
 }
 
+// startBenchServer starts a server of cfg over real HTTP and returns its
+// URL; both stop when the benchmark ends.
+func startBenchServer(b *testing.B, cfg syncgo.Config) string {
+	b.Helper()
+	srv, err := syncgo.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = srv.Stop(context.Background()) })
+	hs := httptest.NewServer(srv.Handler())
+	b.Cleanup(hs.Close)
+	return hs.URL
+}
+
+// allProjects is a scope resolver that grants every actor every project.
+func allProjects(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+	return map[string][]string{"project_id": {"*"}}, nil
+}
+
 const benchPushClients = 32
 
 func benchPush(b *testing.B, st store.Store, rules bool) {
@@ -90,10 +112,7 @@ func benchPush(b *testing.B, st store.Store, rules bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := syncgo.Config{Store: st, Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
-			return map[string][]string{"project_id": {"*"}}, nil
-		}}
+	cfg := syncgo.Config{Store: st, Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth, ResolveScopes: allProjects}
 	if rules {
 		cfg.Validators = map[string]validate.Validator{"tasks": openTaskCap(1000, nil)}
 		cfg.CommitValidator = func(ctx context.Context, c *validate.Commit) error {
@@ -107,20 +126,11 @@ func benchPush(b *testing.B, st store.Store, rules bool) {
 			return err
 		}
 	}
-	srv, err := syncgo.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = srv.Stop(context.Background()) })
-	hs := httptest.NewServer(srv.Handler())
-	b.Cleanup(hs.Close)
+	url := startBenchServer(b, cfg)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: benchPushClients}}
 	clients := make([]*sspclient.Client, benchPushClients)
 	for i := range clients {
-		c, err := sspclient.New(hs.URL, fmt.Sprintf("bench-%d", i), sc, sspclient.Options{HTTPClient: hc})
+		c, err := sspclient.New(url, fmt.Sprintf("bench-%d", i), sc, sspclient.Options{HTTPClient: hc})
 		if err != nil {
 			b.Fatal(err)
 		}
