@@ -81,6 +81,14 @@ func (r *request) pushGrouped(ctx context.Context, commits []*wire.PushCommit) (
 			if err != nil {
 				return err
 			}
+			if out.replay {
+				// Another actor's result fails the request at this
+				// commit; the one-by-one replay of the run then leaves
+				// the commits after it unattempted.
+				if err := r.ownResult(out.record); err != nil {
+					return err
+				}
+			}
 			if out.record.Status == wire.PushApplied {
 				// A no-op commit after it reports the log position this
 				// one reached (applyCommit reads r.lastSeq).
@@ -113,11 +121,6 @@ func (r *request) pushGrouped(ctx context.Context, commits []*wire.PushCommit) (
 		return false, nil
 	}
 	for i, out := range outs {
-		if out.replay {
-			if err := r.ownResult(out.record); err != nil {
-				return true, err
-			}
-		}
 		if err := r.finishPush(commits[i].ClientCommitID, out); err != nil {
 			return true, err
 		}
