@@ -100,33 +100,11 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if _, err := s.table(q.Table); err != nil {
 		return store.CommitWindow{}, err
 	}
-	w := &windowReader{q: q}
-	sc, _ := s.windowScratch.Get().(*windowScratch)
-	if sc == nil {
-		sc = &windowScratch{}
-	}
-	w.rng.cands, w.rng.heads = sc.cands[:0], sc.heads[:0]
-	defer func() {
-		// Neither escapes into the window: the commits are copies of the
-		// heads, and the candidates are only compared with.
-		sc.cands, sc.heads = w.rng.cands[:0], w.rng.heads[:0]
-		s.windowScratch.Put(sc)
-	}()
-	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
-		w.one, w.single = values[0], true
-	} else {
-		w.values = jsonList(values)
-	}
-	if q.LimitChanges > 0 {
-		// Small at first: a push+pull round's window holds a commit or
-		// two, and a full-size slice was zeroed for each. A range read
-		// grows it to its candidates.
-		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
-	}
+	w, release := s.newWindowReader(q)
+	defer release()
 	after, first := q.AfterSeq, true
 	for {
 		var (
-			n    int
 			last int64
 			more bool
 		)
@@ -149,16 +127,7 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		}
 		err := read(ctx, func(c *conn) error {
 			var err error
-			switch {
-			case rng:
-				n, last, more, err = readWindowRange(c, partition, w, after)
-			case w.single:
-				n, last, err = readWindowChunkOf(c, windowOneFirstSQL, partition, w, after)
-				more = n == windowFirstChunk
-			default:
-				n, last, err = readWindowChunk(c, partition, w, after)
-				more = n == windowChunk
-			}
+			_, last, more, err = w.step(c, partition, after, rng)
 			if err != nil || !q.StateAfter || (more && !w.full) {
 				return err
 			}
@@ -181,6 +150,130 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		if !more {
 			w.out.Complete = true
 			return w.out, nil
+		}
+		after = last
+	}
+}
+
+// newWindowReader starts the window of q; release returns its scratch.
+func (s *Store) newWindowReader(q store.CommitWindowQuery) (w *windowReader, release func()) {
+	w = &windowReader{q: q}
+	sc, _ := s.windowScratch.Get().(*windowScratch)
+	if sc == nil {
+		sc = &windowScratch{}
+	}
+	w.rng.cands, w.rng.heads = sc.cands[:0], sc.heads[:0]
+	if values := dedupe(q.Scopes[0].Values); len(values) == 1 {
+		w.one, w.single = values[0], true
+	} else {
+		w.values = jsonList(values)
+	}
+	if q.LimitChanges > 0 {
+		// Small at first: a push+pull round's window holds a commit or
+		// two, and a full-size slice was zeroed for each. A range read
+		// grows it to its candidates.
+		w.out.Commits = make([]store.Commit, 0, min(q.LimitChanges, 16))
+	}
+	return w, func() {
+		// Neither escapes into the window: the commits are copies of the
+		// heads, and the candidates are only compared with.
+		sc.cands, sc.heads = w.rng.cands[:0], w.rng.heads[:0]
+		s.windowScratch.Put(sc)
+	}
+}
+
+// step reads the window's next chunk after the sequence after on c: a
+// range read (rng, one value), the first chunk of one value, or a chunk
+// of several values' candidates. more reports that the chunk was full.
+func (w *windowReader) step(c *conn, partition string, after int64, rng bool) (n int, last int64, more bool, err error) {
+	switch {
+	case rng:
+		return readWindowRange(c, partition, w, after)
+	case w.single:
+		n, last, err = readWindowChunkOf(c, windowOneFirstSQL, partition, w, after)
+		return n, last, n == windowFirstChunk, err
+	default:
+		n, last, err = readWindowChunk(c, partition, w, after)
+		return n, last, n == windowChunk, err
+	}
+}
+
+// ReadCommitWindows implements store.CommitWindowBatcher: the windows of
+// qs are read in one read transaction on one connection (each window
+// chunk by chunk, as ReadCommitWindow reads it, the chunks after a
+// one-value window's first by range), and the partition and serve gate
+// once after all of them, every window's State when its query asked for
+// it. A pull's sections then pay one transaction, not one each.
+func (s *Store) ReadCommitWindows(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
+	if s.closed.Load() {
+		return nil, store.ErrClosed
+	}
+	var running *int32
+	for _, q := range qs {
+		if len(q.Scopes) == 0 {
+			return nil, store.ErrScanRequiresScope
+		}
+		if _, err := s.table(q.Table); err != nil {
+			return nil, err
+		}
+		if q.StateAfter {
+			if running != nil && *running != q.Running {
+				return nil, errors.New("sqlitestore: ReadCommitWindows: queries of different running versions")
+			}
+			running = &q.Running
+		}
+	}
+	out := make([]store.CommitWindow, len(qs))
+	err := s.readTx(ctx, func(c *conn) error {
+		for i, q := range qs {
+			if q.ThroughSeq <= q.AfterSeq {
+				out[i] = store.CommitWindow{Complete: true}
+				continue
+			}
+			w, release := s.newWindowReader(q)
+			err := w.readAll(c, partition)
+			release()
+			if err != nil {
+				return err
+			}
+			out[i] = w.out
+		}
+		if running == nil {
+			return nil
+		}
+		st, err := partitionStateOn(c, partition, *running)
+		if err != nil {
+			return err
+		}
+		for i, q := range qs {
+			if q.StateAfter {
+				c := st // each window its own copy
+				out[i].State = &c
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readAll reads the whole window on c, chunk by chunk.
+func (w *windowReader) readAll(c *conn, partition string) error {
+	after, first := w.q.AfterSeq, true
+	for {
+		_, last, more, err := w.step(c, partition, after, w.single && !first)
+		if err != nil {
+			return err
+		}
+		first = false
+		if w.full {
+			return nil
+		}
+		if !more {
+			w.out.Complete = true
+			return nil
 		}
 		after = last
 	}

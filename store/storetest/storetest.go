@@ -107,6 +107,7 @@ var areas = []area{
 	{"Blobs", RunBlobs},
 	{"Reactions", RunReactions},
 	{"RequestState", RunRequestState},
+	{"WindowBatch", RunWindowBatch},
 }
 
 // Run runs every area of the suite as parallel subtests.
