@@ -11,39 +11,64 @@ import (
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
 )
 
-// countingWindows is a Postgres store that counts its commit window reads.
-type countingWindows struct {
+// windowCounts counts a store's commit window reads.
+type windowCounts struct{ batches, singles atomic.Int64 }
+
+// countingPG and countingSQLite are the two drivers' stores counting
+// their commit window reads (each embeds its store whole, so that the
+// engine sees every capability it has).
+type countingPG struct {
 	*pgstore.Store
-	batches, singles atomic.Int64
+	*windowCounts
 }
 
-func (c *countingWindows) ReadCommitWindows(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
+func (c countingPG) ReadCommitWindows(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
 	c.batches.Add(1)
 	return c.Store.ReadCommitWindows(ctx, partition, qs)
 }
 
-func (c *countingWindows) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+func (c countingPG) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	c.singles.Add(1)
+	return c.Store.ReadCommitWindow(ctx, partition, q)
+}
+
+type countingSQLite struct {
+	*sqlitestore.Store
+	*windowCounts
+}
+
+func (c countingSQLite) ReadCommitWindows(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
+	c.batches.Add(1)
+	return c.Store.ReadCommitWindows(ctx, partition, qs)
+}
+
+func (c countingSQLite) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
 	c.singles.Add(1)
 	return c.Store.ReadCommitWindow(ctx, partition, q)
 }
 
 // A client with several subscriptions, caught up, pulls the commits made
-// since in each of its scopes and nothing of the others. On Postgres the
-// pull reads its sections' windows in one go (ReadCommitWindows), each
+// since in each of its scopes and nothing of the others. The pull reads
+// its sections' windows in one go (ReadCommitWindows, both drivers), each
 // run of caught-up sections between sections that do something else
 // (here: revoked ones) in one read, and a section alone between those
 // reads its own. Fails when a section of a batched read misses or leaks a
 // change, or when caught-up sections read window by window.
 func TestE2EPullManySubscriptions(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		var counted *countingWindows
+		counted := &windowCounts{}
 		e := newE2EEnv(t, d, func(cfg *syncgo.Config) {
-			if pg, ok := cfg.Store.(*pgstore.Store); ok {
-				counted = &countingWindows{Store: pg}
-				cfg.Store = counted
+			switch st := cfg.Store.(type) {
+			case *pgstore.Store:
+				cfg.Store = countingPG{st, counted}
+			case *sqlitestore.Store:
+				cfg.Store = countingSQLite{st, counted}
+			default:
+				t.Fatalf("unexpected store %T", st)
 			}
 		})
 		ctx := context.Background()
@@ -81,17 +106,13 @@ func TestE2EPullManySubscriptions(t *testing.T) {
 
 		push([2]string{"b1", "p1"}, [2]string{"b3", "p3"}, [2]string{"y", "elsewhere"}, [2]string{"b4", "p4"})
 		var batches, singles int64
-		if counted != nil {
-			batches, singles = counted.batches.Load(), counted.singles.Load()
-		}
+		batches, singles = counted.batches.Load(), counted.singles.Load()
 		if _, err := reader.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 		want("a0", "a1", "a2", "a3", "a4", "b1", "b3", "b4")
-		if counted != nil {
-			if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != 1 || s != 0 {
-				t.Fatalf("the caught-up pull made %d batched and %d single window reads; want 1 and 0", b, s)
-			}
+		if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != 1 || s != 0 {
+			t.Fatalf("the caught-up pull made %d batched and %d single window reads; want 1 and 0", b, s)
 		}
 
 		// p2 revoked: its section reads nothing, and the runs of caught-up
@@ -100,17 +121,13 @@ func TestE2EPullManySubscriptions(t *testing.T) {
 		push([2]string{"c2", "p2"}, [2]string{"c4", "p4"}, [2]string{"c0", "p0"})
 		round := func(wantBatches, wantSingles int64, ids ...string) {
 			t.Helper()
-			if counted != nil {
-				batches, singles = counted.batches.Load(), counted.singles.Load()
-			}
+			batches, singles = counted.batches.Load(), counted.singles.Load()
 			if _, err := reader.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
 			want(ids...)
-			if counted != nil {
-				if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != wantBatches || s != wantSingles {
-					t.Fatalf("the pull made %d batched and %d single window reads; want %d and %d", b, s, wantBatches, wantSingles)
-				}
+			if b, s := counted.batches.Load()-batches, counted.singles.Load()-singles; b != wantBatches || s != wantSingles {
+				t.Fatalf("the pull made %d batched and %d single window reads; want %d and %d", b, s, wantBatches, wantSingles)
 			}
 		}
 		round(2, 0, "a0", "a1", "a3", "a4", "b1", "b3", "b4", "c0", "c4")
