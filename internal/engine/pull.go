@@ -89,7 +89,9 @@ const maxPrefetchSections = 16
 // it. Nil when there is no such run: the section at from reads its own.
 func (r *request) prefetchRun(ctx context.Context, from int, p store.Partition, lim pullLimits) ([]store.CommitWindow, error) {
 	wb, ok := r.e.cfg.Store.(store.CommitWindowBatcher)
-	if !ok {
+	if !ok || len(r.req.Subscriptions)-from < 2 {
+		// A pull of one subscription (a round's usual case) or its last
+		// section: no run, and nothing computed twice.
 		return nil, nil
 	}
 	var qs []store.CommitWindowQuery
