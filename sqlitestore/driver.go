@@ -77,6 +77,7 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 		// sub-journal: in memory, not a temporary file (a write syscall
 		// per page was a tenth of the server's CPU in push+pull rounds).
 		pragmas = append(pragmas, "PRAGMA temp_store=MEMORY")
+		pragmas = append(pragmas, "PRAGMA wal_autocheckpoint="+strconv.Itoa(cfg.WALAutocheckpoint))
 		if cfg.MaxPageCount > 0 {
 			pragmas = append(pragmas, "PRAGMA max_page_count="+strconv.FormatInt(cfg.MaxPageCount, 10))
 		}
@@ -84,6 +85,18 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	for _, p := range pragmas {
 		if err := c.execOnce(p); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	if role == connWriter {
+		// The WAL file keeps the size it grew to; past twice the pages
+		// of a checkpoint (a long read held the checkpoints back) it is
+		// cut back when the WAL restarts.
+		var pageSize int64
+		if err := c.queryRowOnce("PRAGMA page_size", &pageSize); err != nil {
+			return nil, fmt.Errorf("page_size: %w", err)
+		}
+		if err := c.execOnce("PRAGMA journal_size_limit=" + strconv.FormatInt(walSizeLimit(cfg.WALAutocheckpoint, pageSize), 10)); err != nil {
+			return nil, fmt.Errorf("journal_size_limit: %w", err)
 		}
 	}
 	var got int64
@@ -113,6 +126,16 @@ const mmapBytes = 0
 // alternating pairs). The remap a growing file costs each read
 // transaction falls on these scans only, never on the pulls' reads.
 const scanMmapBytes = 256 << 20
+
+// walSizeLimit is the journal_size_limit, in bytes, of a WAL
+// checkpointed every pages pages of pageSize bytes: twice that, at least
+// 64 MiB; -1 (no limit) when checkpoints are off.
+func walSizeLimit(pages int, pageSize int64) int64 {
+	if pages <= 0 {
+		return -1
+	}
+	return max(int64(pages)*2*pageSize, 64<<20)
+}
 
 // useWAL puts the database in WAL mode (a no-op when it is).
 func useWAL(c *conn) error {

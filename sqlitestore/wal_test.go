@@ -1,0 +1,59 @@
+package sqlitestore
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/syncgo/syncgo/store/storetest"
+)
+
+// TestWALAutocheckpoint: the writer checkpoints the WAL once it holds
+// Config.WALAutocheckpoint pages, and the WAL then restarts from its
+// start, so its file stays near that size; with the default (8000
+// pages) the same commits (about 5,000 pages) all stay in the WAL.
+func TestWALAutocheckpoint(t *testing.T) {
+	const commits = 300
+	walSize := func(t *testing.T, pages int) int64 {
+		ctx := t.Context()
+		path := filepath.Join(t.TempDir(), "sync.db")
+		s, err := Open(ctx, Config{Path: path, WALAutocheckpoint: pages})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		sc := storetest.FixtureSchema(t)
+		if err := s.EnsureSchema(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.TouchPartition(ctx, "p", 1000, "epoch-wal"); err != nil {
+			t.Fatal(err)
+		}
+		for n := range commits {
+			id := fmt.Sprintf("%016x", uint64(n+1)*0x9e3779b97f4a7c15)
+			r := storetest.Task{ID: id, ProjectID: "p1", Title: ptr("a row")}.RowWrite(t, 1)
+			if err := pushNewRow(ctx, s, "p", "client", fmt.Sprintf("c%d", n), r, sc.Version()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	small := walSize(t, 32)
+	def := walSize(t, 0)
+	t.Logf("WAL after %d commits: %d bytes checkpointed every 32 pages, %d by default", commits, small, def)
+	// A commit here writes a few pages; 32 pages and the commit that
+	// crossed them fit in 64 frames of 4 KiB.
+	if small > 64*(4096+24)+32 {
+		t.Errorf("WAL of %d bytes with checkpoints every 32 pages: the writer did not checkpoint or the WAL did not restart", small)
+	}
+	// SQLite's own default, 1000 pages, would have checkpointed these
+	// and kept the WAL near 1000 frames.
+	if def <= 2000*(4096+24)+32 {
+		t.Errorf("WAL of %d bytes by default: the default checkpoints at SQLite's 1000 pages or sooner", def)
+	}
+}
