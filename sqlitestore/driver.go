@@ -35,6 +35,9 @@ const (
 	// connReadOnly: a connection of a read-only store: the file is opened
 	// read-only (SQLite's mode=ro), never created.
 	connReadOnly
+	// connCheckpoint: the idle checkpoints' connection (checkpoint.go),
+	// which writes only the database file's pages from the WAL.
+	connCheckpoint
 )
 
 // openConn opens one connection on the database file at path with the
@@ -50,7 +53,7 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	switch role {
 	case connWriter:
 		flags = sqlite.OpenReadWrite | sqlite.OpenCreate
-	case connReader:
+	case connReader, connCheckpoint:
 		flags = sqlite.OpenReadWrite
 	case connReadOnly:
 		flags = sqlite.OpenReadOnly
@@ -69,9 +72,13 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	// store waits BusyTimeoutMs for another process's lock instead.
 	sc.SetBusyTimeout(time.Duration(cfg.BusyTimeoutMs) * time.Millisecond)
 	pragmas := []string{"PRAGMA synchronous=" + strings.ToUpper(cfg.Synchronous), "PRAGMA foreign_keys=OFF"}
-	if role != connWriter {
+	switch role {
+	case connCheckpoint:
+		// No statement of its own writes; the checkpoint is not one.
+		pragmas = append(pragmas, "PRAGMA query_only=1")
+	case connReader, connReadOnly:
 		pragmas = append(pragmas, "PRAGMA query_only=1", "PRAGMA mmap_size="+strconv.Itoa(mmapBytes))
-	} else {
+	case connWriter:
 		// Every write runs in a savepoint of its group's transaction, so
 		// each page a write changes is first copied to the statement
 		// sub-journal: in memory, not a temporary file (a write syscall

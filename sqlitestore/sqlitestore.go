@@ -223,7 +223,15 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
+	cc, err := openConn(s.path, s.cfg, connCheckpoint)
+	if err != nil {
+		wc.close()
+		s.cleanup()
+		return nil, fmt.Errorf("open sqlite store: %w", err)
+	}
 	s.w = newWriter(s, wc)
+	s.w.ck = newCheckpointer(cc, &s.stats.batches)
+	go s.w.ck.run()
 	s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
 	go s.w.run()
 	return s, nil

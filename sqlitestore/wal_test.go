@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo/store/storetest"
 )
@@ -55,5 +56,59 @@ func TestWALAutocheckpoint(t *testing.T) {
 	// and kept the WAL near 1000 frames.
 	if def <= 2000*(4096+24)+32 {
 		t.Errorf("WAL of %d bytes by default: the default checkpoints at SQLite's 1000 pages or sooner", def)
+	}
+}
+
+// TestIdleCheckpoint: once the writer has been idle a moment, the WAL is
+// copied back into the database file, so the next writes start the WAL
+// over: a second burst leaves the WAL file about as large as the first
+// did. Without the idle checkpoint both bursts stay in the WAL (8,000
+// pages hold them) and the file doubles.
+func TestIdleCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "sync.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.TouchPartition(ctx, "p", 1000, "epoch-wal"); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	burst := func() int64 {
+		for range 150 {
+			n++
+			id := fmt.Sprintf("%016x", uint64(n)*0x9e3779b97f4a7c15)
+			r := storetest.Task{ID: id, ProjectID: "p1", Title: ptr("a row")}.RowWrite(t, 1)
+			if err := pushNewRow(ctx, s, "p", "client", fmt.Sprintf("c%d", n), r, sc.Version()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	waitRuns := func(want int64) {
+		deadline := time.Now().Add(5 * time.Second)
+		for s.w.ck.runs.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("no idle checkpoint %d within 5 s of the writer's last commit", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	first := burst()
+	waitRuns(1)
+	second := burst()
+	t.Logf("WAL file after the first burst %d bytes, after the second %d", first, second)
+	if second > first*3/2 {
+		t.Errorf("the WAL grew from %d to %d bytes over an idle checkpoint: it was not copied back, or the WAL did not restart", first, second)
 	}
 }

@@ -30,6 +30,9 @@ type writer struct {
 	reqs  chan *writeReq
 	quit  chan struct{}
 	ended chan struct{}
+	// ck runs the idle checkpoints (checkpoint.go); nil in tests that
+	// build a writer alone.
+	ck *checkpointer
 }
 
 var _ store.LocalWriter = (*Store)(nil)
@@ -82,20 +85,32 @@ func full(err error) error {
 func (w *writer) stop() {
 	close(w.quit)
 	<-w.ended
+	if w.ck != nil {
+		w.ck.stop()
+	}
 	w.c.close()
 }
 
 func (w *writer) run() {
 	defer close(w.ended)
 	batch := make([]*writeReq, 0, w.s.cfg.MaxBatch)
+	committed := false
 	for {
 		batch = batch[:0]
 		select {
 		case r := <-w.reqs:
 			batch = append(batch, r)
-		case <-w.quit:
-			w.drainClosed()
-			return
+		default:
+			if committed && w.ck != nil {
+				w.ck.idle()
+			}
+			select {
+			case r := <-w.reqs:
+				batch = append(batch, r)
+			case <-w.quit:
+				w.drainClosed()
+				return
+			}
 		}
 	fill:
 		for len(batch) < cap(batch) {
@@ -106,7 +121,7 @@ func (w *writer) run() {
 				break fill
 			}
 		}
-		w.runBatch(batch)
+		committed = w.runBatch(batch)
 	}
 }
 
@@ -122,14 +137,14 @@ func (w *writer) drainClosed() {
 }
 
 // runBatch runs the requests in one transaction, each in its own
-// savepoint, and commits once.
-func (w *writer) runBatch(batch []*writeReq) {
+// savepoint, and commits once; it reports whether it committed writes.
+func (w *writer) runBatch(batch []*writeReq) bool {
 	results := make([]error, len(batch))
 	if err := w.c.exec("BEGIN IMMEDIATE"); err != nil {
 		for _, r := range batch {
 			r.done <- fmt.Errorf("begin: %w", err)
 		}
-		return
+		return false
 	}
 	applied := 0
 	for i, r := range batch {
@@ -170,6 +185,7 @@ func (w *writer) runBatch(batch []*writeReq) {
 		}
 		r.done <- results[i]
 	}
+	return applied > 0 && commitErr == nil
 }
 
 func (w *writer) runOne(r *writeReq) (err error) {

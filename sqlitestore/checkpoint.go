@@ -1,0 +1,83 @@
+package sqlitestore
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// idleCheckpointAfter is how long the writer must have committed nothing
+// before the idle checkpoint runs.
+const idleCheckpointAfter = 20 * time.Millisecond
+
+// checkpointer copies the WAL back into the database file once the writer
+// has gone idle, on a connection of its own (a PASSIVE checkpoint: it
+// takes no lock that a write or a read waits for). The writer itself
+// checkpoints only every Config.WALAutocheckpoint pages, so after a burst
+// of writes most of what was written is still in the WAL, where reads
+// find it by a pread per page instead of the scans' mapped file; once the
+// WAL is all copied, new read transactions read the database file alone,
+// and the next write starts the WAL over. Under a steady stream of writes
+// the writer is never idle that long and this does nothing.
+type checkpointer struct {
+	c     *conn
+	wake  chan struct{} // the writer went idle after committing
+	quit  chan struct{}
+	ended chan struct{}
+	// batches is the writer's count of committed batches (Store.stats);
+	// runs counts the checkpoints this ran.
+	batches *atomic.Int64
+	runs    atomic.Int64
+}
+
+func newCheckpointer(c *conn, batches *atomic.Int64) *checkpointer {
+	return &checkpointer{c: c, wake: make(chan struct{}, 1), quit: make(chan struct{}), ended: make(chan struct{}), batches: batches}
+}
+
+// idle tells the checkpointer that the writer has nothing queued after
+// committing; it never blocks.
+func (k *checkpointer) idle() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *checkpointer) run() {
+	defer close(k.ended)
+	t := time.NewTimer(0)
+	<-t.C
+	for {
+		select {
+		case <-k.wake:
+		case <-k.quit:
+			return
+		}
+		// Wait until the writer has committed nothing for a while; a
+		// commit meanwhile waits for the next idle moment.
+		for {
+			seen := k.batches.Load()
+			t.Reset(idleCheckpointAfter)
+			select {
+			case <-t.C:
+			case <-k.quit:
+				t.Stop()
+				return
+			}
+			if k.batches.Load() == seen {
+				break
+			}
+		}
+		// A failure (the database busy in another process) leaves the
+		// WAL to the writer's own checkpoints.
+		var busy, frames, copied int64
+		if err := k.c.queryRowOnce("PRAGMA wal_checkpoint(PASSIVE)", &busy, &frames, &copied); err == nil {
+			k.runs.Add(1)
+		}
+	}
+}
+
+func (k *checkpointer) stop() {
+	close(k.quit)
+	<-k.ended
+	k.c.close()
+}
