@@ -27,6 +27,9 @@ type checkpointer struct {
 	// runs counts the checkpoints this ran.
 	batches *atomic.Int64
 	runs    atomic.Int64
+	// frames and copied are the last checkpoint's WAL frames and the
+	// frames copied of them (all, unless a read held some back).
+	frames, copied atomic.Int64
 }
 
 func newCheckpointer(c *conn, batches *atomic.Int64) *checkpointer {
@@ -71,6 +74,8 @@ func (k *checkpointer) run() {
 		// WAL to the writer's own checkpoints.
 		var busy, frames, copied int64
 		if err := k.c.queryRowOnce("PRAGMA wal_checkpoint(PASSIVE)", &busy, &frames, &copied); err == nil {
+			k.frames.Store(frames)
+			k.copied.Store(copied)
 			k.runs.Add(1)
 		}
 	}
