@@ -5,12 +5,13 @@ import (
 	"time"
 )
 
-// idleCheckpointAfter is how long the writer must have committed nothing
-// before the idle checkpoint runs.
-const idleCheckpointAfter = 20 * time.Millisecond
+// defaultIdleCheckpoint is Config.IdleCheckpoint's default: a burst's
+// gaps are shorter (a client's next request), and a reader that comes
+// later finds the WAL copied back.
+const defaultIdleCheckpoint = 20 * time.Millisecond
 
 // checkpointer copies the WAL back into the database file once the writer
-// has gone idle, on a connection of its own (a PASSIVE checkpoint: it
+// has been idle for Config.IdleCheckpoint, on a connection of its own (a PASSIVE checkpoint: it
 // takes no lock that a write or a read waits for). The writer itself
 // checkpoints only every Config.WALAutocheckpoint pages, so after a burst
 // of writes most of what was written is still in the WAL, where reads
@@ -20,6 +21,7 @@ const idleCheckpointAfter = 20 * time.Millisecond
 // the writer is never idle that long and this does nothing.
 type checkpointer struct {
 	c     *conn
+	after time.Duration // Config.IdleCheckpoint
 	wake  chan struct{} // the writer went idle after committing
 	quit  chan struct{}
 	ended chan struct{}
@@ -32,8 +34,8 @@ type checkpointer struct {
 	frames, copied atomic.Int64
 }
 
-func newCheckpointer(c *conn, batches *atomic.Int64) *checkpointer {
-	return &checkpointer{c: c, wake: make(chan struct{}, 1), quit: make(chan struct{}), ended: make(chan struct{}), batches: batches}
+func newCheckpointer(c *conn, batches *atomic.Int64, after time.Duration) *checkpointer {
+	return &checkpointer{c: c, after: after, wake: make(chan struct{}, 1), quit: make(chan struct{}), ended: make(chan struct{}), batches: batches}
 }
 
 // idle tells the checkpointer that the writer has nothing queued after
@@ -59,7 +61,7 @@ func (k *checkpointer) run() {
 		// commit meanwhile waits for the next idle moment.
 		for {
 			seen := k.batches.Load()
-			t.Reset(idleCheckpointAfter)
+			t.Reset(k.after)
 			select {
 			case <-t.C:
 			case <-k.quit:

@@ -90,6 +90,11 @@ type Config struct {
 	// Negative turns automatic checkpoints off (something else must run
 	// them, or the WAL grows without bound).
 	WALAutocheckpoint int
+	// IdleCheckpoint is how long the writer must have committed nothing
+	// before the WAL is copied back into the database file on a
+	// connection of its own (checkpoint.go). Default 20 ms; negative:
+	// never (only the writer's own checkpoints run).
+	IdleCheckpoint time.Duration
 }
 
 // defaultWALAutocheckpoint is Config.WALAutocheckpoint's default: at
@@ -117,6 +122,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BusyTimeoutMs <= 0 {
 		c.BusyTimeoutMs = 5000
+	}
+	if c.IdleCheckpoint == 0 {
+		c.IdleCheckpoint = defaultIdleCheckpoint
 	}
 	switch {
 	case c.WALAutocheckpoint == 0:
@@ -223,15 +231,17 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	cc, err := openConn(s.path, s.cfg, connCheckpoint)
-	if err != nil {
-		wc.close()
-		s.cleanup()
-		return nil, fmt.Errorf("open sqlite store: %w", err)
-	}
 	s.w = newWriter(s, wc)
-	s.w.ck = newCheckpointer(cc, &s.stats.batches)
-	go s.w.ck.run()
+	if s.cfg.IdleCheckpoint > 0 {
+		cc, err := openConn(s.path, s.cfg, connCheckpoint)
+		if err != nil {
+			wc.close()
+			s.cleanup()
+			return nil, fmt.Errorf("open sqlite store: %w", err)
+		}
+		s.w.ck = newCheckpointer(cc, &s.stats.batches, s.cfg.IdleCheckpoint)
+		go s.w.ck.run()
+	}
 	s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
 	go s.w.run()
 	return s, nil
