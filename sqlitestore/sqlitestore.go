@@ -92,7 +92,7 @@ type Config struct {
 	WALAutocheckpoint int
 	// IdleCheckpoint is how long the writer must have committed nothing
 	// before the WAL is copied back into the database file on a
-	// connection of its own (checkpoint.go). Default 20 ms; negative:
+	// connection of its own (checkpoint.go). Default 1 s; negative:
 	// never (only the writer's own checkpoints run).
 	IdleCheckpoint time.Duration
 }
