@@ -13,8 +13,11 @@ import (
 const defaultIdleCheckpoint = time.Second
 
 // checkpointer copies the WAL back into the database file once the writer
-// has been idle for Config.IdleCheckpoint, on a connection of its own (a PASSIVE checkpoint: it
-// takes no lock that a write or a read waits for). The writer itself
+// has been idle for Config.IdleCheckpoint, on a connection of its own (a
+// PASSIVE checkpoint: it takes no lock that a write or a read waits for).
+// A checkpoint that a read held back from the WAL's end is not retried
+// until the next writes go idle; the writer's own checkpoints bound the
+// WAL meanwhile. The writer itself
 // checkpoints only every Config.WALAutocheckpoint pages, so after a burst
 // of writes most of what was written is still in the WAL, where reads
 // find it by a pread per page instead of the scans' mapped file; once the
