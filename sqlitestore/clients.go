@@ -286,12 +286,12 @@ WHERE partition=? AND updated_at_ms >= ? AND cursor IS NOT NULL AND cursor >= 0`
 
 // clientWriteBehind bounds how long a deferred client record waits:
 // 250 ms, not the 25 of Postgres. Every write changes the WAL, and a read
-// transaction that finds the WAL changed starts with an empty page cache
-// and, on a scan connection, maps the file again (each page faulted in
-// anew): a catch-up's cursor, written every 25 ms, made each of its
-// windows read cold (100,000 commits from a copied seed, 4 pairs:
-// 300-393 ms at 25 ms, 269-342 at 250). One process serves a SQLite
-// file, so no other process reads the older cursor meanwhile.
+// transaction that finds the WAL changed starts with an empty page cache:
+// a catch-up's cursor, written every 25 ms, made its windows read cold
+// (100,000 commits from a copied seed, 4 pairs each: 300-393 ms at 25 ms,
+// 269-342 at 250 while the scan connections mapped the file; 298-305
+// against 288-300 with their small page cache). One process serves a
+// SQLite file, so no other process reads the older cursor meanwhile.
 const clientWriteBehind = 250 * time.Millisecond
 
 // syncClient runs fn as a writer job ordered with the deferred client

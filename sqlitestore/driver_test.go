@@ -46,6 +46,38 @@ func TestConnectionSettings(t *testing.T) {
 	}
 }
 
+// TestScanConnectionCache: the scan connections read through a page
+// cache of scanCachePages pages and do not map the file; the read
+// connections keep SQLite's default cache (BENCHMARKS.md, "Round
+// sixteen", has why).
+func TestScanConnectionCache(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	settings := func(read func(context.Context, func(*conn) error) error) (cache, mmap int64) {
+		t.Helper()
+		err := read(t.Context(), func(c *conn) error {
+			if err := c.queryRowOnce("PRAGMA cache_size", &cache); err != nil {
+				return err
+			}
+			return c.queryRowOnce("PRAGMA mmap_size", &mmap)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cache, mmap
+	}
+	for range s.scanners.n {
+		// Each connection of the pool in turn: readOn takes the one that
+		// was given back longest ago.
+		if cache, mmap := settings(s.scan); cache != scanCachePages || mmap != 0 {
+			t.Errorf("scan connection: cache_size %d, mmap_size %d; want %d, 0", cache, mmap, scanCachePages)
+		}
+	}
+	if cache, mmap := settings(s.read); cache == scanCachePages || mmap != 0 {
+		t.Errorf("read connection: cache_size %d, mmap_size %d; want SQLite's default, 0", cache, mmap)
+	}
+}
+
 // TestMemoryPath: a throw-away database runs with synchronous OFF and is
 // removed on Close.
 func TestMemoryPath(t *testing.T) {

@@ -117,8 +117,8 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		switch {
 		case q.Bulk:
 			// A bulk window (a catch-up's read-ahead) reads a thousand
-			// commits' pages: on a scan connection, which maps the file
-			// instead of reading each page into its cache.
+			// commits' pages once: on a scan connection, whose small
+			// page cache reads them into the same slots.
 			read = func(ctx context.Context, fn func(c *conn) error) error {
 				return s.readTxOn(ctx, s.scanners, fn)
 			}

@@ -14,7 +14,7 @@ import (
 )
 
 // ScanRows reads a page of current rows inside the scopes, by row id, on a
-// scan connection (scanMmapBytes). Each value of the first effective key
+// scan connection (scanCachePages). Each value of the first effective key
 // is read in row-id order from the row scope index and the streams are
 // merged; rows are checked against all keys.
 func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {

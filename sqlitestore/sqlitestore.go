@@ -59,8 +59,8 @@ type Config struct {
 	// MaxBatch bounds the writes that share one transaction. Default 128.
 	MaxBatch int
 	// ReadConns is the number of read connections. Default 4. As many
-	// scan connections (which map the file) serve the scans of bootstrap
-	// pages.
+	// scan connections (with a small page cache) serve the scans of
+	// bootstrap pages and a catch-up's bulk windows.
 	ReadConns int
 	// Synchronous is the SQLite synchronous setting: "FULL" (the default,
 	// durable at acknowledgement) or "NORMAL" (WAL-safe, but the last
@@ -141,8 +141,9 @@ type Store struct {
 	path    string
 	tempDir string
 	readers *readPool // query-only connections
-	// scanners are query-only connections that map the file, for the
-	// scans of bootstrap pages (scanMmapBytes).
+	// scanners are query-only connections with a small page cache, for
+	// the scans of bootstrap pages and a catch-up's bulk windows
+	// (scanCachePages).
 	scanners *readPool
 	w        *writer // owns the write connection
 	// noSegmentBodies: a read-only store on a database of a release
@@ -226,7 +227,7 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	if s.scanners, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader, scanMmapBytes); err != nil {
+	if s.scanners, err = openReadPool(s.path, s.cfg, cfg.ReadConns, connReader, scanCachePages); err != nil {
 		wc.close()
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
@@ -264,7 +265,7 @@ func (s *Store) openReadOnly(ctx context.Context) (*Store, error) {
 	if s.readers, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly, 0); err != nil {
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
-	if s.scanners, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly, scanMmapBytes); err != nil {
+	if s.scanners, err = openReadPool(s.path, s.cfg, s.cfg.ReadConns, connReadOnly, scanCachePages); err != nil {
 		s.cleanup()
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}

@@ -171,8 +171,8 @@ func TestWindowWireOnlyRange(t *testing.T) {
 }
 
 // TestWindowBulkOnScanConnections: a bulk window (a catch-up's read-ahead)
-// reads on the scan connections, which map the file; other windows on the
-// read connections. With every scan connection held, a bulk window waits
+// reads on the scan connections (a small page cache); other windows on
+// the read connections. With every scan connection held, a bulk window waits
 // (until its context ends) while a window that is not bulk is read, and
 // once they are given back the bulk window is read and equals the other.
 func TestWindowBulkOnScanConnections(t *testing.T) {
