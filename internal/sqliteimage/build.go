@@ -89,7 +89,10 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 	}()
 	// The statements run without an interrupt: ctx is checked between
 	// batches instead.
-	for _, pragma := range []string{"PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE"} {
+	// A page cache of 64 pages, not SQLite's 2 MiB: the build writes each
+	// page about once, and in a large cache every page took fresh memory
+	// from the allocator (BenchmarkBuild100k ~99 -> ~96 ms).
+	for _, pragma := range []string{"PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE", "PRAGMA cache_size=64"} {
 		if err := execOnce(conn, pragma); err != nil {
 			return fmt.Errorf("sqlite image: %s: %w", pragma, err)
 		}
@@ -284,7 +287,22 @@ func createDataSQL(table string, cols []wire.Column, pk int) string {
 	}
 	sb.WriteString(quoteIdent(VersionColumn))
 	sb.WriteString(" INTEGER NOT NULL)")
+	if withoutRowID(cols, pk) {
+		sb.WriteString(" WITHOUT ROWID")
+	}
 	return sb.String()
+}
+
+// withoutRowID reports whether the data table is stored by its primary
+// key alone (WITHOUT ROWID): when the key is not an INTEGER column, which
+// is the rowid already, and is not nullable (a WITHOUT ROWID key refuses
+// NULL, which a rowid table's PRIMARY KEY admits). A rowid table would keep
+// a second b-tree, the key's index: the 100,000-row image of
+// BenchmarkBuild100k is 7.9 MB instead of 9.8 and builds in ~99 ms instead
+// of ~111, and a client reads it in key order without the index.
+func withoutRowID(cols []wire.Column, pk int) bool {
+	t, _ := declType(cols[pk].Type)
+	return t != "INTEGER" && !cols[pk].Nullable
 }
 
 // Multi-row inserts: a statement inserts up to maxRowsPerInsert rows and

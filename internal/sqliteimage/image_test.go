@@ -240,6 +240,57 @@ func TestIntegerPrimaryKeyAndEmptyImage(t *testing.T) {
 	}
 }
 
+// TestDataTableLayout: a data table keyed by a non-nullable column other
+// than an INTEGER is stored WITHOUT ROWID (one b-tree, no key index); an
+// INTEGER key stays the rowid, and a nullable key (which WITHOUT ROWID
+// would refuse as NULL) keeps the rowid table and its key index. Each
+// image still reads back row for row.
+func TestDataTableLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name         string
+		key          wire.Column
+		key1, key2   wire.Value
+		withoutRowID bool
+	}{
+		{"string key", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), true},
+		{"integer key", wire.Column{Name: "k", Type: wire.TypeInteger}, integer(1), integer(2), false},
+		{"boolean key", wire.Column{Name: "k", Type: wire.TypeBoolean}, wire.Value{Bool: false}, wire.Value{Bool: true}, false},
+		{"nullable string key", wire.Column{Name: "k", Type: wire.TypeString, Nullable: true}, str("a"), str("b"), false},
+	} {
+		cols := []wire.Column{{Name: "label", Type: wire.TypeString, Nullable: true}, tc.key}
+		rows := []sqliteimage.Row{
+			{ServerVersion: 1, Values: []wire.Value{str("one"), tc.key1}},
+			{ServerVersion: 2, Values: []wire.Value{str("two"), tc.key2}},
+		}
+		img := build(t, cols, 1, rows)
+		withDB(t, img, func(db *sql.DB) {
+			var ddl string
+			var indexes int
+			if err := db.QueryRow(`SELECT sql FROM sqlite_master WHERE name = 'things'`).Scan(&ddl); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'index'`).Scan(&indexes); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.HasSuffix(ddl, " WITHOUT ROWID"); got != tc.withoutRowID {
+				t.Errorf("%s: DDL %s; WITHOUT ROWID %v, want %v", tc.name, ddl, got, tc.withoutRowID)
+			}
+			if wantIdx := map[bool]int{true: 0, false: 1}[tc.withoutRowID]; tc.key.Type == wire.TypeString && indexes != wantIdx {
+				t.Errorf("%s: %d indexes, want %d", tc.name, indexes, wantIdx)
+			}
+		})
+		back, err := sqliteimage.ReadRows(ctx, img, cols, 1)
+		if err != nil {
+			t.Fatalf("%s: ReadRows: %v", tc.name, err)
+		}
+		if !reflect.DeepEqual(back, rows) {
+			t.Errorf("%s: ReadRows = %+v, want %+v", tc.name, back, rows)
+		}
+	}
+}
+
 func TestBuildRemovesItsFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
