@@ -89,17 +89,9 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 	}()
 	// The statements run without an interrupt: ctx is checked between
 	// batches instead.
-	// A page cache of 64 pages, not SQLite's 2 MiB: the build writes each
-	// page about once, and in a large cache every page took fresh memory
-	// from the allocator (BenchmarkBuild100k ~99 -> ~96 ms).
-	for _, pragma := range []string{"PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE", "PRAGMA cache_size=64"} {
+	for _, pragma := range []string{"PRAGMA journal_mode=OFF", "PRAGMA synchronous=OFF", "PRAGMA locking_mode=EXCLUSIVE"} {
 		if err := execOnce(conn, pragma); err != nil {
 			return fmt.Errorf("sqlite image: %s: %w", pragma, err)
-		}
-	}
-	for _, ddl := range []string{createDataSQL(meta.Table, cols, pk), createMetadataSQL} {
-		if err := execOnce(conn, ddl); err != nil {
-			return fmt.Errorf("sqlite image: create table: %w", err)
 		}
 	}
 	if err := execOnce(conn, "BEGIN"); err != nil {
@@ -112,16 +104,31 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 	}()
 	width := len(cols) + 1
 	multi := max(1, min(maxRowsPerInsert, maxVariables/width))
-	one, _, err := conn.PrepareTransient(insertDataSQL(meta.Table, cols, 1))
-	if err != nil {
-		return fmt.Errorf("sqlite image: prepare: %w", err)
+	var one, many *sqlite.Stmt
+	defer func() {
+		for _, st := range []*sqlite.Stmt{one, many} {
+			if st != nil {
+				_ = st.Finalize()
+			}
+		}
+	}()
+	// create creates the tables, the data table's layout chosen from the
+	// first batch (none for an empty image), and prepares the inserts.
+	create := func(first []Row) error {
+		for _, ddl := range []string{createDataSQL(meta.Table, cols, pk, withoutRowID(cols, pk, first)), createMetadataSQL} {
+			if err := execOnce(conn, ddl); err != nil {
+				return fmt.Errorf("sqlite image: create table: %w", err)
+			}
+		}
+		var err error
+		if one, _, err = conn.PrepareTransient(insertDataSQL(meta.Table, cols, 1)); err != nil {
+			return fmt.Errorf("sqlite image: prepare: %w", err)
+		}
+		if many, _, err = conn.PrepareTransient(insertDataSQL(meta.Table, cols, multi)); err != nil {
+			return fmt.Errorf("sqlite image: prepare: %w", err)
+		}
+		return nil
 	}
-	defer one.Finalize()
-	many, _, err := conn.PrepareTransient(insertDataSQL(meta.Table, cols, multi))
-	if err != nil {
-		return fmt.Errorf("sqlite image: prepare: %w", err)
-	}
-	defer many.Finalize()
 	var count, approx int64
 	for batch, berr := range rows {
 		if berr != nil {
@@ -129,6 +136,11 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if one == nil && len(batch) > 0 {
+			if err := create(batch); err != nil {
+				return err
+			}
 		}
 		for len(batch) > 0 {
 			k, stmt := multi, many
@@ -153,6 +165,11 @@ func (b Builder) write(ctx context.Context, path string, meta Meta, cols []wire.
 		}
 		if b.MaxBytes > 0 && approx > b.MaxBytes {
 			return fmt.Errorf("%w: over %d bytes of values", ErrTooLarge, approx)
+		}
+	}
+	if one == nil {
+		if err := create(nil); err != nil {
+			return err
 		}
 	}
 	md, _, err := conn.PrepareTransient(insertMetadataSQL)
@@ -200,40 +217,52 @@ func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error
 	if r.ServerVersion < 1 {
 		return 0, fmt.Errorf("server version %d, want at least 1", r.ServerVersion)
 	}
-	size := int64(8)
 	for i := range cols {
 		p := at + i + 1
 		v := &r.Values[i]
 		if v.Null {
 			stmt.BindNull(p)
-			size++
 			continue
 		}
 		switch cols[i].Type {
 		case wire.TypeString, wire.TypeJSON, wire.TypeBlobRef:
 			stmt.BindText(p, v.Str)
-			size += int64(len(v.Str))
 		case wire.TypeInteger:
 			stmt.BindInt64(p, v.Int)
-			size += 8
 		case wire.TypeBoolean:
 			stmt.BindBool(p, v.Bool)
-			size++
 		case wire.TypeFloat:
 			if math.IsNaN(v.Float) {
 				return 0, fmt.Errorf("column %s: %w (NaN)", cols[i].Name, ErrUnrepresentable)
 			}
 			stmt.BindFloat(p, v.Float)
-			size += 8
 		case wire.TypeBytes, wire.TypeCRDT:
 			// A nil slice is an empty blob, not NULL: BindBytes binds a
 			// zero-length blob for both.
 			stmt.BindBytes(p, v.Bytes)
-			size += int64(len(v.Bytes))
 		}
 	}
 	stmt.BindInt64(at+len(cols)+1, r.ServerVersion)
-	return size, nil
+	return rowSize(cols, r), nil
+}
+
+// rowSize estimates the bytes a row stores: its cells and version.
+func rowSize(cols []wire.Column, r Row) int64 {
+	size := int64(8)
+	for i := range min(len(cols), len(r.Values)) {
+		v := &r.Values[i]
+		switch {
+		case v.Null, cols[i].Type == wire.TypeBoolean:
+			size++
+		case cols[i].Type == wire.TypeString, cols[i].Type == wire.TypeJSON, cols[i].Type == wire.TypeBlobRef:
+			size += int64(len(v.Str))
+		case cols[i].Type == wire.TypeBytes, cols[i].Type == wire.TypeCRDT:
+			size += int64(len(v.Bytes))
+		default:
+			size += 8
+		}
+	}
+	return size
 }
 
 // checkTable refuses a table an image cannot hold: reserved or repeated
@@ -267,7 +296,7 @@ func checkTable(table string, cols []wire.Column, pk int) error {
 }
 
 // createDataSQL declares the data table (§5.3).
-func createDataSQL(table string, cols []wire.Column, pk int) string {
+func createDataSQL(table string, cols []wire.Column, pk int, withoutRowID bool) string {
 	var sb strings.Builder
 	sb.WriteString("CREATE TABLE ")
 	sb.WriteString(quoteIdent(table))
@@ -287,23 +316,39 @@ func createDataSQL(table string, cols []wire.Column, pk int) string {
 	}
 	sb.WriteString(quoteIdent(VersionColumn))
 	sb.WriteString(" INTEGER NOT NULL)")
-	if withoutRowID(cols, pk) {
+	if withoutRowID {
 		sb.WriteString(" WITHOUT ROWID")
 	}
 	return sb.String()
 }
 
 // withoutRowID reports whether the data table is stored by its primary
-// key alone (WITHOUT ROWID): when the key is not an INTEGER column, which
-// is the rowid already, and is not nullable (a WITHOUT ROWID key refuses
-// NULL, which a rowid table's PRIMARY KEY admits). A rowid table would keep
-// a second b-tree, the key's index: the 100,000-row image of
-// BenchmarkBuild100k is 7.9 MB instead of 9.8 and builds in ~99 ms instead
-// of ~111, and a client reads it in key order without the index.
-func withoutRowID(cols []wire.Column, pk int) bool {
-	t, _ := declType(cols[pk].Type)
-	return t != "INTEGER" && !cols[pk].Nullable
+// key alone (WITHOUT ROWID), from the key and the first batch of rows:
+// when the key is not an INTEGER column, which is the rowid already, is
+// not nullable (a WITHOUT ROWID key refuses NULL, which a rowid table's
+// PRIMARY KEY admits), and the batch's rows average at most
+// maxCompactRow bytes. A rowid table keeps a second b-tree, the key's
+// index: for small rows the 100,000-row image of BenchmarkBuild100k is
+// 7.9 MB instead of 9.8 and builds in ~99 ms instead of ~111, and a client
+// reads it in key order without the index. Larger rows spill from a
+// WITHOUT ROWID b-tree's cells much sooner than from a table's (~1,000
+// bytes against ~4,000 on a 4 KiB page): with 600-byte titles the build
+// was ~10 % slower and with 2,000-byte ones ~30 % slower and 13 % larger.
+func withoutRowID(cols []wire.Column, pk int, first []Row) bool {
+	if t, _ := declType(cols[pk].Type); t == "INTEGER" || cols[pk].Nullable || len(first) == 0 {
+		return false
+	}
+	var total int64
+	for _, r := range first {
+		total += rowSize(cols, r)
+	}
+	return total <= maxCompactRow*int64(len(first))
 }
+
+// maxCompactRow is the largest average row, in bytes, stored WITHOUT
+// ROWID: a twentieth of a 4 KiB page, where SQLite's documentation
+// places the end of that layout's advantage.
+const maxCompactRow = 200
 
 // Multi-row inserts: a statement inserts up to maxRowsPerInsert rows and
 // binds at most maxVariables values (SQLITE_MAX_VARIABLE_NUMBER of the

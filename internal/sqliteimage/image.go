@@ -9,8 +9,8 @@
 //     TEXT; integer and boolean INTEGER; float REAL; bytes and crdt BLOB),
 //     NOT NULL on the non-nullable columns and PRIMARY KEY on the primary
 //     key, then `_syncular_version INTEGER NOT NULL`, the row's
-//     server_version; WITHOUT ROWID unless the key is an INTEGER column
-//     (the rowid itself);
+//     server_version; WITHOUT ROWID for small rows unless the key is an
+//     INTEGER column (the rowid itself);
 //   - `_syncular_segment`, one row of metadata (format 1, table,
 //     schemaVersion, asOfCommitSeq, scopeDigest, rowCount) that duplicates
 //     the SEGMENT_REF descriptor so an image at rest describes itself.

@@ -240,11 +240,12 @@ func TestIntegerPrimaryKeyAndEmptyImage(t *testing.T) {
 	}
 }
 
-// TestDataTableLayout: a data table keyed by a non-nullable column other
-// than an INTEGER is stored WITHOUT ROWID (one b-tree, no key index); an
-// INTEGER key stays the rowid, and a nullable key (which WITHOUT ROWID
-// would refuse as NULL) keeps the rowid table and its key index. Each
-// image still reads back row for row.
+// TestDataTableLayout: a data table of small rows keyed by a non-nullable
+// column other than an INTEGER is stored WITHOUT ROWID (one b-tree, no key
+// index); an INTEGER key stays the rowid, and a nullable key (which
+// WITHOUT ROWID would refuse as NULL), rows averaging more than 200 bytes
+// and an empty image keep the rowid table and its key index. Each image
+// still reads back row for row.
 func TestDataTableLayout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -252,18 +253,23 @@ func TestDataTableLayout(t *testing.T) {
 		name         string
 		key          wire.Column
 		key1, key2   wire.Value
+		label        string
+		rows         int
 		withoutRowID bool
 	}{
-		{"string key", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), true},
-		{"integer key", wire.Column{Name: "k", Type: wire.TypeInteger}, integer(1), integer(2), false},
-		{"boolean key", wire.Column{Name: "k", Type: wire.TypeBoolean}, wire.Value{Bool: false}, wire.Value{Bool: true}, false},
-		{"nullable string key", wire.Column{Name: "k", Type: wire.TypeString, Nullable: true}, str("a"), str("b"), false},
+		{"string key", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), "one", 2, true},
+		{"string key, 180-byte labels", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), strings.Repeat("x", 180), 2, true},
+		{"string key, 200-byte labels", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), strings.Repeat("x", 200), 2, false},
+		{"string key, empty image", wire.Column{Name: "k", Type: wire.TypeString}, str("a"), str("b"), "one", 0, false},
+		{"integer key", wire.Column{Name: "k", Type: wire.TypeInteger}, integer(1), integer(2), "one", 2, false},
+		{"boolean key", wire.Column{Name: "k", Type: wire.TypeBoolean}, wire.Value{Bool: false}, wire.Value{Bool: true}, "one", 2, false},
+		{"nullable string key", wire.Column{Name: "k", Type: wire.TypeString, Nullable: true}, str("a"), str("b"), "one", 2, false},
 	} {
 		cols := []wire.Column{{Name: "label", Type: wire.TypeString, Nullable: true}, tc.key}
 		rows := []sqliteimage.Row{
-			{ServerVersion: 1, Values: []wire.Value{str("one"), tc.key1}},
-			{ServerVersion: 2, Values: []wire.Value{str("two"), tc.key2}},
-		}
+			{ServerVersion: 1, Values: []wire.Value{str(tc.label), tc.key1}},
+			{ServerVersion: 2, Values: []wire.Value{str(tc.label), tc.key2}},
+		}[:tc.rows]
 		img := build(t, cols, 1, rows)
 		withDB(t, img, func(db *sql.DB) {
 			var ddl string
@@ -285,7 +291,7 @@ func TestDataTableLayout(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: ReadRows: %v", tc.name, err)
 		}
-		if !reflect.DeepEqual(back, rows) {
+		if !reflect.DeepEqual(back, rows) && !(len(rows) == 0 && len(back) == 0) {
 			t.Errorf("%s: ReadRows = %+v, want %+v", tc.name, back, rows)
 		}
 	}
