@@ -69,6 +69,10 @@ type Config struct {
 	// beside its log, which a server may answer with a fresh bootstrap
 	// (§8.4) that the catch-up then follows.
 	CatchUpRows int
+	// ValueBytes, when positive, pads every generated string value that
+	// is neither the key nor the scope to this many bytes: rows of
+	// another size than the default ~100 bytes.
+	ValueBytes int
 	// RoundDelay is a client's own time per catch-up round (its network
 	// round trip, its storage), spent waiting before the next request:
 	// what a server does meanwhile for the next round shows as less
@@ -176,6 +180,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	self0 := selfCPUSeconds()
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		r.res.Params["loadavg"] = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	if cfg.ValueBytes > 0 {
+		r.res.Params["valueBytes"] = cfg.ValueBytes
 	}
 	if err := fn(ctx, r); err != nil {
 		r.stopStatus()

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // newTestServer serves syncgo on a fresh SQLite file with the demo
@@ -283,5 +285,49 @@ func TestCatchUpFollowsReset(t *testing.T) {
 				t.Fatalf("resets %v, commits %v, errors %d; want the 1,500 commits replayed", resets, commits, res.Errors)
 			}
 		})
+	}
+}
+
+// TestRowGenValueBytes: -value-bytes pads the generated string values to
+// that length, and leaves the key, the scope and the other types alone.
+func TestRowGenValueBytes(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := schema.ParseJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := schema.Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := newRowGen(sc, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	padded, err := newRowGen(sc, "", 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := plain.row("w", 7, "scope-1"), padded.row("w", 7, "scope-1")
+	pk, scopeCol := padded.table.PrimaryKey(), padded.scopeCol
+	padCols := 0
+	for i, c := range padded.table.Columns() {
+		switch {
+		case i == pk || i == scopeCol || c.Type != wire.TypeString || a[i].Null:
+			if !reflect.DeepEqual(a[i], b[i]) {
+				t.Errorf("column %s: %+v padded to %+v", c.Name, a[i], b[i])
+			}
+		default:
+			padCols++
+			if len(b[i].Str) != 600 || !strings.HasPrefix(b[i].Str, a[i].Str) {
+				t.Errorf("column %s: %d bytes %q, want 600 starting %q", c.Name, len(b[i].Str), b[i].Str[:min(20, len(b[i].Str))], a[i].Str)
+			}
+		}
+	}
+	if padCols == 0 {
+		t.Fatalf("table %s has no string column to pad", padded.table.Name())
 	}
 }

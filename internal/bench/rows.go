@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
@@ -11,16 +12,18 @@ import (
 
 // rowGen makes the rows of the benchmarked table from the schema: a
 // unique primary key, the run's scope value in the scope column, and a
-// small value of its type in every other column.
+// small value of its type in every other column (a string padded to
+// valueBytes when that is positive).
 type rowGen struct {
-	table    *schema.CompiledTable
-	variable string // the scope variable subscribed by
-	scopeCol int
+	table      *schema.CompiledTable
+	variable   string // the scope variable subscribed by
+	scopeCol   int
+	valueBytes int
 }
 
 // newRowGen picks the table: the named one, or the first table whose
 // first scope column is not its primary key (a scope holds many rows).
-func newRowGen(s *schema.Compiled, name string) (*rowGen, error) {
+func newRowGen(s *schema.Compiled, name string, valueBytes int) (*rowGen, error) {
 	var t *schema.CompiledTable
 	if name != "" {
 		var ok bool
@@ -50,7 +53,7 @@ func newRowGen(s *schema.Compiled, name string) (*rowGen, error) {
 			return nil, fmt.Errorf("table %s: cannot generate values of the %s column %s", t.Name(), c.Type, c.Name)
 		}
 	}
-	return &rowGen{table: t, variable: sc.Pattern.Variable, scopeCol: sc.ColumnIndex}, nil
+	return &rowGen{table: t, variable: sc.Pattern.Variable, scopeCol: sc.ColumnIndex, valueBytes: valueBytes}, nil
 }
 
 // row returns row k of a writer: its key is unique per (prefix, k).
@@ -66,6 +69,9 @@ func (g *rowGen) row(prefix string, k int, scope string) []wire.Value {
 			vals[i] = wire.Value{Str: scope}
 		default:
 			vals[i] = sample(c, k)
+			if c.Type == wire.TypeString && !vals[i].Null && len(vals[i].Str) < g.valueBytes {
+				vals[i].Str += strings.Repeat("x", g.valueBytes-len(vals[i].Str))
+			}
 		}
 	}
 	return vals

@@ -42,7 +42,7 @@ type runner struct {
 }
 
 func newRunner(cfg Config) (*runner, error) {
-	gen, err := newRowGen(cfg.Schema, cfg.Table)
+	gen, err := newRowGen(cfg.Schema, cfg.Table, cfg.ValueBytes)
 	if err != nil {
 		return nil, err
 	}

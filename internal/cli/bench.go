@@ -69,6 +69,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.Round, "round", false, "push: push+pull rounds instead of push-only requests")
 	fs.IntVar(&cfg.Commits, "commits", 0, "catchup: commits seeded (100000); fanout: commits pushed (200); reconnect: commits pushed while away (10)")
 	fs.BoolVar(&cfg.Seeded, "seeded", false, "catchup, bootstrap: the data already exists under -scope")
+	fs.IntVar(&cfg.ValueBytes, "value-bytes", 0, "pad the generated string values (not keys or scopes) to this many bytes: larger rows than the default ~100 bytes")
 	fs.IntVar(&cfg.CatchUpRows, "catchup-rows", 0, "catchup: the commits update this many rows in turn (0: each adds a row); a server may answer such a catch-up with a fresh bootstrap (§8.4), which the catch-up follows")
 	fs.DurationVar(&cfg.RoundDelay, "round-delay", 0, "catchup: the client's own time per round (a network round trip), waited before the next request")
 	fs.IntVar(&cfg.Rows, "rows", 0, "bootstrap: rows seeded (100000)")
