@@ -44,7 +44,8 @@ func newTestServerWrapped(t testing.TB, wrap func(*syncgo.Server, http.Handler) 
 	return newTestServerOf(t, wrap, nil)
 }
 
-func newTestServerOf(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.Handler, tweak func(*syncgo.Config)) (*httptest.Server, *schema.Compiled, *syncgo.Server) {
+// demoSchema is the demo schema of syncgo serve, compiled.
+func demoSchema(t testing.TB) *schema.Compiled {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
 	if err != nil {
@@ -58,6 +59,12 @@ func newTestServerOf(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sc
+}
+
+func newTestServerOf(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.Handler, tweak func(*syncgo.Config)) (*httptest.Server, *schema.Compiled, *syncgo.Server) {
+	t.Helper()
+	sc := demoSchema(t)
 	ctx := context.Background()
 	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: filepath.Join(t.TempDir(), "bench.db")})
 	if err != nil {
@@ -291,18 +298,7 @@ func TestCatchUpFollowsReset(t *testing.T) {
 // TestRowGenValueBytes: -value-bytes pads the generated string values to
 // that length, and leaves the key, the scope and the other types alone.
 func TestRowGenValueBytes(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "cli", "demo_schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := schema.ParseJSON(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := schema.Compile(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc := demoSchema(t)
 	plain, err := newRowGen(sc, "", 0)
 	if err != nil {
 		t.Fatal(err)
