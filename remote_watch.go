@@ -214,7 +214,7 @@ func (h *watchHub) dispatch(partition string, tables []string, seq int64) {
 		s.mu.Lock()
 		for _, w := range s.watches {
 			if (tables == nil || dependsOn(w.cq.tables, tables)) && (seq == 0 || seq > w.seen) {
-				s.triggerLocked(w)
+				s.triggerLocked(w, seq)
 			}
 		}
 		s.mu.Unlock()
@@ -263,7 +263,12 @@ type watchState struct {
 	params  any
 	running bool
 	dirty   bool
-	last    []byte // the last snapshot sent, to skip an identical one
+	// dirtyAll and dirtyThrough say what the pending rerun is for: every
+	// change (a grant, a reconnect), or the commits through dirtyThrough,
+	// which the run in flight may have read already.
+	dirtyAll     bool
+	dirtyThrough int64
+	last         []byte // the last snapshot sent, to skip an identical one
 	// seen is the maxCommitSeq of the last result read: commits through
 	// it are in that result.
 	seen int64
@@ -425,19 +430,24 @@ func (s *watchSession) receive(data []byte) {
 	s.mu.Lock()
 	if _, dup := s.watches[m.WatchID]; !dup && !s.closed {
 		s.watches[m.WatchID] = w
-		s.triggerLocked(w)
+		s.triggerLocked(w, 0)
 	}
 	s.mu.Unlock()
 }
 
-// triggerLocked reruns a watch, or marks it dirty while a run is in
-// flight (at most one pending rerun).
-func (s *watchSession) triggerLocked(w *watchState) {
+// triggerLocked reruns a watch for the commits through seq (0: for any
+// change), or marks it dirty while a run is in flight (at most one
+// pending rerun, skipped when the run in flight read through seq).
+func (s *watchSession) triggerLocked(w *watchState, seq int64) {
 	if s.closed {
 		return
 	}
 	if w.running {
 		w.dirty = true
+		if seq == 0 {
+			w.dirtyAll = true
+		}
+		w.dirtyThrough = max(w.dirtyThrough, seq)
 		return
 	}
 	w.running = true
@@ -450,7 +460,7 @@ func (s *watchSession) run(w *watchState) {
 	srv := s.hub.s
 	for {
 		s.mu.Lock()
-		w.dirty = false
+		w.dirty, w.dirtyAll, w.dirtyThrough = false, false, 0
 		s.mu.Unlock()
 		var msg remotewire.Message
 		resp, err := srv.runQuery(s.ctx, w.cq, w.caller, w.params)
@@ -482,13 +492,25 @@ func (s *watchSession) run(w *watchState) {
 			s.write(ws.OpText, b)
 		}
 		s.mu.Lock()
-		if !w.dirty || s.closed || s.watches[w.id] != w {
+		if !w.settle(err == nil) || s.closed || s.watches[w.id] != w {
 			w.running = false
 			s.mu.Unlock()
 			return
 		}
 		s.mu.Unlock()
 	}
+}
+
+// settle reports, after a run (read: it read a result), whether a rerun
+// is pending: not when the commits that asked for it are in the result
+// just read (its maxCommitSeq, read in the same snapshot as its rows), as
+// a commit listener's late notification of a commit made before the
+// watch started, which arrives while the first run reads it.
+func (w *watchState) settle(read bool) bool {
+	if w.dirty && !w.dirtyAll && read && w.dirtyThrough <= w.seen {
+		w.dirty = false
+	}
+	return w.dirty
 }
 
 func (s *watchSession) sendError(watchID string, pe *syncerr.Error) {

@@ -33,3 +33,37 @@ func TestWatchDispatchSkipsSeenCommits(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchRerunAfterRunInFlight: a trigger that arrives while a run is
+// in flight reruns the watch after it only when the run did not read
+// through the trigger's commit: a late notification of a commit the first
+// run read (the flake of TestOperationsWatch on Postgres: a second tasks
+// snapshot after a labels commit) reruns nothing; a newer commit, a
+// trigger for every change, or a run that failed still rerun.
+func TestWatchRerunAfterRunInFlight(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		seqs  []int64 // triggers during the run
+		seen  int64   // the run's maxCommitSeq
+		read  bool
+		rerun bool
+	}{
+		{"late notice of a commit the run read", []int64{1}, 2, true, false},
+		{"notices through the run's read", []int64{1, 2}, 2, true, false},
+		{"a commit after the run's read", []int64{1, 3}, 2, true, true},
+		{"every change", []int64{0}, 2, true, true},
+		{"every change and a read commit", []int64{1, 0}, 2, true, true},
+		{"the run failed", []int64{1}, 0, false, true},
+		{"no trigger", nil, 2, true, false},
+	} {
+		w := &watchState{id: "tasks", cq: &compiledQuery{tables: []string{"tasks"}}, running: true}
+		s := &watchSession{watches: map[string]*watchState{w.id: w}}
+		for _, seq := range c.seqs {
+			s.triggerLocked(w, seq)
+		}
+		w.seen = c.seen
+		if got := w.settle(c.read); got != c.rerun {
+			t.Errorf("%s: rerun %v, want %v", c.name, got, c.rerun)
+		}
+	}
+}
