@@ -17,13 +17,13 @@ const defaultIdleCheckpoint = time.Second
 // PASSIVE checkpoint: it takes no lock that a write or a read waits for).
 // A checkpoint that a read held back from the WAL's end is not retried
 // until the next writes go idle; the writer's own checkpoints bound the
-// WAL meanwhile. The writer itself
-// checkpoints only every Config.WALAutocheckpoint pages, so after a burst
-// of writes most of what was written is still in the WAL, where reads
-// find it by a pread per page instead of the scans' mapped file; once the
-// WAL is all copied, new read transactions read the database file alone,
-// and the next write starts the WAL over. Under a steady stream of writes
-// the writer is never idle that long and this does nothing.
+// WAL meanwhile. The writer itself checkpoints only every
+// Config.WALAutocheckpoint pages, so after a burst of writes most of what
+// was written is still in the WAL, where every read looks each page up in
+// the WAL index first; once the WAL is all copied, new read transactions
+// read the database file alone, and the next write starts the WAL over.
+// Under a steady stream of writes the writer is never idle that long and
+// this does nothing.
 type checkpointer struct {
 	c     *conn
 	after time.Duration // Config.IdleCheckpoint
