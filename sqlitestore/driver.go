@@ -141,8 +141,8 @@ const mmapBytes = 0
 // pairs), SQLite images level (299-318 against 309-335); with 1,000-byte
 // values, catch-up 329-333 -> 209-220 ms, bootstrap level. Where nothing
 // writes, a mapping is never dropped and large rows read faster mapped
-// (BenchmarkCommitWindow with 2,000-byte titles: 1.8-4.9 ms a window
-// mapped, 6.3-8.2 here); a server's reads follow writes.
+// (BenchmarkCommitWindow, log=10000, 2,000-byte titles: 1.8-2.8 ms a
+// window mapped, 6.6-8.2 here); a server's reads follow writes.
 const scanCachePages = 16
 
 // walSizeLimit is the journal_size_limit, in bytes, of a WAL
