@@ -20,7 +20,8 @@ import (
 // Segments by reference are stored as their zstd download bodies on both
 // drivers (sync_segment_bodies), and another process of the fleet, which
 // reads them from the database, serves a zstd download with the stored
-// body as it is and decodes it for gzip and identity: every download is
+// body as it is and decodes it for gzip and identity, as the publishing
+// process does from the body its hot segments keep: every download is
 // the segment's bytes (its content address) once its coding is undone.
 func TestE2ESegmentBodies(t *testing.T) {
 	forEachFleetDB(t, func(t *testing.T, open func(t *testing.T) store.Store) {
@@ -39,8 +40,14 @@ func TestE2ESegmentBodies(t *testing.T) {
 				t.Fatalf("segment %s stored as %q, %d bytes for %d (descriptor %d); want its smaller zstd body",
 					ref.SegmentID, stored.Encoding, len(stored.Bytes), stored.ByteLength, ref.ByteLength)
 			}
-			for _, accept := range []string{"zstd", "gzip", "identity"} {
-				req, _ := http.NewRequest(http.MethodGet, b.http.URL+"/segments/"+ref.SegmentID, nil)
+			for i, accept := range []string{"zstd", "gzip", "identity", "zstd", "gzip", "identity"} {
+				// From B, which reads the body from the database, then
+				// from A, whose hot segments keep the body it stored.
+				url, from := b.http.URL, "B"
+				if i >= 3 {
+					url, from = a.http.URL, "A"
+				}
+				req, _ := http.NewRequest(http.MethodGet, url+"/segments/"+ref.SegmentID, nil)
 				req.Header.Set("Authorization", "Bearer alice")
 				req.Header.Set("X-Syncular-Scopes", scopes)
 				req.Header.Set("Accept-Encoding", accept)
@@ -51,13 +58,13 @@ func TestE2ESegmentBodies(t *testing.T) {
 				raw, err := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if err != nil || resp.StatusCode != http.StatusOK {
-					t.Fatalf("download from B with %s: HTTP %d, %v: %s", accept, resp.StatusCode, err, raw)
+					t.Fatalf("download from %s with %s: HTTP %d, %v: %s", from, accept, resp.StatusCode, err, raw)
 				}
 				got := raw
 				switch ce := resp.Header.Get("Content-Encoding"); {
 				case accept == "zstd" && ce == "zstd":
 					if !bytes.Equal(raw, stored.Bytes) {
-						t.Errorf("zstd download from B is not the stored body (%d bytes, stored %d)", len(raw), len(stored.Bytes))
+						t.Errorf("zstd download from %s is not the stored body (%d bytes, stored %d)", from, len(raw), len(stored.Bytes))
 					}
 					d, _ := zstd.NewReader(nil)
 					got, err = d.DecodeAll(raw, nil)
@@ -75,7 +82,7 @@ func TestE2ESegmentBodies(t *testing.T) {
 					t.Fatalf("decode the %s download: %v", accept, err)
 				}
 				if sum := sha256.Sum256(got); "sha256:"+hex.EncodeToString(sum[:]) != ref.SegmentID || int64(len(got)) != ref.ByteLength {
-					t.Fatalf("%s download from B: %d bytes that are not segment %s", accept, len(got), ref.SegmentID)
+					t.Fatalf("%s download from %s: %d bytes that are not segment %s", accept, from, len(got), ref.SegmentID)
 				}
 			}
 		}

@@ -1,6 +1,7 @@
 package syncgo
 
 import (
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -86,8 +87,8 @@ func (s *Server) writeSegment(w http.ResponseWriter, id string, seg engine.Body,
 // encodeSegment is the engine's EncodeSegment: the zstd body of a
 // segment, kept for its downloads (segmentBodies) as a download would have
 // compressed it.
-func (s *Server) encodeSegment(id string, b []byte) (string, []byte, error) {
-	body, err := s.bodies.body(s.codecs, id, b, store.SegmentBodyZstd)
+func (s *Server) encodeSegment(id string, r io.Reader, size int64) (string, []byte, error) {
+	body, err := s.bodies.bodyFrom(s.codecs, id, r, size, store.SegmentBodyZstd)
 	return store.SegmentBodyZstd, body, err
 }
 

@@ -2,6 +2,7 @@ package syncgo
 
 import (
 	"bytes"
+	"io"
 	"sync"
 )
 
@@ -27,6 +28,12 @@ const segmentBodyBytes = 32 << 20
 // body returns the body of segment id encoded with enc, compressing and
 // remembering it on a miss.
 func (c *segmentBodies) body(codecs *codecPools, id string, raw []byte, enc string) ([]byte, error) {
+	return c.bodyFrom(codecs, id, bytes.NewReader(raw), int64(len(raw)), enc)
+}
+
+// bodyFrom is body of a segment of size bytes read from r (read only on
+// a miss).
+func (c *segmentBodies) bodyFrom(codecs *codecPools, id string, r io.Reader, size int64, enc string) ([]byte, error) {
 	k := bodyKey{id, enc}
 	c.mu.Lock()
 	b, ok := c.m[k]
@@ -35,9 +42,9 @@ func (c *segmentBodies) body(codecs *codecPools, id string, raw []byte, enc stri
 		return b, nil
 	}
 	var buf bytes.Buffer
-	buf.Grow(len(raw)/4 + 64)
+	buf.Grow(int(size/8) + 64)
 	w, closeEnc := codecs.writer(&buf, enc)
-	_, err := w.Write(raw)
+	_, err := io.Copy(w, r)
 	if cerr := closeEnc(); err == nil {
 		err = cerr
 	}

@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -59,13 +60,13 @@ type Config struct {
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore
-	// EncodeSegment, when set, compresses a segment's bytes into the body
-	// its downloads serve (content coding enc), and segments are published
-	// as bodies to a segment store that keeps them
-	// (store.SegmentBodyStore): the store writes the small body, and a
-	// download negotiated to enc serves it as it is. nil: segments are
-	// stored as their bytes.
-	EncodeSegment func(id string, b []byte) (enc string, body []byte, err error)
+	// EncodeSegment, when set, compresses a segment's bytes (size of
+	// them, read from r) into the body its downloads serve (content coding
+	// enc), and segments are published as bodies to a segment store that
+	// keeps them (store.SegmentBodyStore): the store writes the small
+	// body, the hot segments keep it, and a download negotiated to enc
+	// serves it as it is. nil: segments are stored as their bytes.
+	EncodeSegment func(id string, r io.Reader, size int64) (enc string, body []byte, err error)
 	// CompressBody, when set, compresses a whole response message into
 	// the content coding encoding, for the response body of a catch-up
 	// window compressed ahead (precompress.go); ok false when the

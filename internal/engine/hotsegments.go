@@ -26,8 +26,13 @@ type hotSegments struct {
 }
 
 type hotSegment struct {
-	bytes []byte
-	pubs  []Publication
+	// bytes are the segment's bytes, or its body in the coding enc (the
+	// segment store's body, §5.5 downloads serve it as it is), of
+	// byteLength bytes decoded.
+	bytes      []byte
+	enc        string
+	byteLength int64
+	pubs       []Publication
 }
 
 const (
@@ -38,10 +43,12 @@ const (
 	hotPublicationsMax = 16
 )
 
-// add records a publication of a segment the store accepted. b is the
-// segment's bytes, or nil when the publication refreshed a segment stored
-// before (then only a cached entry is updated).
-func (h *hotSegments) add(id string, b []byte, pub Publication) {
+// add records a publication of a segment the store accepted. seg holds
+// what the store kept of it (its bytes, or its body in seg.Encoding), or
+// nil bytes when the publication refreshed a segment stored before (then
+// only a cached entry is updated).
+func (h *hotSegments) add(id string, seg Segment, pub Publication) {
+	b := seg.Bytes
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s, ok := h.m[id]; ok {
@@ -66,7 +73,7 @@ func (h *hotSegments) add(id string, b []byte, pub Publication) {
 	if h.m == nil {
 		h.m = map[string]*hotSegment{}
 	}
-	h.m[id] = &hotSegment{bytes: b, pubs: []Publication{pub}}
+	h.m[id] = &hotSegment{bytes: b, enc: seg.Encoding, byteLength: seg.ByteLength, pubs: []Publication{pub}}
 	h.order = append(h.order, id)
 	h.bytes += len(b)
 	for h.bytes > limit && len(h.order) > 0 {
@@ -79,8 +86,8 @@ func (h *hotSegments) add(id string, b []byte, pub Publication) {
 	}
 }
 
-// get returns the cached segment: its bytes (shared, never modified) and a
-// copy of the remembered publications.
+// get returns the cached segment: its bytes or body (shared, never
+// modified) and a copy of the remembered publications.
 func (h *hotSegments) get(id string) (Segment, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -88,5 +95,5 @@ func (h *hotSegments) get(id string) (Segment, bool) {
 	if !ok {
 		return Segment{}, false
 	}
-	return Segment{ID: id, Bytes: s.bytes, Publications: append([]Publication(nil), s.pubs...)}, true
+	return Segment{ID: id, Bytes: s.bytes, Encoding: s.enc, ByteLength: s.byteLength, Publications: append([]Publication(nil), s.pubs...)}, true
 }

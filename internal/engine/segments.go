@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
@@ -220,33 +222,83 @@ func (c *recentPublications) record(key string, nowMs, expiresAtMs int64) {
 // process recorded the same one moments ago (recentPublications). With nil
 // bytes the segment must be stored already.
 func (e *Engine) publish(ctx context.Context, id string, b []byte, pub Publication) error {
+	if b == nil {
+		return e.publishFrom(ctx, id, nil, pub)
+	}
+	return e.publishFrom(ctx, id, &segmentSource{b: b, size: int64(len(b))}, pub)
+}
+
+// segmentSource is the bytes of a segment to publish: in memory (b), or
+// read from r (an image's file), size bytes.
+type segmentSource struct {
+	b    []byte
+	r    io.ReaderAt
+	size int64
+}
+
+func (s *segmentSource) reader() io.Reader {
+	if s.b != nil {
+		return bytes.NewReader(s.b)
+	}
+	return io.NewSectionReader(s.r, 0, s.size)
+}
+
+func (s *segmentSource) bytes() ([]byte, error) {
+	if s.b != nil || s.size == 0 {
+		return s.b, nil
+	}
+	out := make([]byte, s.size)
+	if _, err := io.ReadFull(s.reader(), out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// publishFrom is publish of a segment read from src (nil: stored already).
+func (e *Engine) publishFrom(ctx context.Context, id string, src *segmentSource, pub Publication) error {
 	key := id + "\x00" + pub.ContextKey()
 	now := e.cfg.Now()
 	if e.published.fresh(key, now, e.cfg.Limits.SegmentTTL.Milliseconds()) {
 		return nil
 	}
-	if err := e.storeSegment(ctx, id, b, pub); err != nil {
+	kept, err := e.storeSegment(ctx, id, src, pub)
+	if err != nil {
 		return err
 	}
 	e.published.record(key, now, pub.ExpiresAtMs)
-	e.hot.add(id, b, pub)
+	e.hot.add(id, kept, pub)
 	return nil
 }
 
 // storeSegment publishes a segment in the segment store: as its body
 // when the engine encodes segments and the store keeps bodies, else as
-// its bytes.
-func (e *Engine) storeSegment(ctx context.Context, id string, b []byte, pub Publication) error {
-	if b != nil && e.cfg.EncodeSegment != nil {
+// its bytes. It returns what it stored (nil bytes when src is nil), which
+// the hot segments keep: a body is read from src without the segment's
+// bytes in memory.
+func (e *Engine) storeSegment(ctx context.Context, id string, src *segmentSource, pub Publication) (Segment, error) {
+	if src != nil && e.cfg.EncodeSegment != nil {
 		if bs, ok := e.cfg.Segments.(store.SegmentBodyStore); ok {
-			enc, body, err := e.cfg.EncodeSegment(id, b)
+			enc, body, err := e.cfg.EncodeSegment(id, src.reader(), src.size)
 			if err != nil {
-				return fmt.Errorf("encode segment %s: %w", id, err)
+				return Segment{}, fmt.Errorf("encode segment %s: %w", id, err)
 			}
-			return bs.PublishSegmentBody(ctx, id, int64(len(b)), enc, body, pub)
+			if err := bs.PublishSegmentBody(ctx, id, src.size, enc, body, pub); err != nil {
+				return Segment{}, err
+			}
+			return Segment{ID: id, Bytes: body, Encoding: enc, ByteLength: src.size}, nil
 		}
 	}
-	return e.cfg.Segments.PublishSegment(ctx, id, b, pub)
+	var b []byte
+	if src != nil {
+		var err error
+		if b, err = src.bytes(); err != nil {
+			return Segment{}, fmt.Errorf("read segment %s: %w", id, err)
+		}
+	}
+	if err := e.cfg.Segments.PublishSegment(ctx, id, b, pub); err != nil {
+		return Segment{}, err
+	}
+	return Segment{ID: id, Bytes: b, ByteLength: int64(len(b))}, nil
 }
 
 // storedSegment reads a segment from the segment store, as its body when

@@ -46,7 +46,7 @@ func BenchmarkBuildImage100k(b *testing.B) {
 // seedBenchTasks opens a sqlitestore in a temporary directory with a
 // six-column tasks table of total rows, all in scope project_id
 // project-1 of partition p, written in commits of 5,000 rows.
-func seedBenchTasks(b *testing.B, total int) (*sqlitestore.Store, *schema.Compiled) {
+func seedBenchTasks(b testing.TB, total int) (*sqlitestore.Store, *schema.Compiled) {
 	b.Helper()
 	ctx := context.Background()
 	sc, err := schema.New(1).Table("tasks", "id",

@@ -7,6 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/syncgo/syncgo/internal/sqliteimage"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // TestImageIndexDetachedBuild: a requester that gives up cancels neither
@@ -152,5 +156,46 @@ func TestImageIndexBounded(t *testing.T) {
 	x.mu.Unlock()
 	if n > imageIndexMax {
 		t.Errorf("index holds %d entries, over %d", n, imageIndexMax)
+	}
+}
+
+// TestBuildImageBatches: a build of more rows than the probe and two scan
+// batches (the scanner reuses a batch's memory once the builder is done
+// with it) holds every row once, in key order, with its values.
+func TestBuildImageBatches(t *testing.T) {
+	const total = 15_000 // the probe's 1,001 rows, then seven batches: more than the scanner keeps
+	ctx := context.Background()
+	st, sc := seedBenchTasks(t, total)
+	e := New(Config{Store: st, Schema: sc, Segments: NewMemorySegments(1 << 30)})
+	tbl, _ := sc.Table("tasks")
+	eff := wire.ScopeMap{{Key: "project_id", Values: []string{"project-1"}}}
+	key := imageKey{partition: "p", epoch: "epoch", table: "tasks", digest: "d", schemaVersion: 1, asOf: 3}
+	probe, err := st.ScanRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: eff, Limit: 1001, NoScopes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := e.buildImage(ctx, key, tbl, eff, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ref.rowCount != total {
+		t.Fatalf("rowCount %d, want %d", ref.rowCount, total)
+	}
+	seg, err := e.cfg.Segments.Segment(ctx, ref.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := sqliteimage.ReadRows(ctx, seg.Bytes, tbl.WireColumns(), tbl.PrimaryKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != total {
+		t.Fatalf("image holds %d rows, want %d", len(rows), total)
+	}
+	for i, r := range rows {
+		id, title := fmt.Sprintf("task-%08d", i), fmt.Sprintf("a task title number %d", i)
+		if v := r.Values; v[0].Str != id || v[2].Str != title || v[3].Int != int64(i) || v[5].Bool != (i%2 == 0) || r.ServerVersion != 1 {
+			t.Fatalf("row %d: %+v, want id %s, title %q, n %d", i, r, id, title, i)
+		}
 	}
 }

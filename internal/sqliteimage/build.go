@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"math"
 	"os"
@@ -41,6 +42,49 @@ func Build(ctx context.Context, dir string, meta Meta, cols []wire.Column, pk in
 // up to 64 rows each, with journal_mode OFF and synchronous OFF (the file
 // is scratch until its bytes are read). ctx is checked between batches.
 func (b Builder) Build(ctx context.Context, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) ([]byte, error) {
+	f, err := b.BuildFile(ctx, meta, cols, pk, rows)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Bytes()
+}
+
+// File is a built image in its temporary file: read it (ReadAt, Bytes)
+// and Close it, which removes the file.
+type File struct {
+	f    *os.File
+	size int64
+}
+
+// Size is the image's length in bytes.
+func (f *File) Size() int64 { return f.size }
+
+// ReadAt implements io.ReaderAt over the image's bytes.
+func (f *File) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
+
+// Bytes reads the whole image.
+func (f *File) Bytes() ([]byte, error) {
+	out := make([]byte, f.size)
+	if _, err := io.ReadFull(io.NewSectionReader(f.f, 0, f.size), out); err != nil {
+		return nil, fmt.Errorf("sqlite image: read: %w", err)
+	}
+	return out, nil
+}
+
+// Close closes and removes the file.
+func (f *File) Close() error {
+	err := f.f.Close()
+	if rerr := os.Remove(f.f.Name()); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// BuildFile builds an image as Build does and returns its file instead of
+// its bytes: a caller that streams them (a hash, a compressor) holds none
+// of the image in memory.
+func (b Builder) BuildFile(ctx context.Context, meta Meta, cols []wire.Column, pk int, rows iter.Seq2[[]Row, error]) (_ *File, err error) {
 	if err := checkTable(meta.Table, cols, pk); err != nil {
 		return nil, err
 	}
@@ -54,26 +98,27 @@ func (b Builder) Build(ctx context.Context, meta Meta, cols []wire.Column, pk in
 	path := f.Name()
 	_ = f.Close()
 	defer func() {
-		_ = os.Remove(path)
 		_ = os.Remove(path + "-journal")
+		if err != nil {
+			_ = os.Remove(path)
+		}
 	}()
 	if err := b.write(ctx, path, meta, cols, pk, rows); err != nil {
 		return nil, err
 	}
-	if b.MaxBytes > 0 {
-		fi, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite image: %w", err)
-		}
-		if fi.Size() > b.MaxBytes {
-			return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, fi.Size())
-		}
+	if f, err = os.Open(path); err != nil {
+		return nil, fmt.Errorf("sqlite image: %w", err)
 	}
-	out, err := os.ReadFile(path)
+	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("sqlite image: read: %w", err)
+		_ = f.Close()
+		return nil, fmt.Errorf("sqlite image: %w", err)
 	}
-	return out, nil
+	if b.MaxBytes > 0 && fi.Size() > b.MaxBytes {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %d bytes", ErrTooLarge, fi.Size())
+	}
+	return &File{f: f, size: fi.Size()}, nil
 }
 
 // write creates the two tables in the file at path and fills them.
