@@ -406,6 +406,11 @@ func (e *Engine) visitPage(ctx context.Context, v store.RowVisitor, partition st
 	// page copies its first 256 rows on the way, not its bytes at each
 	// doubling. A page that ends well short of its room is trimmed.
 	next := min(limit, visitFirstRows)
+	if through != nil {
+		// A page between walked boundaries holds limit rows unless rows
+		// were written since: room for all of them at once.
+		next = limit
+	}
 	sw, err := wire.NewSegmentAppender(make([]byte, 0, 1024+len(l.cols)*32+int(per)*next), wire.SegmentHeader{Table: l.table, SchemaVersion: l.schemaVersion, Columns: l.cols})
 	if err != nil {
 		return page{}, err
