@@ -243,8 +243,10 @@ func (s *segmentSource) reader() io.Reader {
 	return io.NewSectionReader(s.r, 0, s.size)
 }
 
+// bytes returns the segment's bytes, never nil (nil bytes would publish
+// no segment, only a publication of one stored before).
 func (s *segmentSource) bytes() ([]byte, error) {
-	if s.b != nil || s.size == 0 {
+	if s.b != nil {
 		return s.b, nil
 	}
 	out := make([]byte, s.size)
