@@ -63,6 +63,15 @@ func (s *Server) writeSegment(w http.ResponseWriter, id string, seg engine.Body,
 		s.writeEncoded(w, seg.Bytes)
 		return
 	}
+	if enc != "" && seg.Encoding != "" {
+		// A body kept in another coding (the store's, or the hot
+		// segments' zstd) is decoded only when this coding's body is not
+		// kept already.
+		if b, ok := s.bodies.lookup(id, enc); ok {
+			s.writeEncoded(w, b)
+			return
+		}
+	}
 	body := seg.Bytes
 	if seg.Encoding != "" {
 		var err error

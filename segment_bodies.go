@@ -31,14 +31,20 @@ func (c *segmentBodies) body(codecs *codecPools, id string, raw []byte, enc stri
 	return c.bodyFrom(codecs, id, bytes.NewReader(raw), int64(len(raw)), enc)
 }
 
+// lookup returns the body of segment id in the coding enc when it is
+// kept.
+func (c *segmentBodies) lookup(id, enc string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[bodyKey{id, enc}]
+	return b, ok
+}
+
 // bodyFrom is body of a segment of size bytes read from r (read only on
 // a miss).
 func (c *segmentBodies) bodyFrom(codecs *codecPools, id string, r io.Reader, size int64, enc string) ([]byte, error) {
 	k := bodyKey{id, enc}
-	c.mu.Lock()
-	b, ok := c.m[k]
-	c.mu.Unlock()
-	if ok {
+	if b, ok := c.lookup(id, enc); ok {
 		return b, nil
 	}
 	var buf bytes.Buffer
@@ -51,7 +57,7 @@ func (c *segmentBodies) bodyFrom(codecs *codecPools, id string, r io.Reader, siz
 	if err != nil {
 		return nil, err
 	}
-	b = buf.Bytes()
+	b := buf.Bytes()
 	if len(b) > segmentBodyBytes/4 {
 		return b, nil
 	}

@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncgo/syncgo/internal/engine"
 )
 
 // A cached segment body decodes to the segment's bytes in each encoding,
@@ -56,5 +62,32 @@ func TestSegmentBodiesCache(t *testing.T) {
 	}
 	if _, ok := c.m[bodyKey{"sha256:0", "zstd"}]; ok {
 		t.Fatal("the oldest body survived past the bound")
+	}
+}
+
+// A download in a coding whose body is kept is answered with that body,
+// without decoding the body the segment is held in (the hot segments'
+// or the store's zstd): here that one is not even valid zstd.
+func TestWriteSegmentKeptBodyFirst(t *testing.T) {
+	s := &Server{codecs: newCodecPools()}
+	s.cfg.WriteTimeout = 5 * time.Second
+	s.cfg.Logger = slog.New(slog.DiscardHandler)
+	raw := bytes.Repeat([]byte("segment row payload "), 500)
+	gz, err := s.bodies.body(s.codecs, "sha256:y", raw, "gzip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := engine.Body{Bytes: []byte("not a zstd frame"), Encoding: "zstd", ByteLength: int64(len(raw))}
+	rec := httptest.NewRecorder()
+	s.writeSegment(rec, "sha256:y", held, "gzip")
+	if rec.Code != http.StatusOK || !bytes.Equal(rec.Body.Bytes(), gz) {
+		t.Fatalf("gzip download: HTTP %d, %d bytes; want the kept gzip body (%d bytes)", rec.Code, rec.Body.Len(), len(gz))
+	}
+	// Not kept in identity: that one is decoded, and a body that does
+	// not decode is an error, not a response of garbage.
+	rec = httptest.NewRecorder()
+	s.writeSegment(rec, "sha256:y", held, "")
+	if rec.Code == http.StatusOK {
+		t.Fatal("an identity download of an undecodable body answered 200")
 	}
 }
