@@ -367,9 +367,8 @@ func (b *imageBatch) take(r *store.Row) bool {
 	return true
 }
 
-// fill empties b and takes rows.
+// fill takes rows into an empty batch.
 func (b *imageBatch) fill(rows []store.Row) {
-	b.reset()
 	for i := range rows {
 		b.take(&rows[i])
 	}

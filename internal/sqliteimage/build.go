@@ -266,7 +266,7 @@ func execOnce(conn *sqlite.Conn, query string) error {
 
 // bindRow binds the cells of r (§5.3 cell encodings) and its version to
 // the parameters of stmt after the first `at`, and returns an estimate of
-// the row's stored size.
+// the row's stored size (rowSize's, summed as it binds).
 func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error) {
 	if len(r.Values) != len(cols) {
 		return 0, fmt.Errorf("%d values for %d columns", len(r.Values), len(cols))
@@ -274,9 +274,11 @@ func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error
 	if r.ServerVersion < 1 {
 		return 0, fmt.Errorf("server version %d, want at least 1", r.ServerVersion)
 	}
+	size := int64(8)
 	for i := range cols {
 		p := at + i + 1
 		v := &r.Values[i]
+		size += cellSize(cols[i].Type, v)
 		if v.Null {
 			stmt.BindNull(p)
 			continue
@@ -300,26 +302,30 @@ func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error
 		}
 	}
 	stmt.BindInt64(at+len(cols)+1, r.ServerVersion)
-	return rowSize(cols, r), nil
+	return size, nil
 }
 
 // rowSize estimates the bytes a row stores: its cells and version.
 func rowSize(cols []wire.Column, r Row) int64 {
 	size := int64(8)
 	for i := range min(len(cols), len(r.Values)) {
-		v := &r.Values[i]
-		switch {
-		case v.Null, cols[i].Type == wire.TypeBoolean:
-			size++
-		case cols[i].Type == wire.TypeString, cols[i].Type == wire.TypeJSON, cols[i].Type == wire.TypeBlobRef:
-			size += int64(len(v.Str))
-		case cols[i].Type == wire.TypeBytes, cols[i].Type == wire.TypeCRDT:
-			size += int64(len(v.Bytes))
-		default:
-			size += 8
-		}
+		size += cellSize(cols[i].Type, &r.Values[i])
 	}
 	return size
+}
+
+// cellSize estimates the bytes a cell of type t stores.
+func cellSize(t wire.ColumnType, v *wire.Value) int64 {
+	switch {
+	case v.Null, t == wire.TypeBoolean:
+		return 1
+	case t == wire.TypeString, t == wire.TypeJSON, t == wire.TypeBlobRef:
+		return int64(len(v.Str))
+	case t == wire.TypeBytes, t == wire.TypeCRDT:
+		return int64(len(v.Bytes))
+	default:
+		return 8
+	}
 }
 
 // checkTable refuses a table an image cannot hold: reserved or repeated
