@@ -422,3 +422,52 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolMinConns: a pool Open makes from URL opens Config.MinConns
+// connections without being asked for them (capped at its size), unless
+// the URL sets pool_min_conns, which wins.
+func TestPoolMinConns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	name := newSchema(t)
+	openIn(t, name, Config{})
+	base := url + sep + "search_path=" + name
+	for _, c := range []struct {
+		url       string
+		min, max  int32
+		want      int32
+		connected bool
+	}{
+		{base, 0, 4, 0, false},
+		{base, 3, 4, 3, true},
+		{base, 9, 4, 4, true},
+		{base + "&pool_min_conns=1", 3, 4, 1, true},
+	} {
+		s, err := Open(ctx, Config{URL: c.url, MinConns: c.min, MaxConns: c.max, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.pool.Config().MinConns; got != c.want {
+			t.Errorf("%s with MinConns %d: pool keeps %d, want %d", c.url, c.min, got, c.want)
+		}
+		if c.connected {
+			// The pool opens them in the background; nothing here asks for
+			// more than the one Open used.
+			deadline := time.Now().Add(10 * time.Second)
+			for s.pool.Stat().TotalConns() < c.want && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if got := s.pool.Stat().TotalConns(); got < c.want {
+				t.Errorf("%s with MinConns %d: %d connections open, want %d", c.url, c.min, got, c.want)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

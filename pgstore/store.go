@@ -117,6 +117,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		} else {
 			pc.MaxConns = cfg.MaxConns
 		}
+		if !strings.Contains(cfg.URL, "pool_min_conns") {
+			pc.MinConns = min(max(cfg.MinConns, 0), pc.MaxConns)
+		}
 		if cfg.ReadOnly {
 			// Postgres itself then refuses any write on these sessions.
 			pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
