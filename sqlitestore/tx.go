@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -112,16 +113,37 @@ func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 		}
 		return fmt.Errorf("upsert %s: %w", w.Table, err)
 	}
-	if err := tx.c.exec("DELETE FROM sync_row_scopes WHERE partition=? AND tbl=? AND row_id=?", tx.partition, w.Table, w.RowID); err != nil {
+	// The row's scope index entries are brought to its scopes: those no
+	// longer among them are deleted, the missing ones inserted. An update
+	// that keeps its scopes, the common one, then deletes and inserts
+	// nothing and writes none of the index's pages.
+	prune := append(args[:0], tx.partition, w.Table, w.RowID)
+	for _, sc := range w.Scopes {
+		prune = append(prune, sc.Key, sc.Value)
+	}
+	if err := tx.c.exec(pruneScopesSQL(len(w.Scopes)), prune...); err != nil {
 		return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
 	}
 	for _, sc := range w.Scopes {
-		if err := tx.c.exec("INSERT INTO sync_row_scopes(partition, tbl, var, value, row_id) VALUES (?,?,?,?,?)",
+		if err := tx.c.exec("INSERT OR IGNORE INTO sync_row_scopes(partition, tbl, var, value, row_id) VALUES (?,?,?,?,?)",
 			tx.partition, w.Table, sc.Key, sc.Value, w.RowID); err != nil {
 			return fmt.Errorf("upsert %s: scope index: %w", w.Table, err)
 		}
 	}
 	return nil
+}
+
+// pruneScopesSQL deletes a row's scope index entries other than the n
+// (variable, value) pairs bound after the partition, table and row id.
+// It names the row's index: with conditions on var and value SQLite
+// otherwise picks the primary key, whose prefix is every entry of the
+// table (BenchmarkPushUpdate: 5 times the CPU per commit).
+func pruneScopesSQL(n int) string {
+	const base = "DELETE FROM sync_row_scopes INDEXED BY sync_row_scopes_by_row WHERE partition=? AND tbl=? AND row_id=?"
+	if n == 0 {
+		return base
+	}
+	return base + " AND NOT ((var=? AND value=?)" + strings.Repeat(" OR (var=? AND value=?)", n-1) + ")"
 }
 
 func (tx *writeTx) DeleteRow(ctx context.Context, table, rowID string) error {

@@ -1,0 +1,115 @@
+package sqlitestore
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/store/storetest"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// TestUpsertRowScopeIndex: an upsert leaves exactly the row's scopes in
+// its scope index entries, whatever it had before, and an update that
+// keeps an entry does not write it again (the entry keeps its rowid; a
+// delete and insert gives it a new one).
+func TestUpsertRowScopeIndex(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := t.Context()
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	const partition = "p"
+	type entry struct {
+		rowid      int64
+		key, value string
+	}
+	entries := func() []entry {
+		t.Helper()
+		var out []entry
+		err := s.read(ctx, func(c *conn) error {
+			rs, err := c.query("SELECT rowid, var, value FROM sync_row_scopes WHERE partition=? AND tbl='tasks' AND row_id='t1' ORDER BY var, value", partition)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var e entry
+				if err := rs.Scan(&e.rowid, &e.key, &e.value); err != nil {
+					return err
+				}
+				out = append(out, e)
+			}
+			return rs.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	upsert := func(id string, version int64, scopes ...string) {
+		t.Helper()
+		w := storetest.Task{ID: id, ProjectID: "p1"}.RowWrite(t, version)
+		w.Scopes = nil
+		for i := 0; i < len(scopes); i += 2 {
+			w.Scopes = append(w.Scopes, wire.StoredScope{Key: scopes[i], Value: scopes[i+1]})
+		}
+		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error { return tx.UpsertRow(ctx, w) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pairs := func(es []entry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.key+"="+e.value)
+		}
+		return out
+	}
+	rowid := func(es []entry, key string) int64 {
+		for _, e := range es {
+			if e.key == key {
+				return e.rowid
+			}
+		}
+		t.Fatalf("no entry %s in %v", key, es)
+		return 0
+	}
+	steps := []struct {
+		scopes []string
+		want   []string
+		kept   []string // entries that must keep their rowid
+	}{
+		{[]string{"project_id", "p1"}, []string{"project_id=p1"}, nil},
+		{[]string{"project_id", "p1"}, []string{"project_id=p1"}, []string{"project_id"}},
+		{[]string{"project_id", "p2"}, []string{"project_id=p2"}, nil},
+		{[]string{"owner", "o1", "project_id", "p2"}, []string{"owner=o1", "project_id=p2"}, []string{"project_id"}},
+		{[]string{"owner", "o2", "project_id", "p2"}, []string{"owner=o2", "project_id=p2"}, []string{"project_id"}},
+		{[]string{"owner", "o2", "project_id", "p2"}, []string{"owner=o2", "project_id=p2"}, []string{"owner", "project_id"}},
+		{[]string{"owner", "o2"}, []string{"owner=o2"}, []string{"owner"}},
+		{nil, nil, nil},
+	}
+	prev := entries()
+	for i, st := range steps {
+		upsert("t1", int64(i+1), st.scopes...)
+		if i == 0 {
+			// An entry after t1's: a deleted and inserted entry of t1
+			// then gets a rowid above it, not its own back.
+			upsert("t2", 1, "project_id", "p1")
+		}
+		got := entries()
+		if !slices.Equal(pairs(got), st.want) {
+			t.Fatalf("step %d: entries %v, want %v", i, pairs(got), st.want)
+		}
+		for _, k := range st.kept {
+			if a, b := rowid(prev, k), rowid(got, k); a != b {
+				t.Errorf("step %d: the unchanged entry %s was written again (rowid %d -> %d)", i, k, a, b)
+			}
+		}
+		prev = got
+	}
+}
