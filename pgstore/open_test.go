@@ -391,24 +391,16 @@ func TestLockGaveWay(t *testing.T) {
 func TestPoolSize(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testURL(t)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	name := newSchema(t)
-	// The schema's tables first; the stores below only read (Open
-	// creates nothing read-only).
-	openIn(t, name, Config{})
+	base := poolTestURL(t)
 	for _, c := range []struct {
 		url  string
 		max  int32
 		want int32
 	}{
-		{url + sep + "search_path=" + name + "&pool_max_conns=3", 0, 3},
-		{url + sep + "search_path=" + name + "&pool_max_conns=3", 5, 5},
-		{url + sep + "search_path=" + name, 7, 7},
-		{url + sep + "search_path=" + name, 0, int32(max(minDefaultMaxConns, 2*runtime.GOMAXPROCS(0)))},
+		{base + "&pool_max_conns=3", 0, 3},
+		{base + "&pool_max_conns=3", 5, 5},
+		{base, 7, 7},
+		{base, 0, int32(max(minDefaultMaxConns, 2*runtime.GOMAXPROCS(0)))},
 	} {
 		s, err := Open(ctx, Config{URL: c.url, MaxConns: c.max, ReadOnly: true})
 		if err != nil {
@@ -429,14 +421,7 @@ func TestPoolSize(t *testing.T) {
 func TestPoolMinConns(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := testURL(t)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	name := newSchema(t)
-	openIn(t, name, Config{})
-	base := url + sep + "search_path=" + name
+	base := poolTestURL(t)
 	for _, c := range []struct {
 		url       string
 		min, max  int32
@@ -470,4 +455,19 @@ func TestPoolMinConns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// poolTestURL returns the test database's URL with the search_path of a
+// fresh schema whose tables exist: the pool tests' stores open it
+// read-only (Open creates nothing read-only).
+func poolTestURL(t *testing.T) string {
+	t.Helper()
+	url := testURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	name := newSchema(t)
+	openIn(t, name, Config{})
+	return url + sep + "search_path=" + name
 }

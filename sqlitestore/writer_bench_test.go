@@ -27,7 +27,16 @@ import (
 // commit (the batch's BEGIN and COMMIT included) beside ns/op.
 //
 //	go test -run '^$' -bench BenchmarkPushWrite -count 5 ./sqlitestore
-func BenchmarkPushWrite(b *testing.B) {
+func BenchmarkPushWrite(b *testing.B) { benchPush(b, 0) }
+
+// BenchmarkPushUpdate is BenchmarkPushWrite with commits that update
+// rows already stored (in the same scope), the common write of an app:
+// 4,096 rows, updated in turn.
+func BenchmarkPushUpdate(b *testing.B) { benchPush(b, 4096) }
+
+// benchPush runs BenchmarkPushWrite (stored 0: every commit a new row) or
+// BenchmarkPushUpdate (commits updating stored rows in turn).
+func benchPush(b *testing.B, stored int64) {
 	for _, writers := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
 			s := openTest(b).(testStore)
@@ -40,63 +49,26 @@ func BenchmarkPushWrite(b *testing.B) {
 			if _, err := s.TouchPartition(ctx, partition, 1000, "epoch-bench"); err != nil {
 				b.Fatal(err)
 			}
-			var (
-				next atomic.Int64
-				wg   sync.WaitGroup
-			)
-			before, batches, cpu0 := s.w.c.statements, s.stats.batches.Load(), processCPU(b)
-			b.ResetTimer()
-			start := time.Now()
-			for w := range writers {
-				clientID := fmt.Sprintf("client-%d", w)
-				wg.Go(func() {
-					for {
-						n := next.Add(1)
-						if n > int64(b.N) {
-							return
-						}
-						// Spread like random row ids, so the row's index
-						// entries land on different pages.
-						id := fmt.Sprintf("%016x", uint64(n)*0x9e3779b97f4a7c15)
-						r := storetest.Task{ID: id, ProjectID: "p1", Title: ptr("a benchmark row")}.RowWrite(b, 1)
-						if err := pushNewRow(ctx, s.Store, partition, clientID, fmt.Sprintf("c%d", n), r, sc.Version()); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
+			// Spread like random row ids, so the row's index entries land
+			// on different pages.
+			id := func(n int64) string {
+				if stored > 0 {
+					n %= stored
+				}
+				return fmt.Sprintf("%016x", uint64(n)*0x9e3779b97f4a7c15)
 			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e3, "cpu-µs/commit")
-			b.ReportMetric(float64(s.w.c.statements-before)/float64(b.N), "stmts/commit")
-			b.ReportMetric(float64(b.N)/float64(s.stats.batches.Load()-batches), "commits/batch")
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "commits/s")
-		})
-	}
-}
-
-// BenchmarkPushUpdate is BenchmarkPushWrite with commits that update
-// rows already stored (in the same scope), the common write of an app:
-// 4,096 rows, updated in turn.
-func BenchmarkPushUpdate(b *testing.B) {
-	for _, writers := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			s := openTest(b).(testStore)
-			ctx := b.Context()
-			sc := storetest.FixtureSchema(b)
-			if err := s.EnsureSchema(ctx, sc); err != nil {
-				b.Fatal(err)
+			fresh := func(n int64) store.RowWrite {
+				return storetest.Task{ID: id(n), ProjectID: "p1", Title: ptr("a benchmark row")}.RowWrite(b, 1)
 			}
-			const partition, rows = "bench", 4096
-			if _, err := s.TouchPartition(ctx, partition, 1000, "epoch-bench"); err != nil {
-				b.Fatal(err)
+			row := fresh
+			if stored > 0 {
+				row = func(n int64) store.RowWrite {
+					return storetest.Task{ID: id(n), ProjectID: "p1", Title: ptr(fmt.Sprintf("update %d", n))}.RowWrite(b, n+1)
+				}
 			}
-			id := func(n int64) string { return fmt.Sprintf("%016x", uint64(n%rows)*0x9e3779b97f4a7c15) }
 			err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
-				for n := range int64(rows) {
-					if err := tx.UpsertRow(ctx, storetest.Task{ID: id(n), ProjectID: "p1", Title: ptr("a benchmark row")}.RowWrite(b, 1)); err != nil {
+				for n := range stored {
+					if err := tx.UpsertRow(ctx, fresh(n)); err != nil {
 						return err
 					}
 				}
@@ -120,8 +92,7 @@ func BenchmarkPushUpdate(b *testing.B) {
 						if n > int64(b.N) {
 							return
 						}
-						r := storetest.Task{ID: id(n), ProjectID: "p1", Title: ptr(fmt.Sprintf("update %d", n))}.RowWrite(b, n+1)
-						if err := pushRow(ctx, s.Store, partition, clientID, fmt.Sprintf("c%d", n), r, true, sc.Version()); err != nil {
+						if err := pushRow(ctx, s.Store, partition, clientID, fmt.Sprintf("c%d", n), row(n), stored > 0, sc.Version()); err != nil {
 							b.Error(err)
 							return
 						}
