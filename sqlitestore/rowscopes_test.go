@@ -2,6 +2,8 @@ package sqlitestore
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -111,5 +113,85 @@ func TestUpsertRowScopeIndex(t *testing.T) {
 			}
 		}
 		prev = got
+	}
+}
+
+// TestUpsertRowScopeIndexRandom: random upserts (zero to three scopes
+// from a small pool, in canonical key order) and deletes of a few rows
+// leave the scope index holding exactly each stored row's scopes and
+// nothing of a deleted one, after every write.
+func TestUpsertRowScopeIndexRandom(t *testing.T) {
+	t.Parallel()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := t.Context()
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	const partition = "p"
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "c"}
+	values := []string{"1", "2"}
+	model := map[string][]string{} // row id -> "key=value" entries, sorted
+	read := func() map[string][]string {
+		t.Helper()
+		got := map[string][]string{}
+		err := s.read(ctx, func(c *conn) error {
+			rs, err := c.query("SELECT row_id, var, value FROM sync_row_scopes WHERE partition=? AND tbl='tasks' ORDER BY row_id, var, value", partition)
+			if err != nil {
+				return err
+			}
+			defer rs.Close()
+			for rs.Next() {
+				var id, k, v string
+				if err := rs.Scan(&id, &k, &v); err != nil {
+					return err
+				}
+				got[id] = append(got[id], k+"="+v)
+			}
+			return rs.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for step := range 300 {
+		id := fmt.Sprintf("r%d", rng.IntN(5))
+		var op string
+		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
+			if rng.IntN(5) == 0 {
+				op = "delete " + id
+				delete(model, id)
+				return tx.DeleteRow(ctx, "tasks", id)
+			}
+			w := storetest.Task{ID: id, ProjectID: "p1"}.RowWrite(t, int64(step+1))
+			w.Scopes = nil
+			var want []string
+			for _, k := range keys {
+				if rng.IntN(2) == 0 {
+					v := values[rng.IntN(len(values))]
+					w.Scopes = append(w.Scopes, wire.StoredScope{Key: k, Value: v})
+					want = append(want, k+"="+v)
+				}
+			}
+			op = fmt.Sprintf("upsert %s %v", id, want)
+			model[id] = want
+			return tx.UpsertRow(ctx, w)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := read()
+		for id, want := range model {
+			if !slices.Equal(got[id], want) {
+				t.Fatalf("step %d (%s): row %s has entries %v, want %v", step, op, id, got[id], want)
+			}
+		}
+		for id, entries := range got {
+			if _, ok := model[id]; !ok {
+				t.Fatalf("step %d (%s): row %s is not stored but has entries %v", step, op, id, entries)
+			}
+		}
 	}
 }
