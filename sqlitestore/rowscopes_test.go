@@ -13,66 +13,84 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
+// scopeTestPartition is the partition of the scope index tests.
+const scopeTestPartition = "p"
+
+// scopeTestStore opens a store on a fresh file with the fixture schema.
+func scopeTestStore(t *testing.T) testStore {
+	t.Helper()
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	if err := s.EnsureSchema(t.Context(), storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// scopeEntry is an entry of sync_row_scopes, with its rowid.
+type scopeEntry struct {
+	rowid             int64
+	rowID, key, value string
+}
+
+func (e scopeEntry) pair() string { return e.key + "=" + e.value }
+
+// scopeEntries reads the tasks' scope index entries of the test
+// partition, of one row or (rowID "") of all, in row, key, value order.
+func scopeEntries(t *testing.T, s testStore, rowID string) []scopeEntry {
+	t.Helper()
+	var out []scopeEntry
+	err := s.read(t.Context(), func(c *conn) error {
+		rs, err := c.query(`SELECT rowid, row_id, var, value FROM sync_row_scopes
+WHERE partition=? AND tbl='tasks' AND (?='' OR row_id=?) ORDER BY row_id, var, value`, scopeTestPartition, rowID, rowID)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var e scopeEntry
+			if err := rs.Scan(&e.rowid, &e.rowID, &e.key, &e.value); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return rs.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// upsertScoped writes task id with the given scopes (key, value pairs in
+// canonical key order) in a write of its own.
+func upsertScoped(t *testing.T, s testStore, id string, version int64, scopes ...string) {
+	t.Helper()
+	w := storetest.Task{ID: id, ProjectID: "p1"}.RowWrite(t, version)
+	w.Scopes = nil
+	for i := 0; i < len(scopes); i += 2 {
+		w.Scopes = append(w.Scopes, wire.StoredScope{Key: scopes[i], Value: scopes[i+1]})
+	}
+	err := s.Write(t.Context(), scopeTestPartition, func(ctx context.Context, tx store.WriteTx) error { return tx.UpsertRow(ctx, w) })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestUpsertRowScopeIndex: an upsert leaves exactly the row's scopes in
 // its scope index entries, whatever it had before, and an update that
 // keeps an entry does not write it again (the entry keeps its rowid; a
 // delete and insert gives it a new one).
 func TestUpsertRowScopeIndex(t *testing.T) {
 	t.Parallel()
-	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
-	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	const partition = "p"
-	type entry struct {
-		rowid      int64
-		key, value string
-	}
-	entries := func() []entry {
-		t.Helper()
-		var out []entry
-		err := s.read(ctx, func(c *conn) error {
-			rs, err := c.query("SELECT rowid, var, value FROM sync_row_scopes WHERE partition=? AND tbl='tasks' AND row_id='t1' ORDER BY var, value", partition)
-			if err != nil {
-				return err
-			}
-			defer rs.Close()
-			for rs.Next() {
-				var e entry
-				if err := rs.Scan(&e.rowid, &e.key, &e.value); err != nil {
-					return err
-				}
-				out = append(out, e)
-			}
-			return rs.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	upsert := func(id string, version int64, scopes ...string) {
-		t.Helper()
-		w := storetest.Task{ID: id, ProjectID: "p1"}.RowWrite(t, version)
-		w.Scopes = nil
-		for i := 0; i < len(scopes); i += 2 {
-			w.Scopes = append(w.Scopes, wire.StoredScope{Key: scopes[i], Value: scopes[i+1]})
-		}
-		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error { return tx.UpsertRow(ctx, w) })
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	pairs := func(es []entry) []string {
+	s := scopeTestStore(t)
+	pairs := func(es []scopeEntry) []string {
 		var out []string
 		for _, e := range es {
-			out = append(out, e.key+"="+e.value)
+			out = append(out, e.pair())
 		}
 		return out
 	}
-	rowid := func(es []entry, key string) int64 {
+	rowid := func(es []scopeEntry, key string) int64 {
 		for _, e := range es {
 			if e.key == key {
 				return e.rowid
@@ -95,15 +113,15 @@ func TestUpsertRowScopeIndex(t *testing.T) {
 		{[]string{"owner", "o2"}, []string{"owner=o2"}, []string{"owner"}},
 		{nil, nil, nil},
 	}
-	prev := entries()
+	prev := scopeEntries(t, s, "t1")
 	for i, st := range steps {
-		upsert("t1", int64(i+1), st.scopes...)
+		upsertScoped(t, s, "t1", int64(i+1), st.scopes...)
 		if i == 0 {
 			// An entry after t1's: a deleted and inserted entry of t1
 			// then gets a rowid above it, not its own back.
-			upsert("t2", 1, "project_id", "p1")
+			upsertScoped(t, s, "t2", 1, "project_id", "p1")
 		}
-		got := entries()
+		got := scopeEntries(t, s, "t1")
 		if !slices.Equal(pairs(got), st.want) {
 			t.Fatalf("step %d: entries %v, want %v", i, pairs(got), st.want)
 		}
@@ -122,67 +140,40 @@ func TestUpsertRowScopeIndex(t *testing.T) {
 // nothing of a deleted one, after every write.
 func TestUpsertRowScopeIndexRandom(t *testing.T) {
 	t.Parallel()
-	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
-	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	const partition = "p"
+	s := scopeTestStore(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	keys := []string{"a", "b", "c"}
 	values := []string{"1", "2"}
 	model := map[string][]string{} // row id -> "key=value" entries, sorted
-	read := func() map[string][]string {
-		t.Helper()
-		got := map[string][]string{}
-		err := s.read(ctx, func(c *conn) error {
-			rs, err := c.query("SELECT row_id, var, value FROM sync_row_scopes WHERE partition=? AND tbl='tasks' ORDER BY row_id, var, value", partition)
-			if err != nil {
-				return err
-			}
-			defer rs.Close()
-			for rs.Next() {
-				var id, k, v string
-				if err := rs.Scan(&id, &k, &v); err != nil {
-					return err
-				}
-				got[id] = append(got[id], k+"="+v)
-			}
-			return rs.Err()
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got
-	}
 	for step := range 300 {
 		id := fmt.Sprintf("r%d", rng.IntN(5))
 		var op string
-		err := s.Write(ctx, partition, func(ctx context.Context, tx store.WriteTx) error {
-			if rng.IntN(5) == 0 {
-				op = "delete " + id
-				delete(model, id)
+		if rng.IntN(5) == 0 {
+			op = "delete " + id
+			delete(model, id)
+			err := s.Write(t.Context(), scopeTestPartition, func(ctx context.Context, tx store.WriteTx) error {
 				return tx.DeleteRow(ctx, "tasks", id)
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			w := storetest.Task{ID: id, ProjectID: "p1"}.RowWrite(t, int64(step+1))
-			w.Scopes = nil
-			var want []string
+		} else {
+			var scopes, want []string
 			for _, k := range keys {
 				if rng.IntN(2) == 0 {
 					v := values[rng.IntN(len(values))]
-					w.Scopes = append(w.Scopes, wire.StoredScope{Key: k, Value: v})
+					scopes = append(scopes, k, v)
 					want = append(want, k+"="+v)
 				}
 			}
 			op = fmt.Sprintf("upsert %s %v", id, want)
 			model[id] = want
-			return tx.UpsertRow(ctx, w)
-		})
-		if err != nil {
-			t.Fatal(err)
+			upsertScoped(t, s, id, int64(step+1), scopes...)
 		}
-		got := read()
+		got := map[string][]string{}
+		for _, e := range scopeEntries(t, s, "") {
+			got[e.rowID] = append(got[e.rowID], e.pair())
+		}
 		for id, want := range model {
 			if !slices.Equal(got[id], want) {
 				t.Fatalf("step %d (%s): row %s has entries %v, want %v", step, op, id, got[id], want)
