@@ -140,15 +140,14 @@ func pushRow(ctx context.Context, s *Store, partition, clientID, commitID string
 			return fmt.Errorf("push result: %v", err)
 		}
 		return tx.Candidate(ctx, func(ctx context.Context) error {
-			if _, err := tx.Row(ctx, r.Table, r.RowID); stored && err != nil {
-				return fmt.Errorf("row: %v", err)
-			} else if !stored && !errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("row: %v", err)
+			_, err := tx.Row(ctx, r.Table, r.RowID)
+			if stored != (err == nil) || (err != nil && !errors.Is(err, store.ErrNotFound)) {
+				return fmt.Errorf("row (stored %v): %v", stored, err)
 			}
-			if stored {
-				// An update: no tombstone to look for.
-			} else if _, ok, err := tx.Tombstone(ctx, r.Table, r.RowID); err != nil || ok {
-				return fmt.Errorf("tombstone: %v %v", ok, err)
+			if !stored { // a new row: a tombstone would be cleared
+				if _, ok, err := tx.Tombstone(ctx, r.Table, r.RowID); err != nil || ok {
+					return fmt.Errorf("tombstone: %v %v", ok, err)
+				}
 			}
 			if err := tx.UpsertRow(ctx, r); err != nil {
 				return err
