@@ -638,6 +638,28 @@ func TestOperationsWatch(t *testing.T) {
 			return tasks, labels
 		}
 		tasks, labels := byWatch()
+		// next skips, on a store with a commit listener, a snapshot that
+		// repeats its watch's last rows: the rerun of every watch when
+		// the listener's first LISTEN completes after the watches
+		// started (commits of other processes may have been missed),
+		// which a loaded machine sees. Without a listener every snapshot
+		// counts.
+		_, listens := f.store.(store.CommitListener)
+		last := map[any][]string{"tasks": snapshotIDs(t, tasks), "labels": snapshotIDs(t, labels)}
+		next := func() map[string]any {
+			for {
+				m := w.next()
+				if m["kind"] != "snapshot" {
+					return m
+				}
+				ids := snapshotIDs(t, m)
+				if prev, ok := last[m["watchId"]]; listens && ok && slices.Equal(prev, ids) {
+					continue
+				}
+				last[m["watchId"]] = ids
+				return m
+			}
+		}
 		if got := snapshotIDs(t, tasks); !slices.Equal(got, []string{"t1"}) {
 			t.Fatalf("first tasks snapshot %v", got)
 		}
@@ -649,7 +671,7 @@ func TestOperationsWatch(t *testing.T) {
 		// following tasks commit.
 		seed(t, f.e2eEnv, "alice", "labels", label("l1", "p1", "red"))
 		seqLabels := f.partitionState().MaxCommitSeq
-		m := w.next()
+		m := next()
 		if m["watchId"] != "labels" || !slices.Equal(snapshotIDs(t, m), []string{"l1"}) || m["maxCommitSeq"] != float64(seqLabels) {
 			t.Fatalf("after a labels commit: %v", m)
 		}
@@ -657,14 +679,14 @@ func TestOperationsWatch(t *testing.T) {
 		seed(t, f.e2eEnv, "alice@elsewhere", "tasks", taskRow("x1", "p1", "elsewhere"))
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t2", "p1", "two"))
 		seqTasks := f.partitionState().MaxCommitSeq
-		m = w.next()
+		m = next()
 		if m["watchId"] != "tasks" || !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2"}) || m["maxCommitSeq"] != float64(seqTasks) {
 			t.Fatalf("after a tasks commit: %v", m)
 		}
 		// A command's commit reruns it too.
 		r := postOp(t, f.e2eEnv, "alice", command("job", "createTask", "r1",
 			remotewire.Object{{Key: "id", Value: "t3"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "cmd"}}))
-		m = w.next()
+		m = next()
 		if m["watchId"] != "tasks" || !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2", "t3"}) || m["maxCommitSeq"] != r.msg["commitSeq"] {
 			t.Fatalf("after a command: %v (command %v)", m, r.msg)
 		}
@@ -692,7 +714,7 @@ func TestOperationsWatch(t *testing.T) {
 		w.send(remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "unwatch"}, {Key: "watchId", Value: "w4"}})
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t4", "p1", "four"))
 		seed(t, f.e2eEnv, "alice", "labels", label("l2", "p1", "blue"))
-		m = w.next()
+		m = next()
 		if m["watchId"] != "labels" || !slices.Equal(snapshotIDs(t, m), []string{"l1", "l2"}) {
 			t.Fatalf("after unwatch: %v", m)
 		}
