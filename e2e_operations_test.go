@@ -18,6 +18,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
@@ -54,8 +55,46 @@ func opsSchema(t *testing.T) *schema.Compiled {
 // and privileged queries observed.
 type opsFixture struct {
 	*e2eEnv
+	metrics    *prometheus.Registry
 	runs       atomic.Int64 // createTask Run calls
 	authorized atomic.Int64 // taskCount Authorize calls
+}
+
+// awaitWatchListener waits, on a store with a commit listener, until the
+// server's watch hub has begun listening and handled it (a rerun of
+// every watch, of none before the test opens one): a watch opened after
+// it sees no such rerun unless the listener reconnects.
+func (f *opsFixture) awaitWatchListener(t *testing.T) {
+	t.Helper()
+	if _, ok := f.store.(store.CommitListener); !ok {
+		return
+	}
+	eventually(t, "the watch hub's commit listener to listen", func() bool {
+		return gatheredCounter(t, f.metrics, "syncgo_commit_listener_connects_total", "listener", "watches") >= 1
+	})
+}
+
+// gatheredCounter is the value of the counter of name whose label k is v
+// in reg, or 0 when it has no such series.
+func gatheredCounter(t *testing.T, reg *prometheus.Registry, name, k, v string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func projectCoverage(p syncgo.Params) ([]syncgo.Coverage, error) {
@@ -70,7 +109,7 @@ func newOpsFixture(t *testing.T, d e2eDriver) *opsFixture {
 // newOpsFixtureOn is newOpsFixture on a given store.
 func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
 	t.Helper()
-	f := &opsFixture{}
+	f := &opsFixture{metrics: prometheus.NewRegistry()}
 	taskCols := []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}, {Name: "title", Type: wire.TypeString},
 		{Name: "done", Type: wire.TypeBoolean}, {Name: "rank", Type: wire.TypeInteger, Nullable: true},
 		{Name: "notes", Type: wire.TypeJSON, Nullable: true}}
@@ -135,7 +174,7 @@ func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
 				Run:       func(context.Context, *syncgo.CommandContext, any) ([]syncgo.Mutation, error) { return nil, nil }},
 		},
 	}
-	f.e2eEnv = newOpsEnv(t, st, ops)
+	f.e2eEnv = newOpsEnv(t, st, ops, func(c *syncgo.Config) { c.Metrics = f.metrics })
 	return f
 }
 
@@ -619,6 +658,7 @@ func TestOperationsWatch(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		f := newOpsFixture(t, d)
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
+		f.awaitWatchListener(t)
 		w := dialWatch(t, f.e2eEnv, "alice")
 		w.watch("tasks", "tasksByProject", project("p1"))
 		w.watch("labels", "labelsOf", project("p1"))
@@ -638,28 +678,6 @@ func TestOperationsWatch(t *testing.T) {
 			return tasks, labels
 		}
 		tasks, labels := byWatch()
-		// next skips, on a store with a commit listener, a snapshot that
-		// repeats its watch's last rows: the rerun of every watch when
-		// the listener's first LISTEN completes after the watches
-		// started (commits of other processes may have been missed),
-		// which a loaded machine sees. Without a listener every snapshot
-		// counts.
-		_, listens := f.store.(store.CommitListener)
-		last := map[any][]string{"tasks": snapshotIDs(t, tasks), "labels": snapshotIDs(t, labels)}
-		next := func() map[string]any {
-			for {
-				m := w.next()
-				if m["kind"] != "snapshot" {
-					return m
-				}
-				ids := snapshotIDs(t, m)
-				if prev, ok := last[m["watchId"]]; listens && ok && slices.Equal(prev, ids) {
-					continue
-				}
-				last[m["watchId"]] = ids
-				return m
-			}
-		}
 		if got := snapshotIDs(t, tasks); !slices.Equal(got, []string{"t1"}) {
 			t.Fatalf("first tasks snapshot %v", got)
 		}
@@ -671,7 +689,7 @@ func TestOperationsWatch(t *testing.T) {
 		// following tasks commit.
 		seed(t, f.e2eEnv, "alice", "labels", label("l1", "p1", "red"))
 		seqLabels := f.partitionState().MaxCommitSeq
-		m := next()
+		m := w.next()
 		if m["watchId"] != "labels" || !slices.Equal(snapshotIDs(t, m), []string{"l1"}) || m["maxCommitSeq"] != float64(seqLabels) {
 			t.Fatalf("after a labels commit: %v", m)
 		}
@@ -679,14 +697,14 @@ func TestOperationsWatch(t *testing.T) {
 		seed(t, f.e2eEnv, "alice@elsewhere", "tasks", taskRow("x1", "p1", "elsewhere"))
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t2", "p1", "two"))
 		seqTasks := f.partitionState().MaxCommitSeq
-		m = next()
+		m = w.next()
 		if m["watchId"] != "tasks" || !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2"}) || m["maxCommitSeq"] != float64(seqTasks) {
 			t.Fatalf("after a tasks commit: %v", m)
 		}
 		// A command's commit reruns it too.
 		r := postOp(t, f.e2eEnv, "alice", command("job", "createTask", "r1",
 			remotewire.Object{{Key: "id", Value: "t3"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "cmd"}}))
-		m = next()
+		m = w.next()
 		if m["watchId"] != "tasks" || !slices.Equal(snapshotIDs(t, m), []string{"t1", "t2", "t3"}) || m["maxCommitSeq"] != r.msg["commitSeq"] {
 			t.Fatalf("after a command: %v (command %v)", m, r.msg)
 		}
@@ -714,7 +732,7 @@ func TestOperationsWatch(t *testing.T) {
 		w.send(remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "unwatch"}, {Key: "watchId", Value: "w4"}})
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t4", "p1", "four"))
 		seed(t, f.e2eEnv, "alice", "labels", label("l2", "p1", "blue"))
-		m = next()
+		m = w.next()
 		if m["watchId"] != "labels" || !slices.Equal(snapshotIDs(t, m), []string{"l1", "l2"}) {
 			t.Fatalf("after unwatch: %v", m)
 		}
@@ -775,6 +793,7 @@ func TestOperationsWatchAcrossServers(t *testing.T) {
 	}
 	a := newOpsFixtureOn(t, open())
 	b := newOpsFixtureOn(t, open())
+	a.awaitWatchListener(t)
 	w := dialWatch(t, a.e2eEnv, "alice")
 	w.watch("tasks", "tasksByProject", project("p1"))
 	if got := snapshotIDs(t, w.next()); len(got) != 0 {
@@ -784,12 +803,6 @@ func TestOperationsWatchAcrossServers(t *testing.T) {
 	seed(t, b.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
 	seq := b.partitionState().MaxCommitSeq
 	m := w.next()
-	for len(snapshotIDs(t, m)) == 0 && m["maxCommitSeq"] != float64(seq) {
-		// A rerun of every watch when this server's commit listener
-		// started listening (its first LISTEN may complete after the
-		// labels commit): the same rows at a later sequence.
-		m = w.next()
-	}
 	if !slices.Equal(snapshotIDs(t, m), []string{"t1"}) || m["maxCommitSeq"] != float64(seq) {
 		t.Fatalf("after a tasks commit on the other server: %v (seq %d)", m, seq)
 	}

@@ -19,7 +19,7 @@ type serverCollector struct {
 	s *Server
 
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
-	memoryReleases                                            *prometheus.Desc
+	memoryReleases, listenerConnects                          *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
@@ -44,6 +44,9 @@ func newServerCollector(s *Server) *serverCollector {
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
 		memoryReleases: d("syncgo_realtime_memory_releases_total", "Times free memory was returned to the system after a burst of "+
 			"socket connects and disconnects (realtime.release_after_churn)."),
+		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
+			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
+			"instances missed while it was not listening.", "listener"),
 
 		storeWrites:      d("syncgo_store_writes_total", "Store writes that committed: one per pushed commit, or one per run of up to 64 commits of one request."),
 		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
@@ -86,7 +89,7 @@ func newServerCollector(s *Server) *serverCollector {
 
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases,
+	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.listenerConnects,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
@@ -119,6 +122,12 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.gaps, rt.NotificationGap)
 	counter(c.narrowed, rt.Narrowed)
 	counter(c.memoryReleases, rt.MemoryReleases)
+	if _, ok := s.cfg.Store.(store.CommitListener); ok {
+		counter(c.listenerConnects, rt.ListenerConnects, "realtime")
+		if s.watch.listening() {
+			counter(c.listenerConnects, s.watch.listenerConnects.Load(), "watches")
+		}
+	}
 
 	st := s.cfg.Store.Stats()
 	counter(c.storeWrites, st.Writes)

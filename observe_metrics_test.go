@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -111,6 +112,16 @@ func TestMetricsCountersMove(t *testing.T) {
 		}
 		if before.must(t, "syncgo_ready") != 1 {
 			t.Fatal("syncgo_ready is not 1 on a started server")
+		}
+		// A shared store's commit listener counts its start of listening;
+		// an embedded store has none.
+		if _, ok := e.store.(store.CommitListener); ok {
+			eventually(t, "the realtime commit listener to listen", func() bool {
+				v, _ := e.scrape().value("syncgo_commit_listener_connects_total", "listener", "realtime")
+				return v == 1
+			})
+		} else if _, ok := before.value("syncgo_commit_listener_connects_total"); ok {
+			t.Fatal("a commit listener series on a store without a listener")
 		}
 
 		// A subscribes (a bootstrap), opens a socket; B pushes into A's

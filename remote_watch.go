@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -35,6 +36,10 @@ type watchHub struct {
 	// listens: the store announces commits to every process, so commits
 	// notified locally are remembered until the listener passes them.
 	listens bool
+	// listenerConnects counts the listener's starts of listening (its
+	// first connect and each reconnect), each handled by a rerun of
+	// every watch.
+	listenerConnects atomic.Int64
 }
 
 type watchPartition struct {
@@ -61,6 +66,13 @@ func (h *watchHub) start(ctx context.Context) {
 			h.s.cfg.Logger.Error("operation watches: commit listener stopped", "err", err)
 		}
 	}()
+}
+
+// listening reports whether the hub runs a commit listener.
+func (h *watchHub) listening() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.listens
 }
 
 // close ends every watch socket.
@@ -144,6 +156,9 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 		h.mu.Unlock()
 		for _, id := range parts {
 			h.dispatch(id, nil, 0)
+		}
+		if n.Reconnected {
+			h.listenerConnects.Add(1)
 		}
 		return
 	}

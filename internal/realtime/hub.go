@@ -183,11 +183,16 @@ type Stats struct {
 	// MemoryReleases counts the memory releases after bursts of socket
 	// connects and disconnects (Config.ReleaseAfterChurn).
 	MemoryReleases int64
+	// ListenerConnects counts the times the commit listener of a shared
+	// store began listening (its first connect and each reconnect) and
+	// the partitions with sessions were checked for commits missed
+	// meanwhile.
+	ListenerConnects int64
 }
 
 type counters struct {
 	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsUnencodable, dropsBehind, dropsInRound,
-	closedSlow, closedProtocol, gaps, narrowed atomic.Int64
+	closedSlow, closedProtocol, gaps, narrowed, listenerConnects atomic.Int64
 }
 
 // churnQuiet is how long no socket comes or goes before a burst of them is
@@ -308,7 +313,8 @@ func (h *Hub) Stats() Stats {
 		DropsUnencodable: s.dropsUnencodable.Load(),
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
-		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.releases.Load()}
+		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.releases.Load(),
+		ListenerConnects: s.listenerConnects.Load()}
 }
 
 func (h *Hub) part(id string, create bool) *partition {

@@ -25,6 +25,7 @@ func (h *Hub) Listen(ctx context.Context, l store.CommitListener) error {
 		}
 		if n.Reconnected {
 			h.catchUpAll(ctx)
+			h.stats.listenerConnects.Add(1)
 			// Grant notifications may have been missed too.
 			go h.Reresolve(ctx, "", "")
 			return
