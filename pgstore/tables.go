@@ -338,7 +338,12 @@ func scanSQL(table string, after, others, merge bool, kind orderKind) string {
 // entries, sorted again, with the window, materialized) cost its backend
 // about twice the two ranges' own reads. With scopes the window also
 // returns the scopes column (a jsonb turned into text per row: left out
-// when the caller does not read it). Parameters as scanSQL's.
+// when the caller does not read it). The window starts at p's first
+// entry, which is its least as p holds them in the order it read them
+// (min() over p compared every entry again: 7 % of a 10,000-row page's
+// backend time); were it not the least, an entry would miss its row in
+// the window and the reader would fall back as above. Parameters as
+// scanSQL's.
 func scanDenseSQL(table string, after, scopes bool) string {
 	cond, tcond := "", ""
 	if after {
@@ -361,7 +366,7 @@ UNION ALL (
          t.` + quoteIdent(colPayload) + `, t.` + quoteIdent(colColumnVersions) + `
     FROM ` + table + ` t
    WHERE t.` + quoteIdent(colPartition) + ` = $1` + tcond + `
-     AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT min(p.row_id) FROM p)
+     AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT p.row_id FROM p LIMIT 1)
    ORDER BY t.` + quoteIdent(colRowID) + ` COLLATE "C"
    LIMIT (SELECT count(*) FROM p) + ` + fmt.Sprint(denseSlack) + `)`
 }
