@@ -335,6 +335,12 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
 			ReleaseAfterChurn: cfg.Realtime.ReleaseAfterChurn,
 		},
+		RetentionInterval: cfg.Retention.Interval,
+		Retention: syncgo.RetentionPolicy{
+			ActiveWindow:       cfg.Retention.ActiveWindow,
+			AgeForce:           cfg.Retention.AgeForce,
+			MinRetainedCommits: cfg.Retention.MinRetainedCommits,
+		},
 	}
 	obs.apply(&scfg, accessLog)
 	applyLimitConfig(&scfg, cfg) // serve_limits.go

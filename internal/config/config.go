@@ -72,6 +72,8 @@ type Config struct {
 	Limits Limits `yaml:"limits"`
 	// Realtime tunes the realtime channel.
 	Realtime Realtime `yaml:"realtime"`
+	// Retention is the pruning of the commit log.
+	Retention Retention `yaml:"retention"`
 	// Auth is the authentication.
 	Auth Auth `yaml:"auth"`
 	// Scopes are the scope rules: scope variable to the rules granting
@@ -203,6 +205,46 @@ type Realtime struct {
 	// after which free memory is returned to the system; zero keeps the
 	// default (500), negative disables it.
 	ReleaseAfterChurn int `yaml:"release_after_churn"`
+}
+
+// Retention is the pruning of the commit log (spec §4.6;
+// syncgo.RetentionPolicy and Config.RetentionInterval); zero keeps the
+// default. The protocol's floors are the defaults: a host may raise
+// them, not lower them.
+type Retention struct {
+	// Interval is how often each partition's log is pruned (default 1
+	// minute); negative: never.
+	Interval time.Duration `yaml:"interval"`
+	// ActiveWindow: clients whose cursor moved within it hold the
+	// horizon back (default and floor 14 days).
+	ActiveWindow time.Duration `yaml:"active_window"`
+	// AgeForce: commits older than it are pruned whatever the cursors
+	// (default and floor 30 days).
+	AgeForce time.Duration `yaml:"age_force"`
+	// MinRetainedCommits: the newest commits always kept (default and
+	// floor 1000).
+	MinRetainedCommits int64 `yaml:"min_retained_commits"`
+}
+
+// Floors of the retention policy (spec §4.6).
+const (
+	FloorActiveWindow    = 14 * 24 * time.Hour
+	FloorAgeForce        = 30 * 24 * time.Hour
+	FloorRetainedCommits = 1000
+)
+
+func (r Retention) validate() error {
+	var errs []error
+	if r.ActiveWindow != 0 && r.ActiveWindow < FloorActiveWindow {
+		errs = append(errs, fmt.Errorf("retention.active_window %v is below the protocol's floor of 14 days (336h)", r.ActiveWindow))
+	}
+	if r.AgeForce != 0 && r.AgeForce < FloorAgeForce {
+		errs = append(errs, fmt.Errorf("retention.age_force %v is below the protocol's floor of 30 days (720h)", r.AgeForce))
+	}
+	if r.MinRetainedCommits != 0 && r.MinRetainedCommits < FloorRetainedCommits {
+		errs = append(errs, fmt.Errorf("retention.min_retained_commits %d is below the protocol's floor of 1000", r.MinRetainedCommits))
+	}
+	return errors.Join(errs...)
 }
 
 // Default returns the defaults.
@@ -538,6 +580,9 @@ func (c Config) Validate() error {
 		case strings.Count(o, "*") > 1 || !strings.Contains(o, "://"):
 			errs = append(errs, fmt.Errorf("cors.allowed_origins %q: want scheme://host[:port] with at most one *", o))
 		}
+	}
+	if err := c.Retention.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Operations.validate(); err != nil {
 		errs = append(errs, err)

@@ -275,3 +275,35 @@ func TestMaxCRDTBytes(t *testing.T) {
 		t.Fatalf("a negative bound: %v", err)
 	}
 }
+
+// The retention section: the file's values, the environment over them,
+// and the protocol's floors refused (zero keeps the defaults, a negative
+// interval turns pruning off).
+func TestRetention(t *testing.T) {
+	path := writeFile(t, "retention:\n  interval: 30s\n  active_window: 720h\n  age_force: 2160h\n  min_retained_commits: 5000\n")
+	c, err := Load(path, env(map[string]string{"SYNCGO_RETENTION_INTERVAL": "-1s"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Retention{Interval: -time.Second, ActiveWindow: 720 * time.Hour, AgeForce: 2160 * time.Hour, MinRetainedCommits: 5000}
+	if c.Retention != want {
+		t.Fatalf("retention %+v, want %+v", c.Retention, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("the defaults (all zero): %v", err)
+	}
+	c.Retention = Retention{ActiveWindow: 24 * time.Hour, AgeForce: 240 * time.Hour, MinRetainedCommits: 999}
+	err = c.Validate()
+	for _, key := range []string{"retention.active_window", "retention.age_force", "retention.min_retained_commits"} {
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("below the floors: %v, want %s refused", err, key)
+		}
+	}
+	c.Retention = Retention{ActiveWindow: FloorActiveWindow, AgeForce: FloorAgeForce, MinRetainedCommits: FloorRetainedCommits}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("at the floors: %v", err)
+	}
+}

@@ -1,0 +1,129 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+
+	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The retention section of the config file reaches the server: with a
+// short interval, a device that has been offline longer than the active
+// window (400 h here, above the 14-day default) finds its cursor behind
+// the pruned log (1,100 commits later, the newest 1,000 kept) and is
+// answered reset (sync.cursor_expired), then bootstraps every row; one
+// offline for 15 days, within the window, holds the log back and replays
+// the commits it missed, as does the one offline for 17 days when
+// pruning is off. config check refuses values below the protocol's
+// floors.
+func TestBinaryRetention(t *testing.T) {
+	bin := binarytest.Build(t)
+	for _, tc := range []struct {
+		name     string
+		interval string
+		offline  time.Duration
+		reset    bool
+	}{
+		{"pruning", "100ms", 17 * 24 * time.Hour, true},
+		{"window", "100ms", 15 * 24 * time.Hour, false},
+		{"off", "-1s", 17 * 24 * time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db := filepath.Join(dir, "r.db")
+			cfgPath := filepath.Join(dir, "syncgo.yaml")
+			must(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ndb: %s\nretention:\n  interval: %s\n  active_window: 400h\n", db, tc.interval)), 0o600))
+			p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", cfgPath)
+			ctx := context.Background()
+			sc := schemaDemo(t)
+
+			device, err := sspclient.New(p.URL, "alice", sc, sspclient.Options{})
+			must(t, err)
+			must(t, device.Subscribe("tasks", "tasks", map[string][]string{"project_id": {"p1"}}))
+			_, err = device.Upsert("tasks", map[string]any{"id": "t0", "project_id": "p1", "title": "first", "done": false, "notes": nil})
+			must(t, err)
+			_, err = device.SyncUntilQuiet(ctx, 10)
+			must(t, err)
+			// The device goes offline: its cursor record is made that old,
+			// until no deferred write of the server's puts it back.
+			eventually(t, "the device's record to be offline", func() bool {
+				ageClient(t, db, device.ClientID(), tc.offline)
+				time.Sleep(100 * time.Millisecond)
+				return ageClient(t, db, device.ClientID(), 0) > tc.offline-time.Hour
+			})
+
+			writer, err := sspclient.New(p.URL, "bob", sc, sspclient.Options{})
+			must(t, err)
+			_, err = writer.Sync(ctx) // the log epoch; bob subscribes to nothing
+			must(t, err)
+			for i := range 1100 {
+				_, err := writer.Upsert("tasks", map[string]any{"id": fmt.Sprintf("w%04d", i), "project_id": "p1", "title": "w", "done": false, "notes": nil})
+				must(t, err)
+			}
+			for writer.Pending() > 0 {
+				_, err := writer.Push(ctx)
+				must(t, err)
+			}
+			// Pruned within a few intervals, if at all.
+			time.Sleep(500 * time.Millisecond)
+			res, err := device.Sync(ctx)
+			must(t, err)
+			if len(res.Sections) != 1 {
+				t.Fatalf("sections %+v", res.Sections)
+			}
+			sec := res.Sections[0]
+			if tc.reset {
+				if sec.Status != wire.SubReset || sec.Reason != "sync.cursor_expired" {
+					t.Fatalf("the offline device's round: status %v reason %q, want reset sync.cursor_expired", sec.Status, sec.Reason)
+				}
+			} else if sec.Status != wire.SubActive || sec.Commits == 0 {
+				t.Fatalf("the offline device's round: status %v, %d commits, want active with the missed commits", sec.Status, sec.Commits)
+			}
+			_, err = device.SyncUntilQuiet(ctx, 50)
+			must(t, err)
+			if n := len(device.Rows("tasks")); n != 1101 {
+				t.Fatalf("the device holds %d tasks, want 1101", n)
+			}
+		})
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	must(t, os.WriteFile(bad, []byte("retention:\n  active_window: 24h\n  min_retained_commits: 10\n"), 0o600))
+	_, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad)
+	if code == 0 || !strings.Contains(errOut, "retention.active_window 24h0m0s is below the protocol's floor") ||
+		!strings.Contains(errOut, "retention.min_retained_commits 10") {
+		t.Fatalf("config check of retention below the floors: exit %d: %s", code, errOut)
+	}
+}
+
+// ageClient sets a client record's update time back by age (a device
+// that has been offline that long), or only reads it when age is 0, and
+// returns how old the record is then.
+func ageClient(t *testing.T, db, clientID string, age time.Duration) time.Duration {
+	t.Helper()
+	conn, err := sqlite.OpenConn(db, sqlite.OpenReadWrite)
+	must(t, err)
+	defer conn.Close()
+	conn.SetBusyTimeout(10 * time.Second)
+	if age > 0 {
+		must(t, sqlitex.Execute(conn, "UPDATE sync_clients SET updated_at_ms = ? WHERE client_id = ?",
+			&sqlitex.ExecOptions{Args: []any{time.Now().Add(-age).UnixMilli(), clientID}}))
+	}
+	var at int64 = -1
+	must(t, sqlitex.Execute(conn, "SELECT updated_at_ms FROM sync_clients WHERE client_id = ?", &sqlitex.ExecOptions{
+		Args: []any{clientID}, ResultFunc: func(stmt *sqlite.Stmt) error { at = stmt.ColumnInt64(0); return nil }}))
+	if at < 0 {
+		return 0 // no record yet
+	}
+	return time.Since(time.UnixMilli(at))
+}
