@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/syncgo/syncgo"
@@ -75,6 +76,10 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if err := syncgo.CheckCRDTMergers(nil, sc); err != nil {
 		return nil, nil, fmt.Errorf("schema: %w", err)
 	}
+	window, err := loadSchemaWindow(cfg.SchemaWindow, sc)
+	if err != nil {
+		return nil, nil, err
+	}
 	if _, err := declarations(cfg.Checkpoints, sc.Version()); err != nil {
 		return nil, nil, err
 	}
@@ -98,6 +103,13 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		fmt.Sprintf("listen %s, mount %s", cfg.Listen, cfg.Mount),
 		fmt.Sprintf("db %s (%s)", config.RedactDSN(cfg.DB), kind),
 		fmt.Sprintf("schema %s (version %d; scope variables %s)", schemaName, sc.Version(), strings.Join(sc.Variables(), ", ")))
+	if len(window) > 0 {
+		versions := make([]string, len(window))
+		for i, w := range window {
+			versions[i] = strconv.Itoa(int(w.Version()))
+		}
+		summary = append(summary, fmt.Sprintf("schema window: clients of versions %s served too", strings.Join(versions, ", ")))
+	}
 	summary = append(summary, observeSummary(cfg)...)
 	if n := len(cfg.Operations.Queries); n > 0 {
 		summary = append(summary, fmt.Sprintf("operations: %d scoped quer(ies)", n))

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	_ "embed"
@@ -13,12 +14,14 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/auth"
 	"github.com/syncgo/syncgo/internal/config"
+	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
@@ -158,6 +161,37 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
+// loadSchemaWindow compiles the older schemas of the schema window
+// (config schema_window), newest first, and checks them against the
+// running schema as syncgo.New does, naming the file at fault.
+func loadSchemaWindow(paths []string, current *schema.Compiled) ([]*schema.Compiled, error) {
+	window := make([]*schema.Compiled, 0, len(paths))
+	files := map[*schema.Compiled]string{}
+	for _, p := range paths {
+		if p == "" {
+			return nil, errors.New("schema_window: an empty file name")
+		}
+		sc, err := loadSchema(p)
+		if err != nil {
+			return nil, fmt.Errorf("schema_window: %s: %w", p, err)
+		}
+		if err := syncgo.CheckCRDTMergers(nil, sc); err != nil {
+			return nil, fmt.Errorf("schema_window: %s: %w", p, err)
+		}
+		window, files[sc] = append(window, sc), p
+	}
+	slices.SortStableFunc(window, func(a, b *schema.Compiled) int { return cmp.Compare(b.Version(), a.Version()) })
+	for i, sc := range window {
+		if i > 0 && sc.Version() == window[i-1].Version() {
+			return nil, fmt.Errorf("schema_window: %s and %s are both version %d", files[window[i-1]], files[sc], sc.Version())
+		}
+	}
+	if err := engine.ValidateWindow(current, window); err != nil {
+		return nil, err
+	}
+	return window, nil
+}
+
 func loadSchema(path string) (*schema.Compiled, error) {
 	data := demoSchema
 	if path != "" {
@@ -236,6 +270,10 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	if err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
+	window, err := loadSchemaWindow(cfg.SchemaWindow, sc)
+	if err != nil {
+		return err
+	}
 	decls, err := declarations(cfg.Checkpoints, sc.Version())
 	if err != nil {
 		return err
@@ -306,6 +344,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		CommitValidator:       commitValidator,
 		Store:                 st,
 		Schema:                sc,
+		SchemaWindow:          window,
 		Authenticate:          authenticate,
 		ResolveScopes:         resolveScopes,
 		Logger:                logger,

@@ -43,6 +43,10 @@ type Config struct {
 	DBListen string `yaml:"db_listen"`
 	// Schema is the schema IR JSON file; empty: the demo schema.
 	Schema string `yaml:"schema"`
+	// SchemaWindow are schema IR JSON files of older versions still
+	// served to their clients (spec §9; syncgo.Config.SchemaWindow), in
+	// any order.
+	SchemaWindow []string `yaml:"schema_window"`
 	// Mount is the path prefix of the protocol routes.
 	Mount string `yaml:"mount"`
 	// Checkpoints are backfill checkpoints partition/name declared at the
@@ -484,6 +488,9 @@ func (c *Config) relativeTo(dir string) {
 	}
 	c.storageRelativeTo(dir)
 	abs(&c.Schema)
+	for i := range c.SchemaWindow {
+		abs(&c.SchemaWindow[i])
+	}
 	abs(&c.DBPasswordFile)
 	abs(&c.TLSCertFile)
 	abs(&c.TLSKeyFile)

@@ -307,3 +307,24 @@ func TestRetention(t *testing.T) {
 		t.Fatalf("at the floors: %v", err)
 	}
 }
+
+// schema_window: the file's relative paths are relative to its
+// directory, and SYNCGO_SCHEMA_WINDOW (comma-separated) replaces them.
+func TestSchemaWindowPaths(t *testing.T) {
+	path := writeFile(t, "schema: v3.json\nschema_window: [v2.json, /abs/v1.json]\n")
+	dir := filepath.Dir(path)
+	c, err := Load(path, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{filepath.Join(dir, "v2.json"), "/abs/v1.json"}; !reflect.DeepEqual(c.SchemaWindow, want) {
+		t.Fatalf("schema_window %q, want %q", c.SchemaWindow, want)
+	}
+	c, err = Load(path, env(map[string]string{"SYNCGO_SCHEMA_WINDOW": "/a/v2.json,/a/v1.json"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/a/v2.json", "/a/v1.json"}; !reflect.DeepEqual(c.SchemaWindow, want) {
+		t.Fatalf("schema_window from the environment %q, want %q", c.SchemaWindow, want)
+	}
+}
