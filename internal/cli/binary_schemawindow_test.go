@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/schema"
 )
@@ -66,9 +67,9 @@ func TestBinarySchemaWindow(t *testing.T) {
 	must(t, err)
 	ctx := context.Background()
 
-	t.Run("window", func(t *testing.T) {
-		cfgPath := filepath.Join(dir, "window.yaml")
-		must(t, os.WriteFile(cfgPath, []byte("listen: 127.0.0.1:0\ndb: "+filepath.Join(dir, "w.db")+"\nschema: v2.json\nschema_window: [v1.json]\n"), 0o600))
+	window := func(t *testing.T, name, db string) {
+		cfgPath := filepath.Join(dir, "window-"+name+".yaml")
+		must(t, os.WriteFile(cfgPath, []byte("listen: 127.0.0.1:0\ndb: \""+db+"\"\nschema: v2.json\nschema_window: [v1.json]\n"), 0o600))
 		p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", cfgPath)
 
 		old, err := sspclient.New(p.URL, "alice", v1, sspclient.Options{})
@@ -102,7 +103,9 @@ func TestBinarySchemaWindow(t *testing.T) {
 		if m := t2.Map(tasks1); !ok || m["title"] != "from v2" || len(t2.Values) != 5 {
 			t.Fatalf("the version-2 row as version 1 gets it: %v, %d values (%v), want version 1's 5 columns", m, len(t2.Values), ok)
 		}
-	})
+	}
+	t.Run("window/sqlite", func(t *testing.T) { window(t, "sqlite", filepath.Join(dir, "w.db")) })
+	t.Run("window/postgres", func(t *testing.T) { window(t, "postgres", pgtest.Schema(t, "schemawin", false)) })
 
 	t.Run("none", func(t *testing.T) {
 		cfgPath := filepath.Join(dir, "none.yaml")
