@@ -9,25 +9,54 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// The retention section of the config file reaches the server: with a
-// short interval, a device that has been offline longer than the active
-// window (400 h here, above the 14-day default) finds its cursor behind
-// the pruned log (1,100 commits later, the newest 1,000 kept) and is
-// answered reset (sync.cursor_expired), then bootstraps every row; one
-// offline for 15 days, within the window, holds the log back and replays
-// the commits it missed, as does the one offline for 17 days when
-// pruning is off. config check refuses values below the protocol's
-// floors.
+// The retention section of the config file reaches the server, on
+// SQLite and on Postgres: with a short interval, a device that has been
+// offline longer than the active window (400 h here, above the 14-day
+// default) finds its cursor behind the pruned log (1,100 commits later,
+// the newest 1,000 kept) and is answered reset (sync.cursor_expired),
+// then bootstraps every row; one offline for 15 days, within the window,
+// holds the log back and replays the commits it missed, as does the one
+// offline for 17 days when pruning is off. config check refuses values
+// below the protocol's floors.
 func TestBinaryRetention(t *testing.T) {
 	bin := binarytest.Build(t)
+	t.Run("sqlite", func(t *testing.T) {
+		testBinaryRetention(t, bin, func(t *testing.T) (string, clientAger) {
+			db := filepath.Join(t.TempDir(), "r.db")
+			return db, func(clientID string, age time.Duration) time.Duration { return ageClient(t, db, clientID, age) }
+		})
+	})
+	t.Run("postgres", func(t *testing.T) {
+		testBinaryRetention(t, bin, func(t *testing.T) (string, clientAger) {
+			url := pgtest.Schema(t, "retention", false)
+			return url, func(clientID string, age time.Duration) time.Duration { return ageClientPG(t, url, clientID, age) }
+		})
+	})
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	must(t, os.WriteFile(bad, []byte("retention:\n  active_window: 24h\n  min_retained_commits: 10\n"), 0o600))
+	_, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad)
+	if code == 0 || !strings.Contains(errOut, "retention.active_window 24h0m0s is below the protocol's floor") ||
+		!strings.Contains(errOut, "retention.min_retained_commits 10") {
+		t.Fatalf("config check of retention below the floors: exit %d: %s", code, errOut)
+	}
+}
+
+// clientAger sets a client record's update time back by age (0: only
+// reads it) and returns how old the record is then.
+type clientAger func(clientID string, age time.Duration) time.Duration
+
+func testBinaryRetention(t *testing.T, bin string, open func(t *testing.T) (db string, age clientAger)) {
 	for _, tc := range []struct {
 		name     string
 		interval string
@@ -40,9 +69,9 @@ func TestBinaryRetention(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			db := filepath.Join(dir, "r.db")
+			db, age := open(t)
 			cfgPath := filepath.Join(dir, "syncgo.yaml")
-			must(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ndb: %s\nretention:\n  interval: %s\n  active_window: 400h\n", db, tc.interval)), 0o600))
+			must(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ndb: %q\nretention:\n  interval: %s\n  active_window: 400h\n", db, tc.interval)), 0o600))
 			p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", cfgPath)
 			ctx := context.Background()
 			sc := schemaDemo(t)
@@ -57,9 +86,9 @@ func TestBinaryRetention(t *testing.T) {
 			// The device goes offline: its cursor record is made that old,
 			// until no deferred write of the server's puts it back.
 			eventually(t, "the device's record to be offline", func() bool {
-				ageClient(t, db, device.ClientID(), tc.offline)
+				age(device.ClientID(), tc.offline)
 				time.Sleep(100 * time.Millisecond)
-				return ageClient(t, db, device.ClientID(), 0) > tc.offline-time.Hour
+				return age(device.ClientID(), 0) > tc.offline-time.Hour
 			})
 
 			writer, err := sspclient.New(p.URL, "bob", sc, sspclient.Options{})
@@ -97,13 +126,6 @@ func TestBinaryRetention(t *testing.T) {
 		})
 	}
 
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
-	must(t, os.WriteFile(bad, []byte("retention:\n  active_window: 24h\n  min_retained_commits: 10\n"), 0o600))
-	_, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad)
-	if code == 0 || !strings.Contains(errOut, "retention.active_window 24h0m0s is below the protocol's floor") ||
-		!strings.Contains(errOut, "retention.min_retained_commits 10") {
-		t.Fatalf("config check of retention below the floors: exit %d: %s", code, errOut)
-	}
 }
 
 // ageClient sets a client record's update time back by age (a device
@@ -123,6 +145,24 @@ func ageClient(t *testing.T, db, clientID string, age time.Duration) time.Durati
 	must(t, sqlitex.Execute(conn, "SELECT updated_at_ms FROM sync_clients WHERE client_id = ?", &sqlitex.ExecOptions{
 		Args: []any{clientID}, ResultFunc: func(stmt *sqlite.Stmt) error { at = stmt.ColumnInt64(0); return nil }}))
 	if at < 0 {
+		return 0 // no record yet
+	}
+	return time.Since(time.UnixMilli(at))
+}
+
+// ageClientPG is ageClient on Postgres.
+func ageClientPG(t *testing.T, url, clientID string, age time.Duration) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	must(t, err)
+	defer conn.Close(ctx)
+	if age > 0 {
+		_, err := conn.Exec(ctx, "UPDATE sync_clients SET updated_at_ms = $1 WHERE client_id = $2", time.Now().Add(-age).UnixMilli(), clientID)
+		must(t, err)
+	}
+	var at int64
+	if err := conn.QueryRow(ctx, "SELECT updated_at_ms FROM sync_clients WHERE client_id = $1", clientID).Scan(&at); err != nil {
 		return 0 // no record yet
 	}
 	return time.Since(time.UnixMilli(at))
