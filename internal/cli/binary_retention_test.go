@@ -26,8 +26,9 @@ import (
 // the newest 1,000 kept) and is answered reset (sync.cursor_expired),
 // then bootstraps every row; one offline for 15 days, within the window,
 // holds the log back and replays the commits it missed, as does the one
-// offline for 17 days when pruning is off. config check refuses values
-// below the protocol's floors.
+// offline for 17 days when pruning is off. config check shows the
+// policy with its defaults and refuses values below the protocol's
+// floors.
 func TestBinaryRetention(t *testing.T) {
 	bin := binarytest.Build(t)
 	t.Run("sqlite", func(t *testing.T) {
@@ -43,9 +44,16 @@ func TestBinaryRetention(t *testing.T) {
 		})
 	})
 
+	good := filepath.Join(t.TempDir(), "good.yaml")
+	must(t, os.WriteFile(good, []byte("retention:\n  active_window: 400h\n"), 0o600))
+	out, errOut, code := binarytest.Run(t, bin, nil, "config", "check", good)
+	if code != 0 || !strings.Contains(out, "retention: pruned every 1m0s; clients seen within 400h0m0s hold the log back, "+
+		"commits older than 720h0m0s go regardless, the newest 1000 always kept") {
+		t.Fatalf("config check of a retention section: exit %d: %s %s", code, out, errOut)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	must(t, os.WriteFile(bad, []byte("retention:\n  active_window: 24h\n  min_retained_commits: 10\n"), 0o600))
-	_, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad)
+	_, errOut, code = binarytest.Run(t, bin, nil, "config", "check", bad)
 	if code == 0 || !strings.Contains(errOut, "retention.active_window 24h0m0s is below the protocol's floor") ||
 		!strings.Contains(errOut, "retention.min_retained_commits 10") {
 		t.Fatalf("config check of retention below the floors: exit %d: %s", code, errOut)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"time"
 
 	"golang.org/x/time/rate"
 
@@ -79,7 +80,28 @@ func limitSummary(cfg config.Config) ([]string, error) {
 	}
 	out = append(out, rates+fmt.Sprintf("; realtime sockets: %s in total, %s per actor",
 		capString(cfg.Realtime.MaxSockets), capString(cfg.Realtime.MaxSocketsPerActor)))
+	out = append(out, retentionSummary(cfg.Retention))
 	return out, nil
+}
+
+// retentionSummary is the commit log pruning serve applies, defaults
+// filled in.
+func retentionSummary(r config.Retention) string {
+	if r.Interval < 0 {
+		return "retention: off (the commit log is never pruned)"
+	}
+	or := func(v, def time.Duration) time.Duration {
+		if v == 0 {
+			return def
+		}
+		return v
+	}
+	kept := r.MinRetainedCommits
+	if kept == 0 {
+		kept = config.FloorRetainedCommits
+	}
+	return fmt.Sprintf("retention: pruned every %v; clients seen within %v hold the log back, commits older than %v go regardless, the newest %d always kept",
+		or(r.Interval, time.Minute), or(r.ActiveWindow, config.FloorActiveWindow), or(r.AgeForce, config.FloorAgeForce), kept)
 }
 
 func rateString(r float64, burst int) string {
