@@ -58,7 +58,16 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 	case connReadOnly:
 		flags = sqlite.OpenReadOnly
 	}
-	sc, err := sqlite.OpenConn(path, flags)
+	name := path
+	if role == connWriter && level >= 2 && !cfg.NoWALBuffer {
+		// Durable at each commit: the WAL's writes are gathered
+		// (walbuf.go).
+		if err := walVFS.register(); err != nil {
+			return nil, err
+		}
+		name, flags = walURI(path), flags|sqlite.OpenURI
+	}
+	sc, err := sqlite.OpenConn(name, flags)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,10 @@ type Config struct {
 	// Negative turns automatic checkpoints off (something else must run
 	// them, or the WAL grows without bound).
 	WALAutocheckpoint int
+	// NoWALBuffer writes the WAL as SQLite does, two writes per frame,
+	// instead of gathering a commit's frames into one write (walbuf.go;
+	// used only with synchronous FULL or EXTRA). For comparison.
+	NoWALBuffer bool
 	// IdleCheckpoint is how long the writer must have committed nothing
 	// before the WAL is copied back into the database file on a
 	// connection of its own (checkpoint.go). Default 1 s; negative:
