@@ -23,7 +23,13 @@ var (
 // the test.
 func openPath(t testing.TB, path string) testStore {
 	t.Helper()
-	s, err := Open(context.Background(), Config{Path: path})
+	return openConfig(t, Config{Path: path})
+}
+
+// openConfig opens a store with cfg and closes it with the test.
+func openConfig(t testing.TB, cfg Config) testStore {
+	t.Helper()
+	s, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,9 +38,16 @@ func BenchmarkPushUpdate(b *testing.B) { benchPush(b, 4096) }
 // benchPush runs BenchmarkPushWrite (stored 0: every commit a new row) or
 // BenchmarkPushUpdate (commits updating stored rows in turn).
 func benchPush(b *testing.B, stored int64) {
-	for _, writers := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			s := openTest(b).(testStore)
+	for _, c := range []struct {
+		writers  int
+		noBuffer bool
+	}{{1, false}, {16, false}, {64, false}, {64, true}} {
+		writers, wal := c.writers, "gathered"
+		if c.noBuffer {
+			wal = "sqlite" // the WAL written as SQLite writes it (walbuf.go)
+		}
+		b.Run(fmt.Sprintf("writers=%d/wal=%s", writers, wal), func(b *testing.B) {
+			s := openConfig(b, Config{Path: filepath.Join(b.TempDir(), "sync.db"), NoWALBuffer: c.noBuffer})
 			ctx := b.Context()
 			sc := storetest.FixtureSchema(b)
 			if err := s.EnsureSchema(ctx, sc); err != nil {
