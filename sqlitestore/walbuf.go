@@ -82,7 +82,7 @@ func (w *walShim) register() error {
 			return
 		}
 		uv := (*lib.Tsqlite3_vfs)(cptr(unix))
-		v := libc.Xmalloc(tls, uint64(unsafe.Sizeof(lib.Tsqlite3_vfs{})))
+		v := libc.Xmalloc(tls, libc.Tsize_t(unsafe.Sizeof(lib.Tsqlite3_vfs{})))
 		name, err := libc.CString(walVFSName)
 		if v == 0 || err != nil {
 			w.err = fmt.Errorf("sqlitestore: allocating the WAL VFS")
@@ -113,7 +113,7 @@ func (w *walShim) ioMethods(tls *libc.TLS, orig uintptr) uintptr {
 		}
 		return w.methods
 	}
-	m := libc.Xmalloc(tls, uint64(unsafe.Sizeof(lib.Tsqlite3_io_methods{})))
+	m := libc.Xmalloc(tls, libc.Tsize_t(unsafe.Sizeof(lib.Tsqlite3_io_methods{})))
 	if m == 0 {
 		return 0
 	}
