@@ -179,7 +179,10 @@ func flush(tls *libc.TLS, pFile uintptr) int32 {
 func walWrite(tls *libc.TLS, pFile, zBuf uintptr, iAmt int32, iOfst int64) int32 {
 	st := walState(pFile)
 	amt := int64(iAmt)
-	if st.n > 0 && (iOfst != st.off+st.n || st.n+amt > walBufBytes) {
+	// What is buffered is written first: a write that does not continue
+	// it may overwrite part of it (SQLite rewrites a frame in place when
+	// a transaction changes a page it already wrote).
+	if st.n > 0 && (iOfst != st.off+st.n || st.n+amt > walBufBytes || amt > walBufBytes/2) {
 		if rc := flush(tls, pFile); rc != lib.SQLITE_OK {
 			return rc
 		}

@@ -150,3 +150,66 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestWALBufferPageSizes: through walVFS directly, at page sizes whose
+// frames are smaller than the buffer, and 64 KiB pages whose frames are
+// written past it, the files on disk after each commit open to every
+// committed row; a transaction that rewrites the pages it wrote (an
+// update of rows it inserted, past the page cache) included.
+func TestWALBufferPageSizes(t *testing.T) {
+	t.Parallel()
+	if err := walVFS.register(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pageSize := range []int{1024, 4096, 65536} {
+		t.Run(strconv.Itoa(pageSize), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "w.db")
+			sc, err := sqlite.OpenConn(walURI(path), sqlite.OpenReadWrite|sqlite.OpenCreate|sqlite.OpenURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newConn(sc)
+			defer c.close()
+			for _, p := range []string{"PRAGMA page_size=" + strconv.Itoa(pageSize), "PRAGMA journal_mode=WAL",
+				"PRAGMA synchronous=FULL", "PRAGMA cache_size=50", "PRAGMA wal_autocheckpoint=200",
+				"CREATE TABLE t(k INTEGER PRIMARY KEY, v BLOB)"} {
+				if err := c.execOnce(p); err != nil {
+					t.Fatalf("%s: %v", p, err)
+				}
+			}
+			rows := int64(0)
+			for i := range 12 {
+				n := int64(40)
+				if i%4 == 2 {
+					n = 2000
+				}
+				script := "BEGIN; WITH RECURSIVE s(i) AS (SELECT " + strconv.FormatInt(rows, 10) + " UNION ALL SELECT i+1 FROM s WHERE i < " +
+					strconv.FormatInt(rows+n-1, 10) + ") INSERT INTO t(k, v) SELECT i*7919 % 1000003, randomblob(300) FROM s;" +
+					" UPDATE t SET v = randomblob(310) WHERE k % 3 = 0; COMMIT;"
+				if err := c.execScript(script); err != nil {
+					t.Fatalf("commit %d: %v", i, err)
+				}
+				rows += n
+				dir := t.TempDir()
+				for _, suffix := range []string{"", "-wal"} {
+					copyFile(t, path+suffix, filepath.Join(dir, "w.db"+suffix))
+				}
+				cc, err := sqlite.OpenConn(filepath.Join(dir, "w.db"), sqlite.OpenReadWrite)
+				if err != nil {
+					t.Fatal(err)
+				}
+				copied := newConn(cc)
+				var got int64
+				var check string
+				err = copied.queryRowOnce("SELECT count(*) FROM t", &got)
+				if err == nil {
+					err = copied.queryRowOnce("PRAGMA integrity_check", &check)
+				}
+				copied.close()
+				if err != nil || got != rows || check != "ok" {
+					t.Fatalf("commit %d: the copied files hold %d rows (want %d), integrity %q, %v", i, got, rows, check, err)
+				}
+			}
+		})
+	}
+}
