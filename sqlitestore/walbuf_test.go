@@ -108,28 +108,32 @@ func TestWALBufferDurableFiles(t *testing.T) {
 		}
 		scatterRows(t, ts, rows, n)
 		rows += n
-		copyDir := t.TempDir()
-		for _, suffix := range []string{"", "-wal"} {
-			copyFile(t, path+suffix, filepath.Join(copyDir, "sync.db"+suffix))
-		}
-		c, err := sqlite.OpenConn(filepath.Join(copyDir, "sync.db"), sqlite.OpenReadWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc := newConn(c)
-		var got int64
-		var check string
-		if err := cc.queryRowOnce(`SELECT count(*) FROM scatter`, &got); err != nil {
-			t.Fatalf("write %d: the copy: %v", i, err)
-		}
-		if err := cc.queryRowOnce(`PRAGMA integrity_check`, &check); err != nil {
-			t.Fatalf("write %d: integrity check: %v", i, err)
-		}
-		cc.close()
-		if got != int64(rows) || check != "ok" {
-			t.Fatalf("write %d: the files on disk hold %d rows (want %d), integrity %q", i, got, rows, check)
+		got, check, err := copiedFiles(t, path, "scatter")
+		if err != nil || got != int64(rows) || check != "ok" {
+			t.Fatalf("write %d: the files on disk hold %d rows (want %d), integrity %q, %v", i, got, rows, check, err)
 		}
 	}
+}
+
+// copiedFiles copies the database at path and its WAL (not the WAL
+// index: as a crash leaves them) and returns the copy's row count of
+// table and its integrity check.
+func copiedFiles(t *testing.T, path, table string) (rows int64, check string, err error) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, suffix := range []string{"", "-wal"} {
+		copyFile(t, path+suffix, filepath.Join(dir, "copy.db"+suffix))
+	}
+	sc, err := sqlite.OpenConn(filepath.Join(dir, "copy.db"), sqlite.OpenReadWrite)
+	if err != nil {
+		return 0, "", err
+	}
+	c := newConn(sc)
+	defer c.close()
+	if err = c.queryRowOnce("SELECT count(*) FROM "+table, &rows); err == nil {
+		err = c.queryRowOnce("PRAGMA integrity_check", &check)
+	}
+	return rows, check, err
 }
 
 func copyFile(t *testing.T, from, to string) {
@@ -190,22 +194,7 @@ func TestWALBufferPageSizes(t *testing.T) {
 					t.Fatalf("commit %d: %v", i, err)
 				}
 				rows += n
-				dir := t.TempDir()
-				for _, suffix := range []string{"", "-wal"} {
-					copyFile(t, path+suffix, filepath.Join(dir, "w.db"+suffix))
-				}
-				cc, err := sqlite.OpenConn(filepath.Join(dir, "w.db"), sqlite.OpenReadWrite)
-				if err != nil {
-					t.Fatal(err)
-				}
-				copied := newConn(cc)
-				var got int64
-				var check string
-				err = copied.queryRowOnce("SELECT count(*) FROM t", &got)
-				if err == nil {
-					err = copied.queryRowOnce("PRAGMA integrity_check", &check)
-				}
-				copied.close()
+				got, check, err := copiedFiles(t, path, "t")
 				if err != nil || got != rows || check != "ok" {
 					t.Fatalf("commit %d: the copied files hold %d rows (want %d), integrity %q, %v", i, got, rows, check, err)
 				}
