@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -30,13 +31,13 @@ const sqlClients = `SELECT client_id, actor_id, wire_version, cursor, subscripti
 
 // entryShares are the request state reads queued or in flight, by
 // partition and running schema version: each asks for a client's record.
-type entryShares = sharedReads[string, store.RequestState]
+type entryShares = shareread.Reads[string, store.RequestState]
 
 // readSharedState answers ReadRequestState for a client, alone when no
 // read of its partition is in flight, else with the next shared read.
 func (s *Store) readSharedState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	key := partition + "\x00" + strconv.Itoa(int(running))
-	return s.entries.ask(ctx, s, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
+	return s.entries.Ask(ctx, s.sharedReadContext, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
 		if len(ids) == 1 {
 			st, err := s.readRequestState(ctx, partition, ids[0], running)
 			reply(0, st, err)

@@ -111,7 +111,7 @@ func TestRequestStateShared(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	if n := queuesLeft(s.entries.pending); n != 0 {
+	if n := queuesLeft(s.entries.Pending); n != 0 {
 		t.Errorf("%d entry queues left after the reads", n)
 	}
 }

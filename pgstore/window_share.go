@@ -2,10 +2,10 @@ package pgstore
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -34,7 +34,7 @@ const maxSharedWindowCommits = 4 * shortWindowCommits
 
 // windowShares are the short window reads queued or in flight, by key
 // (shareKey).
-type windowShares = sharedReads[store.CommitWindowQuery, store.CommitWindow]
+type windowShares = shareread.Reads[store.CommitWindowQuery, store.CommitWindow]
 
 // shareKey identifies the reads one shared read answers: the partition,
 // the table, the first scope key and the state read after.
@@ -56,7 +56,7 @@ func shareKey(partition string, q store.CommitWindowQuery) string {
 // commits), alone when no read of its key is in flight, else with the next
 // shared read of its key.
 func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q store.CommitWindowQuery) (store.CommitWindow, error) {
-	return s.shares.ask(ctx, s, shareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+	return s.shares.Ask(ctx, s.sharedReadContext, shareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
 		s.answerShares(ctx, partition, table, qs, reply)
 	})
 }
@@ -91,7 +91,7 @@ func (s *Store) answerShares(ctx context.Context, partition, table string, qs []
 			reply(i, store.CommitWindow{}, err)
 			continue
 		}
-		reply(i, cutWindow(all, q), nil)
+		reply(i, store.CutWindow(all, q), nil)
 	}
 }
 
@@ -103,57 +103,4 @@ func (s *Store) readOneShort(ctx context.Context, partition, table string, q sto
 		w.running = &q.Running
 	}
 	return w.readShortWindow(ctx, s, partition, table, first, q.AfterSeq, q.ThroughSeq)
-}
-
-// cutWindow is the answer to q from a complete window over a range that
-// holds q's, read for scopes that hold q's: the commits of q's range with
-// their changes in q's scopes (a commit without any left out), up to q's
-// change limit (a commit is never split, and the first is kept whole), and
-// the state read after them. The changes are shared, read-only, with the
-// other answers.
-func cutWindow(all store.CommitWindow, q store.CommitWindowQuery) store.CommitWindow {
-	win := store.CommitWindow{Complete: true, State: all.State}
-	if win.State != nil {
-		st := *all.State // each answer its own copy
-		win.State = &st
-	}
-	changes := 0
-	for _, c := range all.Commits {
-		if c.Seq <= q.AfterSeq {
-			continue
-		}
-		if c.Seq > q.ThroughSeq {
-			break
-		}
-		kept := matchingChanges(c.Changes, q.Scopes)
-		if len(kept) == 0 {
-			continue
-		}
-		if q.LimitChanges > 0 && len(win.Commits) > 0 && changes+len(kept) > q.LimitChanges {
-			win.Complete = false
-			break
-		}
-		c.Changes = kept
-		win.Commits = append(win.Commits, c)
-		changes += len(kept)
-	}
-	return win
-}
-
-// matchingChanges returns the changes in scopes: chs itself when all are,
-// else a new slice.
-func matchingChanges(chs []store.Change, scopes wire.ScopeMap) []store.Change {
-	for i, ch := range chs {
-		if store.MatchScopes(ch.Scopes, scopes) {
-			continue
-		}
-		kept := slices.Clone(chs[:i])
-		for _, ch := range chs[i+1:] {
-			if store.MatchScopes(ch.Scopes, scopes) {
-				kept = append(kept, ch)
-			}
-		}
-		return kept
-	}
-	return chs[:len(chs):len(chs)]
 }

@@ -145,7 +145,7 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	if s.sharedAnswers.Load() == 0 {
 		t.Fatal("no read was answered by a shared read")
 	}
-	if n := queuesLeft(s.shares.pending); n != 0 {
+	if n := queuesLeft(s.shares.Pending); n != 0 {
 		t.Errorf("%d share queues left after the reads", n)
 	}
 }

@@ -1,0 +1,117 @@
+// Package shareread shares reads among the requests that ask for them at
+// about the same time: the reads of one key that arrive while a read of
+// that key is in flight queue; when it ends, the next read answers every
+// queued one. The reader is a goroutine per key, as a group commit's
+// leader: started by the first asker that finds no queue, it takes the
+// whole queue each time, so every read it sends was sent after each ask
+// it answers was queued, and it exits when the queue is empty.
+//
+// The stores use it for the short commit windows of push+pull rounds
+// (many clients' pulls right after their pushes commit in one batch) and,
+// on Postgres, for the request state read at a request's entry.
+package shareread
+
+import (
+	"context"
+	"sync"
+)
+
+// Reads are the queues of one kind of shared read, by key: Q is what one
+// asker asks, R its answer. The zero value is ready.
+type Reads[Q, R any] struct {
+	mu sync.Mutex
+	m  map[string]*queue[Q, R]
+}
+
+// queue is the queue of one key; it exists while its reader runs.
+type queue[Q, R any] struct {
+	asks []*ask[Q, R]
+}
+
+// ask is one queued read.
+type ask[Q, R any] struct {
+	q    Q
+	done chan reply[R] // buffered: the reader never blocks
+}
+
+type reply[R any] struct {
+	r   R
+	err error
+}
+
+// Answerer answers the asks qs of one key: reply(i, ...) for each, once.
+type Answerer[Q, R any] func(ctx context.Context, qs []Q, reply func(i int, r R, err error))
+
+// Ask queues q under key and waits for its answer; answer runs on the
+// key's reader (started here when the key has none), on the context
+// readCtx derives from the asker's (the read answers others too, so it
+// must not end with this asker's), for the asks taken together.
+func (sr *Reads[Q, R]) Ask(ctx context.Context, readCtx func(context.Context) (context.Context, context.CancelFunc), key string, q Q, answer Answerer[Q, R]) (R, error) {
+	a := &ask[Q, R]{q: q, done: make(chan reply[R], 1)}
+	sr.mu.Lock()
+	if sr.m == nil {
+		sr.m = map[string]*queue[Q, R]{}
+	}
+	sh := sr.m[key]
+	lead := sh == nil
+	if lead {
+		sh = &queue[Q, R]{}
+		sr.m[key] = sh
+	}
+	sh.asks = append(sh.asks, a)
+	sr.mu.Unlock()
+	if lead {
+		rctx, cancel := readCtx(ctx)
+		go sr.read(rctx, cancel, key, sh, answer)
+	}
+	select {
+	case ans := <-a.done:
+		return ans.r, ans.err
+	case <-ctx.Done():
+		var zero R
+		return zero, ctx.Err()
+	}
+}
+
+// read answers the queue of a key until it is empty, then removes it.
+func (sr *Reads[Q, R]) read(ctx context.Context, cancel context.CancelFunc, key string, sh *queue[Q, R], answer Answerer[Q, R]) {
+	defer cancel()
+	for {
+		sr.mu.Lock()
+		asks := sh.asks
+		sh.asks = nil
+		if len(asks) == 0 {
+			delete(sr.m, key)
+			sr.mu.Unlock()
+			return
+		}
+		sr.mu.Unlock()
+		qs := make([]Q, len(asks))
+		for i, a := range asks {
+			qs[i] = a.q
+		}
+		answer(ctx, qs, func(i int, r R, err error) { asks[i].done <- reply[R]{r, err} })
+	}
+}
+
+// Pending reports how many keys have a queue.
+func (sr *Reads[Q, R]) Pending() int {
+	sr.mu.Lock()
+	defer sr.mu.Unlock()
+	return len(sr.m)
+}
+
+// DetachedContext is the context of a shared read started by the asker
+// with context ctx: its values without its cancellation, ended when done
+// is closed (a store's close).
+func DetachedContext(ctx context.Context, done <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
