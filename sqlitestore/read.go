@@ -100,6 +100,14 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 	if _, err := s.table(q.Table); err != nil {
 		return store.CommitWindow{}, err
 	}
+	if !q.Bulk && q.ThroughSeq > q.AfterSeq && q.ThroughSeq-q.AfterSeq <= shortWindowCommits {
+		return s.readSharedWindow(ctx, partition, q)
+	}
+	return s.readCommitWindow(ctx, partition, q)
+}
+
+// readCommitWindow is ReadCommitWindow read on its own.
+func (s *Store) readCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
 	w, release := s.newWindowReader(q)
 	defer release()
 	after, first := q.AfterSeq, true

@@ -163,6 +163,13 @@ type Store struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+	// done is closed by Close: it ends the shared window reads' contexts.
+	done chan struct{}
+
+	// shares are the short window reads queued or in flight
+	// (window_share.go); sharedAnswers counts the answers of shared reads.
+	shares        windowShares
+	sharedAnswers atomic.Int64
 
 	stats struct {
 		writes, writeErrors, batches, commits atomic.Int64
@@ -192,7 +199,7 @@ type openHooks struct {
 
 func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 	cfg = cfg.withDefaults()
-	s := &Store{cfg: cfg, path: cfg.Path}
+	s := &Store{cfg: cfg, path: cfg.Path, done: make(chan struct{})}
 	if cfg.ReadOnly {
 		return s.openReadOnly(ctx)
 	}
@@ -350,6 +357,7 @@ func (s *Store) Close() error {
 			cancel()
 		}
 		s.closed.Store(true)
+		close(s.done)
 		if s.w != nil {
 			s.w.stop()
 		}

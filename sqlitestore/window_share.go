@@ -1,0 +1,114 @@
+package sqlitestore
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/syncgo/syncgo/internal/shareread"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Shared short windows, as on Postgres (pgstore/window_share.go): the
+// clients of a batch of push+pull rounds each read, right after the batch
+// commits, the short window since their last round. While a short window
+// read of a table and first scope key is in flight, the reads of the same
+// table and key that arrive queue; when it ends, one read of the union of
+// the queued ranges, for the union of their first key's values, answers
+// all of them, each cut to its own range, its own scopes (every change
+// checked against every key) and its own change limit (store.CutWindow).
+// One read transaction instead of one per client: each begins with an
+// empty page cache after a commit and reads every B-tree page it touches
+// again.
+//
+// Each answer is what a read of its own would give: the shared read
+// starts after every read it answers was queued, so it sees every commit
+// of their ranges (a range ends at a commit that was durable and visible
+// before the read was asked for), and the partition and serve gate it
+// reads after its rows are read after each answer's rows too.
+
+// shortWindowCommits is the longest range read as a short window.
+const shortWindowCommits = 128
+
+// maxSharedWindowCommits bounds the union range of a shared read; queued
+// reads whose ranges lie further apart are read one by one.
+const maxSharedWindowCommits = 4 * shortWindowCommits
+
+type windowShares = shareread.Reads[store.CommitWindowQuery, store.CommitWindow]
+
+// shareKey identifies the reads one shared read answers: the partition,
+// the table, the first scope key, whether the commits' client ids are
+// read, and the state read after (the running version it is read at).
+func shareKey(partition string, q store.CommitWindowQuery) string {
+	var b strings.Builder
+	b.WriteString(partition)
+	b.WriteByte(0)
+	b.WriteString(q.Table)
+	b.WriteByte(0)
+	b.WriteString(q.Scopes[0].Key)
+	b.WriteByte(0)
+	if q.WireOnly {
+		b.WriteByte('w')
+	}
+	if q.StateAfter {
+		b.WriteString(strconv.Itoa(int(q.Running)))
+	}
+	return b.String()
+}
+
+// readSharedWindow answers a short window query, alone when no read of
+// its key is in flight, else with the next shared read of its key.
+func (s *Store) readSharedWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	return s.shares.Ask(ctx, s.sharedReadContext, shareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+		s.answerShares(ctx, partition, qs, reply)
+	})
+}
+
+func (s *Store) sharedReadContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return shareread.DetachedContext(ctx, s.done)
+}
+
+// answerShares answers qs by one read of the union of their ranges, or
+// one read each when there is one or that union is too long.
+func (s *Store) answerShares(ctx context.Context, partition string, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+	lo, hi := qs[0].AfterSeq, qs[0].ThroughSeq
+	for _, q := range qs[1:] {
+		lo, hi = min(lo, q.AfterSeq), max(hi, q.ThroughSeq)
+	}
+	if len(qs) == 1 || hi-lo > maxSharedWindowCommits {
+		for i, q := range qs {
+			win, err := s.readCommitWindow(ctx, partition, q)
+			reply(i, win, err)
+		}
+		return
+	}
+	// One read of every change any of them may match: the union of their
+	// first key's values (the key they share), no other key, no limit.
+	var values []string
+	for _, q := range qs {
+		values = append(values, q.Scopes[0].Values...)
+	}
+	slices.Sort(values)
+	q := qs[0]
+	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: slices.Compact(values)}}
+	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
+	all, err := s.readCommitWindow(ctx, partition, q)
+	s.sharedAnswers.Add(int64(len(qs)))
+	if err == nil && !all.Complete {
+		// Not expected without a limit; each reads its own then.
+		for i, q := range qs {
+			win, err := s.readCommitWindow(ctx, partition, q)
+			reply(i, win, err)
+		}
+		return
+	}
+	for i, q := range qs {
+		if err != nil {
+			reply(i, store.CommitWindow{}, err)
+			continue
+		}
+		reply(i, store.CutWindow(all, q), nil)
+	}
+}
