@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"strconv"
-	"strings"
 
 	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
@@ -33,30 +31,14 @@ import (
 const maxSharedWindowCommits = 4 * shortWindowCommits
 
 // windowShares are the short window reads queued or in flight, by key
-// (shareKey).
+// (store.ShareKey).
 type windowShares = shareread.Reads[store.CommitWindowQuery, store.CommitWindow]
-
-// shareKey identifies the reads one shared read answers: the partition,
-// the table, the first scope key and the state read after.
-func shareKey(partition string, q store.CommitWindowQuery) string {
-	var b strings.Builder
-	b.WriteString(partition)
-	b.WriteByte(0)
-	b.WriteString(q.Table)
-	b.WriteByte(0)
-	b.WriteString(q.Scopes[0].Key)
-	b.WriteByte(0)
-	if q.StateAfter {
-		b.WriteString(strconv.Itoa(int(q.Running)))
-	}
-	return b.String()
-}
 
 // readSharedWindow answers a short window query (at most s.shortWindow
 // commits), alone when no read of its key is in flight, else with the next
 // shared read of its key.
 func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q store.CommitWindowQuery) (store.CommitWindow, error) {
-	return s.shares.Ask(ctx, s.sharedReadContext, shareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
+	return s.shares.Ask(ctx, s.sharedReadContext, store.ShareKey(partition, q), q, func(ctx context.Context, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
 		s.answerShares(ctx, partition, table, qs, reply)
 	})
 }

@@ -1,17 +1,15 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/store/storetest"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -68,9 +66,9 @@ func TestWindowShortEqualsPaged(t *testing.T) {
 								short.State.Gate.StoredSchemaVersion != paged.State.Gate.StoredSchemaVersion) {
 							t.Errorf("%v: state %+v, paged %+v", q, *short.State, *paged.State)
 						}
-						if short.Complete != paged.Complete || !sameCommits(short.Commits, paged.Commits) {
+						if short.Complete != paged.Complete || !storetest.SameCommits(short.Commits, paged.Commits) {
 							t.Errorf("%v: short %s (complete %v), paged %s (complete %v)", q,
-								commitsString(short.Commits), short.Complete, commitsString(paged.Commits), paged.Complete)
+								storetest.CommitsString(short.Commits), short.Complete, storetest.CommitsString(paged.Commits), paged.Complete)
 						}
 						shortReads++
 					}
@@ -97,11 +95,7 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	ctx := context.Background()
 	const p = "p1"
 	through, scopes := mixedWindowLog(t, s, c)
-	type ask struct {
-		q    store.CommitWindowQuery
-		want store.CommitWindow
-	}
-	var asks []ask
+	var asks []storetest.WindowAsk
 	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3], scopes[4]} {
 		for after := int64(0); after < through; after += 2 {
 			for _, n := range []int64{1, 5, 20} {
@@ -112,39 +106,14 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					asks = append(asks, ask{q, want})
+					asks = append(asks, storetest.WindowAsk{Q: q, Want: want})
 				}
 			}
 		}
 	}
-	for round := 0; round < 50 && (round < 3 || s.sharedAnswers.Load() == 0); round++ {
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, a := range asks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got, err := s.ReadCommitWindow(ctx, p, a.q)
-				switch {
-				case err != nil:
-					t.Error(err)
-				case got.Complete != a.want.Complete || !sameCommits(got.Commits, a.want.Commits):
-					t.Errorf("%+v: got %s (complete %v), alone %s (complete %v)", a.q,
-						commitsString(got.Commits), got.Complete, commitsString(a.want.Commits), a.want.Complete)
-				case got.State == nil || got.State.Partition != a.want.State.Partition ||
-					got.State.Gate.StoredSchemaVersion != a.want.State.Gate.StoredSchemaVersion:
-					t.Errorf("%+v: state %v, alone %v", a.q, got.State, a.want.State)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-	}
-	t.Logf("%d answers of shared reads", s.sharedAnswers.Load())
-	if s.sharedAnswers.Load() == 0 {
-		t.Fatal("no read was answered by a shared read")
-	}
+	storetest.CheckSharedWindows(t, asks, func(ctx context.Context, q store.CommitWindowQuery) (store.CommitWindow, error) {
+		return s.ReadCommitWindow(ctx, p, q)
+	}, s.sharedAnswers.Load)
 	if n := queuesLeft(s.shares.Pending); n != 0 {
 		t.Errorf("%d share queues left after the reads", n)
 	}
@@ -213,93 +182,5 @@ func mixedWindowLog(t *testing.T, s *Store, c *schema.Compiled) (int64, []wire.S
 		{{Key: "project_id", Values: []string{"a", "b"}}, {Key: "owner_id", Values: []string{"o1"}}},
 		scope("owner_id", "o2"),
 		scope("project_id", "zz"),
-	}
-}
-
-func sameCommits(a, b []store.Commit) bool {
-	return slices.EqualFunc(a, b, func(x, y store.Commit) bool {
-		return x.Seq == y.Seq && x.CreatedAtMs == y.CreatedAtMs && x.ActorID == y.ActorID && x.ClientID == y.ClientID &&
-			x.ClientCommitID == y.ClientCommitID && slices.EqualFunc(x.Changes, y.Changes, func(u, v store.Change) bool {
-			return u.Table == v.Table && u.RowID == v.RowID && u.Op == v.Op && u.RowVersion == v.RowVersion &&
-				slices.Equal(u.Scopes, v.Scopes) && bytes.Equal(u.Payload, v.Payload) && (u.Payload == nil) == (v.Payload == nil)
-		})
-	})
-}
-
-func commitsString(cs []store.Commit) string {
-	var b bytes.Buffer
-	for _, c := range cs {
-		fmt.Fprintf(&b, "%d:", c.Seq)
-		for _, ch := range c.Changes {
-			fmt.Fprintf(&b, "%s/%d,", ch.RowID, ch.Op)
-		}
-		b.WriteByte(' ')
-	}
-	return b.String()
-}
-
-// BenchmarkRoundWindow reads what a push+pull round's pull reads: the
-// window of the last 64 commits of a 2,000-commit log, with the partition
-// and the serve gate after it (StateAfter), in one round trip without the
-// candidate walk (read=short) and by the paged reads (read=paged). With
-// scopes=1 every commit is in the scope read (a dense window); with
-// scopes=64 the commits cycle through 64 scope values and the window reads
-// one (each client of the rounds workload subscribes to its own scope
-// value: its window holds its own commit among the others'). Figures: the
-// round trips and the backend CPU per window.
-func BenchmarkRoundWindow(b *testing.B) {
-	for _, scopes := range []int{1, 64} {
-		b.Run(fmt.Sprintf("scopes=%d", scopes), func(b *testing.B) {
-			benchRoundWindow(b, scopes)
-		})
-	}
-}
-
-func benchRoundWindow(b *testing.B, scopes int) {
-	s, rt := openCounted(b, 4)
-	c := testSchema(b, 1)
-	ensure(b, s, c)
-	ctx := context.Background()
-	const p, size, window = "bench", 2000, 64
-	for done := 0; done < size; done += 500 {
-		err := s.Write(ctx, p, func(ctx context.Context, tx store.WriteTx) error {
-			for i := done; i < done+500; i++ {
-				w := task{id: fmt.Sprintf("r%05d", i), project: fmt.Sprintf("s%d", i%scopes), owner: "o",
-					title: ptr(fmt.Sprintf("row %05d", i))}.write(b, c, 1)
-				if err := tx.UpsertRow(ctx, w); err != nil {
-					return err
-				}
-				if _, err := tx.AppendCommit(ctx, commitOf(fmt.Sprintf("c%05d", i), upsertChange(w))); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
-	q := store.CommitWindowQuery{Table: "tasks", Scopes: scope("project_id", "s0"), AfterSeq: size - window, ThroughSeq: size,
-		LimitChanges: 1000, StateAfter: true, Running: 1}
-	for _, read := range []struct {
-		name  string
-		short int64
-	}{{"short", shortWindowCommits}, {"paged", 0}} {
-		b.Run("read="+read.name, func(b *testing.B) {
-			s.shortWindow = read.short
-			cpu0, cpuOK := backendCPU(b, s)
-			trips := rt.n.Load()
-			for b.Loop() {
-				w, err := s.ReadCommitWindow(ctx, p, q)
-				if err != nil || len(w.Commits) != window/scopes || !w.Complete || w.State == nil {
-					b.Fatalf("ReadCommitWindow = %d commits, complete %v, %v", len(w.Commits), w.Complete, err)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(rt.n.Load()-trips)/float64(b.N), "roundtrips/window")
-			if cpu1, ok := backendCPU(b, s); ok && cpuOK {
-				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(b.N), "pg-µs/window")
-			}
-		})
 	}
 }

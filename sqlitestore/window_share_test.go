@@ -1,10 +1,8 @@
 package sqlitestore
 
 import (
-	"bytes"
+	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -50,11 +48,7 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	scope := func(values ...string) wire.ScopeMap {
 		return wire.ScopeMap{{Key: "project_id", Values: values}}
 	}
-	type ask struct {
-		q    store.CommitWindowQuery
-		want store.CommitWindow
-	}
-	var asks []ask
+	var asks []storetest.WindowAsk
 	for _, sm := range []wire.ScopeMap{scope("a"), scope("b"), scope("a", "c"), scope("zz")} {
 		for after := int64(0); after < through; after += 3 {
 			for _, n := range []int64{1, 5, 20} {
@@ -65,59 +59,12 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					asks = append(asks, ask{q, want})
+					asks = append(asks, storetest.WindowAsk{Q: q, Want: want})
 				}
 			}
 		}
 	}
-	for round := 0; round < 50 && (round < 3 || s.sharedAnswers.Load() == 0); round++ {
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for _, a := range asks {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got, err := s.ReadCommitWindow(ctx, p, a.q)
-				switch {
-				case err != nil:
-					t.Error(err)
-				case got.Complete != a.want.Complete || !sameCommits(got.Commits, a.want.Commits):
-					t.Errorf("%+v: got %s (complete %v), alone %s (complete %v)", a.q,
-						commitsString(got.Commits), got.Complete, commitsString(a.want.Commits), a.want.Complete)
-				case got.State == nil || a.want.State == nil || got.State.Partition != a.want.State.Partition ||
-					got.State.Gate.StoredSchemaVersion != a.want.State.Gate.StoredSchemaVersion:
-					t.Errorf("%+v: state %v, alone %v", a.q, got.State, a.want.State)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-	}
-	t.Logf("%d reads, %d answers of shared reads", len(asks), s.sharedAnswers.Load())
-	if s.sharedAnswers.Load() == 0 {
-		t.Fatal("no read was answered by a shared read")
-	}
-}
-
-func sameCommits(a, b []store.Commit) bool {
-	return slices.EqualFunc(a, b, func(x, y store.Commit) bool {
-		return x.Seq == y.Seq && x.CreatedAtMs == y.CreatedAtMs && x.ActorID == y.ActorID && x.ClientID == y.ClientID &&
-			x.ClientCommitID == y.ClientCommitID && slices.EqualFunc(x.Changes, y.Changes, func(u, v store.Change) bool {
-			return u.Table == v.Table && u.RowID == v.RowID && u.Op == v.Op && u.RowVersion == v.RowVersion &&
-				slices.Equal(u.Scopes, v.Scopes) && bytes.Equal(u.Payload, v.Payload) && (u.Payload == nil) == (v.Payload == nil)
-		})
-	})
-}
-
-func commitsString(cs []store.Commit) string {
-	var b bytes.Buffer
-	for _, c := range cs {
-		fmt.Fprintf(&b, "%d:", c.Seq)
-		for _, ch := range c.Changes {
-			fmt.Fprintf(&b, "%s/%d,", ch.RowID, ch.Op)
-		}
-		b.WriteByte(' ')
-	}
-	return b.String()
+	storetest.CheckSharedWindows(t, asks, func(ctx context.Context, q store.CommitWindowQuery) (store.CommitWindow, error) {
+		return s.ReadCommitWindow(ctx, p, q)
+	}, s.sharedAnswers.Load)
 }

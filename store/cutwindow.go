@@ -2,9 +2,33 @@ package store
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/syncgo/syncgo/wire"
 )
+
+// ShareKey identifies the short window reads that one shared read may
+// answer (CutWindow cuts each answer from it): the partition, the table,
+// the first scope key, whether the commits' client ids are read
+// (WireOnly), and the state read after (the running version it is read
+// at).
+func ShareKey(partition string, q CommitWindowQuery) string {
+	var b strings.Builder
+	b.WriteString(partition)
+	b.WriteByte(0)
+	b.WriteString(q.Table)
+	b.WriteByte(0)
+	b.WriteString(q.Scopes[0].Key)
+	b.WriteByte(0)
+	if q.WireOnly {
+		b.WriteByte('w')
+	}
+	if q.StateAfter {
+		b.WriteString(strconv.Itoa(int(q.Running)))
+	}
+	return b.String()
+}
 
 // CutWindow is the answer to q from a complete window over a range that
 // holds q's, read for scopes that hold q's: the commits of q's range with
