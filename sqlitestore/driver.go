@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,7 +60,7 @@ func openConn(path string, cfg Config, role connRole) (_ *conn, err error) {
 		flags = sqlite.OpenReadOnly
 	}
 	name := path
-	if role == connWriter && level >= 2 && !cfg.NoWALBuffer {
+	if role == connWriter && level >= 2 && !cfg.NoWALBuffer && runtime.GOOS != "windows" {
 		// Durable at each commit: the WAL's writes are gathered
 		// (walbuf.go).
 		if err := walVFS.register(); err != nil {

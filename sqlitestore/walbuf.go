@@ -27,6 +27,7 @@ import (
 // uses it for the writer when cfg.Synchronous is one of those). A crash
 // before the sync loses the buffered frames of a commit that was not
 // yet durable, as a crash between two of SQLite's own writes would.
+// Windows keeps SQLite's own writes (its file names as URIs differ).
 
 // walVFSName is the name walVFS is registered under.
 const walVFSName = "syncgo-walbuf"

@@ -202,3 +202,42 @@ func TestWALBufferPageSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestWALBufferPathCharacters: a database whose path holds the characters
+// a URI gives meaning to (%, ?, #, a space) opens through walVFS at that
+// path, not another, and keeps what it wrote.
+func TestWALBufferPathCharacters(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "a dir %41 ?x=1 #frag")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sync%20.db")
+	s, err := Open(t.Context(), Config{Path: path, IdleCheckpoint: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scatterRows(t, testStore{s}, 0, 50)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if len(names) == 0 || names[0] != "sync%20.db" {
+		t.Fatalf("files in the database's directory: %q; want sync%%20.db", names)
+	}
+	s, err = Open(t.Context(), Config{Path: path, IdleCheckpoint: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := queryInt(t, s, `SELECT count(*) FROM scatter`); got != 50 {
+		t.Fatalf("reopened: %d rows, want 50", got)
+	}
+}
