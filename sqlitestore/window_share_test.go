@@ -14,7 +14,9 @@ import (
 // answered by shared reads of their ranges' union for the union of their
 // scope values (window_share.go), get what each read alone gets: the
 // commits of its own range with only the changes of its own scopes, cut
-// at its own change limit, the same completeness and the state after.
+// at its own change limit, the same completeness and the state after,
+// over a log with commits of another partition in between, commits with
+// changes in two scopes, deletes and a pruned commit.
 func TestWindowSharedEqualsAlone(t *testing.T) {
 	s := openTest(t).(testStore)
 	ctx := t.Context()
@@ -44,6 +46,10 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 		if i%5 == 2 {
 			storetest.ApplyUpsert(t, s, "p2", storetest.Task{ID: fmt.Sprintf("q%d", i), ProjectID: project}.RowWrite(t, 1))
 		}
+	}
+	// A commit whose row is gone (pruned): no read returns it.
+	if err := s.ExecRaw(ctx, fmt.Sprintf(`DELETE FROM sync_commits WHERE partition='p1' AND commit_seq=%d`, through-9)); err != nil {
+		t.Fatal(err)
 	}
 	scope := func(values ...string) wire.ScopeMap {
 		return wire.ScopeMap{{Key: "project_id", Values: values}}
