@@ -5,7 +5,6 @@ import (
 
 	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
-	"github.com/syncgo/syncgo/wire"
 )
 
 // Shared short windows: push+pull rounds of many clients end at about the
@@ -43,38 +42,13 @@ func (s *Store) readSharedWindow(ctx context.Context, partition, table string, q
 	})
 }
 
-// answerShares answers qs by one read of the union of their ranges, or
-// one read each when that union is too long.
+// answerShares answers qs, by one shared read when it can
+// (store.AnswerShared).
 func (s *Store) answerShares(ctx context.Context, partition, table string, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
-	lo, hi := qs[0].AfterSeq, qs[0].ThroughSeq
-	for _, q := range qs[1:] {
-		lo, hi = min(lo, q.AfterSeq), max(hi, q.ThroughSeq)
-	}
-	if len(qs) == 1 || hi-lo > maxSharedWindowCommits {
-		for i, q := range qs {
-			win, err := s.readOneShort(ctx, partition, table, q)
-			reply(i, win, err)
-		}
-		return
-	}
-	// One read for every change any of them may match: the union of
-	// their first key's values (the key they share), no other key.
-	var values []string
-	for _, q := range qs {
-		values = append(values, q.Scopes[0].Values...)
-	}
-	q := qs[0]
-	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: values}}
-	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
-	all, err := s.readOneShort(ctx, partition, table, q)
-	s.sharedAnswers.Add(int64(len(qs)))
-	for i, q := range qs {
-		if err != nil {
-			reply(i, store.CommitWindow{}, err)
-			continue
-		}
-		reply(i, store.CutWindow(all, q), nil)
-	}
+	n := store.AnswerShared(qs, maxSharedWindowCommits, func(q store.CommitWindowQuery) (store.CommitWindow, error) {
+		return s.readOneShort(ctx, partition, table, q)
+	}, reply)
+	s.sharedAnswers.Add(int64(n))
 }
 
 // readOneShort reads one short window (readShortWindow).

@@ -2,11 +2,9 @@ package sqlitestore
 
 import (
 	"context"
-	"slices"
 
 	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
-	"github.com/syncgo/syncgo/wire"
 )
 
 // Shared short windows, as on Postgres (pgstore/window_share.go): the
@@ -48,45 +46,11 @@ func (s *Store) sharedReadContext(ctx context.Context) (context.Context, context
 	return shareread.DetachedContext(ctx, s.done)
 }
 
-// answerShares answers qs by one read of the union of their ranges, or
-// one read each when there is one or that union is too long.
+// answerShares answers qs, by one shared read when it can
+// (store.AnswerShared).
 func (s *Store) answerShares(ctx context.Context, partition string, qs []store.CommitWindowQuery, reply func(int, store.CommitWindow, error)) {
-	lo, hi := qs[0].AfterSeq, qs[0].ThroughSeq
-	for _, q := range qs[1:] {
-		lo, hi = min(lo, q.AfterSeq), max(hi, q.ThroughSeq)
-	}
-	if len(qs) == 1 || hi-lo > maxSharedWindowCommits {
-		for i, q := range qs {
-			win, err := s.readCommitWindow(ctx, partition, q)
-			reply(i, win, err)
-		}
-		return
-	}
-	// One read of every change any of them may match: the union of their
-	// first key's values (the key they share), no other key, no limit.
-	var values []string
-	for _, q := range qs {
-		values = append(values, q.Scopes[0].Values...)
-	}
-	slices.Sort(values)
-	q := qs[0]
-	q.Scopes = wire.ScopeMap{{Key: q.Scopes[0].Key, Values: slices.Compact(values)}}
-	q.AfterSeq, q.ThroughSeq, q.LimitChanges = lo, hi, 0
-	all, err := s.readCommitWindow(ctx, partition, q)
-	s.sharedAnswers.Add(int64(len(qs)))
-	if err == nil && !all.Complete {
-		// Not expected without a limit; each reads its own then.
-		for i, q := range qs {
-			win, err := s.readCommitWindow(ctx, partition, q)
-			reply(i, win, err)
-		}
-		return
-	}
-	for i, q := range qs {
-		if err != nil {
-			reply(i, store.CommitWindow{}, err)
-			continue
-		}
-		reply(i, store.CutWindow(all, q), nil)
-	}
+	n := store.AnswerShared(qs, maxSharedWindowCommits, func(q store.CommitWindowQuery) (store.CommitWindow, error) {
+		return s.readCommitWindow(ctx, partition, q)
+	}, reply)
+	s.sharedAnswers.Add(int64(n))
 }

@@ -30,6 +30,51 @@ func ShareKey(partition string, q CommitWindowQuery) string {
 	return b.String()
 }
 
+// AnswerShared answers the window queries qs, asked together (one
+// ShareKey), with read: one read of the union of their ranges for the
+// union of their first key's values (the key they share; no other key,
+// no change limit), each answer cut from it (CutWindow), when there are
+// several and the union spans at most maxSpan commits; else each query
+// read on its own. It returns how many answers a shared read gave.
+func AnswerShared(qs []CommitWindowQuery, maxSpan int64, read func(CommitWindowQuery) (CommitWindow, error), reply func(int, CommitWindow, error)) int {
+	lo, hi := qs[0].AfterSeq, qs[0].ThroughSeq
+	for _, q := range qs[1:] {
+		lo, hi = min(lo, q.AfterSeq), max(hi, q.ThroughSeq)
+	}
+	alone := func() {
+		for i, q := range qs {
+			win, err := read(q)
+			reply(i, win, err)
+		}
+	}
+	if len(qs) == 1 || hi-lo > maxSpan {
+		alone()
+		return 0
+	}
+	var values []string
+	for _, q := range qs {
+		values = append(values, q.Scopes[0].Values...)
+	}
+	slices.Sort(values)
+	u := qs[0]
+	u.Scopes = wire.ScopeMap{{Key: u.Scopes[0].Key, Values: slices.Compact(values)}}
+	u.AfterSeq, u.ThroughSeq, u.LimitChanges = lo, hi, 0
+	all, err := read(u)
+	if err == nil && !all.Complete {
+		// Not expected without a limit: each reads its own then.
+		alone()
+		return 0
+	}
+	for i, q := range qs {
+		if err != nil {
+			reply(i, CommitWindow{}, err)
+			continue
+		}
+		reply(i, CutWindow(all, q), nil)
+	}
+	return len(qs)
+}
+
 // CutWindow is the answer to q from a complete window over a range that
 // holds q's, read for scopes that hold q's: the commits of q's range with
 // their changes in q's scopes (a commit without any left out), up to q's
