@@ -95,22 +95,8 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	ctx := context.Background()
 	const p = "p1"
 	through, scopes := mixedWindowLog(t, s, c)
-	var asks []storetest.WindowAsk
-	for _, sc := range []wire.ScopeMap{scopes[0], scopes[1], scopes[3], scopes[4]} {
-		for after := int64(0); after < through; after += 2 {
-			for _, n := range []int64{1, 5, 20} {
-				for _, limit := range []int{0, 1, 2} {
-					q := store.CommitWindowQuery{Table: "tasks", Scopes: sc, AfterSeq: after,
-						ThroughSeq: min(through, after+n), LimitChanges: limit, StateAfter: true, Running: 1}
-					want, err := s.readOneShort(ctx, p, "tasks", q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					asks = append(asks, storetest.WindowAsk{Q: q, Want: want})
-				}
-			}
-		}
-	}
+	asks := storetest.WindowAsks(t, "tasks", []wire.ScopeMap{scopes[0], scopes[1], scopes[3], scopes[4]}, through, 2, 1,
+		func(q store.CommitWindowQuery) (store.CommitWindow, error) { return s.readOneShort(ctx, p, "tasks", q) })
 	storetest.CheckSharedWindows(t, asks, func(ctx context.Context, q store.CommitWindowQuery) (store.CommitWindow, error) {
 		return s.ReadCommitWindow(ctx, p, q)
 	}, s.sharedAnswers.Load)

@@ -54,22 +54,8 @@ func TestWindowSharedEqualsAlone(t *testing.T) {
 	scope := func(values ...string) wire.ScopeMap {
 		return wire.ScopeMap{{Key: "project_id", Values: values}}
 	}
-	var asks []storetest.WindowAsk
-	for _, sm := range []wire.ScopeMap{scope("a"), scope("b"), scope("a", "c"), scope("zz")} {
-		for after := int64(0); after < through; after += 3 {
-			for _, n := range []int64{1, 5, 20} {
-				for _, limit := range []int{0, 1, 2} {
-					q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: sm, AfterSeq: after,
-						ThroughSeq: min(through, after+n), LimitChanges: limit, StateAfter: true, Running: sc.Version()}
-					want, err := s.readCommitWindow(ctx, p, q)
-					if err != nil {
-						t.Fatal(err)
-					}
-					asks = append(asks, storetest.WindowAsk{Q: q, Want: want})
-				}
-			}
-		}
-	}
+	asks := storetest.WindowAsks(t, storetest.TableTasks, []wire.ScopeMap{scope("a"), scope("b"), scope("a", "c"), scope("zz")}, through, 3, sc.Version(),
+		func(q store.CommitWindowQuery) (store.CommitWindow, error) { return s.readCommitWindow(ctx, p, q) })
 	storetest.CheckSharedWindows(t, asks, func(ctx context.Context, q store.CommitWindowQuery) (store.CommitWindow, error) {
 		return s.ReadCommitWindow(ctx, p, q)
 	}, s.sharedAnswers.Load)

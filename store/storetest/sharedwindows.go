@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // SameCommits reports whether two windows' commits are the same: every
@@ -41,6 +42,31 @@ func CommitsString(cs []store.Commit) string {
 type WindowAsk struct {
 	Q    store.CommitWindowQuery
 	Want store.CommitWindow
+}
+
+// WindowAsks are short window queries of table over the log up to
+// through, for each of scopes: from every stride-th sequence, 1, 5 and 20
+// commits long, with change limits 0, 1 and 2, the state after read at
+// running; each with what alone reads for it.
+func WindowAsks(t *testing.T, table string, scopes []wire.ScopeMap, through, stride int64, running int32, alone func(store.CommitWindowQuery) (store.CommitWindow, error)) []WindowAsk {
+	t.Helper()
+	var asks []WindowAsk
+	for _, sc := range scopes {
+		for after := int64(0); after < through; after += stride {
+			for _, n := range []int64{1, 5, 20} {
+				for _, limit := range []int{0, 1, 2} {
+					q := store.CommitWindowQuery{Table: table, Scopes: sc, AfterSeq: after,
+						ThroughSeq: min(through, after+n), LimitChanges: limit, StateAfter: true, Running: running}
+					want, err := alone(q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					asks = append(asks, WindowAsk{Q: q, Want: want})
+				}
+			}
+		}
+	}
+	return asks
 }
 
 // CheckSharedWindows asks every query of asks at once through read, in
