@@ -54,6 +54,8 @@ type walShim struct {
 	err     error
 	unixVFS uintptr // the default VFS walVFS wraps
 	stateAt uintptr // offset of walFileState in a file object
+	// mu guards methods and unixIO, built by the first WAL file's open.
+	mu      sync.Mutex
 	methods uintptr // the io methods of a buffered WAL file (C memory)
 	unixIO  uintptr // the io methods they wrap
 }
@@ -134,9 +136,6 @@ func (w *walShim) ioMethods(tls *libc.TLS, orig uintptr) uintptr {
 	return m
 }
 
-// walOpenMu serialises the opens that build the io methods table.
-var walOpenMu sync.Mutex
-
 func walOpen(tls *libc.TLS, pVfs, zName, pFile uintptr, flags int32, pOutFlags uintptr) int32 {
 	uv := (*lib.Tsqlite3_vfs)(cptr(walVFS.unixVFS))
 	open := *(*func(*libc.TLS, uintptr, uintptr, uintptr, int32, uintptr) int32)(unsafe.Pointer(&uv.FxOpen))
@@ -149,9 +148,9 @@ func walOpen(tls *libc.TLS, pVfs, zName, pFile uintptr, flags int32, pOutFlags u
 	if f.FpMethods == 0 {
 		return rc
 	}
-	walOpenMu.Lock()
+	walVFS.mu.Lock()
 	m := walVFS.ioMethods(tls, f.FpMethods)
-	walOpenMu.Unlock()
+	walVFS.mu.Unlock()
 	if m != 0 {
 		walState(pFile).orig = f.FpMethods
 		f.FpMethods = m
