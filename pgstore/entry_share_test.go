@@ -2,115 +2,25 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/store/storetest"
 )
 
 // TestRequestStateShared: concurrent request state reads of one partition,
 // answered by shared reads (entry_share.go), get what each read alone
-// gets: the partition, the serve gate, and the client's own record (with
-// this process's deferred cursor write applied, none for a client without
-// a record, each its own copy when a client asks twice); a partition
-// without a row answers ErrNotFound to all of them.
+// gets (storetest.CheckSharedEntries), and no queue is left behind.
 func TestRequestStateShared(t *testing.T) {
 	s := openStore(t)
-	c := testSchema(t, 1)
-	ensure(t, s, c)
-	ctx := context.Background()
-	const p = "p1"
-	if _, err := s.TouchPartition(ctx, p, 1000, "epoch-1"); err != nil {
-		t.Fatal(err)
-	}
-	apply(t, s, p, task{id: "t1", project: "a", owner: "o"}.write(t, c, 1))
-	var ids []string
-	for i := range 12 {
-		id := fmt.Sprintf("c%d", i)
-		ids = append(ids, id)
-		if i%4 == 3 {
-			continue // no record
-		}
-		rec := store.ClientRecord{ClientID: id, ActorID: fmt.Sprintf("a%d", i), WireVersion: 3, Cursor: int64(i), UpdatedAtMs: 5000,
-			Subscriptions: []store.SubscriptionRecord{{ID: "s1", Table: "tasks", Scopes: map[string][]string{"project_id": {id}}}}}
-		if err := s.PutClient(ctx, p, rec); err != nil {
-			t.Fatal(err)
-		}
-		if i%3 == 0 {
-			// A deferred cursor move, not written yet: read through the
-			// overlay.
-			moved := rec
-			moved.Cursor, moved.UpdatedAtMs = int64(i)+100, 6000
-			if err := s.DeferClient(ctx, p, "epoch-1", moved, rec.Cursor); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	want := map[string]store.RequestState{}
-	for _, id := range ids {
-		st, err := s.readRequestState(ctx, p, id, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want[id] = st
-	}
-	if w := want["c3"]; w.Client != nil {
-		t.Fatalf("c3 has a record: %+v", *w.Client)
-	}
-	if w := want["c0"]; w.Client == nil || w.Client.Cursor != 100 {
-		t.Fatalf("c0's deferred cursor is not read: %+v", w.Client)
-	}
-	for round := 0; round < 50 && (round < 3 || s.sharedEntries.Load() == 0); round++ {
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		got := make([]store.RequestState, 2*len(ids))
-		for i := range got {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				st, err := s.ReadRequestState(ctx, p, ids[i%len(ids)], 1)
-				if err != nil {
-					t.Error(err)
-				}
-				got[i] = st
-			}()
-		}
-		close(start)
-		wg.Wait()
-		for i, st := range got {
-			id := ids[i%len(ids)]
-			w := want[id]
-			if st.Partition != w.Partition || !reflect.DeepEqual(st.Gate, w.Gate) || (st.Client == nil) != (w.Client == nil) ||
-				st.Client != nil && !reflect.DeepEqual(*st.Client, *w.Client) {
-				t.Errorf("%s: %+v (client %+v), alone %+v (client %+v)", id, st, st.Client, w, w.Client)
-			}
-			if j := i + len(ids); j < len(got) && st.Client != nil && got[j].Client == st.Client {
-				t.Errorf("%s: two answers share one record", id)
-			}
-		}
-	}
-	if s.sharedEntries.Load() == 0 {
-		t.Fatal("no read was answered by a shared read")
-	}
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, id := range ids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			if _, err := s.ReadRequestState(ctx, "nowhere", id, 1); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("an unknown partition: %v; want ErrNotFound", err)
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	sc := storetest.FixtureSchema(t)
+	ensure(t, s, sc)
+	storetest.CheckSharedEntries(t, s, sc.Version(), func(ctx context.Context, p, id string) (store.RequestState, error) {
+		return s.readRequestState(ctx, p, id, sc.Version())
+	}, s.sharedEntries.Load)
 	if n := queuesLeft(s.entries.Pending); n != 0 {
 		t.Errorf("%d entry queues left after the reads", n)
 	}

@@ -51,8 +51,18 @@ FROM sync_clients WHERE partition=? AND client_id=?`, partition, clientID).
 }
 
 // ReadRequestState reads the partition, its serve gate and the client
-// record on one read connection (store.RequestStateReader).
+// record on one read connection (store.RequestStateReader), in one read
+// transaction shared with the concurrent requests of the partition
+// (entry_share.go).
 func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	if clientID != "" {
+		return s.readSharedState(ctx, partition, clientID, running)
+	}
+	return s.readRequestState(ctx, partition, clientID, running)
+}
+
+// readRequestState is ReadRequestState's read of its own.
+func (s *Store) readRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	var st store.RequestState
 	var rec store.ClientRecord
 	found := false

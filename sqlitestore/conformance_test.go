@@ -52,9 +52,11 @@ func openTest(t testing.TB) store.Store {
 func (s testStore) Reopen(t testing.TB) store.Store { return openPath(t, s.path) }
 
 // ExecRaw runs a script on the writer, in its own savepoint: all of its
-// statements or none.
+// statements or none. It may change the log: the writer drops its recent
+// commits (recent.go), as for a write of another connection.
 func (s testStore) ExecRaw(ctx context.Context, script string) error {
 	return s.w.do(ctx, func(_ context.Context, c *conn) error {
+		s.w.dropRecent = true
 		c.forget()
 		defer c.forget()
 		return c.execScript(script)

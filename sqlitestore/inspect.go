@@ -56,6 +56,7 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 	cs := newCompiledSchema(sc)
 	var done []string
 	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		s.w.dropRecent = true // the log changes under the recent commits (recent.go)
 		done = nil
 		defer c.forget()
 		core, err := planCore(c)

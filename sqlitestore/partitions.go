@@ -96,6 +96,7 @@ func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs 
 func (s *Store) PruneThrough(ctx context.Context, partition, logEpoch string, throughSeq int64) (store.PruneResult, error) {
 	var res store.PruneResult
 	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		s.w.dropRecent = true // the log changes under the recent commits (recent.go)
 		var epoch string
 		err := c.queryRow("SELECT log_epoch FROM sync_partition_registry WHERE partition=?", partition).Scan(&epoch)
 		if errors.Is(err, errNoRows) || (err == nil && epoch != logEpoch) {

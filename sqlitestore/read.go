@@ -101,6 +101,9 @@ func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.
 		return store.CommitWindow{}, err
 	}
 	if !q.Bulk && q.ThroughSeq > q.AfterSeq && q.ThroughSeq-q.AfterSeq <= shortWindowCommits {
+		if win, ok, err := s.recentWindow(ctx, partition, q); ok {
+			return win, err
+		}
 		return s.readSharedWindow(ctx, partition, q)
 	}
 	return s.readCommitWindow(ctx, partition, q)
@@ -230,6 +233,9 @@ func (s *Store) ReadCommitWindows(ctx context.Context, partition string, qs []st
 			}
 			running = &q.Running
 		}
+	}
+	if out, ok, err := s.recentWindows(ctx, partition, qs, running); ok {
+		return out, err
 	}
 	out := make([]store.CommitWindow, len(qs))
 	err := s.readTx(ctx, func(c *conn) error {

@@ -175,6 +175,7 @@ func (s *Store) EnsureSchemaWith(ctx context.Context, sc *schema.Compiled, decls
 	case store.SchemaCreate, store.SchemaMigrate:
 		nowMs := time.Now().UnixMilli()
 		err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+			s.w.dropRecent = true // the log changes under the recent commits (recent.go)
 			plan, err := planSchemaOn(c, cs, decls, true)
 			if err != nil {
 				return err

@@ -94,6 +94,10 @@ type Config struct {
 	// instead of gathering a commit's frames into one write (walbuf.go;
 	// used only with synchronous FULL or EXTRA). For comparison.
 	NoWALBuffer bool
+	// RecentCommits is how many of the writer's last commits are kept in
+	// memory to answer short commit windows without reading the log
+	// (recent.go). Default 4,096; negative keeps none.
+	RecentCommits int
 	// IdleCheckpoint is how long the writer must have committed nothing
 	// before the WAL is copied back into the database file on a
 	// connection of its own (checkpoint.go). Default 1 s; negative:
@@ -171,6 +175,19 @@ type Store struct {
 	shares        windowShares
 	sharedAnswers atomic.Int64
 
+	// recent are the writer's last commits (recent.go), nil without a
+	// writer or when Config.RecentCommits is negative; recentAnswers
+	// counts the windows they answered, stateShares are the state reads
+	// after those windows queued or in flight.
+	recent        *recentCommits
+	recentAnswers atomic.Int64
+	stateShares   stateShares
+
+	// entries are the request state reads queued or in flight
+	// (entry_share.go); sharedEntries counts the answers of shared reads.
+	entries       entryShares
+	sharedEntries atomic.Int64
+
 	stats struct {
 		writes, writeErrors, batches, commits atomic.Int64
 	}
@@ -244,6 +261,12 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		return nil, fmt.Errorf("open sqlite store: %w", err)
 	}
 	s.w = newWriter(s, wc)
+	switch {
+	case s.cfg.RecentCommits == 0:
+		s.recent = newRecentCommits(defaultRecentCommits, defaultRecentBytes)
+	case s.cfg.RecentCommits > 0:
+		s.recent = newRecentCommits(s.cfg.RecentCommits, defaultRecentBytes)
+	}
 	if s.cfg.IdleCheckpoint > 0 {
 		cc, err := openConn(s.path, s.cfg, connCheckpoint)
 		if err != nil {

@@ -211,13 +211,15 @@ VALUES (?,?,?,?,?,?,?)`, tx.partition, seq, nc.ClientID, nc.ClientCommitID, nc.A
 	if len(nc.Changes) > 1 {
 		seen = make(map[scopeKey]bool, len(nc.Changes))
 	}
+	scopes := make([][]byte, len(nc.Changes))
 	for i, ch := range nc.Changes {
 		var version any
 		if ch.Op == wire.OpUpsert {
 			version = ch.RowVersion
 		}
+		scopes[i] = store.EncodeScopes(ch.Scopes)
 		if err := tx.c.exec(`INSERT INTO sync_changes(partition, commit_seq, idx, tbl, row_id, op, row_version, scopes, payload)
-VALUES (?,?,?,?,?,?,?,?,?)`, tx.partition, seq, i, ch.Table, ch.RowID, int(ch.Op), version, string(store.EncodeScopes(ch.Scopes)), nullBytes(ch.Payload)); err != nil {
+VALUES (?,?,?,?,?,?,?,?,?)`, tx.partition, seq, i, ch.Table, ch.RowID, int(ch.Op), version, string(scopes[i]), nullBytes(ch.Payload)); err != nil {
 			return 0, fmt.Errorf("append commit: change %d: %w", i, err)
 		}
 		for _, sc := range ch.Scopes {
@@ -241,6 +243,7 @@ ON CONFLICT(partition, tbl, row_id) DO UPDATE SET commit_seq=excluded.commit_seq
 		}
 	}
 	tx.s.stats.commits.Add(1)
+	tx.s.w.keep(tx.partition, seq, nc, scopes)
 	return seq, nil
 }
 
@@ -254,8 +257,10 @@ func (tx *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) e
 	if err := tx.c.exec("SAVEPOINT " + name); err != nil {
 		return fmt.Errorf("candidate: %w", err)
 	}
+	mark := len(tx.s.w.pending)
 	defer func() {
 		if err != nil {
+			tx.s.w.pending = tx.s.w.pending[:mark]
 			if rbErr := tx.c.exec("ROLLBACK TO " + name); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}

@@ -33,6 +33,18 @@ type writer struct {
 	// ck runs the idle checkpoints (checkpoint.go); nil in tests that
 	// build a writer alone.
 	ck *checkpointer
+
+	// pending are the commits of the batch in progress, published to
+	// s.recent once it commits. dropRecent empties s.recent instead, the
+	// batch's commits too (one of its writes changed the log: a prune, a
+	// migration); staleRecent empties it before the batch's commits are
+	// added (another connection wrote before the batch). dataVersion is
+	// the connection's PRAGMA data_version at the last batch's start (0:
+	// not read yet).
+	pending     []recentCommit
+	dropRecent  bool
+	staleRecent bool
+	dataVersion int64
 }
 
 var _ store.LocalWriter = (*Store)(nil)
@@ -146,6 +158,7 @@ func (w *writer) runBatch(batch []*writeReq) bool {
 		}
 		return false
 	}
+	w.checkDataVersion()
 	applied := 0
 	for i, r := range batch {
 		if err := r.ctx.Err(); err != nil {
@@ -176,7 +189,16 @@ func (w *writer) runBatch(batch []*writeReq) bool {
 	}
 	if applied > 0 && commitErr == nil {
 		w.s.stats.batches.Add(1)
+		if w.dropRecent {
+			w.s.recent.publish(nil, true)
+		} else {
+			w.s.recent.publish(w.pending, w.staleRecent)
+		}
+	} else if w.dropRecent || w.staleRecent {
+		w.s.recent.publish(nil, true)
 	}
+	clear(w.pending)
+	w.pending, w.dropRecent, w.staleRecent = w.pending[:0], false, false
 	for i, r := range batch {
 		if results[i] != nil {
 			w.s.stats.writeErrors.Add(1)
@@ -192,11 +214,13 @@ func (w *writer) runOne(r *writeReq) (err error) {
 	if err := w.c.exec("SAVEPOINT w"); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
+	mark := len(w.pending)
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("sqlitestore: write panicked: %v\n%s", p, debug.Stack())
 		}
 		if err != nil {
+			w.pending = w.pending[:mark]
 			if rbErr := w.c.exec("ROLLBACK TO w"); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}
@@ -206,4 +230,36 @@ func (w *writer) runOne(r *writeReq) (err error) {
 		}
 	}()
 	return r.fn(r.ctx, w.c)
+}
+
+// checkDataVersion reads the connection's data_version at a batch's start
+// (the batch holds the write lock): when another connection committed
+// since the last batch, the recent commits may no longer be what the log
+// holds, and the batch empties them.
+func (w *writer) checkDataVersion() {
+	if w.s.recent == nil {
+		return
+	}
+	var v int64
+	if err := w.c.queryRow("PRAGMA data_version").Scan(&v); err != nil {
+		w.staleRecent, w.dataVersion = true, 0
+		return
+	}
+	if w.dataVersion != 0 && v != w.dataVersion {
+		w.staleRecent = true
+	}
+	w.dataVersion = v
+}
+
+// keep records a commit appended in the batch in progress, for s.recent;
+// scopes are the scopes JSON the append wrote, one per change.
+func (w *writer) keep(partition string, seq int64, nc store.NewCommit, scopes [][]byte) {
+	if w.s.recent == nil {
+		return
+	}
+	c, err := keptCommit(partition, seq, nc, scopes)
+	if err != nil {
+		return // a gap: the windows over it read the log
+	}
+	w.pending = append(w.pending, c)
 }
