@@ -25,11 +25,13 @@ import (
 // between (store.ClientWriteBehind.Read).
 
 // entryShares are the request state reads queued or in flight, by
-// partition and running schema version: each asks for a client's record.
+// partition and running schema version: each asks for a client's record,
+// or for none (a state after a window, recent.go).
 type entryShares = shareread.Reads[string, store.RequestState]
 
-// readSharedState answers ReadRequestState for a client, alone when no
-// read of its partition is in flight, else with the next shared read.
+// readSharedState answers ReadRequestState for a client (none: the
+// partition and gate alone), alone when no read of its partition is in
+// flight, else with the next shared read.
 func (s *Store) readSharedState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	key := strconv.Itoa(int(running)) + "\x00" + partition
 	return s.entries.Ask(ctx, s.sharedReadContext, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
@@ -64,6 +66,9 @@ func (s *Store) readRequestStates(ctx context.Context, partition string, ids []s
 			}
 			for i, id := range ids {
 				out[i] = st
+				if id == "" {
+					continue // a state after a window: no client
+				}
 				rec, err := clientOn(c, partition, id)
 				if errors.Is(err, store.ErrNotFound) {
 					continue

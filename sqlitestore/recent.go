@@ -2,11 +2,9 @@ package sqlitestore
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"unsafe"
 
-	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -35,9 +33,9 @@ import (
 //
 // The state after the window (StateAfter) is still read from the
 // database, after the window was cut: the horizon recheck and the serve
-// gate see what the log says now. Those reads are shared as the windows'
-// are (shareread): one read transaction answers the state reads asked
-// while one is in flight.
+// gate see what the log says now. Those reads join the request entries'
+// shared reads (entry_share.go): one read transaction answers the entries
+// and the states after asked while one of the partition is in flight.
 
 // defaultRecentCommits is how many commits the ring holds by default;
 // defaultRecentBytes bounds their strings and payloads.
@@ -212,27 +210,11 @@ func keptCommit(partition string, seq int64, nc store.NewCommit, scopes [][]byte
 	return recentCommit{partition: str(partition), c: c, size: held + 64*len(c.Changes) + 96}, nil
 }
 
-// stateKey keys the shared state reads.
-func stateKey(partition string, running int32) string {
-	return strconv.Itoa(int(running)) + "\x00" + partition
-}
-
-type stateShares = shareread.Reads[int32, store.RequestState]
-
 // readStateAfter reads the partition's state and serve gate at running,
-// sharing the read with the state reads asked while one is in flight.
+// in the request entries' shared reads (entry_share.go): an ask without a
+// client.
 func (s *Store) readStateAfter(ctx context.Context, partition string, running int32) (store.RequestState, error) {
-	return s.stateShares.Ask(ctx, s.sharedReadContext, stateKey(partition, running), running, func(ctx context.Context, qs []int32, reply func(int, store.RequestState, error)) {
-		var st store.RequestState
-		err := s.readTx(ctx, func(c *conn) error {
-			var err error
-			st, err = partitionStateOn(c, partition, running)
-			return err
-		})
-		for i := range qs {
-			reply(i, st, err)
-		}
-	})
+	return s.readSharedState(ctx, partition, "", running)
 }
 
 // recentWindow answers a short window from the recent commits, with the

@@ -177,13 +177,12 @@ type Store struct {
 
 	// recent are the writer's last commits (recent.go), nil without a
 	// writer or when Config.RecentCommits is negative; recentAnswers
-	// counts the windows they answered, stateShares are the state reads
-	// after those windows queued or in flight.
+	// counts the windows they answered.
 	recent        *recentCommits
 	recentAnswers atomic.Int64
-	stateShares   stateShares
 
-	// entries are the request state reads queued or in flight
+	// entries are the request state reads queued or in flight, the
+	// states after windows answered from recent included
 	// (entry_share.go); sharedEntries counts the answers of shared reads.
 	entries       entryShares
 	sharedEntries atomic.Int64
