@@ -38,20 +38,12 @@ type entryShares = shareread.Reads[string, store.RequestState]
 func (s *Store) readSharedState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	key := partition + "\x00" + strconv.Itoa(int(running))
 	return s.entries.Ask(ctx, s.sharedReadContext, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
-		if len(ids) == 1 {
-			st, err := s.readRequestState(ctx, partition, ids[0], running)
-			reply(0, st, err)
-			return
-		}
-		s.sharedEntries.Add(int64(len(ids)))
-		sts, err := s.readRequestStates(ctx, partition, ids, running)
-		for i := range ids {
-			if err != nil {
-				reply(i, store.RequestState{}, err)
-				continue
-			}
-			reply(i, sts[i], nil)
-		}
+		n := shareread.Batched(ids, reply, func(id string) (store.RequestState, error) {
+			return s.readRequestState(ctx, partition, id, running)
+		}, func(ids []string) ([]store.RequestState, error) {
+			return s.readRequestStates(ctx, partition, ids, running)
+		})
+		s.sharedEntries.Add(int64(n))
 	})
 }
 

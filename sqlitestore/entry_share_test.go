@@ -14,11 +14,7 @@ import (
 // answered by shared reads (entry_share.go), get what each read alone
 // gets (storetest.CheckSharedEntries).
 func TestRequestStateShared(t *testing.T) {
-	s := openTest(t).(testStore)
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(t.Context(), sc); err != nil {
-		t.Fatal(err)
-	}
+	s, sc := openFixture(t)
 	storetest.CheckSharedEntries(t, s, sc.Version(), func(ctx context.Context, p, id string) (store.RequestState, error) {
 		return s.readRequestState(ctx, p, id, sc.Version())
 	}, s.sharedEntries.Load)
@@ -29,12 +25,8 @@ func TestRequestStateShared(t *testing.T) {
 // reads, and get the partition and gate with no client record, while the
 // entries asked with them get their own records.
 func TestStateAfterSharedWithEntries(t *testing.T) {
-	s := openTest(t).(testStore)
+	s, sc := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := s.TouchPartition(ctx, "p1", 1000, "epoch-1"); err != nil {
 		t.Fatal(err)
 	}

@@ -8,16 +8,28 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/store/storetest"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// recentLog writes partition p1's log for the recent-commit tests: 30
+// openFixture opens a store with the fixture schema ensured.
+func openFixture(t *testing.T) (testStore, *schema.Compiled) {
+	t.Helper()
+	s := openTest(t).(testStore)
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(t.Context(), sc); err != nil {
+		t.Fatal(err)
+	}
+	return s, sc
+}
+
+// mixedLog writes partition p1's log for the window tests: 30
 // commits over three projects, some with a second change in another
 // scope, some with a delete, commits of p2 in between. It returns the
 // head of p1.
-func recentLog(t *testing.T, s store.Store) int64 {
+func mixedLog(t *testing.T, s store.Store) int64 {
 	t.Helper()
 	ctx := t.Context()
 	for _, part := range []string{"p1", "p2"} {
@@ -53,13 +65,9 @@ func projects(values ...string) wire.ScopeMap {
 // for field (client ids too, without WireOnly), cut at each query's scopes
 // and change limit, with the state after; none is read from the log.
 func TestRecentWindowsEqualLog(t *testing.T) {
-	s := openTest(t).(testStore)
+	s, sc := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	through := recentLog(t, s)
+	through := mixedLog(t, s)
 	asks := storetest.WindowAsks(t, storetest.TableTasks, []wire.ScopeMap{projects("a"), projects("b"), projects("a", "c"), projects("zz")}, through, 1, sc.Version(),
 		func(q store.CommitWindowQuery) (store.CommitWindow, error) { return s.readCommitWindow(ctx, "p1", q) })
 	for _, a := range asks {
@@ -106,13 +114,9 @@ func TestRecentWindowsEqualLog(t *testing.T) {
 // taken again by the next commit, and the windows over it answer what the
 // log holds.
 func TestRecentWindowsRolledBack(t *testing.T) {
-	s := openTest(t).(testStore)
+	s, _ := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	through := recentLog(t, s)
+	through := mixedLog(t, s)
 	fail := errors.New("refused")
 	change := func(id string) store.Change {
 		return storetest.UpsertChange(storetest.Task{ID: id, ProjectID: "a"}.RowWrite(t, 1))
@@ -176,7 +180,7 @@ func TestRecentWindowsOtherWriter(t *testing.T) {
 	if err := s.EnsureSchema(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	through := recentLog(t, s)
+	through := mixedLog(t, s)
 	other := openPath(t, path)
 	if err := other.EnsureSchema(ctx, sc); err != nil {
 		t.Fatal(err)

@@ -18,35 +18,10 @@ import (
 // over a log with commits of another partition in between, commits with
 // changes in two scopes, deletes and a pruned commit.
 func TestWindowSharedEqualsAlone(t *testing.T) {
-	s := openTest(t).(testStore)
+	s, sc := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
 	const p = "p1"
-	for _, part := range []string{p, "p2"} {
-		if _, err := s.TouchPartition(ctx, part, 1000, "epoch-"+part); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var through int64
-	for i := range 30 {
-		project := []string{"a", "b", "c"}[i%3]
-		w := storetest.Task{ID: fmt.Sprintf("r%d", i), ProjectID: project}.RowWrite(t, 1)
-		changes := []store.Change{storetest.UpsertChange(w)}
-		if i%4 == 1 {
-			// A second change in another scope.
-			changes = append(changes, storetest.UpsertChange(storetest.Task{ID: fmt.Sprintf("r%dx", i), ProjectID: "b"}.RowWrite(t, 1)))
-		}
-		if i%7 == 3 {
-			changes = append(changes, store.Change{Table: storetest.TableTasks, RowID: "r0", Op: wire.OpDelete, Scopes: w.Scopes})
-		}
-		through = storetest.AppendCommit(t, s, p, changes...)
-		if i%5 == 2 {
-			storetest.ApplyUpsert(t, s, "p2", storetest.Task{ID: fmt.Sprintf("q%d", i), ProjectID: project}.RowWrite(t, 1))
-		}
-	}
+	through := mixedLog(t, s)
 	// A commit whose row is gone (pruned): no read returns it.
 	if err := s.ExecRaw(ctx, fmt.Sprintf(`DELETE FROM sync_commits WHERE partition='p1' AND commit_seq=%d`, through-9)); err != nil {
 		t.Fatal(err)

@@ -115,3 +115,25 @@ func DetachedContext(ctx context.Context, done <-chan struct{}) (context.Context
 	}()
 	return ctx, cancel
 }
+
+// Batched answers qs with one read of all of them (all, whose answers
+// are in the order of qs) or, when there is one, with alone: what a
+// store's Answerer does when reading many at once costs more than one
+// read alone. It returns how many asks the batched read answered.
+func Batched[Q, R any](qs []Q, reply func(int, R, error), alone func(Q) (R, error), all func([]Q) ([]R, error)) int {
+	if len(qs) == 1 {
+		r, err := alone(qs[0])
+		reply(0, r, err)
+		return 0
+	}
+	rs, err := all(qs)
+	for i := range qs {
+		if err != nil {
+			var zero R
+			reply(i, zero, err)
+			continue
+		}
+		reply(i, rs[i], nil)
+	}
+	return len(qs)
+}
