@@ -21,6 +21,7 @@ type serverCollector struct {
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
 	memoryReleases, listenerConnects                          *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
+	storeRecentWindows, storeSharedReads                      *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
 	pageCache, images, readAhead, catchUpResets               *prometheus.Desc
@@ -52,6 +53,10 @@ func newServerCollector(s *Server) *serverCollector {
 		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
 		storeBatches:     d("syncgo_store_batches_total", "Database transactions that committed writes (group commit: fewer than writes)."),
 		storeCommits:     d("syncgo_store_commits_total", "Commits appended to the log."),
+		storeRecentWindows: d("syncgo_store_recent_windows_total", "Commit windows cut from the commits the store's writer keeps in "+
+			"memory instead of read from the log (SQLite)."),
+		storeSharedReads: d("syncgo_store_shared_read_answers_total", "Reads answered by one read shared with the others asked at the "+
+			"same time, by read (window: short commit windows, entry: request entries).", "read"),
 
 		poolConns:          d("syncgo_db_pool_connections", "Database pool connections by state (acquired, idle, constructing).", "state"),
 		poolMax:            d("syncgo_db_pool_max_connections", "Database pool capacity."),
@@ -90,7 +95,7 @@ func newServerCollector(s *Server) *serverCollector {
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.listenerConnects,
-		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits,
+		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
@@ -134,6 +139,9 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.storeWriteErrors, st.WriteErrors)
 	counter(c.storeBatches, st.Batches)
 	counter(c.storeCommits, st.Commits)
+	counter(c.storeRecentWindows, st.RecentWindows)
+	counter(c.storeSharedReads, st.SharedWindows, "window")
+	counter(c.storeSharedReads, st.SharedEntries, "entry")
 
 	if pr, ok := s.cfg.Store.(store.PoolReporter); ok {
 		ps := pr.PoolStats()

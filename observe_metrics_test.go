@@ -196,6 +196,17 @@ func TestMetricsCountersMove(t *testing.T) {
 		if v := after.must(t, "syncgo_store_commits_total"); v < 3 {
 			t.Errorf("store commits = %v, want at least 3", v)
 		}
+		// B's pull after its push is a short window of commits this
+		// process wrote: on SQLite cut from the writer's recent commits.
+		recent := after.must(t, "syncgo_store_recent_windows_total")
+		if _, local := e.store.(store.LocalWriter); local && recent < 1 {
+			t.Errorf("windows cut from recent commits = %v, want at least 1", recent)
+		} else if !local && recent != 0 {
+			t.Errorf("windows cut from recent commits = %v on a shared store", recent)
+		}
+		for _, read := range []string{"window", "entry"} {
+			after.must(t, "syncgo_store_shared_read_answers_total", "read", read)
+		}
 		for _, op := range []string{"bootstrap", "push_pull", "pull"} {
 			if v := after.must(t, "syncgo_request_duration_seconds_count", "op", op); v < 1 {
 				t.Errorf("latency observations of %s = %v, want some", op, v)

@@ -53,11 +53,11 @@ type Store struct {
 	// (shortWindowRows; less in tests).
 	shortRows int64
 	// shares are the short window reads in flight (window_share.go);
-	// sharedAnswers counts the answers of shared reads (tests).
+	// sharedAnswers counts the answers of shared reads (Stats).
 	shares        windowShares
 	sharedAnswers atomic.Int64
 	// entries are the request state reads in flight (entry_share.go);
-	// sharedEntries counts the answers of shared reads (tests).
+	// sharedEntries counts the answers of shared reads (Stats).
 	entries       entryShares
 	sharedEntries atomic.Int64
 
@@ -176,6 +176,9 @@ func (s *Store) Stats() store.Stats {
 		WriteErrors: s.writeErrors.Load(),
 		Batches:     s.batches.Load(),
 		Commits:     s.commits.Load(),
+
+		SharedWindows: s.sharedAnswers.Load(),
+		SharedEntries: s.sharedEntries.Load(),
 	}
 }
 

@@ -395,6 +395,10 @@ func (s *Store) Stats() store.Stats {
 		WriteErrors: s.stats.writeErrors.Load(),
 		Batches:     s.stats.batches.Load(),
 		Commits:     s.stats.commits.Load(),
+
+		RecentWindows: s.recentAnswers.Load(),
+		SharedWindows: s.sharedAnswers.Load(),
+		SharedEntries: s.sharedEntries.Load(),
 	}
 }
 

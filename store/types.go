@@ -237,4 +237,12 @@ type Stats struct {
 	Batches int64
 	// Commits counts appended commits.
 	Commits int64
+	// RecentWindows counts commit windows cut from the commits the
+	// store's writer keeps in memory instead of read from the log
+	// (SQLite).
+	RecentWindows int64
+	// SharedWindows and SharedEntries count the answers of shared reads:
+	// short commit windows and request entries answered by one read with
+	// the others asked at the same time.
+	SharedWindows, SharedEntries int64
 }
