@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -262,5 +263,147 @@ func TestRecentCommitsBounded(t *testing.T) {
 	}
 	if w, ok := rc.window("p", q(10, 11)); !ok || len(w.Commits) != 1 {
 		t.Error("the commit published after emptying is not answered")
+	}
+}
+
+// TestRecentWindowsRandomized: after every step of a random history —
+// commits of this process in two partitions, writes that fail, candidates
+// rolled back, commits and payload rewrites of another process on the
+// file (each followed by a commit of this one, which sees them), prunes —
+// every short window of p1 through its head answers what the log holds.
+func TestRecentWindowsRandomized(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sync.db")
+	s := openPath(t, path)
+	ctx := t.Context()
+	sc := storetest.FixtureSchema(t)
+	if err := s.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	other := openPath(t, path)
+	if err := other.EnsureSchema(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"p1", "p2"} {
+		if _, err := s.TouchPartition(ctx, part, 1000, "epoch-"+part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rng := rand.New(rand.NewPCG(21, 4))
+	id := 0
+	changes := func() []store.Change {
+		var out []store.Change
+		for range 1 + rng.IntN(3) {
+			id++
+			project := []string{"a", "b", "c"}[rng.IntN(3)]
+			out = append(out, storetest.UpsertChange(storetest.Task{ID: fmt.Sprintf("r%d", id), ProjectID: project}.RowWrite(t, 1)))
+		}
+		return out
+	}
+	head := func() int64 {
+		p, err := s.Partition(ctx, "p1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.MaxCommitSeq
+	}
+	fail := errors.New("refused")
+	for step := range 150 {
+		switch k := rng.IntN(10); {
+		case k < 4:
+			storetest.AppendCommit(t, s, []string{"p1", "p1", "p2"}[rng.IntN(3)], changes()...)
+		case k == 4:
+			err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
+				if _, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c", ClientCommitID: "failed", Changes: changes()}); err != nil {
+					return err
+				}
+				return fail
+			})
+			if !errors.Is(err, fail) {
+				t.Fatal(err)
+			}
+		case k == 5:
+			err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
+				_ = tx.Candidate(ctx, func(ctx context.Context) error {
+					if _, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c", ClientCommitID: "rolled back", Changes: changes()}); err != nil {
+						return err
+					}
+					return fail
+				})
+				_, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: "c", ClientCommitID: "kept", Changes: changes()})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		case k == 6:
+			storetest.AppendCommit(t, other, "p1", changes()...)
+			storetest.AppendCommit(t, s, "p1", changes()...)
+		case k == 7:
+			if h := head(); h > 0 {
+				seq := 1 + rng.Int64N(h)
+				if err := other.ExecRaw(ctx, fmt.Sprintf(`UPDATE sync_changes SET payload = X'%02x' WHERE partition='p1' AND commit_seq=%d`, step, seq)); err != nil {
+					t.Fatal(err)
+				}
+				storetest.AppendCommit(t, s, "p1", changes()...)
+			}
+		case k == 8:
+			if h := head(); h > 40 && rng.IntN(3) == 0 {
+				if _, err := s.PruneThrough(ctx, "p1", "epoch-p1", h-30); err != nil {
+					t.Fatal(err)
+				}
+			}
+		default:
+			storetest.AppendCommit(t, s, "p1", changes()...)
+		}
+		h := head()
+		for after := max(0, h-40); after < h; after++ {
+			for _, scopes := range []wire.ScopeMap{projects("a"), projects("b", "c")} {
+				q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: scopes, AfterSeq: after, ThroughSeq: h, LimitChanges: rng.IntN(4)}
+				got, err := s.ReadCommitWindow(ctx, "p1", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := s.readCommitWindow(ctx, "p1", q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Complete != want.Complete || !storetest.SameCommits(got.Commits, want.Commits) {
+					t.Fatalf("step %d, %+v: got %s(complete %v), log %s(complete %v)", step, q,
+						storetest.CommitsString(got.Commits), got.Complete, storetest.CommitsString(want.Commits), want.Complete)
+				}
+			}
+		}
+	}
+	if s.recentAnswers.Load() == 0 {
+		t.Fatal("no window was answered from the recent commits")
+	}
+	t.Logf("%d windows from the recent commits", s.recentAnswers.Load())
+}
+
+// TestRecentWindowsPruned: a prune empties the recent commits: a window
+// that starts below the new horizon gets what the log still holds, not
+// the pruned commits.
+func TestRecentWindowsPruned(t *testing.T) {
+	s, _ := openFixture(t)
+	ctx := t.Context()
+	through := mixedLog(t, s)
+	if _, err := s.PruneThrough(ctx, "p1", "epoch-p1", through-10); err != nil {
+		t.Fatal(err)
+	}
+	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: projects("a", "b", "c"), AfterSeq: through - 20, ThroughSeq: through}
+	got, err := s.ReadCommitWindow(ctx, "p1", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Commits) == 0 || got.Commits[0].Seq <= through-10 {
+		t.Fatalf("a window over pruned commits: %s", storetest.CommitsString(got.Commits))
+	}
+	mine := storetest.AppendCommit(t, s, "p1", storetest.UpsertChange(storetest.Task{ID: "after", ProjectID: "a"}.RowWrite(t, 1)))
+	before := s.recentAnswers.Load()
+	if _, err := s.ReadCommitWindow(ctx, "p1", store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: projects("a"), AfterSeq: mine - 1, ThroughSeq: mine}); err != nil {
+		t.Fatal(err)
+	}
+	if s.recentAnswers.Load() == before {
+		t.Error("a commit after the prune is not kept")
 	}
 }
