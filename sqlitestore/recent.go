@@ -37,11 +37,14 @@ import (
 // shared reads (entry_share.go): one read transaction answers the entries
 // and the states after asked while one of the partition is in flight.
 
-// defaultRecentCommits is how many commits the ring holds by default;
-// defaultRecentBytes bounds their strings and payloads.
+// defaultRecentCommits is how many commits the ring holds by default (a
+// short window is at most shortWindowCommits, and a round's reaches back
+// to the client's previous round, a batch or two); defaultRecentBytes
+// bounds their strings and payloads. Kept small: the ring is live heap
+// that every GC cycle marks.
 const (
-	defaultRecentCommits = 4096
-	defaultRecentBytes   = 4 << 20
+	defaultRecentCommits = 1024
+	defaultRecentBytes   = 1 << 20
 )
 
 // recentCommit is one published commit.

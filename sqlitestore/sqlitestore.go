@@ -96,7 +96,7 @@ type Config struct {
 	NoWALBuffer bool
 	// RecentCommits is how many of the writer's last commits are kept in
 	// memory to answer short commit windows without reading the log
-	// (recent.go). Default 4,096; negative keeps none.
+	// (recent.go). Default 1,024; negative keeps none.
 	RecentCommits int
 	// IdleCheckpoint is how long the writer must have committed nothing
 	// before the WAL is copied back into the database file on a
