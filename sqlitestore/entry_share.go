@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"errors"
-	"strconv"
 
 	"github.com/syncgo/syncgo/internal/shareread"
 	"github.com/syncgo/syncgo/store"
@@ -33,15 +32,12 @@ type entryShares = shareread.Reads[string, store.RequestState]
 // partition and gate alone), alone when no read of its partition is in
 // flight, else with the next shared read.
 func (s *Store) readSharedState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
-	key := strconv.Itoa(int(running)) + "\x00" + partition
-	return s.entries.Ask(ctx, s.sharedReadContext, key, clientID, func(ctx context.Context, ids []string, reply func(int, store.RequestState, error)) {
-		n := shareread.Batched(ids, reply, func(id string) (store.RequestState, error) {
+	return s.entries.AskBatched(ctx, s.sharedReadContext, store.EntryShareKey(partition, running), clientID,
+		func(ctx context.Context, id string) (store.RequestState, error) {
 			return s.readRequestState(ctx, partition, id, running)
-		}, func(ids []string) ([]store.RequestState, error) {
+		}, func(ctx context.Context, ids []string) ([]store.RequestState, error) {
 			return s.readRequestStates(ctx, partition, ids, running)
-		})
-		s.sharedEntries.Add(int64(n))
-	})
+		}, &s.sharedEntries)
 }
 
 // readRequestStates reads the partition, its serve gate and the records

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -24,6 +23,38 @@ func openFixture(t *testing.T) (testStore, *schema.Compiled) {
 		t.Fatal(err)
 	}
 	return s, sc
+}
+
+// openOther opens another store on s's file, as another process would,
+// with the fixture schema ensured.
+func openOther(t *testing.T, s testStore) testStore {
+	t.Helper()
+	other := openPath(t, s.path)
+	if err := other.EnsureSchema(t.Context(), storetest.FixtureSchema(t)); err != nil {
+		t.Fatal(err)
+	}
+	return other
+}
+
+// sameAsLog reads q of p1 through ReadCommitWindow and from the log alone
+// and fails the test (naming the case at) unless both answer the same;
+// it returns the window and whether the recent commits answered it.
+func sameAsLog(t *testing.T, s testStore, q store.CommitWindowQuery, at string) (store.CommitWindow, bool) {
+	t.Helper()
+	before := s.recentAnswers.Load()
+	got, err := s.ReadCommitWindow(t.Context(), "p1", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.readCommitWindow(t.Context(), "p1", q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Complete != want.Complete || !storetest.SameCommits(got.Commits, want.Commits) {
+		t.Fatalf("%s %+v: got %s(complete %v), log %s(complete %v)", at, q,
+			storetest.CommitsString(got.Commits), got.Complete, storetest.CommitsString(want.Commits), want.Complete)
+	}
+	return got, s.recentAnswers.Load() != before
 }
 
 // mixedLog writes partition p1's log for the window tests: 30
@@ -174,18 +205,10 @@ func TestRecentWindowsRolledBack(t *testing.T) {
 // and a change another process made to commits already kept (a payload
 // rewritten) empties them at this process's next write.
 func TestRecentWindowsOtherWriter(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sync.db")
-	s := openPath(t, path)
+	s, _ := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
 	through := mixedLog(t, s)
-	other := openPath(t, path)
-	if err := other.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	other := openOther(t, s)
 	a := projects("a", "b", "c")
 	theirs := storetest.AppendCommit(t, other, "p1", storetest.UpsertChange(storetest.Task{ID: "theirs", ProjectID: "a"}.RowWrite(t, 1)))
 	if theirs != through+1 {
@@ -193,19 +216,7 @@ func TestRecentWindowsOtherWriter(t *testing.T) {
 	}
 	read := func(q store.CommitWindowQuery) (store.CommitWindow, bool) {
 		t.Helper()
-		before := s.recentAnswers.Load()
-		got, err := s.ReadCommitWindow(ctx, "p1", q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := s.readCommitWindow(ctx, "p1", q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !storetest.SameCommits(got.Commits, want.Commits) || got.Complete != want.Complete {
-			t.Fatalf("%+v: got %s, log %s", q, storetest.CommitsString(got.Commits), storetest.CommitsString(want.Commits))
-		}
-		return got, s.recentAnswers.Load() != before
+		return sameAsLog(t, s, q, "")
 	}
 	if _, recent := read(store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: a, AfterSeq: through - 3, ThroughSeq: theirs}); recent {
 		t.Error("a window over another process's commit was answered from the recent commits")
@@ -272,17 +283,9 @@ func TestRecentCommitsBounded(t *testing.T) {
 // file (each followed by a commit of this one, which sees them), prunes —
 // every short window of p1 through its head answers what the log holds.
 func TestRecentWindowsRandomized(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sync.db")
-	s := openPath(t, path)
+	s, _ := openFixture(t)
 	ctx := t.Context()
-	sc := storetest.FixtureSchema(t)
-	if err := s.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
-	other := openPath(t, path)
-	if err := other.EnsureSchema(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	other := openOther(t, s)
 	for _, part := range []string{"p1", "p2"} {
 		if _, err := s.TouchPartition(ctx, part, 1000, "epoch-"+part); err != nil {
 			t.Fatal(err)
@@ -359,18 +362,7 @@ func TestRecentWindowsRandomized(t *testing.T) {
 		for after := max(0, h-40); after < h; after++ {
 			for _, scopes := range []wire.ScopeMap{projects("a"), projects("b", "c")} {
 				q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: scopes, AfterSeq: after, ThroughSeq: h, LimitChanges: rng.IntN(4)}
-				got, err := s.ReadCommitWindow(ctx, "p1", q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				want, err := s.readCommitWindow(ctx, "p1", q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got.Complete != want.Complete || !storetest.SameCommits(got.Commits, want.Commits) {
-					t.Fatalf("step %d, %+v: got %s(complete %v), log %s(complete %v)", step, q,
-						storetest.CommitsString(got.Commits), got.Complete, storetest.CommitsString(want.Commits), want.Complete)
-				}
+				sameAsLog(t, s, q, fmt.Sprintf("step %d", step))
 			}
 		}
 	}

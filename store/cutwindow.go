@@ -127,3 +127,10 @@ func matchingChanges(chs []Change, scopes wire.ScopeMap) []Change {
 	}
 	return chs[:len(chs):len(chs)]
 }
+
+// EntryShareKey is the key of a shared request entry read (the stores'
+// ReadRequestState): the partition and the running version the serve gate
+// is read at.
+func EntryShareKey(partition string, running int32) string {
+	return partition + "\x00" + strconv.Itoa(int(running))
+}

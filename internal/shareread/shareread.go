@@ -14,6 +14,7 @@ package shareread
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Reads are the queues of one kind of shared read, by key: Q is what one
@@ -114,6 +115,20 @@ func DetachedContext(ctx context.Context, done <-chan struct{}) (context.Context
 		}
 	}()
 	return ctx, cancel
+}
+
+// AskBatched is Ask for reads that cost less together than one by one:
+// the asks taken together are answered by alone when there is one, else
+// by all (Batched); shared, when set, counts the asks a batched read
+// answered.
+func (sr *Reads[Q, R]) AskBatched(ctx context.Context, readCtx func(context.Context) (context.Context, context.CancelFunc), key string, q Q,
+	alone func(context.Context, Q) (R, error), all func(context.Context, []Q) ([]R, error), shared *atomic.Int64) (R, error) {
+	return sr.Ask(ctx, readCtx, key, q, func(ctx context.Context, qs []Q, reply func(int, R, error)) {
+		n := Batched(qs, reply, func(q Q) (R, error) { return alone(ctx, q) }, func(qs []Q) ([]R, error) { return all(ctx, qs) })
+		if shared != nil {
+			shared.Add(int64(n))
+		}
+	})
 }
 
 // Batched answers qs with one read of all of them (all, whose answers
