@@ -1,10 +1,11 @@
 // Package shareread shares reads among the requests that ask for them at
 // about the same time: the reads of one key that arrive while a read of
 // that key is in flight queue; when it ends, the next read answers every
-// queued one. The reader is a goroutine per key, as a group commit's
-// leader: started by the first asker that finds no queue, it takes the
-// whole queue each time, so every read it sends was sent after each ask
-// it answers was queued, and it exits when the queue is empty.
+// queued one. The first asker that finds no queue reads alone, on its own
+// goroutine; if asks queued meanwhile, a reader goroutine takes over, as
+// a group commit's leader: it takes the whole queue each time, so every
+// read it sends was sent after each ask it answers was queued, and it
+// exits when the queue is empty.
 //
 // The stores use it for the short commit windows of push+pull rounds
 // (many clients' pulls right after their pushes commit in one batch) and,
@@ -43,28 +44,28 @@ type reply[R any] struct {
 // Answerer answers the asks qs of one key: reply(i, ...) for each, once.
 type Answerer[Q, R any] func(ctx context.Context, qs []Q, reply func(i int, r R, err error))
 
-// Ask queues q under key and waits for its answer; answer runs on the
-// key's reader (started here when the key has none), on the context
-// readCtx derives from the asker's (the read answers others too, so it
-// must not end with this asker's), for the asks taken together.
+// Ask queues q under key and waits for its answer. An ask that finds no
+// queue for its key reads alone, on its own goroutine and context (no
+// read is in flight that it could wait for); the asks that queue
+// meanwhile are answered by the key's reader, started when that read
+// ends, on the context readCtx derives from the asker's (the read answers
+// others too, so it must not end with this asker's), for the asks taken
+// together.
 func (sr *Reads[Q, R]) Ask(ctx context.Context, readCtx func(context.Context) (context.Context, context.CancelFunc), key string, q Q, answer Answerer[Q, R]) (R, error) {
-	a := &ask[Q, R]{q: q, done: make(chan reply[R], 1)}
 	sr.mu.Lock()
 	if sr.m == nil {
 		sr.m = map[string]*queue[Q, R]{}
 	}
 	sh := sr.m[key]
-	lead := sh == nil
-	if lead {
+	if sh == nil {
 		sh = &queue[Q, R]{}
 		sr.m[key] = sh
+		sr.mu.Unlock()
+		return sr.alone(ctx, readCtx, key, sh, q, answer)
 	}
+	a := &ask[Q, R]{q: q, done: make(chan reply[R], 1)}
 	sh.asks = append(sh.asks, a)
 	sr.mu.Unlock()
-	if lead {
-		rctx, cancel := readCtx(ctx)
-		go sr.read(rctx, cancel, key, sh, answer)
-	}
 	select {
 	case ans := <-a.done:
 		return ans.r, ans.err
@@ -72,6 +73,26 @@ func (sr *Reads[Q, R]) Ask(ctx context.Context, readCtx func(context.Context) (c
 		var zero R
 		return zero, ctx.Err()
 	}
+}
+
+// alone answers q, the ask that made the queue sh of key, with a read of
+// its own, then hands the asks queued meanwhile to a reader, or removes
+// the queue when there are none (also when answer panics: no later ask
+// of the key waits on a queue nobody reads).
+func (sr *Reads[Q, R]) alone(ctx context.Context, readCtx func(context.Context) (context.Context, context.CancelFunc), key string, sh *queue[Q, R], q Q, answer Answerer[Q, R]) (r R, err error) {
+	defer func() {
+		sr.mu.Lock()
+		if len(sh.asks) == 0 {
+			delete(sr.m, key)
+			sr.mu.Unlock()
+			return
+		}
+		sr.mu.Unlock()
+		rctx, cancel := readCtx(ctx)
+		go sr.read(rctx, cancel, key, sh, answer)
+	}()
+	answer(ctx, []Q{q}, func(_ int, ar R, aerr error) { r, err = ar, aerr })
+	return r, err
 }
 
 // read answers the queue of a key until it is empty, then removes it.
