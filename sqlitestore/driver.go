@@ -191,6 +191,10 @@ type conn struct {
 	// statements counts the statements run through stmt (prepared and
 	// cached), for the writer's benchmarks.
 	statements int64
+	// writes counts the statements run that may write: every one but a
+	// cached statement whose text starts with SELECT (the writer's
+	// candidates, tx.go).
+	writes int64
 }
 
 func newConn(c *sqlite.Conn) *conn {
@@ -205,6 +209,9 @@ var errNoRows = errors.New("sqlitestore: no rows in result set")
 // bound again before the next (bind checks the count).
 func (c *conn) stmt(query string) (*sqlite.Stmt, error) {
 	c.statements++
+	if !strings.HasPrefix(query, "SELECT") {
+		c.writes++
+	}
 	if st, ok := c.stmts[query]; ok {
 		return st, nil
 	}
@@ -279,6 +286,7 @@ func (c *conn) query(query string, args ...any) (*rows, error) {
 
 // execOnce runs a statement without caching it.
 func (c *conn) execOnce(query string) error {
+	c.writes++
 	st, _, err := c.c.PrepareTransient(query)
 	if err != nil {
 		return err
@@ -294,6 +302,7 @@ func (c *conn) execOnce(query string) error {
 
 // queryRowOnce reads one row without caching the statement.
 func (c *conn) queryRowOnce(query string, dest ...any) error {
+	c.writes++
 	st, _, err := c.c.PrepareTransient(query)
 	if err != nil {
 		return err
@@ -310,6 +319,7 @@ func (c *conn) queryRowOnce(query string, dest ...any) error {
 // execScript runs a script of statements in order, stopping at the first
 // error; it opens no transaction of its own.
 func (c *conn) execScript(script string) error {
+	c.writes++
 	for {
 		script = strings.TrimSpace(script)
 		if script == "" {

@@ -247,20 +247,36 @@ ON CONFLICT(partition, tbl, row_id) DO UPDATE SET commit_seq=excluded.commit_seq
 	return seq, nil
 }
 
+// Candidate runs fn in a savepoint. The first candidate of a request
+// that has written nothing yet (a push's commit: its journal lookup is
+// a read) uses the request's own savepoint, as pgstore's does: rolling
+// back to it undoes exactly fn's writes, and the SAVEPOINT and RELEASE
+// of one more level, two statements per commit on the writer, are
+// saved. Any other opens one of its own.
 func (tx *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	w := tx.s.w
+	mark := len(w.pending)
 	tx.depth++
-	name := fmt.Sprintf("c%d", tx.depth)
 	defer func() { tx.depth-- }()
+	if tx.depth == 1 && tx.c.writes == w.savepointWrites {
+		if err = fn(ctx); err != nil {
+			w.pending = w.pending[:mark]
+			if rbErr := tx.c.exec("ROLLBACK TO " + requestSavepoint); rbErr != nil {
+				err = errors.Join(err, rbErr)
+			}
+		}
+		return err
+	}
+	name := fmt.Sprintf("c%d", tx.depth)
 	if err := tx.c.exec("SAVEPOINT " + name); err != nil {
 		return fmt.Errorf("candidate: %w", err)
 	}
-	mark := len(tx.s.w.pending)
 	defer func() {
 		if err != nil {
-			tx.s.w.pending = tx.s.w.pending[:mark]
+			w.pending = w.pending[:mark]
 			if rbErr := tx.c.exec("ROLLBACK TO " + name); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}

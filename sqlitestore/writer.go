@@ -45,7 +45,15 @@ type writer struct {
 	dropRecent  bool
 	staleRecent bool
 	dataVersion int64
+
+	// savepointWrites is c.writes right after the request in progress
+	// opened its savepoint: while they are equal, the request wrote
+	// nothing yet and its first candidate is that savepoint (tx.go).
+	savepointWrites int64
 }
+
+// requestSavepoint is the savepoint each request of a batch runs in.
+const requestSavepoint = "w"
 
 var _ store.LocalWriter = (*Store)(nil)
 
@@ -211,9 +219,10 @@ func (w *writer) runBatch(batch []*writeReq) bool {
 }
 
 func (w *writer) runOne(r *writeReq) (err error) {
-	if err := w.c.exec("SAVEPOINT w"); err != nil {
+	if err := w.c.exec("SAVEPOINT " + requestSavepoint); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
+	w.savepointWrites = w.c.writes
 	mark := len(w.pending)
 	defer func() {
 		if p := recover(); p != nil {
@@ -221,11 +230,11 @@ func (w *writer) runOne(r *writeReq) (err error) {
 		}
 		if err != nil {
 			w.pending = w.pending[:mark]
-			if rbErr := w.c.exec("ROLLBACK TO w"); rbErr != nil {
+			if rbErr := w.c.exec("ROLLBACK TO " + requestSavepoint); rbErr != nil {
 				err = errors.Join(err, rbErr)
 			}
 		}
-		if relErr := w.c.exec("RELEASE w"); relErr != nil && err == nil {
+		if relErr := w.c.exec("RELEASE " + requestSavepoint); relErr != nil && err == nil {
 			err = relErr
 		}
 	}()

@@ -70,3 +70,37 @@ func TestUpsertHealsScopeIndex(t *testing.T) {
 		t.Errorf("scope entries of the re-inserted row = %v, want [project_id=new]", got)
 	}
 }
+
+// TestCandidateUsesRequestSavepoint: a write's first candidate after
+// reads only (a push's journal lookup) runs in the write's own savepoint,
+// with no SAVEPOINT of its own; one after a write opens its own.
+func TestCandidateUsesRequestSavepoint(t *testing.T) {
+	s, ctx := openWriterTest(t)
+	own := func() bool {
+		_, ok := s.w.c.stmts["SAVEPOINT c1"]
+		return ok
+	}
+	x := storetest.Task{ID: "x", ProjectID: "p1"}.RowWrite(t, 1)
+	if err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
+		if _, err := tx.PushResult(ctx, "c", "cc-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("PushResult = %v, want ErrNotFound", err)
+		}
+		return tx.Candidate(ctx, func(ctx context.Context) error { return tx.UpsertRow(ctx, x) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if own() {
+		t.Errorf("the first candidate after reads opened a savepoint of its own")
+	}
+	if err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
+		if err := tx.UpsertRow(ctx, x); err != nil {
+			return err
+		}
+		return tx.Candidate(ctx, func(ctx context.Context) error { return tx.UpsertRow(ctx, x) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !own() {
+		t.Errorf("a candidate after a write did not open a savepoint of its own")
+	}
+}

@@ -135,6 +135,73 @@ func testCandidateRollback(t *testing.T, open Opener) {
 	}
 }
 
+// testCandidateFirstRollback: the first candidate of a write that has
+// only read so far (a push's journal lookup, the row it changes) fails:
+// its writes and those of a candidate nested in it are undone, and what
+// the write does after it commits (a driver may use the write's own
+// savepoint for such a candidate).
+func testCandidateFirstRollback(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	e.touch("p1")
+	a := Task{ID: "a", ProjectID: "p1", Title: ptr("v1")}.RowWrite(t, 1)
+	c := Task{ID: "c", ProjectID: "p1"}.RowWrite(t, 1)
+	e.upsert("p1", a)
+	rejected := store.PushRecord{
+		Status:  wire.PushRejected,
+		Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpError, Code: "sync.validation_failed", Message: "no"}},
+	}
+	e.write("p1", func(ctx context.Context, tx store.WriteTx) error {
+		if got, err := tx.PushResult(ctx, "client-1", "cc-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("WriteTx.PushResult before any write = %s, %v; want ErrNotFound", fmtPushRecord(got), err)
+		}
+		if _, err := tx.Row(ctx, TableTasks, "a"); err != nil {
+			return err
+		}
+		err := tx.Candidate(ctx, func(ctx context.Context) error {
+			if err := tx.UpsertRow(ctx, Task{ID: "a", ProjectID: "p2", Title: ptr("v2")}.RowWrite(t, 2)); err != nil {
+				return err
+			}
+			if err := tx.Candidate(ctx, func(ctx context.Context) error {
+				return tx.UpsertRow(ctx, Task{ID: "b", ProjectID: "p1"}.RowWrite(t, 1))
+			}); err != nil {
+				return err
+			}
+			if _, err := tx.AppendCommit(ctx, newCommit(UpsertChange(a))); err != nil {
+				return err
+			}
+			return errBoom
+		})
+		if !errors.Is(err, errBoom) {
+			t.Errorf("Candidate(failing) = %v, want the function's error", err)
+		}
+		if stored, err := tx.PutPushResult(ctx, "client-1", "cc-1", rejected); err != nil || !stored {
+			t.Errorf("PutPushResult(rejection) after a failed candidate = %t, %v; want true", stored, err)
+		}
+		if err := tx.UpsertRow(ctx, c); err != nil {
+			return err
+		}
+		seq, err := tx.AppendCommit(ctx, newCommit(UpsertChange(c)))
+		if err == nil && seq != 2 {
+			t.Errorf("AppendCommit after a failed candidate = %d, want 2", seq)
+		}
+		return err
+	})
+	if got := e.row("p1", TableTasks, "a"); !sameRow(got, a.Row) {
+		t.Errorf("Row(a) = %s, want %s", fmtRow(got), fmtRow(a.Row))
+	}
+	e.wantNoRow("p1", TableTasks, "b")
+	e.row("p1", TableTasks, "c")
+	if got := e.scan("p1", TableTasks, projectScope("p2")); len(got) != 0 {
+		t.Errorf("scan of project p2 = %s, want none (the candidate's scope change was undone)", fmtRows(got))
+	}
+	if got, err := e.s.PushResult(e.ctx, "p1", "client-1", "cc-1"); err != nil || !samePushRecord(got, rejected) {
+		t.Errorf("PushResult = %s, %v; want %s", fmtPushRecord(got), err, fmtPushRecord(rejected))
+	}
+	if p := e.partition("p1"); p.MaxCommitSeq != 2 {
+		t.Errorf("MaxCommitSeq = %d, want 2", p.MaxCommitSeq)
+	}
+}
+
 // usersSchema has a declared unique index.
 func usersSchema(t *testing.T) *schema.Compiled {
 	t.Helper()

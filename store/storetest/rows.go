@@ -23,6 +23,7 @@ func RunRows(t *testing.T, open Opener) {
 		{"FailedWriteLeavesNothing", testRowFailedWrite},
 		{"CandidateCommits", testCandidateCommits},
 		{"CandidateRollback", testCandidateRollback},
+		{"CandidateFirstRollback", testCandidateFirstRollback},
 		{"UniqueIndex", testUniqueIndex},
 		{"TombstoneOnDelete", testTombstoneOnDelete},
 		{"ClearTombstone", testClearTombstone},
