@@ -335,3 +335,51 @@ func TestPageBoundariesPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestReadPoolLastPutFirst: a read takes the connection put back last,
+// so reads that do not overlap keep to one connection (and its page
+// cache); overlapping reads still get connections of their own.
+func TestReadPoolLastPutFirst(t *testing.T) {
+	s := openPath(t, filepath.Join(t.TempDir(), "sync.db"))
+	ctx := context.Background()
+	p := s.readers
+	a, err := p.take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("two overlapping takes got one connection")
+	}
+	p.put(a)
+	p.put(b)
+	for range 3 {
+		c, err := p.take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c != b {
+			t.Fatalf("take after b was put back last: another connection")
+		}
+		p.put(c)
+	}
+	seen := map[*conn]bool{}
+	var held []*conn
+	for range p.n {
+		c, err := p.take(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[c] = true
+		held = append(held, c)
+	}
+	if len(seen) != p.n {
+		t.Errorf("%d overlapping takes got %d connections", p.n, len(seen))
+	}
+	for _, c := range held {
+		p.put(c)
+	}
+}

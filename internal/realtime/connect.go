@@ -394,13 +394,42 @@ func (h *Hub) refuse(wc *wsConn) {
 	}()
 }
 
+// readStart reads the client record (ErrNotFound when there is none)
+// and the partition (zero when unknown). A store that reads both at once
+// (store.RequestStateReader) does: one read instead of two, shared by
+// the attaches of a partition that arrive together (a reconnect storm's),
+// so that they keep to few read connections and their page caches.
+func (h *Hub) readStart(ctx context.Context, partition, clientID string) (store.ClientRecord, store.Partition, error) {
+	if rs, ok := h.cfg.Store.(store.RequestStateReader); ok {
+		st, err := rs.ReadRequestState(ctx, partition, clientID, h.cfg.Engine.Schema().Version())
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return store.ClientRecord{}, store.Partition{}, store.ErrNotFound
+		case err != nil:
+			return store.ClientRecord{}, store.Partition{}, err
+		case st.Client == nil:
+			return store.ClientRecord{}, st.Partition, store.ErrNotFound
+		}
+		return *st.Client, st.Partition, nil
+	}
+	rec, err := h.cfg.Store.Client(ctx, partition, clientID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return rec, store.Partition{}, err
+	}
+	part, perr := h.cfg.Store.Partition(ctx, partition)
+	if perr != nil && !errors.Is(perr, store.ErrNotFound) {
+		return rec, store.Partition{}, perr
+	}
+	return rec, part, err
+}
+
 // start reads the client record and the partition, loads the
 // registrations and queues hello.
 func (h *Hub) start(ctx context.Context, s *session) error {
 	s.mu.Lock()
 	gen := s.grantGen
 	s.mu.Unlock()
-	rec, err := h.cfg.Store.Client(ctx, s.auth.Partition, s.clientID)
+	rec, part, err := h.readStart(ctx, s.auth.Partition, s.clientID)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
@@ -408,10 +437,6 @@ func (h *Hub) start(ctx context.Context, s *session) error {
 		return err
 	case rec.ActorID != s.auth.ActorID:
 		rec = store.ClientRecord{Cursor: -1, WireVersion: wire.Version3}
-	}
-	part, err := h.cfg.Store.Partition(ctx, s.auth.Partition)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return err
 	}
 	regs := h.loadRegistrations(ctx, s.auth, s.clientID, rec)
 	version := rec.WireVersion
