@@ -60,10 +60,7 @@ func testCandidateRollback(t *testing.T, open Opener) {
 	before := Task{ID: "before", ProjectID: "p1"}.RowWrite(t, 1)
 	e.upsert("p1", a)
 	e.upsert("p1", c)
-	rejected := store.PushRecord{
-		Status:  wire.PushRejected,
-		Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpError, Code: "sync.validation_failed", Message: "no"}},
-	}
+	rejected := rejectedResult()
 	e.write("p1", func(ctx context.Context, tx store.WriteTx) error {
 		if err := tx.UpsertRow(ctx, before); err != nil {
 			return err
@@ -123,15 +120,32 @@ func testCandidateRollback(t *testing.T, open Opener) {
 			t.Errorf("Row(%q) = %s, want %s", w.RowID, fmtRow(got), fmtRow(w.Row))
 		}
 	}
+	e.wantCandidateUndone(rejected, 3)
+}
+
+// rejectedResult is the push result the candidate tests record after a
+// failed candidate.
+func rejectedResult() store.PushRecord {
+	return store.PushRecord{
+		Status:  wire.PushRejected,
+		Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpError, Code: "sync.validation_failed", Message: "no"}},
+	}
+}
+
+// wantCandidateUndone checks what is left of a failed candidate that
+// wrote row b and moved a row to project p2: neither, the rejection
+// recorded for client-1's cc-1, and the log's head at seq.
+func (e *env) wantCandidateUndone(rejected store.PushRecord, seq int64) {
+	e.t.Helper()
 	e.wantNoRow("p1", TableTasks, "b")
 	if got := e.scan("p1", TableTasks, projectScope("p2")); len(got) != 0 {
-		t.Errorf("scan of project p2 = %s, want none (the candidate's scope change was undone)", fmtRows(got))
+		e.t.Errorf("scan of project p2 = %s, want none (the candidate's scope change was undone)", fmtRows(got))
 	}
 	if got, err := e.s.PushResult(e.ctx, "p1", "client-1", "cc-1"); err != nil || !samePushRecord(got, rejected) {
-		t.Errorf("PushResult = %s, %v; want %s", fmtPushRecord(got), err, fmtPushRecord(rejected))
+		e.t.Errorf("PushResult = %s, %v; want %s", fmtPushRecord(got), err, fmtPushRecord(rejected))
 	}
-	if p := e.partition("p1"); p.MaxCommitSeq != 3 {
-		t.Errorf("MaxCommitSeq = %d, want 3", p.MaxCommitSeq)
+	if p := e.partition("p1"); p.MaxCommitSeq != seq {
+		e.t.Errorf("MaxCommitSeq = %d, want %d", p.MaxCommitSeq, seq)
 	}
 }
 
@@ -146,10 +160,7 @@ func testCandidateFirstRollback(t *testing.T, open Opener) {
 	a := Task{ID: "a", ProjectID: "p1", Title: ptr("v1")}.RowWrite(t, 1)
 	c := Task{ID: "c", ProjectID: "p1"}.RowWrite(t, 1)
 	e.upsert("p1", a)
-	rejected := store.PushRecord{
-		Status:  wire.PushRejected,
-		Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpError, Code: "sync.validation_failed", Message: "no"}},
-	}
+	rejected := rejectedResult()
 	e.write("p1", func(ctx context.Context, tx store.WriteTx) error {
 		if got, err := tx.PushResult(ctx, "client-1", "cc-1"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("WriteTx.PushResult before any write = %s, %v; want ErrNotFound", fmtPushRecord(got), err)
@@ -189,17 +200,8 @@ func testCandidateFirstRollback(t *testing.T, open Opener) {
 	if got := e.row("p1", TableTasks, "a"); !sameRow(got, a.Row) {
 		t.Errorf("Row(a) = %s, want %s", fmtRow(got), fmtRow(a.Row))
 	}
-	e.wantNoRow("p1", TableTasks, "b")
 	e.row("p1", TableTasks, "c")
-	if got := e.scan("p1", TableTasks, projectScope("p2")); len(got) != 0 {
-		t.Errorf("scan of project p2 = %s, want none (the candidate's scope change was undone)", fmtRows(got))
-	}
-	if got, err := e.s.PushResult(e.ctx, "p1", "client-1", "cc-1"); err != nil || !samePushRecord(got, rejected) {
-		t.Errorf("PushResult = %s, %v; want %s", fmtPushRecord(got), err, fmtPushRecord(rejected))
-	}
-	if p := e.partition("p1"); p.MaxCommitSeq != 2 {
-		t.Errorf("MaxCommitSeq = %d, want 2", p.MaxCommitSeq)
-	}
+	e.wantCandidateUndone(rejected, 2)
 }
 
 // usersSchema has a declared unique index.
