@@ -131,17 +131,20 @@ func (rc *recentCommits) window(partition string, q store.CommitWindowQuery) (st
 	if found != want {
 		return store.CommitWindow{}, false
 	}
-	all := store.CommitWindow{Commits: make([]store.Commit, 0, min(want, 16))}
-	for i := first; i < rc.n; i++ {
-		e := &rc.ring[(rc.start+i)%len(rc.ring)]
-		if e.partition != partition || e.c.Seq > q.ThroughSeq {
-			continue
-		}
-		if c, ok := tableChanges(e.c, q.Table); ok {
-			all.Commits = append(all.Commits, c)
+	// Cut from the ring as it is: a round's window spans every client's
+	// commit since the last pull, most of them outside the scopes asked.
+	commits := func(yield func(store.Commit) bool) {
+		for i := first; i < rc.n; i++ {
+			e := &rc.ring[(rc.start+i)%len(rc.ring)]
+			if e.partition != partition || e.c.Seq > q.ThroughSeq {
+				continue
+			}
+			if c, ok := tableChanges(e.c, q.Table); ok && !yield(c) {
+				return
+			}
 		}
 	}
-	return store.CutWindow(all, q), true
+	return store.CutCommits(commits, nil, q), true
 }
 
 // tableChanges is c with only its changes of table; false when it has

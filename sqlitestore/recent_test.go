@@ -399,3 +399,31 @@ func TestRecentWindowsPruned(t *testing.T) {
 		t.Error("a commit after the prune is not kept")
 	}
 }
+
+// BenchmarkRecentWindow: a push+pull round's window cut from the recent
+// commits: the last 64 commits of 64 clients, one project each, asked
+// for one project's.
+func BenchmarkRecentWindow(b *testing.B) {
+	rc := newRecentCommits(1024, 1<<20)
+	var batch []recentCommit
+	for seq := int64(1); seq <= 1024; seq++ {
+		sc := wire.StoredScopes{{Key: "project_id", Value: fmt.Sprintf("p%d", seq%64)}}
+		nc := store.NewCommit{ClientID: fmt.Sprintf("c%d", seq%64), ClientCommitID: fmt.Sprint(seq), ActorID: "a",
+			Changes: []store.Change{{Table: storetest.TableTasks, RowID: fmt.Sprint(seq), Op: wire.OpUpsert, RowVersion: 1,
+				Scopes: sc, Payload: []byte("0123456789abcdef0123456789abcdef")}}}
+		c, err := keptCommit("p1", seq, nc, [][]byte{store.EncodeScopes(sc)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch = append(batch, c)
+	}
+	rc.publish(batch, false)
+	q := store.CommitWindowQuery{Table: storetest.TableTasks, Scopes: projects("p3"), AfterSeq: 1024 - 64, ThroughSeq: 1024}
+	b.ReportAllocs()
+	for b.Loop() {
+		win, ok := rc.window("p1", q)
+		if !ok || len(win.Commits) != 1 {
+			b.Fatalf("window: %v, %d commits", ok, len(win.Commits))
+		}
+	}
+}

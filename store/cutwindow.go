@@ -1,6 +1,7 @@
 package store
 
 import (
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,13 +83,20 @@ func AnswerShared(qs []CommitWindowQuery, maxSpan int64, read func(CommitWindowQ
 // the state read after them. The changes are shared, read-only, with the
 // other answers.
 func CutWindow(all CommitWindow, q CommitWindowQuery) CommitWindow {
-	win := CommitWindow{Complete: true, State: all.State}
-	if win.State != nil {
-		st := *all.State // each answer its own copy
+	return CutCommits(slices.Values(all.Commits), all.State, q)
+}
+
+// CutCommits is CutWindow over commits given oldest first (those of q's
+// table and partition, over a range that holds q's) and the state read
+// after them, which each answer gets a copy of.
+func CutCommits(commits iter.Seq[Commit], state *RequestState, q CommitWindowQuery) CommitWindow {
+	win := CommitWindow{Complete: true}
+	if state != nil {
+		st := *state // each answer its own copy
 		win.State = &st
 	}
 	changes := 0
-	for _, c := range all.Commits {
+	for c := range commits {
 		if c.Seq <= q.AfterSeq {
 			continue
 		}
