@@ -300,6 +300,9 @@ func DecodeSubscriptions(b []byte) ([]SubscriptionRecord, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
+	if subs, ok := decodeFlatSubscriptions(b); ok {
+		return subs, nil
+	}
 	if err := json.Unmarshal(b, &subs); err != nil {
 		return nil, fmt.Errorf("%w: subscriptions: %v", ErrUnreadable, err)
 	}
