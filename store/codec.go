@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/syncgo/syncgo/wire"
@@ -37,6 +38,57 @@ type opResultJSON struct {
 
 // EncodePushRecord returns the stored JSON of a push record.
 func EncodePushRecord(rec PushRecord) ([]byte, error) {
+	if b, ok := appendAppliedRecord(nil, rec); ok {
+		return b, nil
+	}
+	return marshalPushRecord(rec)
+}
+
+// appendAppliedRecord appends the JSON of the common record, an applied
+// commit whose every operation applied, as marshalPushRecord writes it,
+// without reflection (every commit writes one, on the writer); false for
+// any other record.
+func appendAppliedRecord(b []byte, rec PushRecord) ([]byte, bool) {
+	if rec.Status != wire.PushApplied || len(rec.Details) != 0 {
+		return nil, false
+	}
+	for _, r := range rec.Results {
+		if r.Status != wire.OpApplied {
+			return nil, false
+		}
+	}
+	b = append(b, `{"status":`...)
+	b = appendJSONString(b, rec.Status.String())
+	b = append(b, `,"commitSeq":`...)
+	b = strconv.AppendInt(b, rec.CommitSeq, 10)
+	if rec.RecordedAtMs != 0 {
+		b = append(b, `,"recordedAtMs":`...)
+		b = strconv.AppendInt(b, rec.RecordedAtMs, 10)
+	}
+	if rec.CacheIdentity != "" {
+		b = append(b, `,"cacheIdentity":`...)
+		b = appendJSONString(b, rec.CacheIdentity)
+	}
+	if rec.ActorID != "" {
+		b = append(b, `,"actorId":`...)
+		b = appendJSONString(b, rec.ActorID)
+	}
+	b = append(b, `,"results":[`...)
+	for i, r := range rec.Results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"opIndex":`...)
+		b = strconv.AppendInt(b, int64(r.OpIndex), 10)
+		b = append(b, `,"status":`...)
+		b = appendJSONString(b, r.Status.String())
+		b = append(b, '}')
+	}
+	return append(b, "]}"...), true
+}
+
+// marshalPushRecord is EncodePushRecord by encoding/json, for every record.
+func marshalPushRecord(rec PushRecord) ([]byte, error) {
 	out := pushRecordJSON{
 		Status:        rec.Status.String(),
 		RecordedAtMs:  rec.RecordedAtMs,
@@ -157,9 +209,20 @@ func EncodeScopes(s wire.StoredScopes) []byte {
 	return append(b, '}')
 }
 
+// appendJSONString appends s as encoding/json writes it: quoted as it is
+// when it is printable ASCII with nothing to escape (no quote, backslash,
+// or <, > and & that encoding/json escapes for HTML), else by
+// encoding/json.
 func appendJSONString(b []byte, s string) []byte {
-	q, _ := json.Marshal(s)
-	return append(b, q...)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // DecodeScopes parses stored scopes JSON into canonical key order.
