@@ -38,7 +38,7 @@ type opResultJSON struct {
 
 // EncodePushRecord returns the stored JSON of a push record.
 func EncodePushRecord(rec PushRecord) ([]byte, error) {
-	if b, ok := appendAppliedRecord(nil, rec); ok {
+	if b, ok := appendAppliedRecord(make([]byte, 0, 128+48*len(rec.Results)), rec); ok {
 		return b, nil
 	}
 	return marshalPushRecord(rec)

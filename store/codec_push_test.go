@@ -78,3 +78,26 @@ func TestEncodePushRecordPaths(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEncodePushRecord: an applied one-operation commit's record,
+// by the fast path and by encoding/json.
+func BenchmarkEncodePushRecord(b *testing.B) {
+	rec := PushRecord{Status: wire.PushApplied, CommitSeq: 123456, RecordedAtMs: 1764806400000,
+		CacheIdentity: "k2v8q0x1m3n5", ActorID: "bench-17", Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpApplied}}}
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := EncodePushRecord(rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := marshalPushRecord(rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
