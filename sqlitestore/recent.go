@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"sync"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/syncgo/syncgo/store"
@@ -175,11 +176,15 @@ func tableChanges(c store.Commit, table string) (store.Commit, bool) {
 
 // keptCommit copies an appended commit out of the request's memory: its
 // strings and payloads into one arena, its scopes as the log stores them
-// (the scopes JSON the append wrote, decoded as a read decodes it).
+// (the change's own when they read back from their JSON as they are,
+// else the scopes JSON the append wrote, decoded as a read decodes it).
 func keptCommit(partition string, seq int64, nc store.NewCommit, scopes [][]byte) (recentCommit, error) {
 	size := len(partition) + len(nc.ClientID) + len(nc.ClientCommitID) + len(nc.ActorID)
 	for _, ch := range nc.Changes {
 		size += len(ch.Table) + len(ch.RowID) + len(ch.Payload)
+		for _, e := range ch.Scopes {
+			size += len(e.Key) + len(e.Value)
+		}
 	}
 	arena := make([]byte, 0, size)
 	str := func(s string) string {
@@ -195,9 +200,17 @@ func keptCommit(partition string, seq int64, nc store.NewCommit, scopes [][]byte
 		Changes: make([]store.Change, len(nc.Changes))}
 	held := size
 	for i, ch := range nc.Changes {
-		sc, err := store.DecodeScopes(scopes[i])
-		if err != nil {
-			return recentCommit{}, err
+		var sc wire.StoredScopes
+		if storedAsIs(ch.Scopes) {
+			sc = make(wire.StoredScopes, len(ch.Scopes))
+			for j, e := range ch.Scopes {
+				sc[j] = wire.StoredScope{Key: str(e.Key), Value: str(e.Value)}
+			}
+		} else {
+			var err error
+			if sc, err = store.DecodeScopes(scopes[i]); err != nil {
+				return recentCommit{}, err
+			}
 		}
 		for _, s := range sc {
 			held += len(s.Key) + len(s.Value) + 32
@@ -214,6 +227,21 @@ func keptCommit(partition string, seq int64, nc store.NewCommit, scopes [][]byte
 		c.Changes[i] = out
 	}
 	return recentCommit{partition: str(partition), c: c, size: held + 64*len(c.Changes) + 96}, nil
+}
+
+// storedAsIs reports whether scopes read back from their JSON are the
+// scopes themselves: keys in canonical order, each once, keys and values
+// valid UTF-8 (which the JSON keeps as it is).
+func storedAsIs(scopes wire.StoredScopes) bool {
+	for i, e := range scopes {
+		if i > 0 && wire.CompareKeys(scopes[i-1].Key, e.Key) >= 0 {
+			return false
+		}
+		if !utf8.ValidString(e.Key) || !utf8.ValidString(e.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // readStateAfter reads the partition's state and serve gate at running,

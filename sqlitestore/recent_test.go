@@ -427,3 +427,33 @@ func BenchmarkRecentWindow(b *testing.B) {
 		}
 	}
 }
+
+// TestKeptCommitScopes: a kept commit's scopes are what the log's read
+// of the JSON the append wrote gives, whether copied (canonical order,
+// valid UTF-8) or decoded (any other).
+func TestKeptCommitScopes(t *testing.T) {
+	for _, sc := range []wire.StoredScopes{
+		nil, {},
+		{{Key: "project_id", Value: "p1"}},
+		{{Key: "a", Value: "1"}, {Key: "b", Value: "<&>\"\\\n"}},
+		{{Key: "b", Value: "2"}, {Key: "a", Value: "1"}},
+		{{Key: "a", Value: "1"}, {Key: "a", Value: "2"}},
+		{{Key: "é", Value: "\xff"}},
+		{{Key: "\xfe", Value: "x"}},
+	} {
+		enc := store.EncodeScopes(sc)
+		want, err := store.DecodeScopes(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := store.NewCommit{ClientID: "c", ClientCommitID: "cc", Changes: []store.Change{
+			{Table: storetest.TableTasks, RowID: "r", Op: wire.OpUpsert, RowVersion: 1, Scopes: sc, Payload: []byte("x")}}}
+		kept, err := keptCommit("p1", 1, nc, [][]byte{enc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kept.c.Changes[0].Scopes; !reflect.DeepEqual(got, want) {
+			t.Errorf("scopes %q: kept %q, the log reads %q", sc, got, want)
+		}
+	}
+}
