@@ -27,17 +27,7 @@ func FuzzEncodePushRecord(f *testing.F) {
 		for i := range int32(n % 4) {
 			rec.Results = append(rec.Results, wire.OpResult{OpIndex: opIndex + i, Status: wire.OpApplied})
 		}
-		got, err := EncodePushRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := marshalPushRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("EncodePushRecord = %s, encoding/json %s", got, want)
-		}
+		got := encodedAsMarshal(t, rec)
 		if _, err := DecodePushRecord(got); err != nil {
 			t.Fatalf("DecodePushRecord(%s): %v", got, err)
 		}
@@ -65,18 +55,26 @@ func TestEncodePushRecordPaths(t *testing.T) {
 		}
 	}
 	for _, rec := range append(others, applied, PushRecord{Status: wire.PushApplied}) {
-		got, err := EncodePushRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, err := marshalPushRecord(rec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("EncodePushRecord = %s, encoding/json %s", got, want)
-		}
+		encodedAsMarshal(t, rec)
 	}
+}
+
+// encodedAsMarshal returns EncodePushRecord's bytes for rec and fails the
+// test unless they are encoding/json's.
+func encodedAsMarshal(t *testing.T, rec PushRecord) []byte {
+	t.Helper()
+	got, err := EncodePushRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := marshalPushRecord(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("EncodePushRecord = %s, encoding/json %s", got, want)
+	}
+	return got
 }
 
 // BenchmarkEncodePushRecord: an applied one-operation commit's record,
