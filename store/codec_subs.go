@@ -20,29 +20,15 @@ func decodeFlatSubscriptions(b []byte) ([]SubscriptionRecord, bool) {
 	}
 	s := flatJSON{p: b}
 	var out []SubscriptionRecord
-	switch {
-	case s.null():
-	case s.byte('['):
+	if !s.null() {
 		out = []SubscriptionRecord{}
-		if s.byte(']') {
-			break
-		}
-		for {
+		if !s.list(func() bool {
 			rec, ok := s.subscription()
-			if !ok {
-				return nil, false
-			}
 			out = append(out, rec)
-			if s.byte(',') {
-				continue
-			}
-			if s.byte(']') {
-				break
-			}
+			return ok
+		}) {
 			return nil, false
 		}
-	default:
-		return nil, false
 	}
 	if len(skipSpace(s.p)) != 0 {
 		return nil, false
@@ -70,6 +56,25 @@ func (s *flatJSON) null() bool {
 		return true
 	}
 	return false
+}
+
+// list reads an array, each element with each, which reports whether
+// the element was there.
+func (s *flatJSON) list(each func() bool) bool {
+	if !s.byte('[') {
+		return false
+	}
+	if s.byte(']') {
+		return true
+	}
+	for {
+		if !each() {
+			return false
+		}
+		if !s.byte(',') {
+			return s.byte(']')
+		}
+	}
 }
 
 // str reads a quoted string without escapes or control characters.
@@ -178,25 +183,13 @@ func (s *flatJSON) scopes() (map[string][]string, bool) {
 		}
 		var vals []string
 		if !s.null() {
-			if !s.byte('[') {
-				return nil, false
-			}
 			vals = []string{}
-			if !s.byte(']') {
-				for {
-					v, ok := s.str()
-					if !ok {
-						return nil, false
-					}
-					vals = append(vals, v)
-					if s.byte(',') {
-						continue
-					}
-					if s.byte(']') {
-						break
-					}
-					return nil, false
-				}
+			if !s.list(func() bool {
+				v, ok := s.str()
+				vals = append(vals, v)
+				return ok
+			}) {
+				return nil, false
 			}
 		}
 		m[k] = vals
