@@ -21,12 +21,8 @@ func decodeFlatSubscriptions(b []byte) ([]SubscriptionRecord, bool) {
 	s := flatJSON{p: b}
 	var out []SubscriptionRecord
 	if !s.null() {
-		out = []SubscriptionRecord{}
-		if !s.list(func() bool {
-			rec, ok := s.subscription()
-			out = append(out, rec)
-			return ok
-		}) {
+		var ok bool
+		if out, ok = listOf(&s, s.subscription); !ok {
 			return nil, false
 		}
 	}
@@ -58,21 +54,24 @@ func (s *flatJSON) null() bool {
 	return false
 }
 
-// list reads an array, each element with each, which reports whether
-// the element was there.
-func (s *flatJSON) list(each func() bool) bool {
+// listOf reads an array whose elements read reads (reporting whether
+// each was there): never nil, as encoding/json decodes [].
+func listOf[T any](s *flatJSON, read func() (T, bool)) ([]T, bool) {
 	if !s.byte('[') {
-		return false
+		return nil, false
 	}
+	out := []T{}
 	if s.byte(']') {
-		return true
+		return out, true
 	}
 	for {
-		if !each() {
-			return false
+		v, ok := read()
+		if !ok {
+			return nil, false
 		}
+		out = append(out, v)
 		if !s.byte(',') {
-			return s.byte(']')
+			return out, s.byte(']')
 		}
 	}
 }
@@ -183,12 +182,7 @@ func (s *flatJSON) scopes() (map[string][]string, bool) {
 		}
 		var vals []string
 		if !s.null() {
-			vals = []string{}
-			if !s.list(func() bool {
-				v, ok := s.str()
-				vals = append(vals, v)
-				return ok
-			}) {
+			if vals, ok = listOf(s, s.str); !ok {
 				return nil, false
 			}
 		}
