@@ -202,18 +202,20 @@ func keptCommit(partition string, seq int64, nc store.NewCommit, scopes [][]byte
 	for i, ch := range nc.Changes {
 		var sc wire.StoredScopes
 		if storedAsIs(ch.Scopes) {
+			// The strings are in the arena, which size counts.
 			sc = make(wire.StoredScopes, len(ch.Scopes))
 			for j, e := range ch.Scopes {
 				sc[j] = wire.StoredScope{Key: str(e.Key), Value: str(e.Value)}
 			}
+			held += 32 * len(sc)
 		} else {
 			var err error
 			if sc, err = store.DecodeScopes(scopes[i]); err != nil {
 				return recentCommit{}, err
 			}
-		}
-		for _, s := range sc {
-			held += len(s.Key) + len(s.Value) + 32
+			for _, s := range sc {
+				held += len(s.Key) + len(s.Value) + 32
+			}
 		}
 		out := store.Change{Table: str(ch.Table), RowID: str(ch.RowID), Op: ch.Op, Scopes: sc}
 		if ch.Op == wire.OpUpsert {

@@ -457,3 +457,30 @@ func TestKeptCommitScopes(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptCommitSize: a kept commit counts each byte it holds once,
+// whichever way its scopes were copied: scopes copied into the arena add
+// no more than their entries, decoded ones their strings as well.
+func TestKeptCommitSize(t *testing.T) {
+	kept := func(sc wire.StoredScopes) recentCommit {
+		t.Helper()
+		nc := store.NewCommit{ClientID: "c", ClientCommitID: "cc", Changes: []store.Change{
+			{Table: storetest.TableTasks, RowID: "r", Op: wire.OpUpsert, RowVersion: 1, Scopes: sc, Payload: []byte("x")}}}
+		k, err := keptCommit("p1", 1, nc, [][]byte{store.EncodeScopes(sc)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	none := kept(nil)
+	asIs := kept(wire.StoredScopes{{Key: "a", Value: "1234"}, {Key: "b", Value: "5678"}})
+	decoded := kept(wire.StoredScopes{{Key: "b", Value: "5678"}, {Key: "a", Value: "1234"}}) // unsorted: decoded
+	// 10 bytes of strings in the arena, two entries of 32.
+	if got, want := asIs.size-none.size, 10+2*32; got != want {
+		t.Errorf("copied scopes add %d bytes, want %d", got, want)
+	}
+	// The same 10 bytes reserved in the arena, and decoded again.
+	if got, want := decoded.size-none.size, 2*10+2*32; got != want {
+		t.Errorf("decoded scopes add %d bytes, want %d", got, want)
+	}
+}
