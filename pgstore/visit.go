@@ -37,27 +37,39 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 	if len(first.Values) != 1 {
 		return s.visitScan(ctx, partition, q, visit)
 	}
-	args := []any{partition, first.Key, first.Values[0], int64(q.Limit)}
-	walk := ts.scanTableFirst
-	if q.After != nil {
-		walk, args = ts.scanTableAfter, append(args, *q.After)
+	// A first, short walk: a value with few rows in a large partition
+	// gives up after reading a few hundred of its rows, not a page's.
+	budget := min(q.Limit, firstWalk)
+	for {
+		args := []any{partition, first.Key, first.Values[0], int64(budget), ts.name}
+		walk := ts.scanTableFirst
+		if q.After != nil {
+			walk, args = ts.scanTableAfter, append(args, *q.After)
+		}
+		rows, err := s.pool.Query(ctx, walk, args...)
+		if err != nil {
+			return fmt.Errorf("scan rows: %w", err)
+		}
+		n, last, end, err := visitTableRows(rows, q.Table, budget, visit)
+		if err != nil {
+			return fmt.Errorf("scan rows: %w", err)
+		}
+		if n > 0 {
+			q.After, q.Limit = &last, q.Limit-n
+		}
+		switch {
+		case end == walkGaveUp:
+			return s.visitScan(ctx, partition, q, visit)
+		case end != walkFull || q.Limit == 0:
+			return nil
+		}
+		budget = q.Limit // dense so far: the rest of the page at once
 	}
-	rows, err := s.pool.Query(ctx, walk, args...)
-	if err != nil {
-		return fmt.Errorf("scan rows: %w", err)
-	}
-	n, last, done, err := visitTableRows(rows, q.Table, q.Limit, visit)
-	if err != nil {
-		return fmt.Errorf("scan rows: %w", err)
-	}
-	if done {
-		return nil
-	}
-	if n > 0 {
-		q.After, q.Limit = &last, q.Limit-n
-	}
-	return s.visitScan(ctx, partition, q, visit)
 }
+
+// firstWalk is how many rows of the value a page's first table walk
+// reads (VisitRows).
+const firstWalk = 256
 
 // visitScan visits ScanRows' rows.
 func (s *Store) visitScan(ctx context.Context, partition string, q store.RowScanQuery, visit func(r *store.Row) bool) error {
@@ -72,21 +84,29 @@ func (s *Store) visitScan(ctx context.Context, partition string, q store.RowScan
 // boolOID is the type of the table walk's match column.
 const boolOID = 16
 
+// walkEnd is how a table walk (visitTableRows) ended.
+type walkEnd int
+
+const (
+	walkFull   walkEnd = iota // limit rows of the value visited
+	walkDone                  // the partition's end reached, or visit stopped
+	walkGaveUp                // the caller reads the rest another way
+)
+
 // visitTableRows reads a table walk (scanTableSQL), visiting each row of
-// the value as it arrives. It reports done when the rows of the value up
-// to limit were all visited (limit of them, or the walk reached the
-// partition's end) or visit stopped; otherwise n rows were visited, the
-// last of them last, and the caller reads the rest: more than denseSlack
-// rows outside the value came between two of its rows (sparse), the rows
-// did not arrive in bytewise order, or the columns are not in the binary
-// formats read here.
-func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.Row) bool) (n int, last string, done bool, err error) {
+// the value as it arrives, until limit were visited (walkFull), the walk
+// reached the partition's end or visit stopped (walkDone), or it gives
+// up (walkGaveUp: more than denseSlack rows outside the value came
+// between two of its rows, the rows did not arrive in bytewise order, or
+// the columns are not in the binary formats read here). n rows were
+// visited, the last of them last.
+func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.Row) bool) (n int, last string, end walkEnd, err error) {
 	defer rows.Close()
 	fds := rows.FieldDescriptions()
 	if len(fds) != 5 || fds[1].DataTypeOID != int8OID || fds[1].Format != pgx.BinaryFormatCode ||
 		fds[2].DataTypeOID != boolOID || fds[2].Format != pgx.BinaryFormatCode ||
 		fds[3].Format != pgx.BinaryFormatCode || fds[4].Format != pgx.BinaryFormatCode {
-		return 0, "", false, nil
+		return 0, "", walkGaveUp, nil
 	}
 	var (
 		ids     rowbuf.Arena
@@ -99,16 +119,16 @@ func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.
 		vals := rows.RawValues()
 		read++
 		if len(vals[1]) != 8 || len(vals[2]) != 1 {
-			return n, last, false, fmt.Errorf("table walk: columns of %d and %d bytes", len(vals[1]), len(vals[2]))
+			return n, last, walkGaveUp, fmt.Errorf("table walk: columns of %d and %d bytes", len(vals[1]), len(vals[2]))
 		}
 		id := vals[0]
 		if read > 1 && string(id) <= string(prev) {
-			return n, last, false, nil
+			return n, last, walkGaveUp, nil
 		}
 		prev = append(prev[:0], id...)
 		if vals[2][0] == 0 {
 			if skipped++; skipped > denseSlack {
-				return n, last, false, nil
+				return n, last, walkGaveUp, nil
 			}
 			continue
 		}
@@ -119,13 +139,18 @@ func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.
 		}
 		n++
 		last = r.RowID
-		if !visit(&r) || n == limit {
-			return n, last, true, nil
+		if !visit(&r) {
+			return n, last, walkDone, nil
+		}
+		if n == limit {
+			return n, last, walkFull, nil
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return n, last, false, err
+		return n, last, walkGaveUp, err
 	}
-	// Fewer rows than asked for: the walk reached the partition's end.
-	return n, last, read < limit+denseSlack, nil
+	if read < limit+denseSlack {
+		return n, last, walkDone, nil // fewer rows than asked for: the partition's end
+	}
+	return n, last, walkGaveUp, nil
 }

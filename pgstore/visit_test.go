@@ -38,25 +38,26 @@ func TestVisitTableRows(t *testing.T) {
 		limit     int
 		stopAfter int
 		visited   []string
-		done      bool
+		end       walkEnd
 	}{
-		{"dense to the end", []string{"a", "b", "c"}, 10, 0, []string{"a", "b", "c"}, true},
-		{"others skipped", []string{"a-", "b", "c-", "d", "e-"}, 10, 0, []string{"b", "d"}, true},
-		{"nothing of the value", []string{"a-"}, 10, 0, nil, true},
-		{"limit reached", []string{"a", "b", "c", "d"}, 3, 0, []string{"a", "b", "c"}, true},
-		{"stopped", []string{"a", "b", "c"}, 10, 2, []string{"a", "b"}, true},
-		{"out of order", []string{"a", "c", "b"}, 10, 0, []string{"a", "c"}, false},
-		{"a repeated id", []string{"a", "a"}, 10, 0, []string{"a"}, false},
-		{"sparse", append(append([]string{"a"}, sparse...), "c"), 100, 0, []string{"a"}, false},
-		{"the partition's end before the walk's length", append([]string{"a"}, sparse[:denseSlack]...), 3, 0, []string{"a"}, true},
-		{"the walk's full length, value short of the limit", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, false},
+		{"dense to the end", []string{"a", "b", "c"}, 10, 0, []string{"a", "b", "c"}, walkDone},
+		{"others skipped", []string{"a-", "b", "c-", "d", "e-"}, 10, 0, []string{"b", "d"}, walkDone},
+		{"nothing of the value", []string{"a-"}, 10, 0, nil, walkDone},
+		{"limit reached", []string{"a", "b", "c", "d"}, 3, 0, []string{"a", "b", "c"}, walkFull},
+		{"stopped", []string{"a", "b", "c"}, 10, 2, []string{"a", "b"}, walkDone},
+		{"stopped at the limit", []string{"a", "b", "c"}, 2, 2, []string{"a", "b"}, walkDone},
+		{"out of order", []string{"a", "c", "b"}, 10, 0, []string{"a", "c"}, walkGaveUp},
+		{"a repeated id", []string{"a", "a"}, 10, 0, []string{"a"}, walkGaveUp},
+		{"sparse", append(append([]string{"a"}, sparse...), "c"), 100, 0, []string{"a"}, walkGaveUp},
+		{"the partition's end before the walk's length", append([]string{"a"}, sparse[:denseSlack]...), 3, 0, []string{"a"}, walkDone},
+		{"the walk's full length, value short of the limit", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, walkGaveUp},
 	} {
 		rows, err := s.pool.Query(ctx, query(c.rows))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var visited []string
-		n, last, done, err := visitTableRows(rows, "tasks", c.limit, func(r *store.Row) bool {
+		n, last, end, err := visitTableRows(rows, "tasks", c.limit, func(r *store.Row) bool {
 			if string(r.Payload) != "payload "+r.RowID || r.ColumnVersions != nil || r.Table != "tasks" {
 				t.Errorf("%s: row %+v", c.name, r)
 			}
@@ -66,8 +67,8 @@ func TestVisitTableRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(visited, c.visited) || n != len(visited) || done != c.done {
-			t.Errorf("%s: visited %v (n %d), done %v; want %v, %v", c.name, visited, n, done, c.visited, c.done)
+		if !slices.Equal(visited, c.visited) || n != len(visited) || end != c.end {
+			t.Errorf("%s: visited %v (n %d), end %v; want %v, %v", c.name, visited, n, end, c.visited, c.end)
 		}
 		if n > 0 && last != visited[n-1] {
 			t.Errorf("%s: last %q, want %q", c.name, last, visited[n-1])
@@ -87,10 +88,13 @@ func TestVisitRowsMatchesScanRows(t *testing.T) {
 		t.Fatal("the test table is not ordered: the dense scan is not used")
 	}
 	var ws []store.RowWrite
-	for i := range 300 {
+	for i := range 700 {
 		project := "p2"
-		if i < 120 || i%9 == 0 {
-			project = "p1" // dense, then sparse
+		switch {
+		case i%100 == 50:
+			project = "p3" // too sparse for the table walk
+		case i < 400 || i%9 == 0:
+			project = "p1" // dense past a first walk (firstWalk), then sparse
 		}
 		ws = append(ws, task{id: fmt.Sprintf("r%03d", i), project: project, owner: fmt.Sprint("o", i%2)}.write(t, c, 1))
 	}
@@ -98,7 +102,7 @@ func TestVisitRowsMatchesScanRows(t *testing.T) {
 	// Some rows' scopes in the form the reference writes, a JSONB string
 	// holding the document (COMPAT.md, difference 11): the table walk
 	// reads them as the index entries say.
-	if _, err := s.pool.Exec(ctx, `UPDATE "tasks" SET _sync_scopes = to_jsonb(_sync_scopes::text) WHERE _sync_row_id IN ('r000', 'r050', 'r119', 'r126', 'r201')`); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE "tasks" SET _sync_scopes = to_jsonb(_sync_scopes::text) WHERE _sync_row_id IN ('r000', 'r050', 'r119', 'r300', 'r405', 'r603')`); err != nil {
 		t.Fatal(err)
 	}
 	type seen struct {
@@ -117,11 +121,12 @@ func TestVisitRowsMatchesScanRows(t *testing.T) {
 	}{
 		{"one value", scope("project_id", "p1"), true},
 		{"other value", scope("project_id", "p2"), true},
+		{"sparse value", scope("project_id", "p3"), true},
 		{"scopes read", scope("project_id", "p1"), false},
 		{"two values", wire.ScopeMap{{Key: "project_id", Values: []string{"p1", "p2"}}}, true},
 	} {
-		for _, limit := range []int{5, 50, 121, 1000} {
-			for _, after := range []string{"", "r100", "r119", "r290"} {
+		for _, limit := range []int{5, 50, 121, firstWalk, firstWalk + 44, 1000} {
+			for _, after := range []string{"", "r100", "r119", "r399", "r650"} {
 				q := store.RowScanQuery{Table: "tasks", Scopes: sc.scopes, Limit: limit, NoScopes: sc.noScopes}
 				if after != "" {
 					q.After = &after
