@@ -58,6 +58,29 @@ func TestOrderIndex(t *testing.T) {
 	if len(want) != 40 || !slices.IsSorted(want) {
 		t.Fatalf("ordered scan: %d rows, sorted %v: %q", len(want), slices.IsSorted(want), want)
 	}
+	// The bootstrap pages' read (the table walk) in pages of 7 and 40.
+	visitAll := func(s *Store, limit int) []string {
+		t.Helper()
+		var ids []string
+		var after *string
+		for {
+			n := 0
+			err := s.VisitRows(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p1"), After: after, Limit: limit, NoScopes: true},
+				func(r *store.Row) bool { ids = append(ids, strings.Clone(r.RowID)); n++; return true })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n < limit {
+				return ids
+			}
+			after = &ids[len(ids)-1]
+		}
+	}
+	for _, limit := range []int{7, 40} {
+		if got := visitAll(s, limit); !slices.Equal(got, want) {
+			t.Errorf("visited by the table walk (pages of %d) %q, want %q", limit, got, want)
+		}
+	}
 	boundaries := func(s *Store) []string {
 		t.Helper()
 		got, err := s.PageBoundaries(ctx, "p", store.RowScanQuery{Table: "tasks", Scopes: scope("project_id", "p1"), Limit: 7}, 10)
@@ -138,6 +161,11 @@ func TestOrderIndex(t *testing.T) {
 	}
 	if got := scanAll(built); !slices.Equal(got, want) {
 		t.Errorf("scan by the operator's index %q, want %q", got, want)
+	}
+	for _, limit := range []int{7, 40} {
+		if got := visitAll(built, limit); !slices.Equal(got, want) {
+			t.Errorf("visited by the operator's index (pages of %d) %q, want %q", limit, got, want)
+		}
 	}
 }
 
