@@ -60,10 +60,12 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 		switch {
 		case end == walkGaveUp:
 			return s.visitScan(ctx, partition, q, visit)
-		case end != walkFull || q.Limit == 0:
+		case end == walkDone || q.Limit == 0:
 			return nil
 		}
-		budget = q.Limit // dense so far: the rest of the page at once
+		// Dense enough so far (walkFull, walkShort): the rest of the
+		// page at once, from the last row visited.
+		budget = q.Limit
 	}
 }
 
@@ -90,16 +92,24 @@ type walkEnd int
 const (
 	walkFull   walkEnd = iota // limit rows of the value visited
 	walkDone                  // the partition's end reached, or visit stopped
+	walkShort                 // every row read, fewer than limit of the value: walk on
 	walkGaveUp                // the caller reads the rest another way
 )
 
+// walkDensity: a walk that read all its rows goes on (walkShort) when at
+// least one in this many was of the value; a sparser value is read by
+// the probing scan, which costs one key probe per row of the value.
+const walkDensity = 4
+
 // visitTableRows reads a table walk (scanTableSQL), visiting each row of
 // the value as it arrives, until limit were visited (walkFull), the walk
-// reached the partition's end or visit stopped (walkDone), or it gives
-// up (walkGaveUp: more than denseSlack rows outside the value came
-// between two of its rows, the rows did not arrive in bytewise order, or
-// the columns are not in the binary formats read here). n rows were
-// visited, the last of them last.
+// reached the partition's end or visit stopped (walkDone), every row was
+// read with fewer than limit of the value but at least one in
+// walkDensity (walkShort), or it gives up (walkGaveUp: more than
+// denseSlack rows outside the value came between two of its rows, or
+// fewer than one in walkDensity was of the value, or the rows did not
+// arrive in bytewise order, or the columns are not in the binary formats
+// read here). n rows were visited, the last of them last.
 func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.Row) bool) (n int, last string, end walkEnd, err error) {
 	defer rows.Close()
 	fds := rows.FieldDescriptions()
@@ -149,8 +159,11 @@ func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.
 	if err := rows.Err(); err != nil {
 		return n, last, walkGaveUp, err
 	}
-	if read < limit+denseSlack {
+	switch {
+	case read < limit+denseSlack:
 		return n, last, walkDone, nil // fewer rows than asked for: the partition's end
+	case n*walkDensity >= read:
+		return n, last, walkShort, nil
 	}
 	return n, last, walkGaveUp, nil
 }

@@ -32,6 +32,17 @@ func TestVisitTableRows(t *testing.T) {
 	for i := range denseSlack + 1 {
 		sparse = append(sparse, fmt.Sprintf("b%03d-", i))
 	}
+	// Every other row of the value: the walk reads 100 + denseSlack rows
+	// and visits half of them, fewer than its limit of 100.
+	var half, halfVisited []string
+	for i := range 100 + denseSlack {
+		id := fmt.Sprintf("h%03d", i)
+		if i%2 == 0 {
+			half, halfVisited = append(half, id), append(halfVisited, id)
+		} else {
+			half = append(half, id+"-")
+		}
+	}
 	for _, c := range []struct {
 		name      string
 		rows      []string
@@ -50,7 +61,8 @@ func TestVisitTableRows(t *testing.T) {
 		{"a repeated id", []string{"a", "a"}, 10, 0, []string{"a"}, walkGaveUp},
 		{"sparse", append(append([]string{"a"}, sparse...), "c"), 100, 0, []string{"a"}, walkGaveUp},
 		{"the partition's end before the walk's length", append([]string{"a"}, sparse[:denseSlack]...), 3, 0, []string{"a"}, walkDone},
-		{"the walk's full length, value short of the limit", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, walkGaveUp},
+		{"the walk's full length, fewer than one in walkDensity of the value", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, walkGaveUp},
+		{"the walk's full length, half of the value", half, 100, 0, halfVisited, walkShort},
 	} {
 		rows, err := s.pool.Query(ctx, query(c.rows))
 		if err != nil {
@@ -88,21 +100,23 @@ func TestVisitRowsMatchesScanRows(t *testing.T) {
 		t.Fatal("the test table is not ordered: the dense scan is not used")
 	}
 	var ws []store.RowWrite
-	for i := range 700 {
+	for i := range 1200 {
 		project := "p2"
 		switch {
+		case i >= 700:
+			project = []string{"p4", "p5"}[i%2] // half of the rows each: walked on past a walk's full length
 		case i%100 == 50:
 			project = "p3" // too sparse for the table walk
 		case i < 400 || i%9 == 0:
 			project = "p1" // dense past a first walk (firstWalk), then sparse
 		}
-		ws = append(ws, task{id: fmt.Sprintf("r%03d", i), project: project, owner: fmt.Sprint("o", i%2)}.write(t, c, 1))
+		ws = append(ws, task{id: fmt.Sprintf("r%04d", i), project: project, owner: fmt.Sprint("o", i%2)}.write(t, c, 1))
 	}
 	apply(t, s, "p", ws...)
 	// Some rows' scopes in the form the reference writes, a JSONB string
 	// holding the document (COMPAT.md, difference 11): the table walk
 	// reads them as the index entries say.
-	if _, err := s.pool.Exec(ctx, `UPDATE "tasks" SET _sync_scopes = to_jsonb(_sync_scopes::text) WHERE _sync_row_id IN ('r000', 'r050', 'r119', 'r300', 'r405', 'r603')`); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE "tasks" SET _sync_scopes = to_jsonb(_sync_scopes::text) WHERE _sync_row_id IN ('r0000', 'r0050', 'r0119', 'r0300', 'r0405', 'r0603', 'r0800', 'r0901')`); err != nil {
 		t.Fatal(err)
 	}
 	type seen struct {
@@ -122,11 +136,12 @@ func TestVisitRowsMatchesScanRows(t *testing.T) {
 		{"one value", scope("project_id", "p1"), true},
 		{"other value", scope("project_id", "p2"), true},
 		{"sparse value", scope("project_id", "p3"), true},
+		{"half of the rows", scope("project_id", "p4"), true},
 		{"scopes read", scope("project_id", "p1"), false},
 		{"two values", wire.ScopeMap{{Key: "project_id", Values: []string{"p1", "p2"}}}, true},
 	} {
 		for _, limit := range []int{5, 50, 121, firstWalk, firstWalk + 44, 1000} {
-			for _, after := range []string{"", "r100", "r119", "r399", "r650"} {
+			for _, after := range []string{"", "r0100", "r0119", "r0399", "r0650", "r0900"} {
 				q := store.RowScanQuery{Table: "tasks", Scopes: sc.scopes, Limit: limit, NoScopes: sc.noScopes}
 				if after != "" {
 					q.After = &after
