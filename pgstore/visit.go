@@ -39,7 +39,8 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 	}
 	// A first, short walk: a value with few rows in a large partition
 	// gives up after reading a few hundred of its rows, not a page's.
-	budget := min(q.Limit, firstWalk)
+	want := min(q.Limit, firstWalk) // rows of the value the walk is for
+	budget := want                  // rows the walk reads (and denseSlack more)
 	for {
 		args := []any{partition, first.Key, first.Values[0], int64(budget), ts.name}
 		walk := ts.scanTableFirst
@@ -50,7 +51,7 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 		if err != nil {
 			return fmt.Errorf("scan rows: %w", err)
 		}
-		n, last, end, err := visitTableRows(rows, q.Table, budget, visit)
+		n, last, read, end, err := visitTableRows(rows, q.Table, want, budget, visit)
 		if err != nil {
 			return fmt.Errorf("scan rows: %w", err)
 		}
@@ -64,8 +65,12 @@ func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScan
 			return nil
 		}
 		// Dense enough so far (walkFull, walkShort): the rest of the
-		// page at once, from the last row visited.
-		budget = q.Limit
+		// page at once, from the last row visited, reading as many rows
+		// as the density seen so far takes for it.
+		want, budget = q.Limit, q.Limit
+		if end == walkShort {
+			budget = min(q.Limit*walkDensity, q.Limit*read/n+1)
+		}
 	}
 }
 
@@ -101,44 +106,44 @@ const (
 // the probing scan, which costs one key probe per row of the value.
 const walkDensity = 4
 
-// visitTableRows reads a table walk (scanTableSQL), visiting each row of
-// the value as it arrives, until limit were visited (walkFull), the walk
-// reached the partition's end or visit stopped (walkDone), every row was
-// read with fewer than limit of the value but at least one in
-// walkDensity (walkShort), or it gives up (walkGaveUp: more than
-// denseSlack rows outside the value came between two of its rows, or
-// fewer than one in walkDensity was of the value, or the rows did not
-// arrive in bytewise order, or the columns are not in the binary formats
-// read here). n rows were visited, the last of them last.
-func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.Row) bool) (n int, last string, end walkEnd, err error) {
+// visitTableRows reads a table walk (scanTableSQL) of budget rows and
+// denseSlack more, visiting each row of the value as it arrives, until
+// limit were visited (walkFull), the walk reached the partition's end or
+// visit stopped (walkDone), every row was read with fewer than limit of
+// the value but at least one in walkDensity (walkShort), or it gives up
+// (walkGaveUp: more than denseSlack rows outside the value came between
+// two of its rows, or fewer than one in walkDensity was of the value, or
+// the rows did not arrive in bytewise order, or the columns are not in
+// the binary formats read here). n rows were visited, the last of them
+// last, of the read rows read.
+func visitTableRows(rows pgx.Rows, table string, limit, budget int, visit func(r *store.Row) bool) (n int, last string, read int, end walkEnd, err error) {
 	defer rows.Close()
 	fds := rows.FieldDescriptions()
 	if len(fds) != 5 || fds[1].DataTypeOID != int8OID || fds[1].Format != pgx.BinaryFormatCode ||
 		fds[2].DataTypeOID != boolOID || fds[2].Format != pgx.BinaryFormatCode ||
 		fds[3].Format != pgx.BinaryFormatCode || fds[4].Format != pgx.BinaryFormatCode {
-		return 0, "", walkGaveUp, nil
+		return 0, "", 0, walkGaveUp, nil
 	}
 	var (
 		ids     rowbuf.Arena
 		prev    []byte // the previous row's id
 		skipped int    // rows outside the value since the last visited
-		read    int
 		r       = store.Row{Table: table}
 	)
 	for rows.Next() {
 		vals := rows.RawValues()
 		read++
 		if len(vals[1]) != 8 || len(vals[2]) != 1 {
-			return n, last, walkGaveUp, fmt.Errorf("table walk: columns of %d and %d bytes", len(vals[1]), len(vals[2]))
+			return n, last, read, walkGaveUp, fmt.Errorf("table walk: columns of %d and %d bytes", len(vals[1]), len(vals[2]))
 		}
 		id := vals[0]
 		if read > 1 && string(id) <= string(prev) {
-			return n, last, walkGaveUp, nil
+			return n, last, read, walkGaveUp, nil
 		}
 		prev = append(prev[:0], id...)
 		if vals[2][0] == 0 {
 			if skipped++; skipped > denseSlack {
-				return n, last, walkGaveUp, nil
+				return n, last, read, walkGaveUp, nil
 			}
 			continue
 		}
@@ -150,20 +155,20 @@ func visitTableRows(rows pgx.Rows, table string, limit int, visit func(r *store.
 		n++
 		last = r.RowID
 		if !visit(&r) {
-			return n, last, walkDone, nil
+			return n, last, read, walkDone, nil
 		}
 		if n == limit {
-			return n, last, walkFull, nil
+			return n, last, read, walkFull, nil
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return n, last, walkGaveUp, err
+		return n, last, read, walkGaveUp, err
 	}
 	switch {
-	case read < limit+denseSlack:
-		return n, last, walkDone, nil // fewer rows than asked for: the partition's end
+	case read < budget+denseSlack:
+		return n, last, read, walkDone, nil // fewer rows than asked for: the partition's end
 	case n*walkDensity >= read:
-		return n, last, walkShort, nil
+		return n, last, read, walkShort, nil
 	}
-	return n, last, walkGaveUp, nil
+	return n, last, read, walkGaveUp, nil
 }

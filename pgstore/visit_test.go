@@ -50,26 +50,33 @@ func TestVisitTableRows(t *testing.T) {
 		stopAfter int
 		visited   []string
 		end       walkEnd
+		budget    int // rows the walk reads: limit when 0
 	}{
-		{"dense to the end", []string{"a", "b", "c"}, 10, 0, []string{"a", "b", "c"}, walkDone},
-		{"others skipped", []string{"a-", "b", "c-", "d", "e-"}, 10, 0, []string{"b", "d"}, walkDone},
-		{"nothing of the value", []string{"a-"}, 10, 0, nil, walkDone},
-		{"limit reached", []string{"a", "b", "c", "d"}, 3, 0, []string{"a", "b", "c"}, walkFull},
-		{"stopped", []string{"a", "b", "c"}, 10, 2, []string{"a", "b"}, walkDone},
-		{"stopped at the limit", []string{"a", "b", "c"}, 2, 2, []string{"a", "b"}, walkDone},
-		{"out of order", []string{"a", "c", "b"}, 10, 0, []string{"a", "c"}, walkGaveUp},
-		{"a repeated id", []string{"a", "a"}, 10, 0, []string{"a"}, walkGaveUp},
-		{"sparse", append(append([]string{"a"}, sparse...), "c"), 100, 0, []string{"a"}, walkGaveUp},
-		{"the partition's end before the walk's length", append([]string{"a"}, sparse[:denseSlack]...), 3, 0, []string{"a"}, walkDone},
-		{"the walk's full length, fewer than one in walkDensity of the value", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, walkGaveUp},
-		{"the walk's full length, half of the value", half, 100, 0, halfVisited, walkShort},
+		{"dense to the end", []string{"a", "b", "c"}, 10, 0, []string{"a", "b", "c"}, walkDone, 0},
+		{"others skipped", []string{"a-", "b", "c-", "d", "e-"}, 10, 0, []string{"b", "d"}, walkDone, 0},
+		{"nothing of the value", []string{"a-"}, 10, 0, nil, walkDone, 0},
+		{"limit reached", []string{"a", "b", "c", "d"}, 3, 0, []string{"a", "b", "c"}, walkFull, 0},
+		{"stopped", []string{"a", "b", "c"}, 10, 2, []string{"a", "b"}, walkDone, 0},
+		{"stopped at the limit", []string{"a", "b", "c"}, 2, 2, []string{"a", "b"}, walkDone, 0},
+		{"out of order", []string{"a", "c", "b"}, 10, 0, []string{"a", "c"}, walkGaveUp, 0},
+		{"a repeated id", []string{"a", "a"}, 10, 0, []string{"a"}, walkGaveUp, 0},
+		{"sparse", append(append([]string{"a"}, sparse...), "c"), 100, 0, []string{"a"}, walkGaveUp, 0},
+		{"the partition's end before the walk's length", append([]string{"a"}, sparse[:denseSlack]...), 3, 0, []string{"a"}, walkDone, 0},
+		{"the walk's full length, fewer than one in walkDensity of the value", append(append([]string{"a"}, sparse[:denseSlack]...), "c", "d-"), 3, 0, []string{"a", "c"}, walkGaveUp, 0},
+		{"the walk's full length, half of the value", half, 100, 0, halfVisited, walkShort, 0},
+		{"a budget past the limit, half of the value", half, 10, 0, halfVisited[:10], walkFull, 100},
+		{"the budget read before the limit, half of the value", half[:40+denseSlack], 60, 0, halfVisited[:(40+denseSlack)/2], walkShort, 40},
 	} {
 		rows, err := s.pool.Query(ctx, query(c.rows))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var visited []string
-		n, last, end, err := visitTableRows(rows, "tasks", c.limit, func(r *store.Row) bool {
+		budget := c.budget
+		if budget == 0 {
+			budget = c.limit
+		}
+		n, last, _, end, err := visitTableRows(rows, "tasks", c.limit, budget, func(r *store.Row) bool {
 			if string(r.Payload) != "payload "+r.RowID || r.ColumnVersions != nil || r.Table != "tasks" {
 				t.Errorf("%s: row %+v", c.name, r)
 			}
