@@ -306,7 +306,7 @@ func scanSQL(table string, after, others, merge bool, kind orderKind) string {
 	}
 	check := `
        AND NOT EXISTS (SELECT 1 FROM jsonb_each($5::jsonb) f
-                        WHERE NOT coalesce(f.value ? (` + sqlJSONDocument("t."+quoteIdent(colScopes)) + ` ->> f.key), FALSE))`
+                        WHERE NOT coalesce(f.value ? ` + sqlJSONKey("t."+quoteIdent(colScopes), "f.key") + `, FALSE))`
 	if !others {
 		check = `
        AND $5::jsonb IS NOT NULL`
@@ -383,10 +383,8 @@ UNION ALL (
 // page of one value of one key: the partition's rows in bytewise row-id
 // order, after $6 with after, at most $4 and denseSlack more, each with
 // whether its own stored scopes give key $2 the value $3 (in either JSON
-// form, json.go: a document's key is looked up first, and only a JSONB
-// string is parsed again, which sqlJSONDocument's CASE for every row
-// made a third of the walk's execution); the payload and column
-// versions only of the rows that do.
+// form, sqlJSONKey); the payload and column versions only of the rows
+// that do.
 // The reader (visitTableRows) takes the rows of the value and gives up,
 // for the probing scan, once more than denseSlack others came between
 // them (a sparse value). A row's scope index entries are written from
@@ -412,8 +410,7 @@ func scanTableSQL(table string, after bool) string {
 	return `SELECT t.` + quoteIdent(colRowID) + ` COLLATE "C", t.` + quoteIdent(colServerVersion) + `, x.m,
        CASE WHEN x.m THEN t.` + quoteIdent(colPayload) + ` END, CASE WHEN x.m THEN t.` + quoteIdent(colColumnVersions) + ` END
   FROM ` + table + ` t
-  CROSS JOIN LATERAL (SELECT coalesce(` + scopes + ` ->> $2::text = $3::text,
-                                      jsonb_typeof(` + scopes + `) = 'string' AND coalesce((` + scopes + ` #>> '{}')::jsonb ->> $2::text = $3::text, FALSE)) AS m) x
+  CROSS JOIN LATERAL (SELECT coalesce(` + sqlJSONKey(scopes, "$2::text") + ` = $3::text, FALSE) AS m) x
  WHERE t.` + quoteIdent(colPartition) + ` = $1` + cond + `
    AND t.` + quoteIdent(colRowID) + ` COLLATE "C" >= (SELECT s.row_id FROM sync_row_scopes s
         WHERE s.partition = $1 AND s.tbl = $5 AND s.var = $2 AND s.value = $3` + scond + `

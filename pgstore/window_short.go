@@ -43,7 +43,7 @@ var sqlShortWindow = `SELECT ch.commit_seq, m.created_at_ms, m.actor_id, m.clien
        ch.row_id, ch.op, ch.row_version, ch.scopes, ch.payload
   FROM (SELECT commit_seq, idx, row_id, op, row_version, scopes, payload FROM sync_changes
          WHERE partition = $1 AND commit_seq > $3 AND commit_seq <= $4 AND tbl = $2
-           AND ` + sqlJSONDocument("scopes") + ` ->> $5 = ANY($6::text[])
+           AND ` + sqlJSONKey("scopes", "$5") + ` = ANY($6::text[])
         ORDER BY commit_seq, idx LIMIT $7) ch
   LEFT JOIN LATERAL (
     SELECT created_at_ms, actor_id, client_id, client_commit_id FROM sync_commits
