@@ -10,13 +10,15 @@ import (
 
 // sockPoller reads the realtime connections of virtual sockets from an
 // epoll set of its own, on one goroutine, instead of a goroutine per
-// socket parked in Go's netpoller. Each round takes the ready sockets'
-// bytes first, every read stamped as it returns (the tool's receive time,
-// and the kernel's), and only then decodes, applies and acks what was
-// read: with a goroutine per socket, the last of 1,000 sockets made
-// readable by one fan-out was read only after the 999 others had been
-// decoded, applied and acked, so the tool's own apply-and-ack work sat
-// inside the spread it reports. Every delta is still decoded, validated,
+// socket parked in Go's netpoller. It reads every ready socket's bytes
+// first, every read stamped as it returns (the tool's receive time, and
+// the kernel's), and decodes, applies and acks what it read only while no
+// socket is ready, a few reads at a time between looks: with a goroutine
+// per socket, the last of 1,000 sockets made readable by one fan-out was
+// read only after the 999 others had been decoded, applied and acked, and
+// with a whole round of reads handled before the next look, after the
+// round's; either way the tool's own apply-and-ack work sat inside the
+// spread it reports. Every delta is still decoded, validated,
 // applied and acked after it is applied, one ack per delta, as the
 // Syncular client does; wake-ups and recoveries run as before (a recovery
 // on a goroutine of its own).
@@ -38,6 +40,9 @@ const (
 	pollerBatch = 256
 	pollerArena = 1 << 20
 	pollerRead  = 64 << 10
+	// pollerHandle is how many reads are handled between two looks for
+	// more.
+	pollerHandle = 16
 )
 
 func newSockPoller() (*sockPoller, error) {
@@ -124,17 +129,43 @@ func (p *sockPoller) run() {
 	evs := make([]syscall.EpollEvent, pollerBatch)
 	arena := make([]byte, pollerArena)
 	var oob [64]byte
-	reads := make([]polledRead, 0, pollerBatch)
+	reads, off := make([]polledRead, 0, pollerBatch), 0
+	// handle decodes, applies and acks up to max of what was read, in
+	// the order read.
+	handle := func(max int) {
+		k := min(max, len(reads))
+		for _, r := range reads[:k] {
+			if r.end || !r.s.consume(r.b, r.at, r.rx) {
+				p.remove(r.tok)
+				r.s.endPolled()
+			}
+		}
+		reads = reads[:copy(reads, reads[k:])]
+		if len(reads) == 0 {
+			off = 0
+		}
+	}
 	for {
-		n, err := syscall.EpollWait(p.epfd, evs, -1)
+		// With reads in hand, only look whether more are ready: what
+		// was read is handled a few at a time between looks, so a
+		// fan-out's deltas are read, and stamped, before the tool
+		// spends its CPU on applying and acking them.
+		timeout := -1
+		if len(reads) > 0 {
+			timeout = 0
+		}
+		n, err := syscall.EpollWait(p.epfd, evs, timeout)
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
 			}
 			return
 		}
-		reads, off := reads[:0], 0
-		// First every ready socket's bytes, each read stamped.
+		if n == 0 {
+			handle(pollerHandle)
+			continue
+		}
+		full := false
 		for _, ev := range evs[:n] {
 			if ev.Fd == -1 {
 				return
@@ -146,7 +177,8 @@ func (p *sockPoller) run() {
 				continue
 			}
 			if len(arena)-off < 16<<10 {
-				break // the rest are ready again in the next round
+				full = true // the rest are ready again in the next round
+				break
 			}
 			buf := arena[off:min(off+pollerRead, len(arena))]
 			m, rx, err := s.readRaw(buf, oob[:])
@@ -165,12 +197,8 @@ func (p *sockPoller) run() {
 			off += m
 			reads = append(reads, polledRead{tok: ev.Fd, s: s, b: buf[:m], at: at, rx: rx})
 		}
-		// Then decode, apply and ack what was read.
-		for _, r := range reads {
-			if r.end || !r.s.consume(r.b, r.at, r.rx) {
-				p.remove(r.tok)
-				r.s.endPolled()
-			}
+		if full {
+			handle(len(reads))
 		}
 	}
 }
