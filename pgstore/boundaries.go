@@ -139,6 +139,17 @@ func walkSteps(ctx context.Context, conn *pgconn.PgConn, limit, pages int, found
 	return nil
 }
 
+var _ store.PageChainer = (*Store)(nil)
+
+// ChainPages implements store.PageChainer: bootstraps read Postgres pages
+// as a chain. The boundary walk checks every index entry's row version in
+// sync_row_scopes, as a page's table walk checks its rows', so a planned
+// bootstrap visited every row twice; on a fresh seed it also set the hint
+// bits of both tables' rows (cold 100,000-row bootstraps of a seeded
+// scope: 197-224 ms planned, 167-192 chained; seeded just before:
+// 258-326 against 133-210).
+func (s *Store) ChainPages() bool { return true }
+
 var _ store.ScopeRowCounter = (*Store)(nil)
 
 // sqlCountScopeRows counts at most $5 entries of the row scope index of

@@ -135,6 +135,17 @@ type ScopeRowCounter interface {
 	CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error)
 }
 
+// PageChainer is implemented by stores whose page boundaries cost about
+// as much to walk as the pages cost to read. A bootstrap reads such a
+// store's pages as a chain, each from the end of the one before and
+// ahead of the response, instead of walking their boundaries first and
+// reading the pages concurrently.
+type PageChainer interface {
+	// ChainPages reports whether bootstraps read the store's pages as a
+	// chain.
+	ChainPages() bool
+}
+
 // BoundaryWalker is implemented by stores that can hand the page
 // boundaries of PageBoundaries to the caller as the walk finds them, so
 // that a bootstrap starts building each page as soon as its cursor is

@@ -173,17 +173,25 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	defer func() { inflight.wait() }()
 	base := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
 		schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
-	// With one scope key, the pages still to serve are planned from the
-	// scope index (their boundaries) and built concurrently; the plan's
-	// pages are served in order, and a plan that ends early (rows written
-	// since the walk) leaves the rest to the page-by-page loop.
+	// The pages still to serve are built ahead of the response: on a
+	// store that chains its pages (store.PageChainer) one after another;
+	// otherwise, with one scope key, planned from the scope index (their
+	// boundaries) and built concurrently. The plan's pages are served in
+	// order, and a plan that ends early (rows written since the walk)
+	// leaves the rest to the page-by-page loop.
+	c, chained := r.e.cfg.Store.(store.PageChainer)
+	chained = chained && c.ChainPages()
 	var plan *pagePlan
 	defer func() { plan.stop() }()
 	planned := false
 	for n := 0; n < lim.pages; n++ {
-		if !planned && len(eff) == 1 && lim.pages-n > 1 && !(n == 0 && probe != nil) {
+		if !planned && (chained || len(eff) == 1) && lim.pages-n > 1 && !(n == 0 && probe != nil) {
 			planned = true
-			plan = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n)
+			if chained {
+				plan = r.e.chainPages(ctx, base, layout, eff, after, lim.pages-n)
+			} else {
+				plan = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n)
+			}
 		}
 		pg, took, err := plan.take()
 		switch {
@@ -711,6 +719,58 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 				return // the walk's last page: the plan holds no more
 			}
 			from = through
+		}
+	}()
+	return p
+}
+
+// chainPages plans the pages after `after`, at most pages of them, as a
+// chain (store.PageChainer): each page is read from the end of the one
+// before as soon as that one is built, ahead of the response (at most
+// planParallel pages built and not taken), so the store reads the pages
+// one after another while the response writes and publishes the ones
+// before. They are the pages the page-by-page loop builds (the same
+// keys, shared with other clients through the page cache), never cut.
+func (e *Engine) chainPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) *pagePlan {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel()), jobs: make([]*planJob, pages)}
+	for i := range p.jobs {
+		p.jobs[i] = &planJob{done: make(chan struct{})}
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		i := 0
+		defer func() {
+			for ; i < len(p.jobs); i++ {
+				p.jobs[i].absent = true
+				close(p.jobs[i].done)
+			}
+		}()
+		for ; i < len(p.jobs); i++ {
+			j := p.jobs[i]
+			select {
+			case p.sem <- struct{}{}:
+				j.slot = true
+			case <-ctx.Done():
+				j.err = ctx.Err()
+				close(j.done)
+				i++
+				return
+			}
+			key, from := base, after
+			if from != nil {
+				key.after, key.hasAfter = *from, true
+			}
+			j.pg, j.err = e.pages.get(key, func() (page, error) {
+				return e.buildPage(ctx, base.partition, l, eff, from, base.limit)
+			})
+			close(j.done)
+			if j.err != nil || j.pg.last == nil {
+				i++
+				return // a failed or last page: the chain holds no more
+			}
+			after = j.pg.last
 		}
 	}()
 	return p
