@@ -41,44 +41,32 @@ const sqlWalkIDsOne = `SELECT s.row_id FROM sync_row_scopes s
 // walkCursor names the walk's cursor (one per transaction).
 const walkCursor = "sync_walk"
 
-// PageBoundaries implements store.Store: the boundaries of
-// WalkPageBoundaries, collected.
+// PageBoundaries implements store.Store with a cursor over the row scope
+// index in one read-only transaction (one snapshot): each step skips a
+// page of entries on the server (MOVE, nothing sent) and fetches the
+// entry ending the page and the one after it, one round trip per page.
+// Numbering every entry in one statement (a window function) cost its
+// backend half as much again. Bootstraps do not ask for it (ChainPages);
+// catch-ups ask CountScopeRows.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
-	var out []string
-	if err := s.WalkPageBoundaries(ctx, partition, q, pages, func(id string) { out = append(out, id) }); err != nil {
+	if err := s.check(); err != nil {
 		return nil, err
 	}
-	return out, nil
-}
-
-var _ store.BoundaryWalker = (*Store)(nil)
-
-// WalkPageBoundaries implements store.BoundaryWalker with a cursor over
-// the row scope index in one read-only transaction (one snapshot): each
-// step skips a page of entries on the server (MOVE, nothing sent) and
-// fetches the entry ending the page and the one after it, one round trip
-// per page, so a boundary is known about as soon as its page's entries
-// are passed. Numbering every entry in one statement (a window function)
-// cost its backend half as much again, and its answer came at the end.
-func (s *Store) WalkPageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int, found func(rowID string)) error {
-	if err := s.check(); err != nil {
-		return err
-	}
 	if len(q.Scopes) == 0 {
-		return scanRequiresScope()
+		return nil, scanRequiresScope()
 	}
 	if len(q.Scopes) > 1 {
-		return store.ErrBoundariesOneKey
+		return nil, store.ErrBoundariesOneKey
 	}
 	if q.Limit <= 0 || pages <= 0 {
-		return fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
+		return nil, fmt.Errorf("page boundaries: limit %d and pages %d must be positive", q.Limit, pages)
 	}
 	if _, err := s.table(q.Table); err != nil {
-		return err
+		return nil, err
 	}
 	first, _, ok := splitScopes(q.Scopes)
 	if !ok {
-		return nil
+		return nil, nil
 	}
 	after := ""
 	if q.After != nil {
@@ -88,17 +76,18 @@ func (s *Store) WalkPageBoundaries(ctx context.Context, partition string, q stor
 	if len(first.Values) == 1 {
 		sql, values = sqlWalkIDsOne, first.Values[0]
 	}
+	var out []string
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "DECLARE "+walkCursor+" NO SCROLL CURSOR FOR "+sql, partition, q.Table, first.Key, values, after,
 			int64(q.Limit)*int64(pages)+1); err != nil {
 			return err
 		}
-		return walkSteps(ctx, tx.Conn().PgConn(), q.Limit, pages, found)
+		return walkSteps(ctx, tx.Conn().PgConn(), q.Limit, pages, func(id string) { out = append(out, id) })
 	})
 	if err != nil {
-		return fmt.Errorf("page boundaries: %w", err)
+		return nil, fmt.Errorf("page boundaries: %w", err)
 	}
-	return nil
+	return out, nil
 }
 
 // walkSteps steps the walk's cursor a page at a time: it skips to the
