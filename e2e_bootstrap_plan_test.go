@@ -54,43 +54,62 @@ func TestE2EBootstrapPlanRacesWrites(t *testing.T) {
 		}
 		mustUpsert(t, w, taskRow("o1", "p2", "other scope"))
 		syncQuiet(t, w)
-		rs.hook = func() {
-			// Three rows inside the second page's range (t05..t09),
-			// its boundary deleted, one row updated and one added
-			// after the last boundary.
-			for _, id := range []string{"t05a", "t05b", "t05c", "t27a"} {
-				mustUpsert(t, w, taskRow(id, "p1", "late"))
-			}
-			mustUpsert(t, w, taskRow("t12", "p1", "updated"))
-			if _, err := w.Delete("tasks", "t09"); err != nil {
-				t.Errorf("delete t09: %v", err)
-			}
-			syncQuiet(t, w)
-		}
+		// Three rows inside the second page's range (t05..t09), its
+		// boundary deleted, one row updated and one added after the last
+		// boundary.
+		rs.hook = writeDuringBootstrap(t, w, []string{"t05a", "t05b", "t05c", "t27a"}, "t12", "t09")
 		c := e.client("alice", sspclient.Options{LimitSnapshotRows: 5, MaxSnapshotPages: 20})
 		mustSubscribe(t, c, "tasks-p1", "p1")
-		for _, round := range syncQuiet(t, c) {
-			for _, sec := range round.Sections {
-				if sec.MaxSegmentRows > 5 {
-					t.Fatalf("a page held %d rows; limitSnapshotRows is 5 (§4.7)", sec.MaxSegmentRows)
-				}
-			}
-		}
+		rounds := syncQuiet(t, c)
 		if rs.walks.Load() == 0 {
 			t.Fatal("the bootstrap walked no page boundaries")
 		}
-		got := clientRowsIn(t, c, "p1")
-		want := map[string]string{}
-		for id, v := range e.serverRows("tasks") {
-			if id != "o1" {
-				want[id] = v
-			}
-		}
-		sameRows(t, "client vs server after a bootstrap raced by writes", got, want)
-		if len(got) != 33 {
-			t.Fatalf("the client holds %d rows, want 33", len(got))
-		}
+		checkRacedBootstrap(t, e, c, rounds, 33)
 	})
+}
+
+// writeDuringBootstrap returns a hook that writes while a bootstrap's
+// pages are read: rows added, one updated and one deleted, all in p1.
+func writeDuringBootstrap(t *testing.T, w *sspclient.Client, added []string, updated, deleted string) func() {
+	return func() {
+		for _, id := range added {
+			mustUpsert(t, w, taskRow(id, "p1", "late"))
+		}
+		mustUpsert(t, w, taskRow(updated, "p1", "updated"))
+		if _, err := w.Delete("tasks", deleted); err != nil {
+			t.Errorf("delete %s: %v", deleted, err)
+		}
+		syncQuiet(t, w)
+	}
+}
+
+// checkRacedBootstrap checks the rounds of a bootstrap of p1 in pages of
+// 5 rows that writes raced: no page held more than limitSnapshotRows, and
+// the client holds the server's n rows of p1. It returns the segments
+// the rounds applied.
+func checkRacedBootstrap(t *testing.T, e *e2eEnv, c *sspclient.Client, rounds []*sspclient.RoundResult, n int) int {
+	t.Helper()
+	pages := 0
+	for _, round := range rounds {
+		for _, sec := range round.Sections {
+			if sec.MaxSegmentRows > 5 {
+				t.Fatalf("a page held %d rows; limitSnapshotRows is 5 (§4.7)", sec.MaxSegmentRows)
+			}
+			pages += sec.Segments
+		}
+	}
+	got := clientRowsIn(t, c, "p1")
+	want := map[string]string{}
+	for id, v := range e.serverRows("tasks") {
+		if id != "o1" {
+			want[id] = v
+		}
+	}
+	sameRows(t, "client vs server after a bootstrap raced by writes", got, want)
+	if len(got) != n {
+		t.Fatalf("the client holds %d rows, want %d", len(got), n)
+	}
+	return pages
 }
 
 // countingScans counts the row scans that start at the beginning of the

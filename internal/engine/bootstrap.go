@@ -597,11 +597,7 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 	if after != nil {
 		bk.after, bk.hasAfter = *after, true
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel()), jobs: make([]*planJob, pages)}
-	for i := range p.jobs {
-		p.jobs[i] = &planJob{done: make(chan struct{})}
-	}
+	p, ctx := newPagePlan(ctx, pages)
 	// The first page does not wait for the walk: it is built meanwhile as
 	// an ordinary page (the limit rows after `after`, the key the
 	// page-by-page loop would build), and it is the plan's first page when
@@ -665,12 +661,7 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 		defer p.wg.Done()
 		from := after
 		i := 0
-		defer func() {
-			for ; i < len(p.jobs); i++ {
-				p.jobs[i].absent = true
-				close(p.jobs[i].done)
-			}
-		}()
+		defer func() { p.endFrom(i) }()
 		for ; i < len(p.jobs); i++ {
 			j := p.jobs[i]
 			key := base
@@ -687,12 +678,7 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 				i++
 				return
 			}
-			select {
-			case p.sem <- struct{}{}:
-				j.slot = true
-			case <-ctx.Done():
-				j.err = ctx.Err()
-				close(j.done)
+			if !p.acquire(ctx, j) {
 				i++
 				return
 			}
@@ -732,29 +718,15 @@ func (e *Engine) planPages(ctx context.Context, base pageKey, l pageLayout, eff 
 // before. They are the pages the page-by-page loop builds (the same
 // keys, shared with other clients through the page cache), never cut.
 func (e *Engine) chainPages(ctx context.Context, base pageKey, l pageLayout, eff wire.ScopeMap, after *string, pages int) *pagePlan {
-	ctx, cancel := context.WithCancel(ctx)
-	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel()), jobs: make([]*planJob, pages)}
-	for i := range p.jobs {
-		p.jobs[i] = &planJob{done: make(chan struct{})}
-	}
+	p, ctx := newPagePlan(ctx, pages)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
 		i := 0
-		defer func() {
-			for ; i < len(p.jobs); i++ {
-				p.jobs[i].absent = true
-				close(p.jobs[i].done)
-			}
-		}()
+		defer func() { p.endFrom(i) }()
 		for ; i < len(p.jobs); i++ {
 			j := p.jobs[i]
-			select {
-			case p.sem <- struct{}{}:
-				j.slot = true
-			case <-ctx.Done():
-				j.err = ctx.Err()
-				close(j.done)
+			if !p.acquire(ctx, j) {
 				i++
 				return
 			}
@@ -774,6 +746,39 @@ func (e *Engine) chainPages(ctx context.Context, base pageKey, l pageLayout, eff
 		}
 	}()
 	return p
+}
+
+// newPagePlan returns a plan of at most pages pages and the context its
+// builds run under, which stop cancels.
+func newPagePlan(ctx context.Context, pages int) (*pagePlan, context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &pagePlan{cancel: cancel, sem: make(chan struct{}, planParallel()), jobs: make([]*planJob, pages)}
+	for i := range p.jobs {
+		p.jobs[i] = &planJob{done: make(chan struct{})}
+	}
+	return p, ctx
+}
+
+// acquire takes a slot of the plan for j (the plan's scheduler, in page
+// order), or ends j with ctx's error when the plan is stopped first.
+func (p *pagePlan) acquire(ctx context.Context, j *planJob) bool {
+	select {
+	case p.sem <- struct{}{}:
+		j.slot = true
+		return true
+	case <-ctx.Done():
+		j.err = ctx.Err()
+		close(j.done)
+		return false
+	}
+}
+
+// endFrom ends the jobs from i on absent: the plan holds no more pages.
+func (p *pagePlan) endFrom(i int) {
+	for ; i < len(p.jobs); i++ {
+		p.jobs[i].absent = true
+		close(p.jobs[i].done)
+	}
 }
 
 // take waits for the plan's next page; ok is false when the plan holds no
