@@ -41,8 +41,9 @@ const (
 	pollerArena = 1 << 20
 	pollerRead  = 64 << 10
 	// pollerHandle is how many reads are handled between two looks for
-	// more.
+	// more; pollerQueue the most reads held before they are all handled.
 	pollerHandle = 16
+	pollerQueue  = 4 * pollerBatch
 )
 
 func newSockPoller() (*sockPoller, error) {
@@ -120,7 +121,7 @@ type polledRead struct {
 	s      *vsocket
 	b      []byte
 	at, rx time.Time
-	end    bool
+	end    string // why the connection ended, "" for bytes read
 }
 
 func (p *sockPoller) run() {
@@ -135,7 +136,15 @@ func (p *sockPoller) run() {
 	handle := func(max int) {
 		k := min(max, len(reads))
 		for _, r := range reads[:k] {
-			if r.end || !r.s.consume(r.b, r.at, r.rx) {
+			select {
+			case <-r.s.done:
+				continue // ended by an earlier read of the round
+			default:
+			}
+			if r.end != "" {
+				r.s.endWhy = r.end
+			}
+			if r.end != "" || !r.s.consume(r.b, r.at, r.rx) {
 				p.remove(r.tok)
 				r.s.endPolled()
 			}
@@ -190,14 +199,17 @@ func (p *sockPoller) run() {
 				if err == nil {
 					err = io.EOF
 				}
-				s.endWhy = "read: " + err.Error()
-				reads = append(reads, polledRead{tok: ev.Fd, s: s, end: true})
+				reads = append(reads, polledRead{tok: ev.Fd, s: s, end: "read: " + err.Error()})
+				// An ended socket stays readable (the set is
+				// level-triggered) until it is handled and closed: the
+				// reads are handled now, not after the next looks.
+				full = true
 				continue
 			}
 			off += m
 			reads = append(reads, polledRead{tok: ev.Fd, s: s, b: buf[:m], at: at, rx: rx})
 		}
-		if full {
+		if full || len(reads) >= pollerQueue {
 			handle(len(reads))
 		}
 	}
