@@ -82,7 +82,9 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 			int64(q.Limit)*int64(pages)+1); err != nil {
 			return err
 		}
-		return walkSteps(ctx, tx.Conn().PgConn(), q.Limit, pages, func(id string) { out = append(out, id) })
+		var err error
+		out, err = walkSteps(ctx, tx.Conn().PgConn(), q.Limit, pages)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("page boundaries: %w", err)
@@ -90,22 +92,23 @@ func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.Ro
 	return out, nil
 }
 
-// walkSteps steps the walk's cursor a page at a time: it skips to the
-// entry ending page n+1 ((n+1)*limit) and fetches it and the one after
-// it. One-row pages are fetched at once (pages+1 entries): the row after
+// walkSteps steps the walk's cursor a page at a time and returns the
+// boundaries: it skips to the entry ending page n+1 ((n+1)*limit) and
+// fetches it and the one after it. One-row pages are fetched at once (pages+1 entries): the row after
 // a boundary is then the next boundary, and a NO SCROLL cursor does not
 // step back.
-func walkSteps(ctx context.Context, conn *pgconn.PgConn, limit, pages int, found func(string)) error {
+func walkSteps(ctx context.Context, conn *pgconn.PgConn, limit, pages int) ([]string, error) {
+	var out []string
 	if limit == 1 {
 		res, err := conn.Exec(ctx, fmt.Sprintf("FETCH %d FROM %s", pages+1, walkCursor)).ReadAll()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rows := res[0].Rows
 		for i := 0; i+1 < len(rows) && i < pages; i++ {
-			found(string(rows[i][0]))
+			out = append(out, string(rows[i][0]))
 		}
-		return nil
+		return out, nil
 	}
 	moved := 0 // entries passed: the cursor is on entry `moved`
 	for n := 0; n < pages; n++ {
@@ -116,16 +119,16 @@ func walkSteps(ctx context.Context, conn *pgconn.PgConn, limit, pages int, found
 		}
 		res, err := conn.Exec(ctx, sql).ReadAll()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rows := res[len(res)-1].Rows
 		if len(rows) < 2 { // the page is not full, or nothing follows it
-			return nil
+			return out, nil
 		}
-		found(string(rows[0][0]))
+		out = append(out, string(rows[0][0]))
 		moved += skip + 2
 	}
-	return nil
+	return out, nil
 }
 
 var _ store.PageChainer = (*Store)(nil)
@@ -135,8 +138,8 @@ var _ store.PageChainer = (*Store)(nil)
 // sync_row_scopes, as a page's table walk checks its rows', so a planned
 // bootstrap visited every row twice; on a fresh seed it also set the hint
 // bits of both tables' rows (cold 100,000-row bootstraps of a seeded
-// scope: 197-224 ms planned, 167-192 chained; seeded just before:
-// 258-326 against 133-210).
+// scope: medians 218 ms planned, 181 chained; seeded just before: 280.5
+// against 148.5; BENCHMARKS.md, "Round twenty-five").
 func (s *Store) ChainPages() bool { return true }
 
 var _ store.ScopeRowCounter = (*Store)(nil)
