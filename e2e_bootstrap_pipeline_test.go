@@ -6,10 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -17,19 +21,21 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// failingSegments fails one chosen PublishSegment call, after a delay
-// (the write is in flight while the server builds the next page), and
-// records the ids the underlying store accepted.
+// failingSegments fails the first PublishSegment call of one chosen page
+// (the page after row failAfter), after a delay (the write is in flight while
+// the server builds the next pages and writes theirs), and records the
+// ids the underlying store accepted.
 type failingSegments struct {
 	store.SegmentStore
-	failCall int64 // 1-based; 0: none
-	calls    atomic.Int64
-	mu       sync.Mutex
-	stored   map[string]bool
+	failAfter string
+	failed    atomic.Bool // the one failure happened
+	calls     atomic.Int64
+	mu        sync.Mutex
+	stored    map[string]bool
 }
 
 func (f *failingSegments) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
-	if f.calls.Add(1) == f.failCall {
+	if f.calls.Add(1); pub.RowCursor != nil && *pub.RowCursor == f.failAfter && f.failed.CompareAndSwap(false, true) {
 		time.Sleep(150 * time.Millisecond)
 		return errors.New("segment store write failed (simulated)")
 	}
@@ -43,16 +49,17 @@ func (f *failingSegments) PublishSegment(ctx context.Context, id string, b []byt
 }
 
 // A page's SEGMENT_REF goes out only after its segment store write
-// landed: the write overlaps the next page's build, but when it fails
-// (or the process dies before it lands) no descriptor names a segment
-// the store does not hold, the pull fails, and the client's retry
-// bootstraps the exact rows.
+// landed, and after the pages' before it: the writes overlap the next
+// pages' builds and each other, but when one fails (or the process dies
+// before it lands) no descriptor names a segment the store does not
+// hold, none of a later page goes out, the pull fails, and the client's
+// retry bootstraps the exact rows.
 func TestE2ESegmentRefAfterStoreWrite(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		var segs *failingSegments
 		e := newE2EEnv(t, d, func(c *syncgo.Config) {
 			c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline
-			segs = &failingSegments{SegmentStore: c.Store.(store.SegmentStorer).SegmentStore(), failCall: 2, stored: map[string]bool{}}
+			segs = &failingSegments{SegmentStore: c.Store.(store.SegmentStorer).SegmentStore(), failAfter: "t04", stored: map[string]bool{}}
 			c.Segments = segs
 		})
 		w := e.client("writer", sspclient.Options{})
@@ -101,15 +108,123 @@ func TestE2ESegmentRefAfterStoreWrite(t *testing.T) {
 			failed = true
 		}
 		if refs > 1 || ended || !failed {
-			t.Fatalf("pull with the second segment write failing: HTTP %d, %d refs, SUB_END %v, failed %v; want a failed pull with at most the first page's ref",
+			t.Fatalf("pull with the second page's segment write failing: HTTP %d, %d refs, SUB_END %v, failed %v; want a failed pull with at most the first page's ref",
 				r.status, refs, ended, failed)
 		}
 		if n := segs.calls.Load(); n < 2 {
-			t.Fatalf("%d segment writes; the second was to fail", n)
+			t.Fatalf("%d segment writes; the second page's was to fail", n)
 		}
 		c := e.client("alice", sspclient.Options{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5})
 		mustSubscribe(t, c, "s", "p1")
 		syncQuiet(t, c)
 		sameRows(t, "retried bootstrap", clientRows(t, c, "tasks"), e.serverRows("tasks"))
+	})
+}
+
+// gatedSegments holds the PublishSegment call of one page (the page after
+// row holdAfter) until release is closed, or for a minute.
+type gatedSegments struct {
+	store.SegmentStore
+	holdAfter string
+	release   chan struct{}
+	released  atomic.Bool // the held write went on because release closed
+}
+
+func (g *gatedSegments) PublishSegment(ctx context.Context, id string, b []byte, pub store.SegmentPublication) error {
+	if pub.RowCursor != nil && *pub.RowCursor == g.holdAfter {
+		select {
+		case <-g.release:
+			g.released.Store(true)
+		case <-time.After(time.Minute):
+		}
+	}
+	return g.SegmentStore.PublishSegment(ctx, id, b, pub)
+}
+
+// A bootstrap's SEGMENT_REFs are sent as their segments land, not held
+// to the end of the response: a client reading the response as it comes
+// has the first page's descriptor while a later page's segment write is
+// still held (released only by the client seeing that descriptor), in
+// the identity coding and through the compressor alike, and the response
+// then ends whole, every descriptor naming a stored segment.
+func TestE2ESegmentRefStreamed(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		for _, enc := range []string{"identity", "zstd"} {
+			t.Run(enc, func(t *testing.T) {
+				var segs *gatedSegments
+				e := newE2EEnv(t, d, func(c *syncgo.Config) {
+					c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline
+					segs = &gatedSegments{SegmentStore: c.Store.(store.SegmentStorer).SegmentStore(), holdAfter: "t09",
+						release: make(chan struct{})}
+					c.Segments = segs
+				})
+				w := e.client("writer", sspclient.Options{})
+				for i := range 15 {
+					mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
+				}
+				syncQuiet(t, w)
+				epoch := e.partitionState().LogEpoch
+				pull := encodeRequest(t, &wire.Request{Version: 3,
+					Header: &wire.ReqHeader{ClientID: "stream-device", SchemaVersion: 1, LogEpoch: &epoch},
+					Pull:   &wire.PullHeader{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5, MaxSnapshotPages: 10},
+					Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+						Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+				req, err := http.NewRequest(http.MethodPost, e.url+"/sync", body(pull))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", sspclient.ContentType)
+				req.Header.Set("Authorization", "Bearer alice")
+				req.Header.Set("Accept-Encoding", enc)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != strings.TrimPrefix(enc, "identity") {
+					t.Fatalf("HTTP %d, Content-Encoding %q; want 200 in %s", resp.StatusCode, resp.Header.Get("Content-Encoding"), enc)
+				}
+				var src io.Reader = resp.Body
+				if enc == "zstd" {
+					zr, err := zstd.NewReader(resp.Body, zstd.WithDecoderConcurrency(1))
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer zr.Close()
+					src = zr
+				}
+				dec := wire.NewDecoder(src, wire.DecoderOptions{Kind: wire.KindResponse})
+				if _, _, err := dec.Header(); err != nil {
+					t.Fatal(err)
+				}
+				refs, ended := 0, false
+				for {
+					f, err := dec.Next()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatalf("after %d refs: %v", refs, err)
+					}
+					switch f := f.(type) {
+					case *wire.SegmentRef:
+						if _, err := segs.SegmentStore.Segment(context.Background(), f.SegmentID); err != nil {
+							t.Fatalf("SEGMENT_REF %d: the segment store has no %s: %v", refs+1, f.SegmentID, err)
+						}
+						if refs++; refs == 1 {
+							close(segs.release)
+						}
+					case *wire.SubEnd:
+						ended = true
+					case *wire.ErrorFrame:
+						t.Fatalf("ERROR frame %s: %s", f.Code, f.Message)
+					}
+				}
+				if refs != 3 || !ended || !segs.released.Load() {
+					t.Fatalf("%d refs, SUB_END %v, the third page's write released by the first ref %v; want 3, true, true",
+						refs, ended, segs.released.Load())
+				}
+			})
+		}
 	})
 }

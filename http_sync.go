@@ -196,6 +196,7 @@ type httpResponder struct {
 	compressSmall bool
 	started       bool
 	closeEnc      func() error
+	lz            *lazyEncoder // the response's compressor, when it may compress
 	held          *heldWriter
 	// release frees the request's admission slot (idempotent): before
 	// the response's last bytes go out, so that a client that sends its
@@ -223,7 +224,7 @@ func (h *httpResponder) BeginStream(uint16) (io.Writer, error) {
 		return &flushWriter{w: dw, rw: h.w}, nil
 	}
 	lz := &lazyEncoder{h: h, dw: dw}
-	h.closeEnc = lz.close
+	h.lz, h.closeEnc = lz, lz.close
 	if h.compressSmall {
 		lz.start()
 	}
@@ -247,6 +248,25 @@ type lazyEncoder struct {
 	buf []byte
 	out io.Writer // the compressor, once started
 	end func() error
+}
+
+// flush passes on what the encoder holds through the compressor, which
+// starts now if it did not yet: a response flushed before its end (a
+// bootstrap's segment descriptors) is compressed whatever its size.
+func (l *lazyEncoder) flush() error {
+	if l.out == nil {
+		l.start()
+		if len(l.buf) > 0 {
+			if _, err := l.out.Write(l.buf); err != nil {
+				return err
+			}
+		}
+		l.buf = nil
+	}
+	if f, ok := l.out.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
 }
 
 func (l *lazyEncoder) Write(p []byte) (int, error) {
@@ -318,7 +338,28 @@ func (h *httpResponder) startBody() *deadlineWriter {
 	return &deadlineWriter{w: h.held, rc: h.rc, timeout: h.s.cfg.WriteTimeout}
 }
 
-var _ engine.BodyResponder = (*httpResponder)(nil)
+var (
+	_ engine.BodyResponder = (*httpResponder)(nil)
+	_ engine.Flusher       = (*httpResponder)(nil)
+)
+
+// Flush implements engine.Flusher: the status line and what the response
+// holds go out now, and the rest of the response streams (chunked).
+func (h *httpResponder) Flush() error {
+	if h.held == nil {
+		return nil // nothing started
+	}
+	if h.lz != nil {
+		if err := h.lz.flush(); err != nil {
+			return err
+		}
+	}
+	_ = h.rc.SetWriteDeadline(time.Now().Add(h.s.cfg.WriteTimeout))
+	if err := h.held.release(); err != nil {
+		return err
+	}
+	return h.rc.Flush()
+}
 
 func (h *httpResponder) finish() error {
 	err := h.closeEnc()
@@ -366,6 +407,22 @@ func (h *heldWriter) Write(p []byte) (int, error) {
 	}
 	h.buf = nil
 	return h.w.Write(p)
+}
+
+// release writes the status line and what is held: the rest of the
+// response streams.
+func (h *heldWriter) release() error {
+	if h.open {
+		return nil
+	}
+	h.open = true
+	h.w.WriteHeader(http.StatusOK)
+	if len(h.buf) == 0 {
+		return nil
+	}
+	_, err := h.w.Write(h.buf)
+	h.buf = nil
+	return err
 }
 
 // end sends a held response whole, with its length.

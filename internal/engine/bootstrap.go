@@ -165,12 +165,12 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	}
 	accept := r.req.Pull.Accept
 	complete := false
-	// The segment store write of a page by reference runs while the next
-	// page is built; its SEGMENT_REF goes out when the write has landed,
-	// before anything of the next page, so a descriptor never names a
-	// segment the store does not hold yet.
-	var inflight *pendingRef
-	defer func() { inflight.wait() }()
+	// The segment store writes of the pages by reference run while the
+	// next pages are built; each SEGMENT_REF goes out when its write has
+	// landed, in page order and before anything of a later page, so a
+	// descriptor never names a segment the store does not hold yet.
+	refs := &refQueue{r: r, max: planParallel()}
+	defer refs.wait()
 	base := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
 		schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
 	// The pages still to serve are built ahead of the response: on a
@@ -192,6 +192,11 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			} else {
 				plan = r.e.planPages(ctx, base, layout, eff, after, lim.pages-n)
 			}
+		}
+		// While the plan builds this page, the descriptors of the pages
+		// before it go out as their segments land.
+		if err := refs.await(plan); err != nil {
+			return 0, err
 		}
 		pg, took, err := plan.take()
 		switch {
@@ -219,18 +224,17 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 		if err != nil {
 			return 0, err
 		}
-		if err := r.finishRef(inflight); err != nil {
-			return 0, err
-		}
-		inflight = nil
 		inline := accept&wire.AcceptInlineRows != 0 &&
 			(len(pg.bytes) <= r.e.cfg.Limits.InlineSegmentMaxBytes || accept&wire.AcceptExternalRows == 0)
 		if inline {
+			if err := refs.drain(); err != nil {
+				return 0, err
+			}
 			if err := r.enc.Encode(&wire.SegmentInline{Payload: pg.bytes}); err != nil {
 				return 0, err
 			}
-		} else {
-			inflight = r.startRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)
+		} else if err := refs.add(r.startRef(ctx, sub.Table, pg, after, asOf, digest, p.LogEpoch)); err != nil {
+			return 0, err
 		}
 		after = pg.last
 		if pg.last == nil {
@@ -238,10 +242,9 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 			break
 		}
 	}
-	if err := r.finishRef(inflight); err != nil {
+	if err := refs.drain(); err != nil {
 		return 0, err
 	}
-	inflight = nil
 	end := &wire.SubEnd{NextCursor: asOf}
 	if !complete {
 		b, err := json.Marshal(bootstrapToken{AsOfCommitSeq: asOf, Tables: []string{sub.Table}, TableIndex: 0, RowCursor: after})
@@ -307,6 +310,124 @@ func (r *request) finishRef(p *pendingRef) error {
 		return err
 	}
 	return r.enc.Encode(p.ref)
+}
+
+// refQueue holds a response's pages by reference whose descriptors are
+// not written yet, in page order. Their segment store writes run at once
+// (at most max of them), and each descriptor goes out as soon as its
+// write and those before it have landed, the response flushed after them
+// while pages follow: a client that reads the response as it comes
+// fetches each segment while the next pages are built.
+type refQueue struct {
+	r       *request
+	max     int
+	pending []*pendingRef
+}
+
+// landed writes the descriptors whose writes have landed, in order, and
+// flushes the response after them.
+func (q *refQueue) landed() error {
+	wrote := false
+	for len(q.pending) > 0 {
+		select {
+		case <-q.pending[0].done:
+		default:
+			return q.flushIf(wrote)
+		}
+		if err := q.finishHead(); err != nil {
+			return err
+		}
+		wrote = true
+	}
+	return q.flushIf(wrote)
+}
+
+// await writes the descriptors whose writes land while the plan's next
+// page is built (until it is, or nothing is pending).
+func (q *refQueue) await(plan *pagePlan) error {
+	for {
+		if err := q.landed(); err != nil {
+			return err
+		}
+		if len(q.pending) == 0 {
+			return nil
+		}
+		next := plan.ready()
+		if next == nil {
+			return nil
+		}
+		select {
+		case <-next:
+			return nil
+		case <-q.pending[0].done:
+		}
+	}
+}
+
+// add queues a started write, first writing the oldest descriptor (after
+// its write) while max are pending.
+func (q *refQueue) add(p *pendingRef) error {
+	wrote := false
+	for len(q.pending) >= q.max {
+		if err := q.finishHead(); err != nil {
+			return err
+		}
+		wrote = true
+	}
+	q.pending = append(q.pending, p)
+	return q.flushIf(wrote)
+}
+
+// drain writes every pending descriptor, each after its write.
+func (q *refQueue) drain() error {
+	for len(q.pending) > 0 {
+		if err := q.finishHead(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (q *refQueue) finishHead() error {
+	p := q.pending[0]
+	q.pending[0] = nil
+	q.pending = q.pending[1:]
+	return q.r.finishRef(p)
+}
+
+func (q *refQueue) flushIf(wrote bool) error {
+	if !wrote {
+		return nil
+	}
+	return q.r.flush()
+}
+
+// wait waits for the writes still pending (a response that failed).
+func (q *refQueue) wait() {
+	for _, p := range q.pending {
+		p.wait()
+	}
+}
+
+// Flusher is a Responder that can send what a response holds before it
+// ends. A bootstrap sends each SEGMENT_REF as soon as its segment is
+// stored, so that a client that reads the response as it comes fetches
+// the segment while the next pages are built, instead of all of them
+// after the response.
+type Flusher interface {
+	Flush() error
+}
+
+// flush sends what the response holds so far, when the transport can.
+func (r *request) flush() error {
+	f, ok := r.resp.(Flusher)
+	if !ok {
+		return nil
+	}
+	if err := r.enc.Flush(); err != nil {
+		return err
+	}
+	return f.Flush()
 }
 
 // signRef gives a descriptor its signed URL when the client accepts one
@@ -797,6 +918,15 @@ func (p *pagePlan) take() (pg page, ok bool, err error) {
 		<-p.sem // the page leaves the plan: the next one may start
 	}
 	return j.pg, true, j.err
+}
+
+// ready is closed when take would not wait; nil when the plan holds no
+// more pages (a nil plan holds none).
+func (p *pagePlan) ready() <-chan struct{} {
+	if p == nil || p.next >= len(p.jobs) {
+		return nil
+	}
+	return p.jobs[p.next].done
 }
 
 // stop cancels the builds not taken and waits for them; a nil plan has
