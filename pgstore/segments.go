@@ -62,12 +62,6 @@ WHERE segment_id = $1 RETURNING byte_length`
 b AS (
   UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length)
 SELECT byte_length FROM s UNION ALL SELECT byte_length FROM b LIMIT 1`
-	sqlInsertBody = `INSERT INTO sync_segment_bodies(segment_id, partition, log_epoch, tbl, schema_version, media_type,
-  scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms,
-  content_encoding, body)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
-ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segment_bodies.expires_at_ms, EXCLUDED.expires_at_ms)
-RETURNING byte_length`
 	sqlInsertSegment = `INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
   scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms, bytes)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
@@ -79,6 +73,38 @@ RETURNING byte_length`
   created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (segment_id, context) DO UPDATE
   SET expires_at_ms = GREATEST(sync_segment_publications.expires_at_ms, EXCLUDED.expires_at_ms)`
+	// sqlPublishBody is PublishSegmentBody in one statement (one round
+	// trip, no transaction of statements): the segment's rows under
+	// either table are extended and locked as sqlExtendEither does (in
+	// that order), the body is inserted when neither exists, and the
+	// publication is recorded when the stored length is the one
+	// published; it returns the stored length. The sub-statements share
+	// a snapshot, and the insert reads the extends' results, so it runs
+	// only when they found nothing (a concurrent insert of the same body
+	// meets its ON CONFLICT, as publish's does).
+	sqlPublishBody = `WITH s AS (
+  UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $14) WHERE segment_id = $1 RETURNING byte_length),
+b AS (
+  UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $14) WHERE segment_id = $1 RETURNING byte_length),
+i AS (
+  INSERT INTO sync_segment_bodies(segment_id, partition, log_epoch, tbl, schema_version, media_type,
+    scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms,
+    content_encoding, body)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::text, $8::bigint, $9::bigint, $10::text,
+    $11::text, $12::bigint, $13::bigint, $14::bigint, $15::text, $16::bytea
+   WHERE NOT EXISTS (SELECT 1 FROM s) AND NOT EXISTS (SELECT 1 FROM b)
+  ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segment_bodies.expires_at_ms, EXCLUDED.expires_at_ms)
+  RETURNING byte_length),
+n AS (SELECT byte_length FROM s UNION ALL SELECT byte_length FROM b UNION ALL SELECT byte_length FROM i LIMIT 1),
+p AS (
+  INSERT INTO sync_segment_publications(segment_id, context, partition, log_epoch, tbl,
+    schema_version, media_type, scope_digest, as_of_commit_seq, row_cursor, next_row_cursor, row_count,
+    created_at_ms, expires_at_ms)
+  SELECT $1::text, $17::text, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::text, $8::bigint, $10::text,
+    $11::text, $9::bigint, $13::bigint, $14::bigint FROM n WHERE n.byte_length = $12::bigint
+  ON CONFLICT (segment_id, context) DO UPDATE
+    SET expires_at_ms = GREATEST(sync_segment_publications.expires_at_ms, EXCLUDED.expires_at_ms))
+SELECT byte_length FROM n`
 	segmentPublicationColumns = `partition, log_epoch, tbl, schema_version, media_type, scope_digest, as_of_commit_seq,
   row_cursor, next_row_cursor, row_count, created_at_ms, expires_at_ms`
 )
@@ -123,13 +149,17 @@ func (g segmentStore) PublishSegmentBody(ctx context.Context, id string, plainLe
 	if !g.s.segmentBodies {
 		return fmt.Errorf("publish segment %s: the database has no sync_segment_bodies", id)
 	}
-	return g.publish(ctx, id, pub, true, plainLength, func(tx pgx.Tx) (int64, error) {
-		var n int64
-		err := tx.QueryRow(ctx, sqlInsertBody, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
-			mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
-			pub.NextRowCursor, plainLength, pub.CreatedAtMs, pub.ExpiresAtMs, enc, body).Scan(&n)
-		return n, err
-	})
+	var n int64
+	err := g.s.pool.QueryRow(ctx, sqlPublishBody, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
+		mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
+		pub.NextRowCursor, plainLength, pub.CreatedAtMs, pub.ExpiresAtMs, enc, body, pub.ContextKey()).Scan(&n)
+	switch {
+	case err != nil:
+		return fmt.Errorf("publish segment %s: %w", id, err)
+	case n != plainLength:
+		return fmt.Errorf("publish segment %s: %d bytes stored under the id, %d published: a hash collision", id, n, plainLength)
+	}
+	return nil
 }
 
 // publish extends the stored segment id (as bytes or as a body) or, when

@@ -66,6 +66,7 @@ func RunSegmentStore(t *testing.T, open SegmentOpener) {
 		{"BodyAndBytes", segBodyAndBytes},
 		{"BodyFindSweep", segBodyFindSweep},
 		{"BodyShared", segBodyShared},
+		{"BodyConcurrentPublishers", segBodyConcurrent},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -522,6 +523,42 @@ func segBodyAndBytes(t *testing.T, open SegmentOpener) {
 		t.Fatalf("a body published over stored bytes: %q %d bytes, %v; want the bytes kept", raw.Encoding, len(raw.Bytes), err)
 	}
 	samePubs(t, "bytes, then a body", raw.Publications, p, q)
+}
+
+// segBodyConcurrent: publishers of one new body at once, from every
+// process of the store, all succeed, and every publication is kept with
+// the one body.
+func segBodyConcurrent(t *testing.T, open SegmentOpener) {
+	a, share := open(t)
+	stores := []store.SegmentBodyStore{bodyStore(t, a)}
+	if share != nil {
+		stores = append(stores, bodyStore(t, share(t)))
+	}
+	b, id, body := segBody(t, "race-body", 30_000)
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	var want []store.SegmentPublication
+	for i := range n {
+		p := segPub(fmt.Sprint("part-", i%6), nil, 1000, int64(5000+i))
+		p.ScopeDigest = fmt.Sprint("digest-", i)
+		want = append(want, p)
+		wg.Go(func() {
+			errs <- stores[i%len(stores)].PublishSegmentBody(context.Background(), id, int64(len(b)), store.SegmentBodyZstd, body, p)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent PublishSegmentBody: %v", err)
+		}
+	}
+	raw, err := stores[0].SegmentBody(context.Background(), id)
+	if err != nil || !bytes.Equal(raw.Bytes, body) || raw.ByteLength != int64(len(b)) {
+		t.Fatalf("after concurrent publishers: %d bytes (length %d), %v; want the body", len(raw.Bytes), raw.ByteLength, err)
+	}
+	samePubs(t, "concurrent body publishers", raw.Publications, want...)
 }
 
 func segBodyFindSweep(t *testing.T, open SegmentOpener) {
