@@ -23,8 +23,8 @@ import (
 
 // failingSegments fails the first PublishSegment call of one chosen page
 // (the page after row failAfter), after a delay (the write is in flight while
-// the server builds the next pages and writes theirs), and records the
-// ids the underlying store accepted.
+// the server builds the next pages), and records the ids the underlying
+// store accepted.
 type failingSegments struct {
 	store.SegmentStore
 	failAfter string
@@ -49,11 +49,11 @@ func (f *failingSegments) PublishSegment(ctx context.Context, id string, b []byt
 }
 
 // A page's SEGMENT_REF goes out only after its segment store write
-// landed, and after the pages' before it: the writes overlap the next
-// pages' builds and each other, but when one fails (or the process dies
-// before it lands) no descriptor names a segment the store does not
-// hold, none of a later page goes out, the pull fails, and the client's
-// retry bootstraps the exact rows.
+// landed, and after the pages' before it: a write overlaps the next
+// pages' builds, but when it fails (or the process dies before it lands)
+// no descriptor names a segment the store does not hold, none of a later
+// page goes out, the pull fails, and the client's retry bootstraps the
+// exact rows.
 func TestE2ESegmentRefAfterStoreWrite(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		var segs *failingSegments

@@ -165,11 +165,11 @@ func (r *request) bootstrap(ctx context.Context, sub *wire.Subscription, eff wir
 	}
 	accept := r.req.Pull.Accept
 	complete := false
-	// The segment store writes of the pages by reference run while the
-	// next pages are built; each SEGMENT_REF goes out when its write has
-	// landed, in page order and before anything of a later page, so a
-	// descriptor never names a segment the store does not hold yet.
-	refs := &refQueue{r: r, max: planParallel()}
+	// The segment store write of a page by reference runs while the next
+	// pages are built; its SEGMENT_REF goes out when the write has landed,
+	// before anything of a later page, so a descriptor never names a
+	// segment the store does not hold yet.
+	refs := &refQueue{r: r}
 	defer refs.wait()
 	base := pageKey{partition: r.auth.Partition, epoch: p.LogEpoch, table: sub.Table, digest: digest,
 		schemaVersion: r.cs.Version(), asOf: asOf, limit: lim.rows}
@@ -312,102 +312,77 @@ func (r *request) finishRef(p *pendingRef) error {
 	return r.enc.Encode(p.ref)
 }
 
-// refQueue holds a response's pages by reference whose descriptors are
-// not written yet, in page order. Their segment store writes run at once
-// (at most max of them), and each descriptor goes out as soon as its
-// write and those before it have landed, the response flushed after them
-// while pages follow: a client that reads the response as it comes
-// fetches each segment while the next pages are built.
+// refQueue is a response's page by reference whose descriptor is not
+// written yet. Its segment store write runs while the next pages are
+// built, one write at a time (two at a time was no faster once a write is
+// one statement, BENCHMARKS.md "Round twenty-six"), and the descriptor
+// goes out as soon as the write has landed, the response flushed after
+// it: a client that reads the response as it comes fetches the segment
+// while the next pages are built.
 type refQueue struct {
-	r       *request
-	max     int
-	pending []*pendingRef
+	r        *request
+	inflight *pendingRef
 }
 
-// landed writes the descriptors whose writes have landed, in order, and
-// flushes the response after them.
+// landed writes the descriptor when its write has landed, and flushes
+// the response after it.
 func (q *refQueue) landed() error {
-	wrote := false
-	for len(q.pending) > 0 {
-		select {
-		case <-q.pending[0].done:
-		default:
-			return q.flushIf(wrote)
-		}
-		if err := q.finishHead(); err != nil {
-			return err
-		}
-		wrote = true
+	if q.inflight == nil {
+		return nil
 	}
-	return q.flushIf(wrote)
+	select {
+	case <-q.inflight.done:
+	default:
+		return nil
+	}
+	return q.finish(true)
 }
 
-// await writes the descriptors whose writes land while the plan's next
-// page is built (until it is, or nothing is pending).
+// await writes the descriptor if its write lands while the plan's next
+// page is built (until it is); without a plan, if it has landed.
 func (q *refQueue) await(plan *pagePlan) error {
-	for {
-		if err := q.landed(); err != nil {
-			return err
-		}
-		if len(q.pending) == 0 {
-			return nil
-		}
-		next := plan.ready()
-		if next == nil {
-			return nil
-		}
-		select {
-		case <-next:
-			return nil
-		case <-q.pending[0].done:
-		}
+	next := plan.ready()
+	if q.inflight == nil || next == nil {
+		return q.landed()
+	}
+	select {
+	case <-q.inflight.done:
+		return q.finish(true)
+	case <-next:
+		return q.landed()
 	}
 }
 
-// add queues a started write, first writing the oldest descriptor (after
-// its write) while max are pending.
+// add writes the pending descriptor (after its write) and keeps p's.
 func (q *refQueue) add(p *pendingRef) error {
-	wrote := false
-	for len(q.pending) >= q.max {
-		if err := q.finishHead(); err != nil {
-			return err
-		}
-		wrote = true
+	if err := q.finish(true); err != nil {
+		return err
 	}
-	q.pending = append(q.pending, p)
-	return q.flushIf(wrote)
-}
-
-// drain writes every pending descriptor, each after its write.
-func (q *refQueue) drain() error {
-	for len(q.pending) > 0 {
-		if err := q.finishHead(); err != nil {
-			return err
-		}
-	}
+	q.inflight = p
 	return nil
 }
 
-func (q *refQueue) finishHead() error {
-	p := q.pending[0]
-	q.pending[0] = nil
-	q.pending = q.pending[1:]
-	return q.r.finishRef(p)
-}
+// drain writes the pending descriptor, after its write, unflushed (the
+// response goes on with a page inline or ends).
+func (q *refQueue) drain() error { return q.finish(false) }
 
-func (q *refQueue) flushIf(wrote bool) error {
-	if !wrote {
+func (q *refQueue) finish(flush bool) error {
+	p := q.inflight
+	if p == nil {
+		return nil
+	}
+	q.inflight = nil
+	if err := q.r.finishRef(p); err != nil {
+		return err
+	}
+	if !flush {
 		return nil
 	}
 	return q.r.flush()
 }
 
-// wait waits for the writes still pending (a response that failed).
-func (q *refQueue) wait() {
-	for _, p := range q.pending {
-		p.wait()
-	}
-}
+// wait waits for a write still pending (a response that failed).
+func (q *refQueue) wait() { q.inflight.wait() }
 
 // Flusher is a Responder that can send what a response holds before it
 // ends. A bootstrap sends each SEGMENT_REF as soon as its segment is
