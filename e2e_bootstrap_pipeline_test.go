@@ -48,6 +48,24 @@ func (f *failingSegments) PublishSegment(ctx context.Context, id string, b []byt
 	return nil
 }
 
+// pagedPull writes n rows t00, t01, ... of project p1 and returns a
+// bootstrap pull of them for clientID in pages of 5 rows, by reference
+// only.
+func pagedPull(t *testing.T, e *e2eEnv, n int, clientID string) []byte {
+	t.Helper()
+	w := e.client("writer", sspclient.Options{})
+	for i := range n {
+		mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
+	}
+	syncQuiet(t, w)
+	epoch := e.partitionState().LogEpoch
+	return encodeRequest(t, &wire.Request{Version: 3,
+		Header: &wire.ReqHeader{ClientID: clientID, SchemaVersion: 1, LogEpoch: &epoch},
+		Pull:   &wire.PullHeader{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5, MaxSnapshotPages: 10},
+		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+}
+
 // A page's SEGMENT_REF goes out only after its segment store write
 // landed, and after the pages' before it: a write overlaps the next
 // pages' builds, but when it fails (or the process dies before it lands)
@@ -62,17 +80,7 @@ func TestE2ESegmentRefAfterStoreWrite(t *testing.T) {
 			segs = &failingSegments{SegmentStore: c.Store.(store.SegmentStorer).SegmentStore(), failAfter: "t04", stored: map[string]bool{}}
 			c.Segments = segs
 		})
-		w := e.client("writer", sspclient.Options{})
-		for i := range 12 {
-			mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
-		}
-		syncQuiet(t, w)
-		epoch := e.partitionState().LogEpoch
-		pull := encodeRequest(t, &wire.Request{Version: 3,
-			Header: &wire.ReqHeader{ClientID: "pipe-device", SchemaVersion: 1, LogEpoch: &epoch},
-			Pull:   &wire.PullHeader{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5, MaxSnapshotPages: 10},
-			Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
-				Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+		pull := pagedPull(t, e, 12, "pipe-device")
 		r := e.post(t, body(pull), nil)
 		dec := wire.NewDecoder(bytes.NewReader(r.body), wire.DecoderOptions{Kind: wire.KindResponse})
 		// The response may fail before its first chunk is released (an
@@ -158,17 +166,7 @@ func TestE2ESegmentRefStreamed(t *testing.T) {
 						release: make(chan struct{})}
 					c.Segments = segs
 				})
-				w := e.client("writer", sspclient.Options{})
-				for i := range 15 {
-					mustUpsert(t, w, taskRow(fmt.Sprintf("t%02d", i), "p1", "row"))
-				}
-				syncQuiet(t, w)
-				epoch := e.partitionState().LogEpoch
-				pull := encodeRequest(t, &wire.Request{Version: 3,
-					Header: &wire.ReqHeader{ClientID: "stream-device", SchemaVersion: 1, LogEpoch: &epoch},
-					Pull:   &wire.PullHeader{Accept: wire.AcceptExternalRows, LimitSnapshotRows: 5, MaxSnapshotPages: 10},
-					Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
-						Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+				pull := pagedPull(t, e, 15, "stream-device")
 				req, err := http.NewRequest(http.MethodPost, e.url+"/sync", body(pull))
 				if err != nil {
 					t.Fatal(err)

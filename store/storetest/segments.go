@@ -381,6 +381,17 @@ func segConcurrent(t *testing.T, open SegmentOpener) {
 		stores = append(stores, share(t))
 	}
 	bs, id := segBytes("race", 2000)
+	want := publishAtOnce(t, "PublishSegment", func(i int, p store.SegmentPublication) error {
+		return stores[i%len(stores)].PublishSegment(context.Background(), id, bs, p)
+	})
+	samePubs(t, "concurrent publishers", mustSegment(t, a, id).Publications, want...)
+}
+
+// publishAtOnce runs 24 publishers at once, each with a publication of
+// its own (publish gets its index), fails the test on any error, and
+// returns the publications.
+func publishAtOnce(t *testing.T, what string, publish func(i int, p store.SegmentPublication) error) []store.SegmentPublication {
+	t.Helper()
 	const n = 24
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -389,20 +400,16 @@ func segConcurrent(t *testing.T, open SegmentOpener) {
 		p := segPub(fmt.Sprint("part-", i%6), nil, 1000, int64(5000+i))
 		p.ScopeDigest = fmt.Sprint("digest-", i)
 		want = append(want, p)
-		wg.Add(1)
-		go func(s store.SegmentStore) {
-			defer wg.Done()
-			errs <- s.PublishSegment(context.Background(), id, bs, p)
-		}(stores[i%len(stores)])
+		wg.Go(func() { errs <- publish(i, p) })
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		if err != nil {
-			t.Fatalf("concurrent PublishSegment: %v", err)
+			t.Fatalf("concurrent %s: %v", what, err)
 		}
 	}
-	samePubs(t, "concurrent publishers", mustSegment(t, a, id).Publications, want...)
+	return want
 }
 
 func segLarge(t *testing.T, open SegmentOpener) {
@@ -535,25 +542,9 @@ func segBodyConcurrent(t *testing.T, open SegmentOpener) {
 		stores = append(stores, bodyStore(t, share(t)))
 	}
 	b, id, body := segBody(t, "race-body", 30_000)
-	const n = 24
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	var want []store.SegmentPublication
-	for i := range n {
-		p := segPub(fmt.Sprint("part-", i%6), nil, 1000, int64(5000+i))
-		p.ScopeDigest = fmt.Sprint("digest-", i)
-		want = append(want, p)
-		wg.Go(func() {
-			errs <- stores[i%len(stores)].PublishSegmentBody(context.Background(), id, int64(len(b)), store.SegmentBodyZstd, body, p)
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent PublishSegmentBody: %v", err)
-		}
-	}
+	want := publishAtOnce(t, "PublishSegmentBody", func(i int, p store.SegmentPublication) error {
+		return stores[i%len(stores)].PublishSegmentBody(context.Background(), id, int64(len(b)), store.SegmentBodyZstd, body, p)
+	})
 	raw, err := stores[0].SegmentBody(context.Background(), id)
 	if err != nil || !bytes.Equal(raw.Bytes, body) || raw.ByteLength != int64(len(b)) {
 		t.Fatalf("after concurrent publishers: %d bytes (length %d), %v; want the body", len(raw.Bytes), raw.ByteLength, err)
