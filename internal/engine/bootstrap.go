@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -316,73 +317,121 @@ func (r *request) finishRef(p *pendingRef) error {
 // written yet. Its segment store write runs while the next pages are
 // built, one write at a time (two at a time was no faster once a write is
 // one statement, BENCHMARKS.md "Round twenty-six"), and the descriptor
-// goes out as soon as the write has landed, the response flushed after
-// it: a client that reads the response as it comes fetches the segment
-// while the next pages are built.
+// is written as soon as the write has landed. The response is flushed
+// when it would otherwise wait, for a page being built or a write in
+// flight: a client that reads the response as it comes then fetches each
+// segment while the next pages are built, and a response whose pages are
+// built already (a warm bootstrap) goes out in one piece.
 type refQueue struct {
 	r        *request
 	inflight *pendingRef
+	// unflushed: a descriptor was written since the last flush.
+	unflushed bool
 }
 
-// landed writes the descriptor when its write has landed, and flushes
-// the response after it.
-func (q *refQueue) landed() error {
-	if q.inflight == nil {
-		return nil
-	}
-	select {
-	case <-q.inflight.done:
-	default:
-		return nil
-	}
-	return q.finish(true)
-}
-
-// await writes the descriptor if its write lands while the plan's next
-// page is built (until it is); without a plan, if it has landed.
+// await writes the descriptor if its write lands before the plan's next
+// page is built, flushing the response while it waits for either;
+// without a plan it writes the descriptor if its write has landed.
 func (q *refQueue) await(plan *pagePlan) error {
 	next := plan.ready()
-	if q.inflight == nil || next == nil {
-		return q.landed()
+	for {
+		if q.inflight != nil && closed(q.inflight.done) {
+			if err := q.finish(); err != nil {
+				return err
+			}
+		}
+		if next == nil || closed(next) {
+			return nil
+		}
+		var write <-chan struct{}
+		if q.inflight != nil {
+			write = q.inflight.done
+		}
+		if err := q.waitFor(next, write); err != nil {
+			return err
+		}
+	}
+}
+
+// flushAfter is how long a response waits for a page or a segment write
+// before it flushes what it holds: the pages of a warm bootstrap (built
+// already, taken from the page cache) come within it, and the response
+// goes out in one piece, verified once.
+const flushAfter = time.Millisecond
+
+// waitFor waits until a or b (nil: never) is closed, flushing the
+// response if that takes longer than flushAfter.
+func (q *refQueue) waitFor(a, b <-chan struct{}) error {
+	if q.unflushed {
+		t := time.NewTimer(flushAfter)
+		select {
+		case <-a:
+			t.Stop()
+			return nil
+		case <-b:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		if err := q.flush(); err != nil {
+			return err
+		}
 	}
 	select {
-	case <-q.inflight.done:
-		return q.finish(true)
-	case <-next:
-		return q.landed()
+	case <-a:
+	case <-b:
 	}
+	return nil
 }
 
 // add writes the pending descriptor (after its write) and keeps p's.
 func (q *refQueue) add(p *pendingRef) error {
-	if err := q.finish(true); err != nil {
+	if err := q.finish(); err != nil {
 		return err
 	}
 	q.inflight = p
 	return nil
 }
 
-// drain writes the pending descriptor, after its write, unflushed (the
-// response goes on with a page inline or ends).
-func (q *refQueue) drain() error { return q.finish(false) }
+// drain writes the pending descriptor, after its write (the response
+// goes on with a page inline or ends).
+func (q *refQueue) drain() error { return q.finish() }
 
-func (q *refQueue) finish(flush bool) error {
+// finish writes the pending descriptor after its write, flushing the
+// response while it waits for the write.
+func (q *refQueue) finish() error {
 	p := q.inflight
 	if p == nil {
 		return nil
 	}
-	q.inflight = nil
-	if err := q.r.finishRef(p); err != nil {
+	if err := q.waitFor(p.done, nil); err != nil {
 		return err
 	}
-	if !flush {
+	q.inflight = nil
+	q.unflushed = true
+	return q.r.finishRef(p)
+}
+
+func (q *refQueue) flush() error {
+	if !q.unflushed {
 		return nil
 	}
+	q.unflushed = false
 	return q.r.flush()
 }
 
 // wait waits for a write still pending (a response that failed).
 func (q *refQueue) wait() { q.inflight.wait() }
+
+// closed reports whether c is closed, without waiting.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
 
 // Flusher is a Responder that can send what a response holds before it
 // ends. A bootstrap sends each SEGMENT_REF as soon as its segment is
