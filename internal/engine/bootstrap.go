@@ -434,10 +434,10 @@ func closed(c <-chan struct{}) bool {
 }
 
 // Flusher is a Responder that can send what a response holds before it
-// ends. A bootstrap sends each SEGMENT_REF as soon as its segment is
-// stored, so that a client that reads the response as it comes fetches
-// the segment while the next pages are built, instead of all of them
-// after the response.
+// ends. A bootstrap flushes the SEGMENT_REFs it wrote when it has to wait
+// for its next page (refQueue), so that a client that reads the response
+// as it comes fetches each segment while the next pages are built,
+// instead of all of them after the response.
 type Flusher interface {
 	Flush() error
 }
