@@ -255,13 +255,9 @@ type lazyEncoder struct {
 // bootstrap's segment descriptors) is compressed whatever its size.
 func (l *lazyEncoder) flush() error {
 	if l.out == nil {
-		l.start()
-		if len(l.buf) > 0 {
-			if _, err := l.out.Write(l.buf); err != nil {
-				return err
-			}
+		if err := l.compress(); err != nil {
+			return err
 		}
-		l.buf = nil
 	}
 	if f, ok := l.out.(interface{ Flush() error }); ok {
 		return f.Flush()
@@ -282,14 +278,22 @@ func (l *lazyEncoder) Write(p []byte) (int, error) {
 		l.buf = append(l.buf, p...)
 		return len(p), nil
 	}
+	if err := l.compress(); err != nil {
+		return 0, err
+	}
+	return l.out.Write(p)
+}
+
+// compress starts the compressor and passes it what buf holds.
+func (l *lazyEncoder) compress() error {
 	l.start()
 	if len(l.buf) > 0 {
 		if _, err := l.out.Write(l.buf); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	l.buf = nil
-	return l.out.Write(p)
+	return nil
 }
 
 // start starts the compressor. The status line is not written yet:
@@ -400,12 +404,9 @@ func (h *heldWriter) Write(p []byte) (int, error) {
 		h.buf = append(h.buf, p...)
 		return len(p), nil
 	}
-	h.open = true
-	h.w.WriteHeader(http.StatusOK)
-	if _, err := h.w.Write(h.buf); err != nil {
+	if err := h.release(); err != nil {
 		return 0, err
 	}
-	h.buf = nil
 	return h.w.Write(p)
 }
 

@@ -54,13 +54,15 @@ func mediaOf(name string) (wire.MediaType, error) {
 const (
 	sqlExtendSegment = `UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $2)
 WHERE segment_id = $1 RETURNING byte_length`
-	// sqlExtendEither extends the segment under either table (bodies:
-	// migrations/007), in one statement; both rows are locked when both
-	// exist (always in this order).
-	sqlExtendEither = `WITH s AS (
+	// extendEither extends segment $1 to expiry $2 under either table
+	// (bodies: migrations/007): s and b return the stored lengths; both
+	// rows are locked when both exist (always in this order).
+	extendEither = `s AS (
   UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length),
 b AS (
-  UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length)
+  UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $2) WHERE segment_id = $1 RETURNING byte_length)`
+	// sqlExtendEither is extendEither in one statement.
+	sqlExtendEither = `WITH ` + extendEither + `
 SELECT byte_length FROM s UNION ALL SELECT byte_length FROM b LIMIT 1`
 	sqlInsertSegment = `INSERT INTO sync_segments(segment_id, partition, log_epoch, tbl, schema_version, media_type,
   scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms, bytes)
@@ -81,27 +83,26 @@ ON CONFLICT (segment_id, context) DO UPDATE
 	// published; it returns the stored length. The sub-statements share
 	// a snapshot, and the insert reads the extends' results, so it runs
 	// only when they found nothing (a concurrent insert of the same body
-	// meets its ON CONFLICT, as publish's does).
-	sqlPublishBody = `WITH s AS (
-  UPDATE sync_segments SET expires_at_ms = GREATEST(expires_at_ms, $14) WHERE segment_id = $1 RETURNING byte_length),
-b AS (
-  UPDATE sync_segment_bodies SET expires_at_ms = GREATEST(expires_at_ms, $14) WHERE segment_id = $1 RETURNING byte_length),
+	// meets its ON CONFLICT, as publish's does). Parameters: id, expiry,
+	// then the body's columns in order, the body, the publication's
+	// context.
+	sqlPublishBody = `WITH ` + extendEither + `,
 i AS (
-  INSERT INTO sync_segment_bodies(segment_id, partition, log_epoch, tbl, schema_version, media_type,
-    scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms, expires_at_ms,
+  INSERT INTO sync_segment_bodies(segment_id, expires_at_ms, partition, log_epoch, tbl, schema_version, media_type,
+    scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor, byte_length, created_at_ms,
     content_encoding, body)
-  SELECT $1::text, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::text, $8::bigint, $9::bigint, $10::text,
-    $11::text, $12::bigint, $13::bigint, $14::bigint, $15::text, $16::bytea
+  SELECT $1::text, $2::bigint, $3::text, $4::text, $5::text, $6::integer, $7::text, $8::text, $9::bigint, $10::bigint,
+    $11::text, $12::text, $13::bigint, $14::bigint, $15::text, $16::bytea
    WHERE NOT EXISTS (SELECT 1 FROM s) AND NOT EXISTS (SELECT 1 FROM b)
   ON CONFLICT (segment_id) DO UPDATE SET expires_at_ms = GREATEST(sync_segment_bodies.expires_at_ms, EXCLUDED.expires_at_ms)
   RETURNING byte_length),
 n AS (SELECT byte_length FROM s UNION ALL SELECT byte_length FROM b UNION ALL SELECT byte_length FROM i LIMIT 1),
 p AS (
-  INSERT INTO sync_segment_publications(segment_id, context, partition, log_epoch, tbl,
-    schema_version, media_type, scope_digest, as_of_commit_seq, row_cursor, next_row_cursor, row_count,
-    created_at_ms, expires_at_ms)
-  SELECT $1::text, $17::text, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::text, $8::bigint, $10::text,
-    $11::text, $9::bigint, $13::bigint, $14::bigint FROM n WHERE n.byte_length = $12::bigint
+  INSERT INTO sync_segment_publications(segment_id, expires_at_ms, context, partition, log_epoch, tbl,
+    schema_version, media_type, scope_digest, as_of_commit_seq, row_count, row_cursor, next_row_cursor,
+    created_at_ms)
+  SELECT $1::text, $2::bigint, $17::text, $3::text, $4::text, $5::text, $6::integer, $7::text, $8::text, $9::bigint,
+    $10::bigint, $11::text, $12::text, $14::bigint FROM n WHERE n.byte_length = $13::bigint
   ON CONFLICT (segment_id, context) DO UPDATE
     SET expires_at_ms = GREATEST(sync_segment_publications.expires_at_ms, EXCLUDED.expires_at_ms))
 SELECT byte_length FROM n`
@@ -150,9 +151,9 @@ func (g segmentStore) PublishSegmentBody(ctx context.Context, id string, plainLe
 		return fmt.Errorf("publish segment %s: the database has no sync_segment_bodies", id)
 	}
 	var n int64
-	err := g.s.pool.QueryRow(ctx, sqlPublishBody, id, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
+	err := g.s.pool.QueryRow(ctx, sqlPublishBody, id, pub.ExpiresAtMs, pub.Partition, pub.LogEpoch, pub.Table, pub.SchemaVersion,
 		mediaName(pub.MediaType), pub.ScopeDigest, pub.AsOfCommitSeq, pub.RowCount, pub.RowCursor,
-		pub.NextRowCursor, plainLength, pub.CreatedAtMs, pub.ExpiresAtMs, enc, body, pub.ContextKey()).Scan(&n)
+		pub.NextRowCursor, plainLength, pub.CreatedAtMs, enc, body, pub.ContextKey()).Scan(&n)
 	switch {
 	case err != nil:
 		return fmt.Errorf("publish segment %s: %w", id, err)

@@ -68,14 +68,7 @@ type imageEntry struct {
 	err  error
 }
 
-func (e *imageEntry) finished() bool {
-	select {
-	case <-e.done:
-		return true
-	default:
-		return false
-	}
-}
+func (e *imageEntry) finished() bool { return closed(e.done) }
 
 // imageIndex maps reuse keys to the images in the segment store and
 // coalesces concurrent builds of a key. The zero value is ready to use.
