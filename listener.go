@@ -77,3 +77,7 @@ func (c *limitConn) SyscallConn() (syscall.RawConn, error) {
 	}
 	return nil, errors.ErrUnsupported
 }
+
+// Unwrap returns the accepted connection (the realtime hub takes its
+// descriptor over and closes it; Close still releases the slot).
+func (c *limitConn) Unwrap() net.Conn { return c.Conn }

@@ -78,8 +78,11 @@ var errQueueFull = errors.New("send queue full")
 // reads it, and a bounded send queue is drained by a short-lived flusher
 // goroutine that exists only while frames are queued.
 type wsConn struct {
-	nc       net.Conn
-	rc       syscall.RawConn // nc's descriptor, for writes that do not wait; nil when nc has none
+	nc net.Conn
+	rc syscall.RawConn // nc's descriptor, for writes that do not wait; nil when nc has none
+	// fc is nc when the hub owns the socket's descriptor (adopt): the
+	// poller's events wake its waiting reads and writes.
+	fc       *fdConn
 	maxMsgs  int
 	maxBytes int
 	writeTO  time.Duration
@@ -323,7 +326,11 @@ func (c *wsConn) flush() {
 				bufs[i] = f.b
 				n += len(f.b)
 			}
-			_, err = bufs.WriteTo(c.nc)
+			if c.fc != nil {
+				_, err = c.fc.writeBuffers(bufs) // net.Buffers writes the hub's sockets one by one
+			} else {
+				_, err = bufs.WriteTo(c.nc)
+			}
 		}
 		c.mu.Lock()
 		c.queued -= n

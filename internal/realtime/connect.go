@@ -64,6 +64,17 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	p := h.part(c.Auth.Partition, true)
 	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
+	if h.poll != nil && wc.rc != nil {
+		// The hub takes the socket's descriptor over (adopt): from now on
+		// only its poller watches the socket, for the reader goroutines
+		// and flushers too (registered now, before hello is queued).
+		if wc.adopt(c.NetConn) {
+			if !h.poll.add(s) {
+				wc.close()
+				return errors.New("realtime: the hub is closing")
+			}
+		}
+	}
 	p.mu.Lock()
 	p.addLocked(s)
 	p.mu.Unlock()
@@ -74,6 +85,10 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 		p.removeLocked(s)
 		p.mu.Unlock()
 		h.stats.sessions.Add(-1)
+		if wc.fc != nil {
+			h.poll.remove(wc)
+			wc.close() // the caller's Close does not reach the adopted descriptor
+		}
 		return err
 	}
 	if h.isClosed() {
@@ -98,7 +113,13 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 		}
 		wc.mu.Unlock()
 		if park {
-			if h.poll.add(s) {
+			var armed bool
+			if wc.fc != nil {
+				armed = h.poll.rearm(wc) // registered above
+			} else {
+				armed = h.poll.add(s)
+			}
+			if armed {
 				if wc.isClosing() {
 					h.wakeReader(s) // it began closing meanwhile: read it to its end
 				}
@@ -113,9 +134,9 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 			}
 		}
 	}
-	var src io.Reader = c.NetConn
+	var src io.Reader = wc.nc
 	if len(c.Buffered) > 0 {
-		src = io.MultiReader(&sliceReader{b: c.Buffered}, c.NetConn)
+		src = io.MultiReader(&sliceReader{b: c.Buffered}, wc.nc)
 	}
 	go h.readLoop(s, bufio.NewReaderSize(src, readBufferSize))
 	return nil
@@ -378,6 +399,9 @@ func (h *Hub) putReader(r *bufio.Reader) {
 
 // end detaches a session whose reading ended.
 func (h *Hub) end(s *session) {
+	if h.poll != nil {
+		h.poll.remove(s.conn)
+	}
 	h.detach(s)
 	if s.expiry != nil {
 		s.expiry.Stop()

@@ -32,6 +32,15 @@ type poller struct {
 // meanwhile at once.
 const pollEvents = syscall.EPOLLIN | syscall.EPOLLRDHUP | epollET
 
+// epollEvents are the events a connection is registered for: an adopted
+// socket (fdConn) also reports room to write, which its writes wait for.
+func (c *wsConn) epollEvents() uint32 {
+	if c.fc != nil {
+		return pollEvents | syscall.EPOLLOUT
+	}
+	return pollEvents
+}
+
 // epollET is EPOLLET as the uint32 of epoll_event (package syscall
 // declares it negative).
 const epollET = 1 << 31
@@ -98,7 +107,13 @@ func (p *poller) run(readable func(s *session, hup bool, buf []byte)) {
 			p.mu.Lock()
 			s := p.tokens[ev.Fd]
 			p.mu.Unlock()
-			if s != nil {
+			if s == nil {
+				continue
+			}
+			if fc := s.conn.fc; fc != nil {
+				fc.ready(ev.Events) // a read or write that waits tries again
+			}
+			if ev.Events&(syscall.EPOLLIN|hangup) != 0 {
 				readable(s, ev.Events&hangup != 0, buf)
 			}
 		}
@@ -134,7 +149,7 @@ func (p *poller) add(s *session) bool {
 	p.fds.RLock()
 	if !p.closed {
 		if cerr := s.conn.rc.Control(func(fd uintptr) {
-			ev := syscall.EpollEvent{Events: pollEvents, Fd: tok}
+			ev := syscall.EpollEvent{Events: s.conn.epollEvents(), Fd: tok}
 			err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
 		}); cerr != nil {
 			err = cerr
@@ -161,7 +176,7 @@ func (p *poller) rearm(c *wsConn) bool {
 	}
 	var err error
 	if cerr := c.rc.Control(func(fd uintptr) {
-		ev := syscall.EpollEvent{Events: pollEvents, Fd: c.pollToken}
+		ev := syscall.EpollEvent{Events: c.epollEvents(), Fd: c.pollToken}
 		err = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
 	}); cerr != nil {
 		return false

@@ -2,7 +2,10 @@
 
 package realtime
 
-import "syscall"
+import (
+	"net"
+	"syscall"
+)
 
 // poller is Linux only (epoll): elsewhere every connection has a reader
 // goroutine for its lifetime.
@@ -17,3 +20,11 @@ func (p *poller) remove(*wsConn)                   {}
 
 func readNow(syscall.RawConn, []byte) (int, error) { return 0, syscall.EAGAIN }
 func peekNow(syscall.RawConn, []byte) int          { return 0 }
+
+// fdConn is Linux only (see fdconn_linux.go): elsewhere the runtime's
+// poller keeps every socket.
+type fdConn struct{}
+
+func (*wsConn) adopt(net.Conn) bool                { return false }
+func (*fdConn) ready(uint32)                       {}
+func (*fdConn) writeBuffers([][]byte) (int, error) { return 0, net.ErrClosed }

@@ -36,6 +36,13 @@ func TestParkedSocketDeliversAndReads(t *testing.T) {
 			if m := c.next(); m.op != ws.OpText || !isHello(m) {
 				t.Fatalf("first message %q, want hello", m.data)
 			}
+			for _, s := range e.hub.allSessions() {
+				// A polled TCP socket is the hub's (fdConn): only its
+				// poller watches it.
+				if adopted := s.conn.fc != nil; adopted != polled {
+					t.Fatalf("socket adopted %v, want %v", adopted, polled)
+				}
+			}
 			c.round(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}}) // the log epoch
 			cur := subEnd(t, c.round(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
 				Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks", Cursor: -1,

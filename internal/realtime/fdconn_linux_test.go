@@ -1,0 +1,213 @@
+package realtime
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// wrappedConn wraps an accepted connection as the server's listener does
+// (Unwrap) and counts its Close calls.
+type wrappedConn struct {
+	net.Conn
+	closes atomic.Int32
+}
+
+func (w *wrappedConn) Unwrap() net.Conn { return w.Conn }
+func (w *wrappedConn) SyscallConn() (syscall.RawConn, error) {
+	return w.Conn.(syscall.Conn).SyscallConn()
+}
+func (w *wrappedConn) Close() error {
+	w.closes.Add(1)
+	return w.Conn.Close()
+}
+
+// adoptedPair returns an fdConn adopted from the server side of a real
+// TCP connection, registered in a running poller, the wrapper it was
+// adopted from, the accepted connection, and the client side.
+func adoptedPair(t *testing.T) (*fdConn, *wrappedConn, *net.TCPConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wrappedConn{Conn: sc}
+	fc := adopt(w)
+	if fc == nil {
+		t.Fatal("adopt: nil")
+	}
+	p := newPoller()
+	if p == nil {
+		t.Fatal("no poller")
+	}
+	go p.run(func(*session, bool, []byte) {})
+	t.Cleanup(p.stop)
+	wc := &wsConn{nc: fc, rc: &fc.raw, fc: fc, wakeAt: -1}
+	if !p.add(&session{conn: wc}) {
+		t.Fatal("poller add failed")
+	}
+	t.Cleanup(func() { fc.Close() })
+	return fc, w, sc.(*net.TCPConn), client
+}
+
+// TestAdoptedSocket: a socket the hub adopts leaves the runtime (the
+// accepted connection's own descriptor is closed) and works through the
+// hub's poller alone: a read waits for the peer's bytes, a write larger
+// than the socket buffers waits for the peer to read, deadlines expire
+// waiting reads and writes with os.ErrDeadlineExceeded, a deadline set
+// meanwhile is taken up, the end of the stream is io.EOF, and Close wakes
+// a waiting read with net.ErrClosed and closes the wrapper once.
+func TestAdoptedSocket(t *testing.T) {
+	fc, w, accepted, client := adoptedPair(t)
+
+	rc, err := accepted.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Control(func(uintptr) {}); err == nil {
+		t.Fatal("the accepted connection's descriptor is still open after adopt")
+	}
+
+	// A read waits for the peer's bytes.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_, _ = client.Write([]byte("hello"))
+	}()
+	buf := make([]byte, 16)
+	n, err := fc.Read(buf)
+	if err != nil || string(buf[:n]) != "hello" {
+		t.Fatalf("read %q, %v; want hello", buf[:n], err)
+	}
+
+	// A deadline ends a waiting read.
+	_ = fc.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	if _, err := fc.Read(buf); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	// A deadline set while a read waits is taken up.
+	_ = fc.SetReadDeadline(time.Time{})
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := fc.Read(buf)
+		readErr <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	_ = fc.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read: %v, want os.ErrDeadlineExceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a deadline set while the read waited did not end it")
+	}
+	_ = fc.SetReadDeadline(time.Time{})
+
+	// A write larger than the socket buffers waits for the peer to read.
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the write fills the buffers first
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(big))))
+		got <- b
+	}()
+	if n, err := fc.Write(big); err != nil || n != len(big) {
+		t.Fatalf("write %d of %d: %v", n, len(big), err)
+	}
+	if b := <-got; !bytes.Equal(b, big) {
+		t.Fatalf("the peer read %d bytes, not what was written", len(b))
+	}
+
+	// A batch of frames goes out in order, in one writev when it fits
+	// the buffers, in several when the peer must read first.
+	bufs := [][]byte{[]byte("a"), {}, []byte("bc"), big, []byte("d")}
+	want := bytes.Join(bufs, nil)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len(want))))
+		got <- b
+	}()
+	if n, err := fc.writeBuffers(bufs); err != nil || n != len(want) {
+		t.Fatalf("writeBuffers %d of %d: %v", n, len(want), err)
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the peer read %d bytes, not the batch written", len(b))
+	}
+
+	// A deadline ends a write that waits for room.
+	// (more than the peer's and this side's buffers hold: nothing reads)
+	_ = fc.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := fc.Write(make([]byte, 64<<20)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past its deadline: %v, want os.ErrDeadlineExceeded", err)
+	}
+	_ = fc.SetWriteDeadline(time.Time{})
+
+	// Close wakes a waiting read and closes the wrapper once.
+	go func() {
+		_, err := fc.Read(buf)
+		readErr <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if err := fc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake the waiting read")
+	}
+	if n := w.closes.Load(); n != 1 {
+		t.Fatalf("the wrapper was closed %d times, want 1", n)
+	}
+	if err := fc.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("second Close: %v, want net.ErrClosed", err)
+	}
+	if _, err := fc.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestAdoptedSocketEOF: the peer's close is the end of the stream for a
+// read that waits, and CloseWrite half-closes the adopted socket.
+func TestAdoptedSocketEOF(t *testing.T) {
+	fc, _, _, client := adoptedPair(t)
+	if err := fc.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := io.ReadAll(client); err != nil || len(b) != 0 {
+		t.Fatalf("peer read %q, %v after CloseWrite; want the end of the stream", b, err)
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := fc.Read(make([]byte, 8))
+		readErr <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	_ = client.Close()
+	select {
+	case err := <-readErr:
+		if err != io.EOF {
+			t.Fatalf("read after the peer closed: %v, want io.EOF", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the peer's close did not end the waiting read")
+	}
+}
