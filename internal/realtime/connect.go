@@ -327,7 +327,6 @@ func (h *Hub) readPolled(s *session, first []byte, taken bool) {
 	for {
 		if h.readOne(s, r, read) {
 			h.putReader(r)
-			h.poll.remove(s.conn)
 			h.end(s)
 			return
 		}
@@ -398,11 +397,15 @@ func (h *Hub) putReader(r *bufio.Reader) {
 }
 
 // end detaches a session whose reading ended.
+//
+// The connection leaves the poller only once it is closed: a close frame
+// that waits for room in the socket's buffer (an adopted socket's write)
+// is woken by the poller's events.
 func (h *Hub) end(s *session) {
+	h.detach(s)
 	if h.poll != nil {
 		h.poll.remove(s.conn)
 	}
-	h.detach(s)
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}

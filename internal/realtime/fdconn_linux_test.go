@@ -1,6 +1,7 @@
 package realtime
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 )
 
 // wrappedConn wraps an accepted connection as the server's listener does
@@ -209,5 +212,62 @@ func TestAdoptedSocketEOF(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the peer's close did not end the waiting read")
+	}
+}
+
+// TestAdoptedCloseFrameWaitsForRoom: a connection that ends while its
+// close frame waits for room in a full socket buffer (a client that
+// stopped reading, then reads again) still sends it as soon as the
+// client reads: the poller keeps the connection until it is closed, so
+// the write that waits is woken, not left to the write timeout.
+func TestAdoptedCloseFrameWaitsForRoom(t *testing.T) {
+	e := newRaceEnv(t, func(c *Config) { c.WriteTimeout = time.Minute })
+	if e.hub.poll == nil {
+		t.Skip("no poller")
+	}
+	cl, sv := tcpPair(t)
+	e.attachConn(cl, sv)
+	sessions := e.hub.allSessions()
+	if len(sessions) != 1 || sessions[0].conn.fc == nil {
+		t.Fatalf("want one adopted session, have %d", len(sessions))
+	}
+	wc := sessions[0].conn
+	// Fill the socket's buffers while the client reads nothing: data
+	// frames until the queue stays full.
+	payload := make([]byte, 64<<10)
+	f := binaryFrame(payload)
+	full := time.Time{}
+	for full.IsZero() || time.Since(full) < 200*time.Millisecond {
+		switch err := wc.send(f); {
+		case err == nil:
+			full = time.Time{}
+		case errors.Is(err, errQueueFull):
+			if full.IsZero() {
+				full = time.Now()
+			}
+			time.Sleep(5 * time.Millisecond)
+		default:
+			t.Fatal(err)
+		}
+	}
+	// An unmasked client frame breaks RFC 6455: the server closes with
+	// 1002 and the reader ends, with the close frame still to be written.
+	if _, err := cl.Write([]byte{0x81, 0x01, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	_ = cl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(cl)
+	for {
+		h, err := ws.ReadHeader(br)
+		if err != nil {
+			t.Fatalf("no close frame within 10 s of reading again: %v", err)
+		}
+		if _, err := io.CopyN(io.Discard, br, h.Length); err != nil {
+			t.Fatal(err)
+		}
+		if h.OpCode == ws.OpClose {
+			return
+		}
 	}
 }
