@@ -39,20 +39,30 @@ type fdConn struct {
 	wready chan struct{} // made by the first write that waits
 }
 
-// innermost is how adopt reaches the accepted TCP connection through a
+// unwrapper is how adopt reaches the accepted TCP connection through a
 // wrapper (the server's listener wraps each connection).
 type unwrapper interface{ Unwrap() net.Conn }
 
-// adopt takes over nc's socket: it duplicates the descriptor and, when nc
-// is (or wraps) a *net.TCPConn, closes that connection's own descriptor,
-// which leaves the runtime's poller; nc's Close still runs at the
-// fdConn's Close. nil when nc has no descriptor to take.
+// adopt takes over nc's socket when nc is (or unwraps to) a *net.TCPConn:
+// it duplicates the descriptor and closes the TCP connection's own, which
+// leaves the runtime's poller; nc's Close still runs at the fdConn's
+// Close. nil when nc is another kind of connection.
 func adopt(nc net.Conn) *fdConn {
-	sc, ok := nc.(syscall.Conn)
+	inner := nc
+	for {
+		u, ok := inner.(unwrapper)
+		if !ok {
+			break
+		}
+		inner = u.Unwrap()
+	}
+	tc, ok := inner.(*net.TCPConn)
 	if !ok {
+		// Another kind of connection (an embedder's wrapper that does
+		// not unwrap): its descriptor stays in the runtime's poller.
 		return nil
 	}
-	rc, err := sc.SyscallConn()
+	rc, err := tc.SyscallConn()
 	if err != nil {
 		return nil
 	}
@@ -64,17 +74,7 @@ func adopt(nc net.Conn) *fdConn {
 	}
 	c := &fdConn{fd: fd, orig: nc, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr(), closed: make(chan struct{})}
 	c.raw.c = c
-	inner := nc
-	for {
-		u, ok := inner.(unwrapper)
-		if !ok {
-			break
-		}
-		inner = u.Unwrap()
-	}
-	if tc, ok := inner.(*net.TCPConn); ok {
-		_ = tc.Close() // the socket stays open through fd
-	}
+	_ = tc.Close() // the socket stays open through fd
 	return c
 }
 

@@ -31,6 +31,29 @@ func (w *wrappedConn) Close() error {
 	return w.Conn.Close()
 }
 
+// opaqueConn wraps a connection without Unwrap.
+type opaqueConn struct{ net.Conn }
+
+func (o opaqueConn) SyscallConn() (syscall.RawConn, error) {
+	return o.Conn.(syscall.Conn).SyscallConn()
+}
+
+// TestAdoptOnlyTCP: a connection that is not (and does not unwrap to) a
+// TCP connection is not adopted, and keeps its descriptor.
+func TestAdoptOnlyTCP(t *testing.T) {
+	cl, sv := tcpPair(t)
+	if fc := adopt(opaqueConn{sv}); fc != nil {
+		t.Fatal("adopted a connection that does not unwrap to a TCP connection")
+	}
+	if _, err := sv.Write([]byte("x")); err != nil {
+		t.Fatalf("the connection was damaged: %v", err)
+	}
+	b := make([]byte, 1)
+	if _, err := io.ReadFull(cl, b); err != nil || b[0] != 'x' {
+		t.Fatalf("read %q, %v", b, err)
+	}
+}
+
 // adoptedPair returns an fdConn adopted from the server side of a real
 // TCP connection, registered in a running poller, the wrapper it was
 // adopted from, the accepted connection, and the client side.
