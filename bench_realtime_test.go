@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobwas/ws"
+
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -101,13 +103,20 @@ func rtPercentile(sorted []time.Duration, p float64) float64 {
 // child, which stamps every delta when its read returns, reports the
 // percentiles of (delta read − push acknowledged) over every (commit,
 // socket) pair; a delta read before the acknowledgement counts as 0.
-func BenchmarkRealtimeFanout1000(b *testing.B) {
+func BenchmarkRealtimeFanout1000(b *testing.B) { rtFanoutBench(b, "fanout") }
+
+// BenchmarkRealtimeFanout1000Acked is BenchmarkRealtimeFanout1000 with
+// each client acking every delta once it has read it, as the Syncular
+// client does: the server also reads 1,000 acks per commit.
+func BenchmarkRealtimeFanout1000Acked(b *testing.B) { rtFanoutBench(b, "fanout-ack") }
+
+func rtFanoutBench(b *testing.B, mode string) {
 	rtRaiseNoFile(b, 2*rtBenchSockets+256)
 	e := newRTEnv(b)
 	pusher := e.peer("bob", "b1")
 	pusher.push("c0", rtTask{id: "t0", project: "p1"})
 	e.rtRegister(b, rtBenchSockets, "k")
-	ch := rtStartChild(b, e, "fanout", rtBenchSockets)
+	ch := rtStartChild(b, e, mode, rtBenchSockets)
 	defer ch.stop()
 	cpu0 := rtCPU()
 	pushes := make([]time.Duration, 0, b.N)
@@ -278,7 +287,8 @@ func rtMeasureIdle(b *testing.B, e *rtEnv, n int) (heap, stack int64, goroutines
 // TestRealtimeBenchChild is the client side of the benchmarks, run in a
 // child process: it connects RT_CHILD_N sockets, reads each hello and says
 // RT-READY. In "idle" mode it holds the sockets until its stdin closes. In
-// "fanout" mode it stamps each delta as its read returns; for every
+// "fanout" mode it stamps each delta as its read returns ("fanout-ack":
+// and acks it); for every
 // "ack <seq> <sentNs> <ackedNs>" line it says "RT-DONE <seq>" once every
 // socket read that commit, and on "end" it says "RT-RESULT p50 p90 p99 max
 // p99-from-push-start" in milliseconds.
@@ -318,7 +328,8 @@ func TestRealtimeBenchChild(t *testing.T) {
 		}
 	}
 	fmt.Println("RT-READY")
-	if os.Getenv("RT_CHILD_MODE") != "fanout" {
+	mode := os.Getenv("RT_CHILD_MODE")
+	if mode != "fanout" && mode != "fanout-ack" {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return
 	}
@@ -344,6 +355,11 @@ func TestRealtimeBenchChild(t *testing.T) {
 			}
 			lat = append(lat, max(0, m.at.Sub(time.Unix(0, ackNs))))
 			fromSend = append(fromSend, m.at.Sub(time.Unix(0, sentNs)))
+			if mode == "fanout-ack" {
+				if err := s.write(ws.OpText, wire.Ack{Cursor: seq}.AppendJSON(nil)); err != nil {
+					fail(err)
+				}
+			}
 		}
 		fmt.Println("RT-DONE", seq)
 	}
