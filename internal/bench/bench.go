@@ -23,7 +23,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/syncgo/syncgo/schema"
@@ -201,26 +200,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	return r.res, nil
-}
-
-// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit, for
-// runs with many sockets.
-func raiseFileLimit() {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
-	}
-}
-
-// selfCPUSeconds is the tool's own user and system CPU time: on a
-// machine shared with the server it is the CPU the server did not get.
-func selfCPUSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // authHeader returns the authentication header of virtual client i.

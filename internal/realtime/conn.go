@@ -198,7 +198,7 @@ func (c *wsConn) beatDue() bool {
 // close frame); after a short write the rest goes first in the queue and
 // a flusher is started. The caller has set flushing: no other writer runs.
 func (c *wsConn) writeNow() bool {
-	if c.rc == nil {
+	if c.rc == nil || !rawWrites {
 		return false
 	}
 	c.mu.Lock()
@@ -213,7 +213,7 @@ func (c *wsConn) writeNow() bool {
 	if rerr := c.rc.Write(func(fd uintptr) bool {
 		for {
 			var m int
-			m, err = syscall.Write(int(fd), f.b[n:])
+			m, err = rawWrite(fd, f.b[n:])
 			if m > 0 {
 				n += m
 			}
