@@ -254,11 +254,51 @@ func TestAdoptedCloseFrameWaitsForRoom(t *testing.T) {
 	if len(sessions) != 1 || sessions[0].conn.fc == nil {
 		t.Fatalf("want one adopted session, have %d", len(sessions))
 	}
-	wc := sessions[0].conn
-	// Fill the socket's buffers while the client reads nothing: data
-	// frames until the queue stays full.
-	payload := make([]byte, 64<<10)
-	f := binaryFrame(payload)
+	fillSendBuffer(t, sessions[0].conn)
+	// An unmasked client frame breaks RFC 6455: the server closes with
+	// 1002 and the reader ends, with the close frame still to be written.
+	if _, err := cl.Write([]byte{0x81, 0x01, 'x'}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	readToClose(t, cl)
+}
+
+// TestAdoptedHubCloseWaitsForRoom: the hub's Close sends a going-away
+// close frame to a socket whose send buffer is full; once the client
+// reads again, Close returns without waiting for the write timeout (the
+// poller still runs while the close frames are written).
+func TestAdoptedHubCloseWaitsForRoom(t *testing.T) {
+	e := newRaceEnv(t, func(c *Config) { c.WriteTimeout = time.Minute })
+	if e.hub.poll == nil {
+		t.Skip("no poller")
+	}
+	cl, sv := tcpPair(t)
+	e.attachConn(cl, sv)
+	sessions := e.hub.allSessions()
+	if len(sessions) != 1 || sessions[0].conn.fc == nil {
+		t.Fatalf("want one adopted session, have %d", len(sessions))
+	}
+	fillSendBuffer(t, sessions[0].conn)
+	closed := make(chan struct{})
+	go func() {
+		e.hub.Close()
+		close(closed)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	readToClose(t, cl)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waits 10 s after the client read its close frame")
+	}
+}
+
+// fillSendBuffer queues 64 KiB data frames on wc until its queue stays
+// full: the client, which reads nothing, has every buffer full.
+func fillSendBuffer(t *testing.T, wc *wsConn) {
+	t.Helper()
+	f := binaryFrame(make([]byte, 64<<10))
 	full := time.Time{}
 	for full.IsZero() || time.Since(full) < 200*time.Millisecond {
 		switch err := wc.send(f); {
@@ -273,12 +313,12 @@ func TestAdoptedCloseFrameWaitsForRoom(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// An unmasked client frame breaks RFC 6455: the server closes with
-	// 1002 and the reader ends, with the close frame still to be written.
-	if _, err := cl.Write([]byte{0x81, 0x01, 'x'}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(100 * time.Millisecond)
+}
+
+// readToClose reads the server's frames until its close frame, within
+// 10 s.
+func readToClose(t *testing.T, cl net.Conn) {
+	t.Helper()
 	_ = cl.SetReadDeadline(time.Now().Add(10 * time.Second))
 	br := bufio.NewReader(cl)
 	for {

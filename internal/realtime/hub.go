@@ -222,7 +222,9 @@ type Hub struct {
 	closed bool
 
 	stop chan struct{}
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // the hub's loops
+	// pollDone is closed when the poller's goroutine has returned.
+	pollDone chan struct{}
 
 	// poll parks idle sockets (nil: a reader goroutine per socket);
 	// readers is a free list of read buffers for the polled sockets'
@@ -289,9 +291,9 @@ func NewHub(cfg Config) *Hub {
 	if !h.cfg.ReaderPerSocket {
 		if h.poll = newPoller(); h.poll != nil {
 			h.readers = make(chan *bufio.Reader, pooledReaders)
-			h.wg.Add(1)
+			h.pollDone = make(chan struct{})
 			go func() {
-				defer h.wg.Done()
+				defer close(h.pollDone)
 				h.poll.run(h.readable)
 			}()
 		}
@@ -528,10 +530,16 @@ func (h *Hub) Close() {
 	h.closed = true
 	h.mu.Unlock()
 	close(h.stop)
-	if h.poll != nil {
-		h.poll.stop() // parked sockets are woken by their close below
-	}
 	h.wg.Wait()
+	if h.poll != nil {
+		// The poller runs until the close frames are written: a socket
+		// the hub owns (fdConn) is woken by it when a full send buffer
+		// has room again, and its reader when the client answers.
+		defer func() {
+			h.poll.stop()
+			<-h.pollDone
+		}()
+	}
 	sessions := h.allSessions()
 	for _, s := range sessions {
 		s.conn.closeWith(ws.StatusGoingAway, "server shutting down")
