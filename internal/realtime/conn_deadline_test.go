@@ -20,8 +20,9 @@ func TestWriteAfterFlusherDeadline(t *testing.T) {
 	cl, sv := tcpPair(t)
 	// The timeout bounds the flusher's whole write of the big frame: 1 s
 	// was too short for the reader under -race on a loaded 2-vCPU machine
-	// (20 of 32 MiB read, then the timeout closed the connection).
-	const writeTO = 3 * time.Second
+	// (20 of 32 MiB read, then the timeout closed the connection), and 3 s
+	// at a load of 5 (26 of 32 MiB).
+	const writeTO = 6 * time.Second
 	var slow atomic.Int64
 	c := newConn(sv, 16, 64<<20, writeTO, &slow)
 	if c.rc == nil {
@@ -44,6 +45,7 @@ func TestWriteAfterFlusherDeadline(t *testing.T) {
 	if err := c.send(textFrame([]byte(`{"event":"probe"}`))); err != nil {
 		t.Fatalf("send after the timeout: %v", err)
 	}
+	_ = cl.SetReadDeadline(time.Now().Add(10 * time.Second))
 	f, err = ws.ReadFrame(cl)
 	if err != nil || string(f.Payload) != `{"event":"probe"}` {
 		t.Fatalf("frame after the timeout: %q, err %v (connection closed: %v)", f.Payload, err, c.isClosing() || c.closedNow())
