@@ -129,7 +129,9 @@ func (p *poller) stop() {
 	}
 }
 
-// add registers a connection, armed: the caller has marked it parked.
+// add registers a connection, armed: the caller has marked it parked,
+// or it is an adopted socket (fdConn), registered at its attach, whose
+// events before it is parked only wake its waiting reads and writes.
 func (p *poller) add(s *session) bool {
 	p.mu.Lock()
 	for {
