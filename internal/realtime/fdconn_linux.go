@@ -109,20 +109,10 @@ func (c *fdConn) ready(events uint32) {
 	r, w := c.rready, c.wready
 	c.mu.Unlock()
 	if events&(syscall.EPOLLIN|hangup) != 0 {
-		notify(r)
+		signal(r)
 	}
 	if events&(syscall.EPOLLOUT|hangup) != 0 {
-		notify(w)
-	}
-}
-
-func notify(ch chan struct{}) {
-	if ch == nil {
-		return
-	}
-	select {
-	case ch <- struct{}{}:
-	default:
+		signal(w)
 	}
 }
 
@@ -368,8 +358,8 @@ func (c *fdConn) setDeadline(t time.Time, read, write bool) {
 		c.wdl, w = t, c.wready
 	}
 	c.mu.Unlock()
-	notify(r)
-	notify(w)
+	signal(r)
+	signal(w)
 }
 
 func (c *fdConn) SyscallConn() (syscall.RawConn, error) { return &c.raw, nil }

@@ -244,17 +244,7 @@ func TestAdoptedSocketEOF(t *testing.T) {
 // client reads: the poller keeps the connection until it is closed, so
 // the write that waits is woken, not left to the write timeout.
 func TestAdoptedCloseFrameWaitsForRoom(t *testing.T) {
-	e := newRaceEnv(t, func(c *Config) { c.WriteTimeout = time.Minute })
-	if e.hub.poll == nil {
-		t.Skip("no poller")
-	}
-	cl, sv := tcpPair(t)
-	e.attachConn(cl, sv)
-	sessions := e.hub.allSessions()
-	if len(sessions) != 1 || sessions[0].conn.fc == nil {
-		t.Fatalf("want one adopted session, have %d", len(sessions))
-	}
-	fillSendBuffer(t, sessions[0].conn)
+	_, cl := fullAdoptedSocket(t)
 	// An unmasked client frame breaks RFC 6455: the server closes with
 	// 1002 and the reader ends, with the close frame still to be written.
 	if _, err := cl.Write([]byte{0x81, 0x01, 'x'}); err != nil {
@@ -269,17 +259,7 @@ func TestAdoptedCloseFrameWaitsForRoom(t *testing.T) {
 // reads again, Close returns without waiting for the write timeout (the
 // poller still runs while the close frames are written).
 func TestAdoptedHubCloseWaitsForRoom(t *testing.T) {
-	e := newRaceEnv(t, func(c *Config) { c.WriteTimeout = time.Minute })
-	if e.hub.poll == nil {
-		t.Skip("no poller")
-	}
-	cl, sv := tcpPair(t)
-	e.attachConn(cl, sv)
-	sessions := e.hub.allSessions()
-	if len(sessions) != 1 || sessions[0].conn.fc == nil {
-		t.Fatalf("want one adopted session, have %d", len(sessions))
-	}
-	fillSendBuffer(t, sessions[0].conn)
+	e, cl := fullAdoptedSocket(t)
 	closed := make(chan struct{})
 	go func() {
 		e.hub.Close()
@@ -292,6 +272,24 @@ func TestAdoptedHubCloseWaitsForRoom(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close still waits 10 s after the client read its close frame")
 	}
+}
+
+// fullAdoptedSocket attaches an adopted socket to a hub with a one-minute
+// write timeout and fills its send buffer (fillSendBuffer).
+func fullAdoptedSocket(t *testing.T) (*raceEnv, net.Conn) {
+	t.Helper()
+	e := newRaceEnv(t, func(c *Config) { c.WriteTimeout = time.Minute })
+	if e.hub.poll == nil {
+		t.Skip("no poller")
+	}
+	cl, sv := tcpPair(t)
+	e.attachConn(cl, sv)
+	sessions := e.hub.allSessions()
+	if len(sessions) != 1 || sessions[0].conn.fc == nil {
+		t.Fatalf("want one adopted session, have %d", len(sessions))
+	}
+	fillSendBuffer(t, sessions[0].conn)
+	return e, cl
 }
 
 // fillSendBuffer queues 64 KiB data frames on wc until its queue stays
