@@ -207,24 +207,21 @@ func (c *wsConn) writeNow() bool {
 		return false
 	}
 	f := c.queue[0]
-	c.queue, c.wakeAt = nil, -1
+	// The queue's array is kept for the next frame (one allocation less
+	// per delivery), without the frame.
+	c.queue[0] = frame{}
+	c.queue, c.wakeAt = c.queue[:0], -1
 	c.mu.Unlock()
 	n, err := 0, error(nil)
-	if rerr := c.rc.Write(func(fd uintptr) bool {
-		for {
-			var m int
-			m, err = rawWrite(fd, f.b[n:])
-			if m > 0 {
-				n += m
-			}
-			if err == syscall.EINTR || (err == nil && m > 0 && n < len(f.b)) {
-				continue
-			}
-			return true // never wait for the descriptor here
-		}
+	if c.fc != nil {
+		n, err = c.fc.writeAvailable(f.b) // no closure through an interface: no allocation
+	} else if rerr := c.rc.Write(func(fd uintptr) bool {
+		n, err = writeAvailable(fd, f.b)
+		return true // never wait for the descriptor here
 	}); rerr != nil {
 		err = rerr
-	} else if err == syscall.EAGAIN {
+	}
+	if err == syscall.EAGAIN {
 		err = nil // the socket's buffer is full: the flusher waits for it
 	}
 	c.mu.Lock()
@@ -251,6 +248,29 @@ func (c *wsConn) writeNow() bool {
 	c.mu.Unlock()
 	go c.flush() // frames queued meanwhile, or the rest of this one
 	return true
+}
+
+// writeAvailable writes as much of b to the descriptor as its buffer
+// takes, without waiting.
+func writeAvailable(fd uintptr, b []byte) (n int, err error) {
+	for {
+		m, werr := rawWrite(fd, b[n:])
+		if m > 0 {
+			n += m
+		}
+		if werr == syscall.EINTR || (werr == nil && m > 0 && n < len(b)) {
+			continue
+		}
+		return n, werr
+	}
+}
+
+// readNow reads what the socket holds without waiting (see readNow).
+func (c *wsConn) readNow(buf []byte) (int, error) {
+	if c.fc != nil {
+		return c.fc.readAvailable(buf)
+	}
+	return readNow(c.rc, buf)
 }
 
 // sendWait queues f, waiting while the queue is over its bounds, for a

@@ -186,7 +186,7 @@ func (h *Hub) readable(s *session, hup bool, buf []byte) {
 	// meanwhile (wsConn.binaryPending) sees the bytes either in the
 	// socket or counted, never in neither.
 	k := copy(buf, held)
-	n, err := readNow(c.rc, buf[k:])
+	n, err := c.readNow(buf[k:])
 	taken := err == nil && n > 0 && binaryFrameIn(buf[:k+n])
 	if taken {
 		c.takenBinary++

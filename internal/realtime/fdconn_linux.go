@@ -127,6 +127,34 @@ func (c *fdConn) do(f func(fd int)) bool {
 	return true
 }
 
+// writeAvailable is writeAvailable on the descriptor (wsConn.writeNow):
+// no closure through an interface, so nothing is allocated per write.
+func (c *fdConn) writeAvailable(b []byte) (n int, err error) {
+	if !c.do(func(fd int) { n, err = writeAvailable(uintptr(fd), b) }) {
+		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+// readAvailable is readNow on the descriptor (the poller's read of an
+// ack), without an allocation.
+func (c *fdConn) readAvailable(buf []byte) (n int, err error) {
+	if !c.do(func(fd int) {
+		for {
+			n, err = syscall.Read(fd, buf)
+			if err != syscall.EINTR {
+				return
+			}
+		}
+	}) {
+		return 0, net.ErrClosed
+	}
+	if n < 0 {
+		n = 0
+	}
+	return n, err
+}
+
 // waiter returns the channel a read (or write) waits on, made on first
 // use, and its deadline. The caller tries its system call again after
 // taking it: a notice that came before the channel existed is not lost.

@@ -28,3 +28,5 @@ type fdConn struct{}
 func (*wsConn) adopt(net.Conn) bool                { return false }
 func (*fdConn) ready(uint32)                       {}
 func (*fdConn) writeBuffers([][]byte) (int, error) { return 0, net.ErrClosed }
+func (*fdConn) writeAvailable([]byte) (int, error) { return 0, net.ErrClosed }
+func (*fdConn) readAvailable([]byte) (int, error)  { return 0, net.ErrClosed }
