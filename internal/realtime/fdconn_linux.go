@@ -40,7 +40,9 @@ type fdConn struct {
 }
 
 // unwrapper is how adopt reaches the accepted TCP connection through a
-// wrapper (the server's listener wraps each connection).
+// wrapper (the server's listener wraps each connection). A wrapper that
+// unwraps must hold no bytes of the stream itself: the hub reads and
+// writes the socket past it.
 type unwrapper interface{ Unwrap() net.Conn }
 
 // adopt takes over nc's socket when nc is (or unwraps to) a *net.TCPConn:
