@@ -141,18 +141,8 @@ func (c *fdConn) writeAvailable(b []byte) (n int, err error) {
 // readAvailable is readNow on the descriptor (the poller's read of an
 // ack), without an allocation.
 func (c *fdConn) readAvailable(buf []byte) (n int, err error) {
-	if !c.do(func(fd int) {
-		for {
-			n, err = syscall.Read(fd, buf)
-			if err != syscall.EINTR {
-				return
-			}
-		}
-	}) {
+	if !c.do(func(fd int) { n, err = readAvailable(fd, buf) }) {
 		return 0, net.ErrClosed
-	}
-	if n < 0 {
-		n = 0
 	}
 	return n, err
 }
@@ -408,25 +398,13 @@ func (r *fdRaw) Read(f func(fd uintptr) bool) error  { return r.c.rawIO(false, f
 func (r *fdRaw) Write(f func(fd uintptr) bool) error { return r.c.rawIO(true, f) }
 
 // rawIO calls f until it reports done, waiting for the poller's notice
-// after each call that is not.
+// (or the deadline, or Close) after each call that is not: io's loop.
 func (c *fdConn) rawIO(write bool, f func(fd uintptr) bool) error {
-	var ch chan struct{}
-	var dl time.Time
-	for {
-		done := false
-		if !c.do(func(fd int) { done = f(uintptr(fd)) }) {
-			return net.ErrClosed
+	_, err := c.io(write, func(fd int) (int, error) {
+		if f(uintptr(fd)) {
+			return 0, nil
 		}
-		if done {
-			return nil
-		}
-		if ch == nil {
-			ch, dl = c.waiter(write)
-			continue
-		}
-		if err := c.wait(ch, dl); err != nil {
-			return err
-		}
-		ch, dl = c.waiter(write)
-	}
+		return 0, syscall.EAGAIN
+	})
+	return err
 }

@@ -201,19 +201,24 @@ func (p *poller) remove(c *wsConn) {
 func readNow(rc syscall.RawConn, buf []byte) (int, error) {
 	n, err := 0, error(nil)
 	if rerr := rc.Read(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Read(int(fd), buf)
-			if err != syscall.EINTR {
-				return true // never wait for the descriptor here
-			}
-		}
+		n, err = readAvailable(int(fd), buf)
+		return true // never wait for the descriptor here
 	}); rerr != nil {
 		return 0, rerr
 	}
-	if n < 0 {
-		n = 0
-	}
 	return n, err
+}
+
+// readAvailable reads what the descriptor holds into buf without waiting
+// (readNow, and an adopted socket's fdConn.readAvailable).
+func readAvailable(fd int, buf []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
 }
 
 // peekNow copies what the socket holds into buf without consuming it or
