@@ -383,7 +383,19 @@ func (tx *writeTx) ServeGate(ctx context.Context, running int32) (store.ServeGat
 	if err := ctx.Err(); err != nil {
 		return store.ServeGate{}, err
 	}
-	return serveGateOn(tx.c, tx.partition, running)
+	// Read once per batch (batchcache.go): only the batch's own
+	// statements could change it before COMMIT, and any that may forgets it.
+	w := tx.s.w
+	if g, ok := w.cache.gate(tx.partition, running); ok {
+		return g, nil
+	}
+	defer tx.c.enterHot().exitHot()
+	g, err := serveGateOn(tx.c, tx.partition, running)
+	if err != nil {
+		return store.ServeGate{}, err
+	}
+	w.cache.keepGate(tx.partition, running, g)
+	return g, nil
 }
 
 // AdvanceCheckpoint is Barrier.AdvanceCheckpoint inside the transaction:

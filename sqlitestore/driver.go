@@ -196,6 +196,28 @@ type conn struct {
 	// cached statement whose text starts with SELECT (the writer's
 	// candidates, tx.go).
 	writes int64
+	// hot is above zero while a push's statements run, and other, when
+	// set (the writer's connection), runs before any other statement
+	// (batchcache.go); a failure fails that statement.
+	hot   int
+	other func() error
+}
+
+// enterHot marks the statements until exitHot as a push's: other does
+// not run before them. Use: defer c.enterHot().exitHot().
+func (c *conn) enterHot() *conn {
+	c.hot++
+	return c
+}
+
+func (c *conn) exitHot() { c.hot-- }
+
+// beforeStatement runs other before a statement that is not hot.
+func (c *conn) beforeStatement() error {
+	if c.hot > 0 || c.other == nil {
+		return nil
+	}
+	return c.other()
 }
 
 func newConn(c *sqlite.Conn) *conn {
@@ -209,6 +231,9 @@ var errNoRows = errors.New("sqlitestore: no rows in result set")
 // A statement is reset after each use (release) and every parameter is
 // bound again before the next (bind checks the count).
 func (c *conn) stmt(query string) (*sqlite.Stmt, error) {
+	if err := c.beforeStatement(); err != nil {
+		return nil, err
+	}
 	c.statements++
 	if !strings.HasPrefix(query, "SELECT") {
 		c.writes++
@@ -287,6 +312,9 @@ func (c *conn) query(query string, args ...any) (*rows, error) {
 
 // execOnce runs a statement without caching it.
 func (c *conn) execOnce(query string) error {
+	if err := c.beforeStatement(); err != nil {
+		return err
+	}
 	c.writes++
 	st, _, err := c.c.PrepareTransient(query)
 	if err != nil {
@@ -303,6 +331,9 @@ func (c *conn) execOnce(query string) error {
 
 // queryRowOnce reads one row without caching the statement.
 func (c *conn) queryRowOnce(query string, dest ...any) error {
+	if err := c.beforeStatement(); err != nil {
+		return err
+	}
 	c.writes++
 	st, _, err := c.c.PrepareTransient(query)
 	if err != nil {
@@ -320,6 +351,9 @@ func (c *conn) queryRowOnce(query string, dest ...any) error {
 // execScript runs a script of statements in order, stopping at the first
 // error; it opens no transaction of its own.
 func (c *conn) execScript(script string) error {
+	if err := c.beforeStatement(); err != nil {
+		return err
+	}
 	c.writes++
 	for {
 		script = strings.TrimSpace(script)

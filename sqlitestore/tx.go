@@ -50,6 +50,7 @@ func (tx *writeTx) table(name string) (*tableSQL, error) {
 }
 
 func (tx *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, error) {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return store.Row{}, err
 	}
@@ -61,6 +62,7 @@ func (tx *writeTx) Row(ctx context.Context, table, rowID string) (store.Row, err
 }
 
 func (tx *writeTx) Tombstone(ctx context.Context, table, rowID string) (int64, bool, error) {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return 0, false, err
 	}
@@ -79,6 +81,7 @@ WHERE t.partition=? AND t.tbl=? AND t.row_id=? AND t.commit_seq > COALESCE(p.hor
 }
 
 func (tx *writeTx) ClearTombstone(ctx context.Context, table, rowID string) error {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -86,6 +89,7 @@ func (tx *writeTx) ClearTombstone(ctx context.Context, table, rowID string) erro
 }
 
 func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -147,6 +151,7 @@ func pruneScopesSQL(n int) string {
 }
 
 func (tx *writeTx) DeleteRow(ctx context.Context, table, rowID string) error {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -164,6 +169,7 @@ func (tx *writeTx) DeleteRow(ctx context.Context, table, rowID string) error {
 }
 
 func (tx *writeTx) PushResult(ctx context.Context, clientID, clientCommitID string) (store.PushRecord, error) {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return store.PushRecord{}, err
 	}
@@ -171,6 +177,7 @@ func (tx *writeTx) PushResult(ctx context.Context, clientID, clientCommitID stri
 }
 
 func (tx *writeTx) PutPushResult(ctx context.Context, clientID, clientCommitID string, rec store.PushRecord) (bool, error) {
+	defer tx.c.enterHot().exitHot() // a push's (batchcache.go)
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -193,11 +200,18 @@ func (tx *writeTx) AppendCommit(ctx context.Context, nc store.NewCommit) (int64,
 	if tx.cs == nil {
 		return 0, store.ErrNoSchema // the version to stamp is the schema's
 	}
-	var seq int64
-	err := tx.c.queryRow(`INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)
+	defer tx.c.enterHot().exitHot()
+	seq, ok := tx.s.w.cache.next(tx.partition)
+	if !ok {
+		// The partition's first commit in the batch: the row is
+		// incremented (or made) and read; the batch's next commits
+		// number on from the cache, written to the row before COMMIT.
+		err := tx.c.queryRow(`INSERT INTO sync_partitions(partition, max_commit_seq) VALUES (?, 1)
 ON CONFLICT(partition) DO UPDATE SET max_commit_seq = max_commit_seq + 1 RETURNING max_commit_seq`, tx.partition).Scan(&seq)
-	if err != nil {
-		return 0, fmt.Errorf("append commit: sequence: %w", err)
+		if err != nil {
+			return 0, fmt.Errorf("append commit: sequence: %w", err)
+		}
+		tx.s.w.cache.stored(tx.partition, seq)
 	}
 	if err := tx.c.exec(`INSERT INTO sync_commits(partition, commit_seq, client_id, client_commit_id, actor_id, created_at_ms, writer_version)
 VALUES (?,?,?,?,?,?,?)`, tx.partition, seq, nc.ClientID, nc.ClientCommitID, nc.ActorID, nc.CreatedAtMs, tx.cs.schema.Version()); err != nil {
@@ -264,26 +278,20 @@ func (tx *writeTx) Candidate(ctx context.Context, fn func(ctx context.Context) e
 	if tx.depth == 1 && tx.c.writes == w.savepointWrites {
 		if err = fn(ctx); err != nil {
 			w.pending = w.pending[:mark]
-			if rbErr := tx.c.exec("ROLLBACK TO " + requestSavepoint); rbErr != nil {
-				err = errors.Join(err, rbErr)
-			}
+			w.rollbackTo(requestSavepoint, &err)
 		}
 		return err
 	}
 	name := fmt.Sprintf("c%d", tx.depth)
-	if err := tx.c.exec("SAVEPOINT " + name); err != nil {
+	if err := w.savepoint(name); err != nil {
 		return fmt.Errorf("candidate: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			w.pending = w.pending[:mark]
-			if rbErr := tx.c.exec("ROLLBACK TO " + name); rbErr != nil {
-				err = errors.Join(err, rbErr)
-			}
+			w.rollbackTo(name, &err)
 		}
-		if relErr := tx.c.exec("RELEASE " + name); relErr != nil && err == nil {
-			err = relErr
-		}
+		w.release(name, &err)
 	}()
 	return fn(ctx)
 }

@@ -50,6 +50,10 @@ type writer struct {
 	// opened its savepoint: while they are equal, the request wrote
 	// nothing yet and its first candidate is that savepoint (tx.go).
 	savepointWrites int64
+
+	// cache is the batch's commit sequences and serve gates
+	// (batchcache.go).
+	cache batchCache
 }
 
 // requestSavepoint is the savepoint each request of a batch runs in.
@@ -62,13 +66,40 @@ var _ store.LocalWriter = (*Store)(nil)
 func (s *Store) LocalWriter() {}
 
 func newWriter(s *Store, c *conn) *writer {
-	return &writer{
+	w := &writer{
 		s:     s,
 		c:     c,
 		reqs:  make(chan *writeReq, 1024),
 		quit:  make(chan struct{}),
 		ended: make(chan struct{}),
 	}
+	c.other = w.otherStatement
+	return w
+}
+
+// otherStatement runs before a statement of the writer's connection that
+// is not a push's: the pending sequences are written and forgotten, and
+// the gates too, so that it reads and writes the tables as they are and
+// what it changes is read again after it.
+func (w *writer) otherStatement() error {
+	w.cache.forgetGates()
+	if len(w.cache.seqs) == 0 {
+		return nil
+	}
+	defer w.c.enterHot().exitHot()
+	if err := w.cache.flush(w.c); err != nil {
+		return err
+	}
+	w.cache.forgetSeqs()
+	return nil
+}
+
+// control runs one of the writer's transaction statements (BEGIN,
+// COMMIT, the savepoints): none is a statement otherStatement must run
+// before; the caller keeps the cache in step.
+func (w *writer) control(query string) error {
+	defer w.c.enterHot().exitHot()
+	return w.c.exec(query)
 }
 
 // do queues fn and waits until its batch has committed (or it failed). A
@@ -160,7 +191,9 @@ func (w *writer) drainClosed() {
 // savepoint, and commits once; it reports whether it committed writes.
 func (w *writer) runBatch(batch []*writeReq) bool {
 	results := make([]error, len(batch))
-	if err := w.c.exec("BEGIN IMMEDIATE"); err != nil {
+	w.cache.reset()
+	defer w.cache.reset()
+	if err := w.control("BEGIN IMMEDIATE"); err != nil {
 		for _, r := range batch {
 			r.done <- fmt.Errorf("begin: %w", err)
 		}
@@ -180,12 +213,15 @@ func (w *writer) runBatch(batch []*writeReq) bool {
 	}
 	var commitErr error
 	if applied > 0 {
-		commitErr = w.c.exec("COMMIT")
+		commitErr = w.flushSeqs()
+		if commitErr == nil {
+			commitErr = w.control("COMMIT")
+		}
 	} else {
-		commitErr = w.c.exec("ROLLBACK")
+		commitErr = w.control("ROLLBACK")
 	}
 	if commitErr != nil {
-		_ = w.c.exec("ROLLBACK")
+		_ = w.control("ROLLBACK")
 		if applied > 0 {
 			commitErr = fmt.Errorf("commit: %w", commitErr)
 			for i := range results {
@@ -219,7 +255,7 @@ func (w *writer) runBatch(batch []*writeReq) bool {
 }
 
 func (w *writer) runOne(r *writeReq) (err error) {
-	if err := w.c.exec("SAVEPOINT " + requestSavepoint); err != nil {
+	if err := w.savepoint(requestSavepoint); err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
 	w.savepointWrites = w.c.writes
@@ -230,15 +266,47 @@ func (w *writer) runOne(r *writeReq) (err error) {
 		}
 		if err != nil {
 			w.pending = w.pending[:mark]
-			if rbErr := w.c.exec("ROLLBACK TO " + requestSavepoint); rbErr != nil {
-				err = errors.Join(err, rbErr)
-			}
+			w.rollbackTo(requestSavepoint, &err)
 		}
-		if relErr := w.c.exec("RELEASE " + requestSavepoint); relErr != nil && err == nil {
-			err = relErr
-		}
+		w.release(requestSavepoint, &err)
 	}()
 	return r.fn(r.ctx, w.c)
+}
+
+// flushSeqs writes the batch's pending commit sequences, before COMMIT.
+func (w *writer) flushSeqs() error {
+	defer w.c.enterHot().exitHot()
+	if err := w.cache.flush(w.c); err != nil {
+		return fmt.Errorf("commit sequence: %w", err)
+	}
+	return nil
+}
+
+// savepoint opens a savepoint of the batch.
+func (w *writer) savepoint(name string) error {
+	if err := w.control("SAVEPOINT " + name); err != nil {
+		return err
+	}
+	w.cache.savepoint()
+	return nil
+}
+
+// rollbackTo rolls the batch back to the named savepoint (which stays
+// open), joining a failure to *err.
+func (w *writer) rollbackTo(name string, err *error) {
+	if rbErr := w.control("ROLLBACK TO " + name); rbErr != nil {
+		*err = errors.Join(*err, rbErr)
+	}
+	w.cache.rollbackTo()
+}
+
+// release closes the named savepoint; a failure becomes *err when it is
+// nil.
+func (w *writer) release(name string, err *error) {
+	if relErr := w.control("RELEASE " + name); relErr != nil && *err == nil {
+		*err = relErr
+	}
+	w.cache.release()
 }
 
 // checkDataVersion reads the connection's data_version at a batch's start
