@@ -746,32 +746,59 @@ func (h *Hub) drain(p *partition) {
 // one goroutine writes them all.
 const fanoutShare = 128
 
+// fanoutChunk is how many sessions a fan-out goroutine takes at a time.
+const fanoutChunk = 32
+
 // fanout delivers one commit to the sessions. A delta is encoded once per
 // distinct registration set and the same frame is queued on every session
-// that shares it. The sessions are split over up to GOMAXPROCS goroutines
-// (each write to an idle socket is a system call, and with one writer the
-// last socket waits for all the others' writes); fanout returns when all
-// are delivered, so every session still sees commits in order.
+// that shares it. Up to GOMAXPROCS goroutines deliver (each write to an
+// idle socket is a system call, and with one writer the last socket
+// waits for all the others' writes), each taking the next fanoutChunk
+// sessions until none is left (inChunks): a goroutine that loses its CPU
+// for a while (to another process on the machine) holds back only its
+// chunk, not a fixed share of the sockets. fanout returns when all are
+// delivered, so every session still sees commits in order.
 func (h *Hub) fanout(sessions []*session, n notified) {
 	shared := &deltaShared{}
-	deliver := func(part []*session) {
-		cache := &deltaCaches{shared: shared}
-		for _, s := range part {
-			woke, inRound := n.rounds[s]
-			s.deliverMarked(n.CommitNotice, cache, inRound, woke)
-		}
-	}
 	workers := min(runtime.GOMAXPROCS(0), len(sessions)/fanoutShare)
+	inChunks(len(sessions), max(workers, 1), fanoutChunk, func() func(lo, hi int) {
+		cache := &deltaCaches{shared: shared}
+		return func(lo, hi int) {
+			for _, s := range sessions[lo:hi] {
+				woke, inRound := n.rounds[s]
+				s.deliverMarked(n.CommitNotice, cache, inRound, woke)
+			}
+		}
+	})
+}
+
+// inChunks runs over [0, n) in chunks of size on workers goroutines (the
+// caller's one of them), each taking the next chunk until none is left
+// (a single worker runs [0, n) in one go); worker makes each goroutine's
+// function. It returns when all ran.
+func inChunks(n, workers, size int, worker func() func(lo, hi int)) {
 	if workers <= 1 {
-		deliver(sessions)
+		if n > 0 {
+			worker()(0, n)
+		}
 		return
 	}
-	var wg sync.WaitGroup
-	size := (len(sessions) + workers - 1) / workers
-	for lo := size; lo < len(sessions); lo += size {
-		part := sessions[lo:min(lo+size, len(sessions))]
-		wg.Go(func() { deliver(part) })
+	var next atomic.Int64
+	take := func() {
+		run := worker()
+		for {
+			hi := int(next.Add(int64(size)))
+			lo := hi - size
+			if lo >= n {
+				return
+			}
+			run(lo, min(hi, n))
+		}
 	}
-	deliver(sessions[:size])
+	var wg sync.WaitGroup
+	for range workers - 1 {
+		wg.Go(take)
+	}
+	take()
 	wg.Wait()
 }
