@@ -9,7 +9,11 @@
 // (group commit), and each is acknowledged only after that commit. A write
 // that fails rolls back to its savepoint without disturbing the others.
 // Reads use a separate pool of read-only connections, which WAL lets run
-// beside the writer.
+// beside the writer. Within a batch the writer reads each partition's
+// commit sequence and serve gate once (batchcache.go): the batch holds the
+// write lock, so only its own statements could change them, and any
+// statement other than a push's first writes the numbers back and forgets
+// what it read.
 //
 // The writer is also the partition write boundary of the migration barrier
 // (store.Barrier): a schema bump (EnsureSchemaWith against an older marker)
