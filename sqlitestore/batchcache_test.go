@@ -78,15 +78,18 @@ func TestBatchCacheFollowsTheBatch(t *testing.T) {
 		return seq
 	}
 	seqs := map[string]int64{}
-	errs := inBatch(t, s, "p1",
-		func(ctx context.Context, tx store.WriteTx) error {
+	unfenced := func(id, when string) func(ctx context.Context, tx store.WriteTx) error {
+		return func(ctx context.Context, tx store.WriteTx) error {
 			if g := gate(ctx, tx); g.WriterFence != 0 {
-				t.Errorf("fence %d before any change", g.WriterFence)
+				t.Errorf("fence %d %s", g.WriterFence, when)
 			}
-			seq, err := push(ctx, tx, "a")
-			seqs["a"] = seq
+			seq, err := push(ctx, tx, id)
+			seqs[id] = seq
 			return err
-		},
+		}
+	}
+	errs := inBatch(t, s, "p1",
+		unfenced("a", "before any change"),
 		func(ctx context.Context, tx store.WriteTx) error { // rolled back whole
 			if _, err := push(ctx, tx, "b"); err != nil {
 				return err
@@ -133,14 +136,7 @@ func TestBatchCacheFollowsTheBatch(t *testing.T) {
 			}
 			return boom
 		},
-		func(ctx context.Context, tx store.WriteTx) error {
-			if g := gate(ctx, tx); g.WriterFence != 0 {
-				t.Errorf("fence %d after the raise was rolled back", g.WriterFence)
-			}
-			seq, err := push(ctx, tx, "g")
-			seqs["g"] = seq
-			return err
-		},
+		unfenced("g", "after the raise was rolled back"),
 	)
 	for i, want := range []error{nil, boom, nil, nil, boom, nil} {
 		if !errors.Is(errs[i], want) {
