@@ -51,10 +51,10 @@ type cachedGate struct {
 
 // reset forgets everything: at a batch's start and end.
 func (b *batchCache) reset() {
-	clear(b.seqs)
+	b.forgetSeqs()
+	b.forgetGates()
 	clear(b.saved)
-	clear(b.gates)
-	b.seqs, b.saved, b.marks, b.gates = b.seqs[:0], b.saved[:0], b.marks[:0], b.gates[:0]
+	b.saved, b.marks = b.saved[:0], b.marks[:0]
 }
 
 // savepoint records the sequences at a SAVEPOINT.
@@ -72,8 +72,7 @@ func (b *batchCache) rollbackTo() {
 		return
 	}
 	b.seqs = append(b.seqs[:0], b.saved[b.marks[len(b.marks)-1]:]...)
-	clear(b.gates)
-	b.gates = b.gates[:0]
+	b.forgetGates()
 }
 
 // release closes the innermost savepoint (RELEASE).
@@ -110,8 +109,9 @@ func (b *batchCache) forgetSeqs() {
 	b.seqs = b.seqs[:0]
 }
 
-// flush writes the sequences not yet in their rows; c runs hot.
+// flush writes the sequences not yet in their rows, as hot statements.
 func (b *batchCache) flush(c *conn) error {
+	defer c.enterHot().exitHot()
 	for i := range b.seqs {
 		s := &b.seqs[i]
 		if s.seq == s.stored {

@@ -86,7 +86,6 @@ func (w *writer) otherStatement() error {
 	if len(w.cache.seqs) == 0 {
 		return nil
 	}
-	defer w.c.enterHot().exitHot()
 	if err := w.cache.flush(w.c); err != nil {
 		return err
 	}
@@ -275,7 +274,6 @@ func (w *writer) runOne(r *writeReq) (err error) {
 
 // flushSeqs writes the batch's pending commit sequences, before COMMIT.
 func (w *writer) flushSeqs() error {
-	defer w.c.enterHot().exitHot()
 	if err := w.cache.flush(w.c); err != nil {
 		return fmt.Errorf("commit sequence: %w", err)
 	}
