@@ -45,6 +45,9 @@ type Store struct {
 	// listenProbe is how long the listen connection may stay silent before
 	// it is pinged (listenProbeAfter; shorter in tests).
 	listenProbe time.Duration
+	// listenPooled is set once the listen connection was found to go
+	// through a connection pooler (warned about once).
+	listenPooled atomic.Bool
 	// shortWindow is the longest range of the log a commit window reads
 	// in one round trip, without its candidate walk (shortWindowCommits;
 	// 0 in tests of the paged reads).
@@ -120,8 +123,21 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if !strings.Contains(cfg.URL, "pool_min_conns") {
 			pc.MinConns = min(max(cfg.MinConns, 0), pc.MaxConns)
 		}
-		if cfg.ReadOnly {
+		pooled := false
+		if !strings.Contains(cfg.URL, "default_query_exec_mode") {
+			if pooled, err = detectPooler(ctx, pc.ConnConfig); err != nil {
+				return nil, fmt.Errorf("pgstore: open: %w", err)
+			}
+			if pooled {
+				pc.ConnConfig.DefaultQueryExecMode = pooledExecMode
+				s.log.Info("pgstore: Postgres is reached through a connection pooler; statements are sent unnamed (default_query_exec_mode=cache_describe). Behind a session-mode pooler, default_query_exec_mode=cache_statement in the URL is faster",
+					"host", pc.ConnConfig.Host, "port", pc.ConnConfig.Port)
+			}
+		}
+		if cfg.ReadOnly && !pooled {
 			// Postgres itself then refuses any write on these sessions.
+			// A pooler refuses a startup parameter it does not know; the
+			// store's own checks still refuse every write.
 			pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 		}
 		if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {

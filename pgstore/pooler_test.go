@@ -1,0 +1,122 @@
+package pgstore
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/store"
+)
+
+// Two stores on one database through a PgBouncer in transaction mode
+// with two server connections between them: Open finds the pooler and
+// sends unnamed statements, and concurrent writes and reads of both
+// stores all succeed. A direct connection is not taken for a pooler,
+// and a URL that names its own exec mode keeps it.
+func TestThroughTransactionPooler(t *testing.T) {
+	db := pgtest.Database(t, "syncgo_pooler")
+	via := pgtest.Bouncer(t, db, "transaction", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	for _, c := range []struct {
+		url  string
+		want bool
+	}{{db, false}, {via, true}} {
+		cc, err := pgx.ParseConfig(c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := detectPooler(ctx, cc)
+		if err != nil || got != c.want {
+			t.Fatalf("detectPooler(%s) = %v, %v; want %v", c.url, got, err, c.want)
+		}
+	}
+
+	open := func(dsn string) *Store {
+		s, err := Open(ctx, Config{URL: dsn, MaxConns: 6})
+		if err != nil {
+			t.Fatalf("Open through the pooler: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := open(via), open(via)
+	for _, s := range []*Store{a, b} {
+		if m := s.pool.Config().ConnConfig.DefaultQueryExecMode; m != pooledExecMode {
+			t.Fatalf("exec mode through the pooler = %v; want %v", m, pooledExecMode)
+		}
+	}
+	if m := open(db).pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("exec mode of a direct connection = %v; want the statement cache", m)
+	}
+	u, err := url.Parse(via)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("default_query_exec_mode", "cache_statement")
+	u.RawQuery = q.Encode()
+	named := open(u.String())
+	if m := named.pool.Config().ConnConfig.DefaultQueryExecMode; m != pgx.QueryExecModeCacheStatement {
+		t.Fatalf("exec mode named in the URL = %v; want it kept", m)
+	}
+	_ = named.Close()
+
+	sc := testSchema(t, 1)
+	ensure(t, a, sc)
+	ensure(t, b, sc)
+	const writers, each = 6, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*writers*each)
+	for si, s := range []*Store{a, b} {
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					id := fmt.Sprintf("t-%d-%d-%d", si, w, i)
+					rw := task{id: id, project: "p1", owner: "o1"}.write(t, sc, 1)
+					err := s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
+						if err := tx.UpsertRow(ctx, rw); err != nil {
+							return err
+						}
+						_, err := tx.AppendCommit(ctx, store.NewCommit{ClientID: fmt.Sprintf("c%d-%d", si, w),
+							ClientCommitID: id, ActorID: "a1", CreatedAtMs: 1000, Changes: []store.Change{upsertChange(rw)}})
+						return err
+					})
+					if err != nil {
+						errs <- fmt.Errorf("write %s: %w", id, err)
+						continue
+					}
+					if _, err := s.Partition(ctx, "p"); err != nil {
+						errs <- fmt.Errorf("read after %s: %w", id, err)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	var failed []string
+	for err := range errs {
+		failed = append(failed, err.Error())
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d writes or reads failed through the pooler, first: %s", len(failed), 2*writers*each, strings.Join(failed[:min(3, len(failed))], "; "))
+	}
+	if n := queryInt(t, a, "SELECT count(*) FROM tasks"); n != 2*writers*each {
+		t.Fatalf("%d rows; want %d", n, 2*writers*each)
+	}
+	p, err := b.Partition(ctx, "p")
+	if err != nil || p.MaxCommitSeq != 2*writers*each {
+		t.Fatalf("partition = %+v, %v; want %d commits", p, err, 2*writers*each)
+	}
+}
