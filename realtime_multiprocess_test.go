@@ -348,3 +348,69 @@ func (s *mpSocket) wantTask(t *testing.T, seq int64, id, title string, wakeOK bo
 		t.Fatalf("ack: %v", err)
 	}
 }
+
+// TestRealtimeAcrossProcessesThroughPooler is TestRealtimeAcrossProcesses
+// with both processes reaching Postgres through a PgBouncer in
+// transaction mode (three server connections between them) and their
+// listen connections going past it (-db-listen): they find the pooler on
+// their own, commits pushed to either reach a socket of the second, and
+// a third process whose listen connection goes through the pooler warns
+// that it must not.
+func TestRealtimeAcrossProcessesThroughPooler(t *testing.T) {
+	pgtest.URL(t)
+	if testing.Short() {
+		t.Skip("builds and runs the syncgo binary")
+	}
+	t.Parallel()
+	sc := mpDemoSchema(t)
+	bin := binarytest.Build(t)
+	db := pgtest.Database(t, "syncgo_mppool")
+	via := pgtest.Bouncer(t, db, "transaction", 3)
+	serve := func(name string, args ...string) *binarytest.Process {
+		return binarytest.Serve(t, bin, binarytest.Options{Name: name}, append([]string{"-db", via, "-listen", "127.0.0.1:0"}, args...)...)
+	}
+	first := serve("first", "-db-listen", db)
+	second := serve("second", "-db-listen", db)
+	for _, p := range []*binarytest.Process{first, second} {
+		if !strings.Contains(p.Stderr.String(), "connection pooler") {
+			t.Fatalf("%s did not report the pooler; stderr:\n%s", p.Line, p.Stderr)
+		}
+	}
+
+	epoch := mpAcquireEpoch(t, second.URL, "c2")
+	resp := mpSync(t, second.URL, &wire.Request{Version: wire.Version3,
+		Header: &wire.ReqHeader{ClientID: "c2", SchemaVersion: 1, LogEpoch: &epoch},
+		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
+		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+	if st := mpFrame[*wire.SubStart](t, resp); st.Status != wire.SubActive {
+		t.Fatalf("subscription status = %v", st.Status)
+	}
+	sock := mpDial(t, second.URL, "c2")
+	if hello := sock.hello(t); hello.RequiresSync {
+		t.Fatalf("hello = %+v: the registration did not load", hello)
+	}
+	for i := range 12 {
+		to := first
+		if i%2 == 1 {
+			to = second
+		}
+		id, title := fmt.Sprintf("task-%d", i), fmt.Sprintf("title %d", i)
+		seq := mpPushTask(t, sc, to.URL, epoch, "c1", id, title)
+		sock.wantTask(t, seq, id, title, false)
+	}
+	for _, p := range []*binarytest.Process{first, second} {
+		if strings.Contains(p.Stderr.String(), "listen connection reaches Postgres through a connection pooler") {
+			t.Fatalf("%s warned about its direct listen connection; stderr:\n%s", p.Line, p.Stderr)
+		}
+	}
+
+	third := serve("third")
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(third.Stderr.String(), "listen connection reaches Postgres through a connection pooler") {
+		if time.Now().After(deadline) {
+			t.Fatalf("a listen connection through the pooler was not warned about; stderr:\n%s", third.Stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
