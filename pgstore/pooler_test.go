@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -118,5 +119,21 @@ func TestThroughTransactionPooler(t *testing.T) {
 	p, err := b.Partition(ctx, "p")
 	if err != nil || p.MaxCommitSeq != 2*writers*each {
 		t.Fatalf("partition = %+v, %v; want %d commits", p, err, 2*writers*each)
+	}
+
+	// A read-only store through the pooler (which refuses the
+	// default_transaction_read_only startup parameter) reads and refuses
+	// writes.
+	ro, err := Open(ctx, Config{URL: via, ReadOnly: true})
+	if err != nil {
+		t.Fatalf("read-only Open through the pooler: %v", err)
+	}
+	defer ro.Close()
+	if p, err := ro.Partition(ctx, "p"); err != nil || p.MaxCommitSeq != 2*writers*each {
+		t.Fatalf("read-only partition = %+v, %v", p, err)
+	}
+	err = ro.Write(ctx, "p", func(context.Context, store.WriteTx) error { return nil })
+	if !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("read-only Write = %v; want ErrReadOnly", err)
 	}
 }
