@@ -13,10 +13,15 @@ import (
 type Config struct {
 	// URL is the connection string (postgres://… or key=value), used when
 	// Pool is nil. Unknown URL parameters such as search_path become
-	// session settings.
+	// session settings. When it names no default_query_exec_mode and
+	// leads to a connection pooler (PgBouncer and the like, found by the
+	// backend's process id, pooler.go), the pool sends unnamed statements
+	// (pgx's cache_describe), which a transaction-mode pooler needs.
 	URL string
 	// Pool, when set, is used as is: Open neither configures it nor closes
 	// it on Close. Its connections' search_path selects the schema.
+	// Through a transaction-mode pooler its ConnConfig needs a
+	// DefaultQueryExecMode without named statements (cache_describe).
 	Pool *pgxpool.Pool
 	// ListenURL is the connection string of the dedicated connection that
 	// [Store.ListenCommits] opens for LISTEN. It must reach Postgres
