@@ -46,10 +46,11 @@ func OtherSessions(ctx context.Context, url string) ([]Session, error) {
 		return nil, err
 	}
 	defer conn.Close(ctx)
+	// One statement, sent unnamed: it runs through a pooler too.
 	rows, err := conn.Query(ctx, `SELECT pid, COALESCE(application_name, ''), COALESCE(host(client_addr), 'local'), COALESCE(state, '')
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
-ORDER BY pid`)
+ORDER BY pid`, pgx.QueryExecModeSimpleProtocol)
 	if err != nil {
 		return nil, fmt.Errorf("read pg_stat_activity: %w", err)
 	}
