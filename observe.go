@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -121,6 +123,8 @@ type observer struct {
 	next    http.Handler
 	metrics *metrics
 	log     *slog.Logger
+	// tracer opens a span per request (trace.go); nil: no tracing.
+	tracer *requestTracer
 	// writers recycles the observedWriters: nothing holds one after its
 	// request (a hijacked connection does not refer to it).
 	writers sync.Pool
@@ -143,7 +147,12 @@ func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ow.body.r = body
 		r.Body = &ow.body
 	}
-	o.next.ServeHTTP(ow, r)
+	var span trace.Span
+	hr := r // the request handed on: with the span in its context
+	if o.tracer != nil {
+		hr, span = o.tracer.start(r, rt)
+	}
+	o.next.ServeHTTP(ow, hr)
 	r.Body = body
 	d := time.Since(start)
 	switch {
@@ -156,6 +165,9 @@ func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status := ow.status
 	if status == 0 {
 		status = http.StatusOK // the handler wrote nothing
+	}
+	if span != nil {
+		o.tracer.end(span, ow, status)
 	}
 	if o.metrics != nil {
 		o.metrics.request(rt, ow.op, status, d, ow.body.n, ow.written)
@@ -173,8 +185,14 @@ func (o *observer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("op", ow.op.String()),
 			slog.String("code", ow.code),
 			slog.String("remote", r.RemoteAddr),
+			{},
 		}
-		o.log.LogAttrs(r.Context(), slog.LevelInfo, "http request", attrs[:]...)
+		n := len(attrs) - 1
+		if span != nil && span.SpanContext().IsValid() {
+			attrs[n] = slog.String("trace_id", span.SpanContext().TraceID().String())
+			n++
+		}
+		o.log.LogAttrs(hr.Context(), slog.LevelInfo, "http request", attrs[:n]...)
 	}
 }
 

@@ -1,6 +1,8 @@
 package syncgo
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"errors"
 	"fmt"
@@ -206,6 +208,13 @@ type Config struct {
 	// operation and the error code. Never a header value, a query string
 	// or a body byte. Nil: no access log.
 	AccessLog *slog.Logger
+	// TracerProvider, when set, traces the requests Handler answers: a
+	// server span per request, the child of the request's W3C
+	// traceparent when it has one, named by method and route (POST
+	// /sync), with the status, the operation, the error code, the actor
+	// and the body sizes (docs/observability.md). The handlers run with
+	// the span in their request's context. Nil: no spans, at no cost.
+	TracerProvider trace.TracerProvider
 	// CORS, when set, answers browser preflights on every route of
 	// Handler and adds the CORS headers for the allowed origins; its
 	// origin list also guards the /realtime upgrade. Nil: no CORS headers,
@@ -528,8 +537,8 @@ func New(cfg Config) (*Server, error) {
 	if s.origins != nil {
 		s.handler = s.origins.wrap(s.handler, s)
 	}
-	if s.metrics != nil || cfg.AccessLog != nil {
-		s.handler = &observer{next: s.handler, metrics: s.metrics, log: cfg.AccessLog}
+	if s.metrics != nil || cfg.AccessLog != nil || cfg.TracerProvider != nil {
+		s.handler = &observer{next: s.handler, metrics: s.metrics, log: cfg.AccessLog, tracer: newRequestTracer(cfg.TracerProvider)}
 	}
 	return s, nil
 }

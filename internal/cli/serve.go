@@ -260,6 +260,9 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		return err
 	}
 	defer obs.close()
+	if err := obs.startTracing(ctx, os.Getenv); err != nil {
+		return err
+	}
 	addr, ok := ln.Addr().(*net.TCPAddr)
 	loopback := ok && addr.IP.IsLoopback()
 	mode, err := cfg.AuthMode(loopback)

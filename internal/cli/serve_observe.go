@@ -10,12 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/config"
@@ -109,18 +111,35 @@ func newLogger(l config.Log, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log.format %q: want text or json", l.Format)
 }
 
-// observability is serve's admin listener and metrics registry.
+// observability is serve's admin listener, metrics registry and trace
+// pipeline.
 type observability struct {
 	cfg     config.Config
 	adminLn net.Listener
 	admin   *http.Server
 	reg     *prometheus.Registry
+	tracer  *sdktrace.TracerProvider
+	log     *slog.Logger
+}
+
+// startTracing builds the trace pipeline when the tracing settings (or
+// the OTLP environment variables) ask for one (serve_trace.go).
+func (o *observability) startTracing(ctx context.Context, getenv func(string) string) error {
+	tp, err := newTracerProvider(ctx, o.cfg.Tracing, getenv)
+	if err != nil {
+		return err
+	}
+	o.tracer = tp
+	if tp != nil {
+		o.log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", o.cfg.Tracing.Endpoint, "sample_ratio", o.cfg.Tracing.SampleRatio)
+	}
+	return nil
 }
 
 // listen binds the admin listener, when one is configured, so that a bad
 // address fails serve before the database is opened.
 func (o *observability) listen(cfg config.Config, logger *slog.Logger) error {
-	o.cfg = cfg
+	o.cfg, o.log = cfg, logger
 	if cfg.Admin.Listen == "" {
 		return nil
 	}
@@ -145,6 +164,9 @@ func (o *observability) apply(sc *syncgo.Config, accessLog *slog.Logger) {
 	}
 	if o.cfg.Log.Access {
 		sc.AccessLog = accessLog
+	}
+	if o.tracer != nil {
+		sc.TracerProvider = o.tracer
 	}
 	if c := o.cfg.CORS; len(c.AllowedOrigins) > 0 {
 		sc.CORS = &syncgo.CORSConfig{AllowedOrigins: c.AllowedOrigins, AllowedMethods: c.AllowedMethods,
@@ -192,8 +214,11 @@ func (o *observability) serve(srv *syncgo.Server, logger *slog.Logger, stdout io
 	}()
 }
 
-// close stops the admin listener.
+// close stops the admin listener and exports the spans still batched.
 func (o *observability) close() {
+	if err := shutdownTracing(o.tracer); err != nil {
+		o.log.Warn("tracing: spans not exported at exit", "err", err)
+	}
 	if o.admin != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -223,6 +248,14 @@ func observeSummary(cfg config.Config) []string {
 	} else {
 		out = append(out, fmt.Sprintf("CORS origins %s, max age %s, credentials %v",
 			strings.Join(cfg.CORS.AllowedOrigins, ","), cfg.CORS.MaxAge, cfg.CORS.AllowCredentials))
+	}
+	switch {
+	case cfg.Tracing.Endpoint != "":
+		out = append(out, fmt.Sprintf("tracing: OTLP/HTTP to %s, sample ratio %g", cfg.Tracing.Endpoint, cfg.Tracing.SampleRatio))
+	case tracingOn(cfg.Tracing, os.Getenv):
+		out = append(out, fmt.Sprintf("tracing: OTLP/HTTP to the OTEL_EXPORTER_OTLP_* endpoint, sample ratio %g", cfg.Tracing.SampleRatio))
+	default:
+		out = append(out, "tracing off")
 	}
 	return out
 }

@@ -42,3 +42,12 @@ func runVersion(stdout io.Writer) int {
 	fmt.Fprintln(stdout, versionInfo())
 	return 0
 }
+
+// binaryVersion is the module version of the binary, "(devel)" for a
+// build from a checkout.
+func binaryVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

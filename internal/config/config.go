@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -95,6 +96,7 @@ type Config struct {
 	Metrics Metrics `yaml:"metrics"`
 	Admin   Admin   `yaml:"admin"`
 	CORS    CORS    `yaml:"cors"`
+	Tracing Tracing `yaml:"tracing"`
 
 	// Operations are the remote operations the binary registers
 	// (operations.go).
@@ -124,6 +126,24 @@ type Metrics struct {
 	// Enabled collects the metrics; they are served only when the admin
 	// listener is on.
 	Enabled bool `yaml:"enabled"`
+}
+
+// Tracing configures the OpenTelemetry traces, exported over OTLP/HTTP
+// (docs/observability.md). They are on when Endpoint is set, or when the
+// standard OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+// is (the exporter's other OTEL_EXPORTER_OTLP_* variables apply too).
+type Tracing struct {
+	// Endpoint is the collector's OTLP/HTTP traces URL
+	// (http://collector:4318/v1/traces; /v1/traces is added to a URL
+	// without a path).
+	Endpoint string `yaml:"endpoint"`
+	// SampleRatio is the share of traces started here that are recorded,
+	// 0 to 1; a request whose traceparent says sampled (or not) follows
+	// its caller. Default 1.
+	SampleRatio float64 `yaml:"sample_ratio"`
+	// ServiceName is the service.name of the spans; default
+	// OTEL_SERVICE_NAME, else syncgo.
+	ServiceName string `yaml:"service_name"`
 }
 
 // Admin configures the admin listener: the probes, /metrics and
@@ -262,6 +282,7 @@ func Default() Config {
 		Log:               Log{Format: LogText, Level: "info", Access: true},
 		Metrics:           Metrics{Enabled: true},
 		CORS:              CORS{MaxAge: 10 * time.Minute},
+		Tracing:           Tracing{SampleRatio: 1},
 	}
 }
 
@@ -539,6 +560,14 @@ func (c Config) Validate() error {
 	}
 	if c.DBListen != "" && !IsPostgres(c.DB) {
 		errs = append(errs, errors.New("db_listen is set but db is not Postgres"))
+	}
+	if r := c.Tracing.SampleRatio; r < 0 || r > 1 || r != r {
+		errs = append(errs, fmt.Errorf("tracing.sample_ratio %v: want 0 to 1", r))
+	}
+	if e := c.Tracing.Endpoint; e != "" {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("tracing.endpoint %q: want an http:// or https:// URL", e))
+		}
 	}
 	if c.DBPasswordFile != "" && !IsPostgres(c.DB) {
 		errs = append(errs, errors.New("db_password_file is set but db is not Postgres"))

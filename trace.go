@@ -1,0 +1,91 @@
+package syncgo
+
+import (
+	"net"
+	"net/http"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// tracerName is the instrumentation scope of the server's spans.
+const tracerName = "github.com/syncgo/syncgo"
+
+// requestTracer starts and ends the server span of each request that
+// Handler answers (Config.TracerProvider).
+type requestTracer struct {
+	tracer trace.Tracer
+	// prop reads a request's W3C traceparent and tracestate headers.
+	prop propagation.TraceContext
+}
+
+func newRequestTracer(tp trace.TracerProvider) *requestTracer {
+	if tp == nil {
+		return nil
+	}
+	return &requestTracer{tracer: tp.Tracer(tracerName)}
+}
+
+// spanRoute is the route template of a span's name and http.route: a
+// fixed, small set, never a segment id.
+func spanRoute(rt route) string {
+	switch rt {
+	case routeSync:
+		return "/sync"
+	case routeSegments:
+		return "/segments/{segmentId}"
+	case routeRealtime:
+		return "/realtime"
+	case routeOperations:
+		return "/operations"
+	}
+	return ""
+}
+
+// start opens the request's server span, a child of the caller's trace
+// when the request carries a traceparent, and returns the request with
+// the span in its context.
+func (t *requestTracer) start(r *http.Request, rt route) (*http.Request, trace.Span) {
+	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	name := r.Method
+	attrs := make([]attribute.KeyValue, 0, 12)
+	attrs = append(attrs, attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+	if tmpl := spanRoute(rt); tmpl != "" {
+		name += " " + tmpl
+		attrs = append(attrs, attribute.String("http.route", tmpl))
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		attrs = append(attrs, attribute.String("client.address", host))
+	}
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	return r.WithContext(ctx), span
+}
+
+// end records what the request was answered (status, operation, error
+// code, actor, body sizes) and ends the span. A 5xx answer, or an error
+// code with a 4xx or 5xx status, is an error of the span.
+func (t *requestTracer) end(span trace.Span, ow *observedWriter, status int) {
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, attribute.Int("http.response.status_code", status),
+		attribute.Int64("http.request.body.size", ow.body.n), attribute.Int64("http.response.body.size", ow.written))
+	if ow.op != opNone {
+		attrs = append(attrs, attribute.String("syncgo.op", ow.op.String()))
+	}
+	if ow.code != "" {
+		attrs = append(attrs, attribute.String("syncgo.error_code", ow.code))
+	}
+	if ow.actor != "" {
+		attrs = append(attrs, attribute.String("enduser.id", ow.actor))
+	}
+	span.SetAttributes(attrs...)
+	if status >= 500 || (status >= 400 && ow.code != "") {
+		desc := ow.code
+		if desc == "" {
+			desc = http.StatusText(status)
+		}
+		span.SetStatus(codes.Error, desc)
+	}
+	span.End()
+}
