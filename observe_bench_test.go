@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -19,12 +21,13 @@ import (
 // BenchmarkObservedRound measures one push+pull round (an upsert pushed
 // and the pull that follows, over real HTTP, on a SQLite file) without
 // observability, with metrics, and with metrics and an access log (JSON,
-// discarded after formatting): the difference is what the metrics and
-// the log cost a request.
+// discarded after formatting), and with all three and a span per request
+// (sampled, batched to an exporter that drops them): the difference is
+// what the metrics, the log and the traces cost a request.
 //
 //	go test -run '^$' -bench BenchmarkObservedRound -count 5 .
 func BenchmarkObservedRound(b *testing.B) {
-	for _, mode := range []string{"bare", "metrics", "metrics+accesslog"} {
+	for _, mode := range []string{"bare", "metrics", "metrics+accesslog", "metrics+accesslog+tracing"} {
 		b.Run(mode, func(b *testing.B) {
 			st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: filepath.Join(b.TempDir(), "bench.db")})
 			if err != nil {
@@ -45,8 +48,13 @@ func BenchmarkObservedRound(b *testing.B) {
 			if mode != "bare" {
 				cfg.Metrics = prometheus.NewRegistry()
 			}
-			if mode == "metrics+accesslog" {
+			if mode != "bare" && mode != "metrics" {
 				cfg.AccessLog = slog.New(slog.NewJSONHandler(discardWriter{}, nil))
+			}
+			if mode == "metrics+accesslog+tracing" {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				defer tp.Shutdown(context.Background())
+				cfg.TracerProvider = tp
 			}
 			srv, err := syncgo.New(cfg)
 			if err != nil {
