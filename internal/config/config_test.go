@@ -328,3 +328,31 @@ func TestSchemaWindowPaths(t *testing.T) {
 		t.Fatalf("schema_window from the environment %q, want %q", c.SchemaWindow, want)
 	}
 }
+
+// The tracing section: a sample ratio of 1 by default, the file's and
+// the environment's values, and a ratio outside 0 to 1 or an endpoint
+// that is no http(s) URL refused.
+func TestTracing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("tracing:\n  endpoint: http://collector:4318\n  sample_ratio: 0.25\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := Default().Tracing.SampleRatio; r != 1 {
+		t.Fatalf("default sample ratio %v", r)
+	}
+	env := map[string]string{"SYNCGO_TRACING_SERVICE_NAME": "eu"}
+	c, err := Load(path, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tracing != (Tracing{Endpoint: "http://collector:4318", SampleRatio: 0.25, ServiceName: "eu"}) || c.Validate() != nil {
+		t.Fatalf("tracing %+v, %v", c.Tracing, c.Validate())
+	}
+	for _, bad := range []Tracing{{SampleRatio: 1.5}, {SampleRatio: -0.1}, {SampleRatio: 1, Endpoint: "collector:4318"}, {SampleRatio: 1, Endpoint: "ftp://c/"}} {
+		c := Default()
+		c.Tracing = bad
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "tracing.") {
+			t.Errorf("tracing %+v: %v; want refused", bad, err)
+		}
+	}
+}
