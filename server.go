@@ -212,8 +212,8 @@ type Config struct {
 	// server span per request, the child of the request's W3C
 	// traceparent when it has one, named by method and route (POST
 	// /sync), with the status, the operation, the error code, the actor
-	// and the body sizes (docs/observability.md). The handlers run with
-	// the span in their request's context. Nil: no spans, at no cost.
+	// and the body sizes, and spans of a request's push and pull under
+	// it (docs/observability.md). Nil: no spans, at no cost.
 	TracerProvider trace.TracerProvider
 	// CORS, when set, answers browser preflights on every route of
 	// Handler and adds the CORS headers for the allowed origins; its

@@ -122,7 +122,8 @@ func (tt traceparentTransport) RoundTrip(r *http.Request) (*http.Response, error
 
 // With tracing.endpoint set, `syncgo serve` exports a server span per
 // request over OTLP/HTTP: a child of the request's traceparent, named by
-// method and route, with the status, the operation and the actor; a
+// method and route, with the status, the operation and the actor, and
+// spans of its push and pull under it; a
 // refused request's span is an error carrying the error code, and the
 // access log line names the trace.
 func TestBinaryTracing(t *testing.T) {
@@ -159,6 +160,21 @@ func TestBinaryTracing(t *testing.T) {
 	}
 	if s.span.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
 		t.Fatalf("a 200 answer's span is an error: %v", s.span.Status)
+	}
+
+	// The push and the pull of a request are spans under its span.
+	for _, child := range []struct {
+		name, attr string
+	}{{"syncgo.push", "syncgo.commits"}, {"syncgo.pull", "syncgo.subscriptions"}} {
+		cs := col.wait(t, "a "+child.name+" span", func(s *tracepb.Span) bool {
+			return s.Name == child.name && hex.EncodeToString(s.TraceId) == traceID
+		})
+		col.wait(t, "the request span over "+child.name, func(s *tracepb.Span) bool {
+			return s.Name == "POST /sync" && bytes.Equal(s.SpanId, cs.span.ParentSpanId)
+		})
+		if intAttr(cs.span.Attributes, child.attr) < 0 {
+			t.Fatalf("%s attributes %v; want %s", child.name, cs.span.Attributes, child.attr)
+		}
 	}
 
 	// A request without credentials: its own trace, an error span with

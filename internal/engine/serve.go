@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"go.opentelemetry.io/otel/attribute"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -520,11 +522,19 @@ func (r *request) serve(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := r.pushCommits(ctx); err != nil {
-		return err
+	if n := len(r.req.Commits); n > 0 {
+		pctx, span := childSpan(ctx, "syncgo.push", attribute.Int("syncgo.commits", n))
+		err := r.pushCommits(pctx)
+		endSpan(span, err)
+		if err != nil {
+			return err
+		}
 	}
 	if r.req.Pull != nil {
-		if err := r.pull(ctx); err != nil {
+		pctx, span := childSpan(ctx, "syncgo.pull", attribute.Int("syncgo.subscriptions", len(r.req.Subscriptions)))
+		err := r.pull(pctx)
+		endSpan(span, err)
+		if err != nil {
 			return err
 		}
 	}
