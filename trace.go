@@ -30,7 +30,7 @@ func newRequestTracer(tp trace.TracerProvider) *requestTracer {
 
 // spanRoute is the route template of a span's name and http.route: a
 // fixed, small set, never a segment id.
-func spanRoute(rt route) string {
+func spanRoute(rt route, path string) string {
 	switch rt {
 	case routeSync:
 		return "/sync"
@@ -39,6 +39,9 @@ func spanRoute(rt route) string {
 	case routeRealtime:
 		return "/realtime"
 	case routeOperations:
+		if path == "/operations/realtime" {
+			return path
+		}
 		return "/operations"
 	}
 	return ""
@@ -52,7 +55,7 @@ func (t *requestTracer) start(r *http.Request, rt route) (*http.Request, trace.S
 	name := r.Method
 	attrs := make([]attribute.KeyValue, 0, 12)
 	attrs = append(attrs, attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
-	if tmpl := spanRoute(rt); tmpl != "" {
+	if tmpl := spanRoute(rt, r.URL.Path); tmpl != "" {
 		name += " " + tmpl
 		attrs = append(attrs, attribute.String("http.route", tmpl))
 	}
