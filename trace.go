@@ -3,6 +3,7 @@ package syncgo
 import (
 	"net"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -43,6 +44,13 @@ func spanRoute(rt route, path string) string {
 			return path
 		}
 		return "/operations"
+	case routeOther:
+		if strings.HasPrefix(path, "/blobs/") {
+			if strings.HasSuffix(path, "/upload-grant") {
+				return "/blobs/{blobId}/upload-grant"
+			}
+			return "/blobs/{blobId}"
+		}
 	}
 	return ""
 }

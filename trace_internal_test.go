@@ -39,6 +39,8 @@ func TestObserverSpans(t *testing.T) {
 		{"GET", "/segments/seg-123", "GET /segments/{segmentId}", "/segments/{segmentId}", true},
 		{"POST", "/operations", "POST /operations", "/operations", false},
 		{"GET", "/operations/realtime", "GET /operations/realtime", "/operations/realtime", false},
+		{"PUT", "/blobs/sha256:ab12", "PUT /blobs/{blobId}", "/blobs/{blobId}", false},
+		{"POST", "/blobs/sha256:ab12/upload-grant", "POST /blobs/{blobId}/upload-grant", "/blobs/{blobId}/upload-grant", false},
 		{"GET", "/elsewhere", "GET", "", false},
 	} {
 		req := httptest.NewRequest(c.method, c.path, nil)
