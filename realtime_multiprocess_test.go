@@ -43,22 +43,9 @@ func TestRealtimeAcrossProcesses(t *testing.T) {
 	first := mpServe(t, bin, db, "first")
 	second := mpServe(t, bin, db, "second")
 
-	// c2 registers a subscription to project p1 on the second process
-	// (epoch acquisition first), then opens its socket there.
-	epoch := mpAcquireEpoch(t, second.URL, "c2")
-	resp := mpSync(t, second.URL, &wire.Request{Version: wire.Version3,
-		Header: &wire.ReqHeader{ClientID: "c2", SchemaVersion: 1, LogEpoch: &epoch},
-		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
-		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
-			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
-	if st := mpFrame[*wire.SubStart](t, resp); st.Status != wire.SubActive {
-		t.Fatalf("subscription status = %v", st.Status)
-	}
-	sock := mpDial(t, second.URL, "c2")
-	hello := sock.hello(t)
-	if hello.RequiresSync {
-		t.Fatalf("hello = %+v: the registration did not load", hello)
-	}
+	// c2 registers a subscription to project p1 on the second process,
+	// then opens its socket there.
+	epoch, sock := mpSubscribedSocket(t, second.URL, "c2")
 
 	// A task pushed to the first process reaches the second's socket.
 	seq := mpPushTask(t, sc, first.URL, epoch, "c1", "task-1", "one")
@@ -71,6 +58,27 @@ func TestRealtimeAcrossProcesses(t *testing.T) {
 	}
 	seq = mpPushTask(t, sc, first.URL, epoch, "c1", "task-2", "two")
 	sock.wantTask(t, seq, "task-2", "two", true)
+}
+
+// mpSubscribedSocket acquires the log epoch as clientID on base (§2.1),
+// registers a subscription to project p1's tasks, and opens the client's
+// socket there; it returns the epoch and the socket, past its hello.
+func mpSubscribedSocket(t *testing.T, base, clientID string) (string, *mpSocket) {
+	t.Helper()
+	epoch := mpAcquireEpoch(t, base, clientID)
+	resp := mpSync(t, base, &wire.Request{Version: wire.Version3,
+		Header: &wire.ReqHeader{ClientID: clientID, SchemaVersion: 1, LogEpoch: &epoch},
+		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
+		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+	if st := mpFrame[*wire.SubStart](t, resp); st.Status != wire.SubActive {
+		t.Fatalf("subscription status = %v", st.Status)
+	}
+	sock := mpDial(t, base, clientID)
+	if hello := sock.hello(t); hello.RequiresSync {
+		t.Fatalf("hello = %+v: the registration did not load", hello)
+	}
+	return epoch, sock
 }
 
 // mpDemoSchema compiles the serve command's demo schema.
@@ -377,19 +385,7 @@ func TestRealtimeAcrossProcessesThroughPooler(t *testing.T) {
 		}
 	}
 
-	epoch := mpAcquireEpoch(t, second.URL, "c2")
-	resp := mpSync(t, second.URL, &wire.Request{Version: wire.Version3,
-		Header: &wire.ReqHeader{ClientID: "c2", SchemaVersion: 1, LogEpoch: &epoch},
-		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows},
-		Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
-			Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
-	if st := mpFrame[*wire.SubStart](t, resp); st.Status != wire.SubActive {
-		t.Fatalf("subscription status = %v", st.Status)
-	}
-	sock := mpDial(t, second.URL, "c2")
-	if hello := sock.hello(t); hello.RequiresSync {
-		t.Fatalf("hello = %+v: the registration did not load", hello)
-	}
+	epoch, sock := mpSubscribedSocket(t, second.URL, "c2")
 	for i := range 12 {
 		to := first
 		if i%2 == 1 {

@@ -1,9 +1,6 @@
 package pgtest
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,9 +9,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/syncgo/syncgo/internal/binarytest"
 )
 
 // Database creates a database named prefix_<random> on the test server,
@@ -24,9 +22,7 @@ import (
 func Database(tb testing.TB, prefix string) string {
 	tb.Helper()
 	base := URL(tb)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := prefix + "_" + hex.EncodeToString(b[:])
+	name := randomName(prefix)
 	Exec(tb, base, "CREATE DATABASE "+name)
 	tb.Cleanup(func() { Exec(tb, base, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
 	u, err := url.Parse(base)
@@ -110,7 +106,7 @@ ignore_startup_parameters = extra_float_digits
 			tb.Fatal(err)
 		}
 	}
-	var out lockedBuffer
+	var out binarytest.Log
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -122,7 +118,7 @@ ignore_startup_parameters = extra_float_digits
 		_ = cmd.Process.Kill()
 		<-exited
 		if tb.Failed() {
-			tb.Logf("pgbouncer's log:\n%s", out.String())
+			tb.Logf("pgbouncer's log:\n%s", strings.TrimSpace(out.String()))
 		}
 	})
 	addr := fmt.Sprintf("127.0.0.1:%d", listen)
@@ -170,23 +166,4 @@ func freePort(tb testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// lockedBuffer collects a child's output, written and read from several
-// goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.TrimSpace(l.b.String())
 }

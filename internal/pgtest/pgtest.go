@@ -42,9 +42,7 @@ func URL(tb testing.TB) string {
 func Schema(tb testing.TB, prefix string, keep bool) string {
 	tb.Helper()
 	base := URL(tb)
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	name := prefix + "_" + hex.EncodeToString(b[:])
+	name := randomName(prefix)
 	Exec(tb, base, "CREATE SCHEMA "+name)
 	tb.Cleanup(func() {
 		if keep && tb.Failed() {
@@ -54,6 +52,14 @@ func Schema(tb testing.TB, prefix string, keep bool) string {
 		Exec(tb, base, "DROP SCHEMA "+name+" CASCADE")
 	})
 	return WithSearchPath(tb, base, name)
+}
+
+// randomName is prefix_ and 12 random hex digits: a schema or database
+// name no other test run uses.
+func randomName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
 }
 
 // WithSearchPath returns base with its search_path set to schema.
