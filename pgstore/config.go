@@ -21,7 +21,8 @@ type Config struct {
 	// Pool, when set, is used as is: Open neither configures it nor closes
 	// it on Close. Its connections' search_path selects the schema.
 	// Through a transaction-mode pooler its ConnConfig needs a
-	// DefaultQueryExecMode without named statements (cache_describe).
+	// DefaultQueryExecMode without named statements (cache_describe);
+	// Open logs a warning when it finds a pooler and the statement cache.
 	Pool *pgxpool.Pool
 	// ListenURL is the connection string of the dedicated connection that
 	// [Store.ListenCommits] opens for LISTEN. It must reach Postgres

@@ -43,3 +43,21 @@ func detectPooler(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 // that runs it. It costs Postgres a parse and plan per statement: about a
 // quarter of the push rate on a direct connection (docs/deployment.md).
 const pooledExecMode = pgx.QueryExecModeCacheDescribe
+
+// checkGivenPool warns when a pool the embedder gave (Config.Pool) reaches
+// Postgres through a connection pooler and sends named prepared
+// statements: behind a transaction-mode pooler they fail at random (a
+// session-mode pooler is fine). Open configures its own pools itself.
+func (s *Store) checkGivenPool(ctx context.Context) {
+	if s.pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return
+	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return // Open's first statement reports it
+	}
+	defer c.Release()
+	if pooled, err := behindPooler(ctx, c.Conn()); err == nil && pooled {
+		s.log.WarnContext(ctx, "pgstore: the pool reaches Postgres through a connection pooler and sends named prepared statements (pgx's statement cache); behind a transaction-mode pooler they fail, so set its ConnConfig.DefaultQueryExecMode to pgx.QueryExecModeCacheDescribe")
+	}
+}

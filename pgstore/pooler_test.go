@@ -1,9 +1,11 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/store"
@@ -135,5 +138,44 @@ func TestThroughTransactionPooler(t *testing.T) {
 	err = ro.Write(ctx, "p", func(context.Context, store.WriteTx) error { return nil })
 	if !errors.Is(err, ErrReadOnly) {
 		t.Fatalf("read-only Write = %v; want ErrReadOnly", err)
+	}
+}
+
+// A pool the embedder gives is used as it is: through a pooler, one that
+// sends named prepared statements is warned about at Open, and one set
+// to pgx's cache_describe works without a warning.
+func TestGivenPoolThroughPooler(t *testing.T) {
+	db := pgtest.Database(t, "syncgo_givenpool")
+	via := pgtest.Bouncer(t, db, "transaction", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe} {
+		pc, err := pgxpool.ParseConfig(via)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.ConnConfig.DefaultQueryExecMode = mode
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logs bytes.Buffer
+		s, err := Open(ctx, Config{Pool: pool, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		warned := strings.Contains(logs.String(), "sends named prepared statements")
+		switch {
+		case mode == pgx.QueryExecModeCacheStatement && !warned:
+			t.Errorf("a pool with the statement cache through the pooler: no warning (Open: %v); log:\n%s", err, logs.String())
+		case mode == pgx.QueryExecModeCacheDescribe && (warned || err != nil):
+			t.Errorf("a pool with cache_describe through the pooler: Open %v, log:\n%s", err, logs.String())
+		}
+		if err == nil {
+			if mode == pgx.QueryExecModeCacheDescribe {
+				sc := testSchema(t, 1)
+				ensure(t, s, sc)
+				apply(t, s, "p", task{id: "t1", project: "p1", owner: "o1"}.write(t, sc, 1))
+			}
+			_ = s.Close()
+		}
+		pool.Close()
 	}
 }

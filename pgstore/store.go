@@ -145,6 +145,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.ownsPool = true
 	}
+	if !s.ownsPool {
+		s.checkGivenPool(ctx)
+	}
 	if err := s.open(ctx); err != nil {
 		if s.ownsPool {
 			s.pool.Close()
