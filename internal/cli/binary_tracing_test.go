@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -199,5 +200,31 @@ func TestBinaryTracing(t *testing.T) {
 	}
 	if !strings.Contains(p.Stderr.String(), "trace_id="+traceID) {
 		t.Fatalf("no access log line names trace %s; stderr:\n%s", traceID, p.Stderr)
+	}
+}
+
+// A collector that cannot be reached costs a warning in the process log,
+// in its format: every line of a JSON log stays JSON.
+func TestBinaryTracingCollectorDown(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	endpoint := down.URL
+	down.Close() // nothing listens there any more
+	bin := binarytest.Build(t)
+	p := binarytest.Serve(t, bin, binarytest.Options{Env: []string{"SYNCGO_TRACING_ENDPOINT=" + endpoint, "OTEL_BSP_SCHEDULE_DELAY=100"}},
+		"-listen", "127.0.0.1:0", "-log-format", "json", "-db", filepath.Join(t.TempDir(), "trace.db"))
+	resp, err := http.Post(p.URL+"/sync", "application/vnd.syncular.ssp2", bytes.NewReader([]byte{0}))
+	must(t, err)
+	resp.Body.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(p.Stderr.String(), "tracing: spans not exported") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the failed export; stderr:\n%s", p.Stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(p.Stderr.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("a line of the JSON log is not JSON: %q", line)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/syncgo/syncgo"
@@ -131,6 +132,11 @@ func (o *observability) startTracing(ctx context.Context, getenv func(string) st
 	}
 	o.tracer = tp
 	if tp != nil {
+		// The SDK reports a failed export through the process-wide
+		// handler, which would print an unstructured line: the process
+		// log gets it instead.
+		log := o.log
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: spans not exported", "err", err) }))
 		o.log.Info("tracing: exporting spans over OTLP/HTTP", "endpoint", o.cfg.Tracing.Endpoint, "sample_ratio", o.cfg.Tracing.SampleRatio)
 	}
 	return nil
