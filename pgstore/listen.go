@@ -213,13 +213,15 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, fn func(sto
 		defer cancel()
 		_ = conn.Close(ctx)
 	}()
-	pooled, err := behindPooler(cctx, conn)
-	if err != nil {
-		return 0, err
-	}
-	if pooled && !s.listenPooled.Swap(true) {
-		s.log.WarnContext(ctx, "pgstore: the listen connection reaches Postgres through a connection pooler: other processes' commits are announced to this one only if that pooler runs in session mode. Behind a transaction-mode pooler, point db_listen (pgstore.Config.ListenURL) at Postgres directly",
-			"host", cfg.Host, "port", cfg.Port)
+	if !s.listenPooled.Load() { // once warned, reconnects skip the check
+		pooled, err := behindPooler(cctx, conn)
+		if err != nil {
+			return 0, err
+		}
+		if pooled && !s.listenPooled.Swap(true) {
+			s.log.WarnContext(ctx, "pgstore: the listen connection reaches Postgres through a connection pooler: other processes' commits are announced to this one only if that pooler runs in session mode. Behind a transaction-mode pooler, point db_listen (pgstore.Config.ListenURL) at Postgres directly",
+				"host", cfg.Host, "port", cfg.Port)
+		}
 	}
 	if _, err := conn.Exec(cctx, "LISTEN "+notifyChannel); err != nil {
 		return 0, fmt.Errorf("listen: %w", err)

@@ -14,10 +14,7 @@ func versionInfo() string {
 	if !ok {
 		return "syncgo (no build information)"
 	}
-	version := bi.Main.Version
-	if version == "" {
-		version = "(devel)"
-	}
+	version := binaryVersion()
 	revision, modified, when := "", "", ""
 	for _, s := range bi.Settings {
 		switch s.Key {

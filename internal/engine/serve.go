@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"go.opentelemetry.io/otel/attribute"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -523,7 +521,7 @@ func (r *request) serve(ctx context.Context) error {
 		}
 	}
 	if n := len(r.req.Commits); n > 0 {
-		pctx, span := childSpan(ctx, "syncgo.push", attribute.Int("syncgo.commits", n))
+		pctx, span := childSpan(ctx, "syncgo.push", "syncgo.commits", n)
 		err := r.pushCommits(pctx)
 		endSpan(span, err)
 		if err != nil {
@@ -531,7 +529,7 @@ func (r *request) serve(ctx context.Context) error {
 		}
 	}
 	if r.req.Pull != nil {
-		pctx, span := childSpan(ctx, "syncgo.pull", attribute.Int("syncgo.subscriptions", len(r.req.Subscriptions)))
+		pctx, span := childSpan(ctx, "syncgo.pull", "syncgo.subscriptions", len(r.req.Subscriptions))
 		err := r.pull(pctx)
 		endSpan(span, err)
 		if err != nil {
