@@ -135,6 +135,10 @@ type Config struct {
 	// allows any value. An error fails closed: subscriptions revoke and
 	// writes are forbidden.
 	ResolveScopes func(ctx context.Context, req ScopeRequest) (map[string][]string, error)
+	// GrantQueries add scope values read from the application's synced
+	// rows (a membership table, say) to every resolution ResolveScopes
+	// answers (GrantQuery).
+	GrantQueries []GrantQuery
 	// Logger receives server events. Default: discard.
 	Logger *slog.Logger
 	// Now is the server clock in Unix milliseconds. Default: wall clock.
@@ -435,6 +439,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncgo: operations: %w", err)
 	}
 	s.ops, s.watch = ops, newWatchHub(s)
+	grants, err := compileGrants(cfg.GrantQueries, cfg.Schema, cfg.Store)
+	if err != nil {
+		return nil, fmt.Errorf("syncgo: %w", err)
+	}
+	var reresolveOn func(CommitNotice) bool
+	if grants != nil {
+		cfg.ResolveScopes = grants.wrap(cfg.ResolveScopes)
+		s.cfg.ResolveScopes = cfg.ResolveScopes
+		reresolveOn = grants.reads
+	}
 	if s.origins, err = newOriginPolicy(cfg.CORS); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
@@ -512,7 +526,8 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval, ReleaseAfterChurn: rc.ReleaseAfterChurn, Admit: s.admitRound})
+		ReresolveInterval: rc.ReresolveInterval, ReresolveOn: reresolveOn,
+		ReleaseAfterChurn: rc.ReleaseAfterChurn, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

@@ -93,6 +93,22 @@ func (h *Hub) reresolveSession(ctx context.Context, s *session) {
 	s.applyGrant(allowed, err == nil)
 }
 
+// reresolveAll resolves the sessions' scopes again, a few at a time (the
+// resolver may wait on the store), and returns when all are narrowed.
+func (h *Hub) reresolveAll(sessions []*session) {
+	ctx := context.Background()
+	inChunks(len(sessions), min(reresolveWorkers, len(sessions)), 8, func() func(lo, hi int) {
+		return func(lo, hi int) {
+			for _, s := range sessions[lo:hi] {
+				h.reresolveSession(ctx, s)
+			}
+		}
+	})
+}
+
+// reresolveWorkers is how many sessions reresolveAll resolves at once.
+const reresolveWorkers = 8
+
 // reresolveLoop re-resolves every socket once per ReresolveInterval, until
 // the hub stops; a pass that outlasts the interval delays the next.
 func (h *Hub) reresolveLoop() {

@@ -75,6 +75,11 @@ type Config struct {
 	// again, narrowing its registrations to what is still granted.
 	// Default 60 s; negative disables the periodic pass.
 	ReresolveInterval time.Duration
+	// ReresolveOn, when set, says whether a commit changes what the
+	// resolver grants (it writes a table that grant queries read): every
+	// socket of the partition is resolved again before the commit is
+	// fanned out.
+	ReresolveOn func(engine.CommitNotice) bool
 	// Admit, when set, admits a socket round under the same cap as POST
 	// /sync requests: it returns the slot's release, or a refusal
 	// (sync.rate_limited) that the round answers with an ERROR frame.
@@ -733,6 +738,9 @@ func (h *Hub) drain(p *partition) {
 		for _, n := range batch {
 			if h.beforeFanout != nil {
 				h.beforeFanout(n.CommitNotice)
+			}
+			if h.cfg.ReresolveOn != nil && h.cfg.ReresolveOn(n.CommitNotice) {
+				h.reresolveAll(sessions)
 			}
 			h.fanout(sessions, n)
 		}

@@ -1,0 +1,327 @@
+package syncgo_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Grant queries (Config.GrantQueries): an actor's projects come from the
+// members table that an admin writes through ordinary pushes. Over real
+// HTTP and WebSocket, on both drivers.
+
+// grantQuerySchema is rtSchema's tasks and a members table scoped by
+// user.
+func grantQuerySchema(t testing.TB) *schema.Compiled {
+	t.Helper()
+	c, err := schema.New(1).
+		Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("title"),
+			schema.Boolean("done"), schema.Integer("rank").Null(), schema.String("notes").Null()).
+		Scope("project:{project_id}").
+		Table("members", "id", schema.String("id"), schema.String("project_id"), schema.String("user_id")).
+		Scope("user:{user_id}").
+		Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// memberResolve is the host's resolver: admin may write everything, any
+// other actor only its own members rows (the grant query adds projects).
+func memberResolve(_ context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
+	if req.ActorID == "admin" {
+		return map[string][]string{"project_id": {"*"}, "user_id": {"*"}}, nil
+	}
+	return map[string][]string{"user_id": {req.ActorID}}, nil
+}
+
+var memberGrant = syncgo.GrantQuery{Variable: "project_id",
+	SQL: "SELECT project_id FROM members WHERE user_id = :actor ORDER BY project_id"}
+
+// newGrantQueryEnv starts a server with the members grant query on st.
+func newGrantQueryEnv(t *testing.T, st store.Store, tweak ...func(*syncgo.Config)) *rtEnv {
+	t.Helper()
+	e := &rtEnv{t: t, store: st, schema: grantQuerySchema(t), gates: map[string]chan struct{}{}}
+	cfg := syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: memberResolve,
+		GrantQueries: []syncgo.GrantQuery{memberGrant}, RetentionInterval: -1}
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	srv, err := syncgo.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.srv = srv
+	e.hs = httptest.NewServer(srv.Handler())
+	t.Cleanup(func() {
+		_ = srv.Stop(context.Background())
+		e.hs.Close()
+	})
+	e.url = e.hs.URL
+	return e
+}
+
+// memberOp upserts (or, with del, deletes) the members row user:project.
+func memberOp(t testing.TB, e *rtEnv, user, project string, del bool) wire.Operation {
+	t.Helper()
+	id := user + ":" + project
+	if del {
+		return wire.Operation{Table: "members", RowID: id, Op: wire.OpDelete}
+	}
+	tbl, _ := e.schema.Table("members")
+	payload, err := tbl.RowCodec().AppendSparse(nil, wire.SparseRow{Present: []bool{true, true, true},
+		Values: []wire.Value{{Str: id}, {Str: project}, {Str: user}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wire.Operation{Table: "members", RowID: id, Op: wire.OpUpsert, Payload: payload}
+}
+
+// pushOps pushes one commit of ops as the peer and returns its commitSeq.
+func pushOps(p *rtPeer, commitID string, ops ...wire.Operation) int64 {
+	p.env.t.Helper()
+	if p.epoch == nil {
+		p.acquireEpoch()
+	}
+	return rtPushed(p.env.t, p.post(&wire.Request{Commits: []*wire.PushCommit{{ClientCommitID: commitID, Operations: ops}}}))
+}
+
+// subStatuses pulls subscriptions over HTTP and returns their statuses
+// and the rows each delivered.
+func subStatuses(p *rtPeer, subs ...*wire.Subscription) (map[string]wire.SubStatus, map[string][]string) {
+	p.env.t.Helper()
+	if p.epoch == nil {
+		p.acquireEpoch()
+	}
+	m := p.post(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}, Subscriptions: subs})
+	status, rows := map[string]wire.SubStatus{}, map[string][]string{}
+	cur := ""
+	for _, f := range m.Frames {
+		switch f := f.(type) {
+		case *wire.SubStart:
+			cur = f.ID
+			status[f.ID] = f.Status
+		case *wire.Commit:
+			for _, ch := range f.Changes {
+				rows[cur] = append(rows[cur], ch.RowID)
+			}
+		case *wire.SegmentInline:
+			seg, err := wire.DecodeSegment(f.Payload)
+			if err != nil {
+				p.env.t.Fatal(err)
+			}
+			tbl, _ := p.env.schema.Table(seg.Header.Table)
+			for _, block := range seg.Blocks {
+				for _, r := range block {
+					vals, err := tbl.RowCodec().DecodeRow(r.Row)
+					if err != nil {
+						p.env.t.Fatal(err)
+					}
+					rows[cur] = append(rows[cur], vals[0].Str)
+				}
+			}
+		}
+	}
+	return status, rows
+}
+
+// A pull sees exactly the projects the members table grants, as it
+// changes: before the membership, with it, after it is deleted.
+func TestGrantQueryPull(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newGrantQueryEnv(t, d.open(t))
+		admin := e.peer("admin", "adm")
+		pushOps(admin, "t1", e.pushCommit("x", rtTask{id: "x1", project: "p1"}).Operations...)
+		alice := e.peer("alice", "a1")
+		if st, _ := subStatuses(alice, rtSub("s1", -1, "p1")); st["s1"] != wire.SubRevoked {
+			t.Fatalf("before any membership: s1 %v; want revoked", st["s1"])
+		}
+
+		pushOps(admin, "m1", memberOp(t, e, "alice", "p1", false), memberOp(t, e, "bob", "p2", false))
+		st, rows := subStatuses(alice, rtSub("s1", -1, "p1"), rtSub("s2", -1, "p2"))
+		if st["s1"] != wire.SubActive || !slices.Equal(rows["s1"], []string{"x1"}) {
+			t.Fatalf("member of p1: s1 %v with rows %v; want active with [x1]", st["s1"], rows["s1"])
+		}
+		if st["s2"] != wire.SubRevoked {
+			t.Fatalf("bob's membership of p2 granted alice s2 (%v)", st["s2"])
+		}
+		// Her write to p1 is authorized by the same grant.
+		pushOps(alice, "a-x2", e.pushCommit("x", rtTask{id: "x2", project: "p1"}).Operations...)
+
+		pushOps(admin, "m2", memberOp(t, e, "alice", "p1", true))
+		if st, _ := subStatuses(alice, rtSub("s1", -1, "p1")); st["s1"] != wire.SubRevoked {
+			t.Fatalf("after the membership was deleted: s1 %v; want revoked", st["s1"])
+		}
+		m, err := alice.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("a-x3", rtTask{id: "x3", project: "p1"})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range m.Frames {
+			if r, ok := f.(*wire.PushResult); ok && r.Status == wire.PushApplied {
+				t.Fatal("a write to p1 was applied after the membership was deleted")
+			}
+		}
+	})
+}
+
+// The commit that deletes a membership narrows the socket before it is
+// fanned out (grantQuerySocketFlow).
+func TestGrantQuerySocketNarrowedByCommit(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) { c.Realtime.ReresolveInterval = -1 })
+		grantQuerySocketFlow(t, e, e)
+	})
+}
+
+// The same across two server instances on one Postgres database: the
+// socket is on the second, every commit is pushed to the first, and the
+// second narrows the socket when the membership commit reaches it.
+func TestGrantQuerySocketAcrossInstances(t *testing.T) {
+	base := pgtest.URL(t)
+	t.Parallel()
+	first := openPostgres(t)
+	var schemaName string
+	if err := first.(*pgstore.Store).Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schemaName); err != nil {
+		t.Fatal(err)
+	}
+	second, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.WithSearchPath(t, base, schemaName), MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = second.Close() })
+	noInterval := func(c *syncgo.Config) { c.Realtime.ReresolveInterval = -1 }
+	grantQuerySocketFlow(t, newGrantQueryEnv(t, second, noInterval), newGrantQueryEnv(t, first, noInterval))
+}
+
+// grantQuerySocketFlow opens alice's socket on e (members of p1 and p2)
+// and pushes through pusher: the commit deleting her p2 membership
+// narrows the socket before it is fanned out, so a p2 commit pushed right
+// behind it is never delivered; the socket gets a catch-up wake, and p1
+// goes on delivering.
+func grantQuerySocketFlow(t *testing.T, e, pusher *rtEnv) {
+	t.Helper()
+	admin := pusher.peer("admin", "adm")
+	pushOps(admin, "m1", memberOp(t, e, "alice", "p1", false), memberOp(t, e, "alice", "p2", false))
+	alice := e.peer("alice", "a1")
+	alice.pull(rtSub("s1", -1, "p1"), rtSub("s2", -1, "p2"))
+	s := e.dial("alice", "a1")
+	if h := s.hello(); h.RequiresSync {
+		t.Fatalf("hello %+v: the registrations did not load", h)
+	}
+	pushOps(admin, "c0", pusher.pushCommit("x", rtTask{id: "x0", project: "p2"}).Operations...)
+	if rows, _ := rtDeltaRows(s.delta()); !slices.Equal(rows, []string{"x0"}) {
+		t.Fatalf("delta rows %v while p2 is granted; want [x0]", rows)
+	}
+
+	pushOps(admin, "m2", memberOp(t, e, "alice", "p2", true))
+	behind := pushOps(admin, "c-p2", e.pushCommit("x", rtTask{id: "x-p2", project: "p2"}).Operations...)
+	w := s.wake()
+	if w.Reason != wire.WakeCatchupRequired {
+		t.Fatalf("wake %+v; want catchup-required", w)
+	}
+	s.ack(behind)
+	s.barrier()
+	p1 := pushOps(admin, "c-p1", e.pushCommit("x", rtTask{id: "x-p1", project: "p1"}).Operations...)
+	m := s.delta()
+	rows, next := rtDeltaRows(m)
+	if !slices.Equal(rows, []string{"x-p1"}) || next["s1"] != p1 {
+		t.Fatalf("delta rows %v, cursors %v; want only x-p1 on s1 at %d", rows, next, p1)
+	}
+	if st, _ := subStatuses(alice, rtSub("s2", -1, "p2")); st["s2"] != wire.SubRevoked {
+		t.Fatalf("s2 %v after the membership was deleted; want revoked", st["s2"])
+	}
+}
+
+// New refuses grant queries that cannot run: an undeclared variable, a
+// table the schema does not have, a parameter other than :actor, a
+// storage table; CheckGrantQueries refuses the same for both dialects.
+func TestGrantQueryRefused(t *testing.T) {
+	sc := grantQuerySchema(t)
+	for _, tc := range []struct {
+		q    syncgo.GrantQuery
+		want string
+	}{
+		{syncgo.GrantQuery{Variable: "team_id", SQL: "SELECT 1"}, "no scope variable"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: "SELECT project_id FROM teams"}, "no table"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: "SELECT project_id FROM members WHERE user_id = :who"}, ":who"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: "SELECT value FROM sync_row_scopes"}, "sync_row_scopes"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: ""}, "empty"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: memberGrant.SQL, MaxValues: 100001}, "MaxValues"},
+		{syncgo.GrantQuery{Variable: "project_id", SQL: memberGrant.SQL, PostgresSQL: "SELECT project_id FROM members WHERE user_id = :user"}, ":user"},
+	} {
+		err := syncgo.CheckGrantQueries([]syncgo.GrantQuery{tc.q}, sc)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckGrantQueries(%+v) = %v; want an error naming %q", tc.q, err, tc.want)
+		}
+	}
+	if err := syncgo.CheckGrantQueries([]syncgo.GrantQuery{memberGrant}, sc); err != nil {
+		t.Fatal(err)
+	}
+	_, err := syncgo.New(syncgo.Config{Store: rtOpenSQLite(t), Schema: sc, Authenticate: rtAuth, ResolveScopes: memberResolve,
+		GrantQueries: []syncgo.GrantQuery{{Variable: "project_id", SQL: "SELECT project_id FROM teams"}}})
+	if err == nil {
+		t.Fatal("New accepted a grant query over an unknown table")
+	}
+}
+
+// A grant query over values that are not plain strings: numbers and
+// booleans grant their text; NULL, "*" and empty strings grant nothing;
+// no other value is granted.
+func TestGrantQueryValues(t *testing.T) {
+	e := newGrantQueryEnv(t, rtOpenSQLite(t), func(c *syncgo.Config) {
+		c.GrantQueries = append(c.GrantQueries, syncgo.GrantQuery{Variable: "project_id",
+			SQL: "SELECT v FROM (SELECT 7 AS v UNION ALL SELECT 2.5 UNION ALL SELECT NULL UNION ALL SELECT '*' UNION ALL SELECT '' UNION ALL SELECT 'q' || :actor) AS t" +
+				" WHERE EXISTS (SELECT 1 FROM members WHERE user_id = :actor)"})
+	})
+	admin := e.peer("admin", "adm")
+	pushOps(admin, "m", memberOp(t, e, "alice", "p1", false))
+	pushOps(admin, "t", e.pushCommit("x", rtTask{id: "n7", project: "7"}, rtTask{id: "n25", project: "2.5"},
+		rtTask{id: "star", project: "*"}, rtTask{id: "qa", project: "qalice"}).Operations...)
+	alice := e.peer("alice", "a1")
+	st, rows := subStatuses(alice, rtSub("s7", -1, "7"), rtSub("s25", -1, "2.5"), rtSub("sq", -1, "qalice"),
+		rtSub("sx", -1, "x"))
+	for _, id := range []string{"s7", "s25", "sq"} {
+		if st[id] != wire.SubActive || len(rows[id]) != 1 {
+			t.Errorf("%s: %v with rows %v; want active with one row", id, st[id], rows[id])
+		}
+	}
+	if st["sx"] == wire.SubActive {
+		t.Error("sx is active: the data's \"*\" granted every project")
+	}
+}
+
+// A grant query that fails (here: more rows than its MaxValues) fails the
+// resolution closed: the pull is refused, and nothing of the project the
+// other query grants is served.
+func TestGrantQueryFailsClosed(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) {
+			c.GrantQueries = append(c.GrantQueries, syncgo.GrantQuery{Variable: "project_id", MaxValues: 1,
+				SQL: "SELECT project_id FROM members WHERE user_id = :actor"})
+		})
+		admin := e.peer("admin", "adm")
+		pushOps(admin, "m", memberOp(t, e, "alice", "p1", false), memberOp(t, e, "alice", "p2", false))
+		pushOps(admin, "t", e.pushCommit("x", rtTask{id: "x1", project: "p1"}).Operations...)
+		if st, rows := subStatuses(e.peer("alice", "a1"), rtSub("s1", -1, "p1")); st["s1"] != wire.SubRevoked || len(rows["s1"]) != 0 {
+			t.Fatalf("alice: s1 %v with rows %v although a grant query failed; want revoked", st["s1"], rows["s1"])
+		}
+		// bob, with one membership, is served.
+		pushOps(admin, "mb", memberOp(t, e, "bob", "p1", false))
+		if st, rows := subStatuses(e.peer("bob", "b1"), rtSub("s1", -1, "p1")); st["s1"] != wire.SubActive || len(rows["s1"]) != 1 {
+			t.Fatalf("bob: s1 %v with rows %v; want active with x1", st["s1"], rows["s1"])
+		}
+	})
+}
