@@ -149,13 +149,22 @@ func compileGrant(q GrantQuery, d remotesql.Dialect, sc *schema.Compiled) (compi
 // CheckGrantQueries checks grant queries against a schema as New does,
 // for both SQL dialects, without a store: for a configuration check.
 func CheckGrantQueries(qs []GrantQuery, sc *schema.Compiled) error {
-	if _, err := compileGrants(qs, sc, nil); err != nil {
+	for i, q := range qs {
+		if err := CheckGrantQuery(q, sc); err != nil {
+			return fmt.Errorf("GrantQueries[%d] (%s): %w", i, q.Variable, err)
+		}
+	}
+	return nil
+}
+
+// CheckGrantQuery checks one grant query against a schema for both SQL
+// dialects.
+func CheckGrantQuery(q GrantQuery, sc *schema.Compiled) error {
+	if _, err := compileGrant(q, remotesql.SQLite, sc); err != nil {
 		return err
 	}
-	for i, q := range qs {
-		if _, err := compileGrant(q, remotesql.Postgres, sc); err != nil {
-			return fmt.Errorf("GrantQueries[%d] (%s, Postgres): %w", i, q.Variable, err)
-		}
+	if _, err := compileGrant(q, remotesql.Postgres, sc); err != nil {
+		return fmt.Errorf("Postgres: %w", err)
 	}
 	return nil
 }

@@ -284,7 +284,12 @@ func TestConfigErrors(t *testing.T) {
 		{"two-field source", Config{HS256Secret: testSecret, TokenSources: []TokenSource{{Header: "A", Cookie: "b"}}}, nil, "exactly one"},
 		{"bad subprotocol", Config{HS256Secret: testSecret, TokenSources: []TokenSource{{Subprotocol: "a b"}}}, nil, "not an HTTP token"},
 		{"unknown variable", Config{HS256Secret: testSecret}, ScopeRules{"org_id": {{Claim: "org"}}}, `no scope variable "org_id"`},
-		{"empty rule", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{}}}, "exactly one of claim, value, values"},
+		{"empty rule", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{}}}, "exactly one of claim, value, values, query"},
+		{"query and claim", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Claim: "a", Query: "SELECT id FROM lists"}}}, "exactly one"},
+		{"query with when", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Query: "SELECT id FROM lists", When: &Condition{Claim: "r", Equals: "x"}}}}, "when does not apply"},
+		{"postgres_query alone", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Claim: "a", PostgresQuery: "SELECT 1"}}}, "belong to a query rule"},
+		{"query over no table", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Query: "SELECT 'x'"}}}, "scopes.list_id[0]: the SQL names no table"},
+		{"query parameter", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Query: "SELECT id FROM lists WHERE id = :id"}}}, ":id"},
 		{"two sources in a rule", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Claim: "a", Value: "b"}}}, "exactly one"},
 		{"half condition", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Value: "*", When: &Condition{Claim: "role"}}}}, "when"},
 		{"empty values", Config{HS256Secret: testSecret}, ScopeRules{"list_id": {{Values: []string{}}}}, "values is empty"},
@@ -339,6 +344,17 @@ func TestScopeRules(t *testing.T) {
 		if got := fmtScopes(s.Resolve(m)); got != c.want {
 			t.Errorf("claims %s: %s, want %s", c.claims, got, c.want)
 		}
+	}
+	// A query rule is not resolved from claims: it is a grant query.
+	s3, err := CompileScopes(ScopeRules{"list_id": {{Claim: "lists"}, {Query: "SELECT id FROM lists WHERE id = :actor", MaxValues: 5}}}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmtScopes(s3.Resolve(map[string]any{"lists": []any{"a"}})); got != "list_id=a" {
+		t.Errorf("with a query rule: %s, want list_id=a", got)
+	}
+	if q := s3.GrantQueries(); len(q) != 1 || q[0].Variable != "list_id" || q[0].MaxValues != 5 || !strings.Contains(q[0].SQL, ":actor") {
+		t.Errorf("grant queries %+v", q)
 	}
 	// No rule applies: the variable is absent, never allowed.
 	s2, _ := CompileScopes(ScopeRules{"list_id": {{Claim: "lists"}}}, sc)

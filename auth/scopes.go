@@ -21,8 +21,8 @@ import (
 type ScopeRules map[string][]ScopeRule
 
 // ScopeRule grants values of one scope variable. Exactly one of Claim,
-// Value and Values is set; When, if set, must hold for the rule to
-// apply.
+// Value, Values and Query is set; When, if set, must hold for the rule
+// to apply (not with Query).
 type ScopeRule struct {
 	// Claim grants the claim's values: a string, a number, or an array of
 	// them. A claim value "*" is never a wildcard (it is dropped): only
@@ -32,6 +32,16 @@ type ScopeRule struct {
 	Value string `yaml:"value"`
 	// Values grants constant values; "*" grants every value.
 	Values []string `yaml:"values"`
+	// Query grants the values of its first column, read from the
+	// application's synced rows at every resolution (a
+	// syncgo.GrantQuery: one SELECT over the schema's tables of the
+	// actor's partition, :actor its only parameter). It runs in the
+	// server (GrantQueries), not in Resolve.
+	Query string `yaml:"query"`
+	// PostgresQuery, when set, replaces Query on a Postgres store.
+	PostgresQuery string `yaml:"postgres_query"`
+	// MaxValues bounds a Query's rows (syncgo.GrantQuery.MaxValues).
+	MaxValues int `yaml:"max_values"`
 	// When is the condition of the rule.
 	When *Condition `yaml:"when"`
 }
@@ -79,7 +89,11 @@ func CompileScopes(rules ScopeRules, sc *schema.Compiled) (*Scopes, error) {
 			continue
 		}
 		for i, r := range rules[name] {
-			if err := r.check(); err != nil {
+			err := r.check()
+			if err == nil && r.Query != "" {
+				err = syncgo.CheckGrantQuery(syncgo.GrantQuery{Variable: name, SQL: r.Query, PostgresSQL: r.PostgresQuery, MaxValues: r.MaxValues}, sc)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("scopes.%s[%d]: %w", name, i, err))
 			}
 		}
@@ -113,8 +127,17 @@ func (r ScopeRule) check() error {
 	if r.Values != nil {
 		n++
 	}
+	if r.Query != "" {
+		n++
+	}
 	if n != 1 {
-		return errors.New("set exactly one of claim, value, values")
+		return errors.New("set exactly one of claim, value, values, query")
+	}
+	if r.Query == "" && (r.PostgresQuery != "" || r.MaxValues != 0) {
+		return errors.New("postgres_query and max_values belong to a query rule")
+	}
+	if r.Query != "" && r.When != nil {
+		return errors.New("when does not apply to a query rule (put the condition in its SQL)")
 	}
 	if r.Values != nil && len(r.Values) == 0 {
 		return errors.New("values is empty")
@@ -157,8 +180,8 @@ func (s *Scopes) Resolve(claims map[string]any) map[string][]string {
 		var vals []string
 		wildcard := false
 		for _, r := range v.rules {
-			if r.When != nil && !holds(claims, *r.When) {
-				continue
+			if r.Query != "" || r.When != nil && !holds(claims, *r.When) {
+				continue // query rules run in the server (GrantQueries)
 			}
 			switch {
 			case r.Claim != "":
@@ -184,6 +207,20 @@ func (s *Scopes) Resolve(claims map[string]any) map[string][]string {
 		case len(vals) > 0:
 			slices.Sort(vals)
 			out[v.name] = slices.Compact(vals)
+		}
+	}
+	return out
+}
+
+// GrantQueries returns the query rules, for syncgo.Config.GrantQueries
+// (and syncgo.CheckGrantQueries).
+func (s *Scopes) GrantQueries() []syncgo.GrantQuery {
+	var out []syncgo.GrantQuery
+	for _, v := range s.vars {
+		for _, r := range v.rules {
+			if r.Query != "" {
+				out = append(out, syncgo.GrantQuery{Variable: v.name, SQL: r.Query, PostgresSQL: r.PostgresQuery, MaxValues: r.MaxValues})
+			}
 		}
 	}
 	return out

@@ -173,7 +173,17 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	var rules []string
 	for _, v := range sc.Variables() {
 		if n := len(cfg.Scopes[v]); n > 0 {
-			rules = append(rules, fmt.Sprintf("%s (%d rule(s))", v, n))
+			q := 0
+			for _, r := range cfg.Scopes[v] {
+				if r.Query != "" {
+					q++
+				}
+			}
+			if q > 0 {
+				rules = append(rules, fmt.Sprintf("%s (%d rule(s), %d query)", v, n, q))
+			} else {
+				rules = append(rules, fmt.Sprintf("%s (%d rule(s))", v, n))
+			}
 		}
 	}
 	summary = append(summary, "scopes: "+orDefault(strings.Join(rules, ", "), "none"))

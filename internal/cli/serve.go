@@ -287,6 +287,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	var (
 		authenticate  func(*http.Request) (syncgo.Auth, error)
 		resolveScopes func(context.Context, syncgo.ScopeRequest) (map[string][]string, error)
+		grantQueries  []syncgo.GrantQuery
 	)
 	switch mode {
 	case config.ModeJWT:
@@ -300,7 +301,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		for _, v := range a.Scopes().Unruled(sc) {
 			logger.Warn("scope variable " + v + " has no rule in scopes: no actor is granted it")
 		}
-		authenticate, resolveScopes = a.Authenticate, a.ResolveScopes
+		authenticate, resolveScopes, grantQueries = a.Authenticate, a.ResolveScopes, a.Scopes().GrantQueries()
 		logger.Info("JWT authentication", "algorithms", strings.Join(a.Algorithms(), ","), "issuer", cfg.Auth.Issuer,
 			"audience", strings.Join(cfg.Auth.Audience, ","), "token_sources", sourcesString(ac.TokenSources))
 	default:
@@ -350,6 +351,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		SchemaWindow:          window,
 		Authenticate:          authenticate,
 		ResolveScopes:         resolveScopes,
+		GrantQueries:          grantQueries,
 		Logger:                logger,
 		Declarations:          decls,
 		Operations:            buildOperations(cfg.Operations),
