@@ -2,6 +2,7 @@ package syncgo_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -49,7 +50,7 @@ var memberGrant = syncgo.GrantQuery{Variable: "project_id",
 	SQL: "SELECT project_id FROM members WHERE user_id = :actor ORDER BY project_id"}
 
 // newGrantQueryEnv starts a server with the members grant query on st.
-func newGrantQueryEnv(t *testing.T, st store.Store, tweak ...func(*syncgo.Config)) *rtEnv {
+func newGrantQueryEnv(t testing.TB, st store.Store, tweak ...func(*syncgo.Config)) *rtEnv {
 	t.Helper()
 	e := &rtEnv{t: t, store: st, schema: grantQuerySchema(t), gates: map[string]chan struct{}{}}
 	cfg := syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: memberResolve,
@@ -324,4 +325,51 @@ func TestGrantQueryFailsClosed(t *testing.T) {
 			t.Fatalf("bob: s1 %v with rows %v; want active with x1", st["s1"], rows["s1"])
 		}
 	})
+}
+
+// BenchmarkGrantQueryPull is a caught-up pull over HTTP by an actor whose
+// project comes from the members table (grant), or from the host's
+// resolver alone (resolver), on each driver: the cost of running the
+// grant query at every request.
+func BenchmarkGrantQueryPull(b *testing.B) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		for _, mode := range []string{"resolver", "grant"} {
+			b.Run(driver+"/"+mode, func(b *testing.B) {
+				var st store.Store
+				if driver == "sqlite" {
+					st = rtOpenSQLite(b)
+				} else {
+					s, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.Schema(b, "grantbench", false), MaxConns: 8})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { _ = s.Close() })
+					st = s
+				}
+				e := newGrantQueryEnv(b, st, func(c *syncgo.Config) {
+					if mode == "resolver" {
+						c.GrantQueries = nil
+						c.ResolveScopes = func(ctx context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
+							m, err := memberResolve(ctx, req)
+							if req.ActorID == "alice" {
+								m["project_id"] = []string{"p1"}
+							}
+							return m, err
+						}
+					}
+				})
+				admin := e.peer("admin", "adm")
+				for i := range 20 {
+					pushOps(admin, fmt.Sprintf("m%d", i), memberOp(b, e, fmt.Sprintf("u%d", i), "p1", false))
+				}
+				pushOps(admin, "m-alice", memberOp(b, e, "alice", "p1", false))
+				alice := e.peer("alice", "a1")
+				next := alice.pull(rtSub("s1", -1, "p1"))["s1"]
+				b.ResetTimer()
+				for b.Loop() {
+					alice.pull(rtSub("s1", next, "p1"))
+				}
+			})
+		}
+	}
 }

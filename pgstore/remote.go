@@ -25,43 +25,72 @@ func (s *Store) RemoteTarget() store.RemoteTarget {
 // pooled connection in a read-only REPEATABLE READ transaction (Postgres
 // refuses any write in it), which first reads the partition's
 // maxCommitSeq: the snapshot is taken by that first statement, so both
-// reads see the same commits.
+// reads see the same commits. The transaction's four statements go in one
+// pipeline: one round trip (a grant query runs at every request).
 func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.RemoteStatement) (store.RemoteResult, error) {
 	if err := s.check(); err != nil {
 		return store.RemoteResult{}, err
 	}
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return store.RemoteResult{}, fmt.Errorf("remote query: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	var res store.RemoteResult
-	err = tx.QueryRow(ctx, "SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition).Scan(&res.MaxCommitSeq)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return store.RemoteResult{}, fmt.Errorf("remote query: read max commit seq: %w", err)
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	b.Queue("SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition)
+	b.Queue(rs.SQL, rs.Args...)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	res, err := readRemote(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	rows, err := tx.Query(ctx, rs.SQL, rs.Args...)
 	if err != nil {
+		// A failed statement leaves the transaction open and aborted.
+		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
 		return store.RemoteResult{}, err
 	}
-	defer rows.Close()
+	return res, nil
+}
+
+// readRemote reads the results of RemoteQuery's pipeline.
+func readRemote(br pgx.BatchResults) (store.RemoteResult, error) {
+	var res store.RemoteResult
+	if _, err := br.Exec(); err != nil {
+		return res, fmt.Errorf("remote query: begin: %w", err)
+	}
+	err := br.QueryRow().Scan(&res.MaxCommitSeq)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return res, fmt.Errorf("remote query: read max commit seq: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return res, err
+	}
 	for _, fd := range rows.FieldDescriptions() {
 		res.Columns = append(res.Columns, fd.Name)
 	}
 	for rows.Next() {
 		vals, err := rows.Values()
 		if err != nil {
-			return store.RemoteResult{}, err
+			rows.Close()
+			return res, err
 		}
 		for i, v := range vals {
 			if vals[i], err = plainValue(v); err != nil {
-				return store.RemoteResult{}, fmt.Errorf("remote query: column %s: %w", res.Columns[i], err)
+				rows.Close()
+				return res, fmt.Errorf("remote query: column %s: %w", res.Columns[i], err)
 			}
 		}
 		res.Rows = append(res.Rows, vals)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
-		return store.RemoteResult{}, err
+		return res, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return res, fmt.Errorf("remote query: commit: %w", err)
 	}
 	return res, nil
 }

@@ -34,4 +34,18 @@ func TestRemoteQueryValues(t *testing.T) {
 	if _, err := s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "CREATE TABLE remote_write_probe(x int)"}); err == nil {
 		t.Fatal("a remote query wrote")
 	}
+	// A failed statement leaves nothing behind: every connection of the
+	// pool serves the next query (the aborted transaction was rolled back).
+	for range 2 * int(s.pool.Config().MaxConns) {
+		if _, err := s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "SELECT 1/0"}); err == nil {
+			t.Fatal("a division by zero succeeded")
+		}
+	}
+	res, err = s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "SELECT 7 AS v"})
+	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != int64(7) {
+		t.Fatalf("after failed queries: %v %v", res.Rows, err)
+	}
+	if st := s.pool.Stat(); st.AcquiredConns() != 0 {
+		t.Fatalf("%d connections still acquired", st.AcquiredConns())
+	}
 }
