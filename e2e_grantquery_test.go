@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"context"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -55,24 +54,7 @@ func newGrantQueryEnv(t testing.TB, st store.Store, tweak ...func(*syncgo.Config
 	e := &rtEnv{t: t, store: st, schema: grantQuerySchema(t), gates: map[string]chan struct{}{}}
 	cfg := syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: memberResolve,
 		GrantQueries: []syncgo.GrantQuery{memberGrant}, RetentionInterval: -1}
-	for _, f := range tweak {
-		f(&cfg)
-	}
-	srv, err := syncgo.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	e.srv = srv
-	e.hs = httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		_ = srv.Stop(context.Background())
-		e.hs.Close()
-	})
-	e.url = e.hs.URL
-	return e
+	return e.start(cfg, tweak...)
 }
 
 // memberOp upserts (or, with del, deletes) the members row user:project.
@@ -191,18 +173,7 @@ func TestGrantQuerySocketNarrowedByCommit(t *testing.T) {
 // socket is on the second, every commit is pushed to the first, and the
 // second narrows the socket when the membership commit reaches it.
 func TestGrantQuerySocketAcrossInstances(t *testing.T) {
-	base := pgtest.URL(t)
-	t.Parallel()
-	first := openPostgres(t)
-	var schemaName string
-	if err := first.(*pgstore.Store).Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schemaName); err != nil {
-		t.Fatal(err)
-	}
-	second, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.WithSearchPath(t, base, schemaName), MaxConns: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = second.Close() })
+	first, second := twoPostgresStores(t)
 	noInterval := func(c *syncgo.Config) { c.Realtime.ReresolveInterval = -1 }
 	grantQuerySocketFlow(t, newGrantQueryEnv(t, second, noInterval), newGrantQueryEnv(t, first, noInterval))
 }

@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"context"
 	"errors"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -58,24 +57,7 @@ func newGrantEnv(t *testing.T, st store.Store, g *rtGrants, tweak ...func(*syncg
 	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
 	cfg := syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: g.resolve,
 		RetentionInterval: -1}
-	for _, f := range tweak {
-		f(&cfg)
-	}
-	srv, err := syncgo.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	e.srv = srv
-	e.hs = httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
-		_ = srv.Stop(context.Background())
-		e.hs.Close()
-	})
-	e.url = e.hs.URL
-	return e
+	return e.start(cfg, tweak...)
 }
 
 // grantSetup subscribes alice's client a1 to p1 (s1) and p2 (s2) over
@@ -190,22 +172,31 @@ func TestRealtimeGrantReresolvedOnInterval(t *testing.T) {
 	})
 }
 
-// Two server instances on one Postgres database, each with its own pool
-// and LISTEN connection: RevokeActor on the first narrows the socket that
-// the second holds (the grant notification crosses the database).
-func TestRealtimeRevokeActorAcrossInstances(t *testing.T) {
+// twoPostgresStores opens two stores (each with its own pool and LISTEN
+// connection) on one fresh Postgres schema, for two server instances; the
+// test runs in parallel.
+func twoPostgresStores(t *testing.T) (first, second store.Store) {
+	t.Helper()
 	base := pgtest.URL(t)
 	t.Parallel()
-	first := openPostgres(t)
+	first = openPostgres(t)
 	var schemaName string
 	if err := first.(*pgstore.Store).Pool().QueryRow(context.Background(), "SELECT current_schema()").Scan(&schemaName); err != nil {
 		t.Fatal(err)
 	}
-	second, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.WithSearchPath(t, base, schemaName), MaxConns: 8})
+	s, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.WithSearchPath(t, base, schemaName), MaxConns: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = second.Close() })
+	t.Cleanup(func() { _ = s.Close() })
+	return first, s
+}
+
+// Two server instances on one Postgres database, each with its own pool
+// and LISTEN connection: RevokeActor on the first narrows the socket that
+// the second holds (the grant notification crosses the database).
+func TestRealtimeRevokeActorAcrossInstances(t *testing.T) {
+	first, second := twoPostgresStores(t)
 
 	g := &rtGrants{}
 	g.set("alice", "p1", "p2")

@@ -83,19 +83,26 @@ func newRTEnv(t testing.TB, tweak ...func(*syncgo.Config)) *rtEnv {
 	e := &rtEnv{t: t, store: rtOpenSQLite(t), schema: rtSchema(t), gates: map[string]chan struct{}{}}
 	cfg := syncgo.Config{Store: e.store, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve,
 		RetentionInterval: -1}
+	return e.start(cfg, tweak...)
+}
+
+// start starts a server of cfg (tweak adjusts it first) over real HTTP
+// for e, stopped at cleanup.
+func (e *rtEnv) start(cfg syncgo.Config, tweak ...func(*syncgo.Config)) *rtEnv {
+	e.t.Helper()
 	for _, f := range tweak {
 		f(&cfg)
 	}
 	srv, err := syncgo.New(cfg)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	if err := srv.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	e.srv = srv
 	e.hs = httptest.NewServer(srv.Handler())
-	t.Cleanup(func() {
+	e.t.Cleanup(func() {
 		_ = srv.Stop(context.Background())
 		e.hs.Close()
 	})
