@@ -86,6 +86,10 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if err := checkOperations(cfg.Operations, sc); err != nil {
 		return nil, nil, fmt.Errorf("operations: %w", err)
 	}
+	hooks, err := cfg.Hooks(sc)
+	if err != nil {
+		return nil, nil, err
+	}
 	if cfg.DBPasswordFile != "" {
 		if _, err := os.ReadFile(cfg.DBPasswordFile); err != nil {
 			return nil, nil, fmt.Errorf("db_password_file: %w", err)
@@ -111,6 +115,13 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		summary = append(summary, fmt.Sprintf("schema window: clients of versions %s served too", strings.Join(versions, ", ")))
 	}
 	summary = append(summary, observeSummary(cfg)...)
+	for _, h := range hooks {
+		signed := "unsigned"
+		if h.Secret != "" {
+			signed = "signed"
+		}
+		summary = append(summary, fmt.Sprintf("webhook %s: changes of %s to %s (%s)", h.Name, strings.Join(h.Tables, ", "), h.Endpoint(), signed))
+	}
 	if n := len(cfg.Operations.Queries); n > 0 {
 		summary = append(summary, fmt.Sprintf("operations: %d scoped quer(ies)", n))
 	}

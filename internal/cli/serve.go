@@ -26,6 +26,7 @@ import (
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/webhook"
 )
 
 //go:embed demo_schema.json
@@ -385,6 +386,20 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 			AgeForce:           cfg.Retention.AgeForce,
 			MinRetainedCommits: cfg.Retention.MinRetainedCommits,
 		},
+	}
+	if len(cfg.Webhooks) > 0 {
+		hooks, err := cfg.Hooks(sc)
+		if err != nil {
+			return err
+		}
+		planner, handlers, err := webhook.Reactions(hooks, sc, nil)
+		if err != nil {
+			return err
+		}
+		scfg.Reactions = &syncgo.ReactionConfig{Planner: planner, Handlers: handlers}
+		for _, h := range hooks {
+			logger.Info("webhook", "name", h.Name, "url", h.Endpoint(), "tables", strings.Join(h.Tables, ","), "signed", h.Secret != "")
+		}
 	}
 	obs.apply(&scfg, accessLog)
 	applyLimitConfig(&scfg, cfg) // serve_limits.go

@@ -24,6 +24,7 @@ import (
 
 	"github.com/syncgo/syncgo/auth"
 	"github.com/syncgo/syncgo/validate"
+	"github.com/syncgo/syncgo/webhook"
 )
 
 // Config holds every setting of `syncgo serve`. The yaml tags are the
@@ -101,6 +102,10 @@ type Config struct {
 	// Operations are the remote operations the binary registers
 	// (operations.go).
 	Operations Operations `yaml:"operations"`
+
+	// Webhooks deliver tables' changes to HTTP endpoints as durable
+	// reactions (webhooks.go, package webhook, docs/reactions.md).
+	Webhooks []webhook.Hook `yaml:"webhooks"`
 }
 
 // Log configures the process log (standard error).
@@ -516,6 +521,9 @@ func (c *Config) relativeTo(dir string) {
 	abs(&c.TLSCertFile)
 	abs(&c.TLSKeyFile)
 	abs(&c.Auth.HS256SecretFile)
+	for i := range c.Webhooks {
+		abs(&c.Webhooks[i].SecretFile)
+	}
 	for i := range c.Auth.PublicKeys {
 		abs(&c.Auth.PublicKeys[i].PEMFile)
 	}

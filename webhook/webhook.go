@@ -1,0 +1,351 @@
+// Package webhook delivers a table's changes to an HTTP endpoint as durable
+// reactions (spec §6.9, package reaction): each accepted commit that
+// changes a hook's tables plans one delivery in its push transaction, and
+// the reaction runner POSTs it, at least once, with retries and dead
+// letters. It is what `syncgo serve` runs for the webhooks of its config
+// file; a Go host passes Reactions' planner and handlers to
+// syncgo.Config.Reactions.
+//
+// A delivery is a POST of a JSON body
+//
+//	{"id": "<idempotency key>", "attempt": 1, "event": {
+//	    "hook": "todo-events", "partition": "default", "commit_seq": 12,
+//	    "created_at": "2026-12-05T18:00:00Z", "actor_id": "alice",
+//	    "client_id": "…", "client_commit_id": "…",
+//	    "changes": [{"table": "todos", "row_id": "t1", "op": "insert", "row": {…}}]}}
+//
+// with the headers Syncgo-Webhook (the hook), Syncgo-Delivery (a hex
+// SHA-256 of the idempotency key: the same on every attempt), and, with a
+// secret, Syncgo-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
+// "<t>.<body>">. A 2xx answer completes it; 408, 425, 429, 5xx, a network
+// error or the timeout retries it (webhook.unavailable,
+// webhook.unreachable); any other status dead-letters it at once
+// (webhook.refused).
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/syncgo/syncgo/reaction"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/validate"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Hook is one webhook: the changes of some tables, POSTed to a URL.
+type Hook struct {
+	// Name names the hook; it is the reaction's name (a code-like name:
+	// letters, digits, ".", "_", ":", "-").
+	Name string `yaml:"name"`
+	// URL is the endpoint, http or https.
+	URL string `yaml:"url"`
+	// Tables are the tables whose changes are delivered.
+	Tables []string `yaml:"tables"`
+	// Ops are the kinds of change delivered: insert, update, delete.
+	// Empty: all three.
+	Ops []string `yaml:"ops"`
+	// Secret signs every delivery (Syncgo-Signature), at least
+	// MinSecretBytes; empty: unsigned. SecretFile names a file holding it
+	// (`syncgo serve` reads it into Secret).
+	Secret     string `yaml:"secret"`
+	SecretFile string `yaml:"secret_file"`
+	// Headers are sent with every delivery (an API key, say).
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one delivery. Default 10 s.
+	Timeout time.Duration `yaml:"timeout"`
+	// MaxAttempts bounds the deliveries of one event (1 to 100). Default
+	// 10.
+	MaxAttempts int `yaml:"max_attempts"`
+}
+
+// The kinds of change.
+const (
+	OpInsert = "insert"
+	OpUpdate = "update"
+	OpDelete = "delete"
+)
+
+// Failure codes recorded with a failed delivery.
+const (
+	CodeUnavailable = "webhook.unavailable"
+	CodeUnreachable = "webhook.unreachable"
+	CodeRefused     = "webhook.refused"
+)
+
+// MinSecretBytes is the shortest secret a hook takes.
+const MinSecretBytes = 16
+
+// DefaultTimeout is a delivery's timeout when a hook sets none.
+const DefaultTimeout = 10 * time.Second
+
+// eventVersion is the payload version of the planned events.
+const eventVersion = 1
+
+// rowBudget is the most bytes an event may hold with its rows; a larger
+// event is planned without them ("rows_omitted": true), under the
+// reactions' payload limit.
+const rowBudget = reaction.MaxPayloadBytes - 4096
+
+// reservedHeaders are set by the delivery and cannot be configured.
+var reservedHeaders = []string{"Content-Type", "Content-Length", "Host", "Syncgo-Webhook", "Syncgo-Delivery", "Syncgo-Signature"}
+
+// Check checks hooks against a schema: unique valid names, absolute http
+// or https URLs, tables of the schema, known ops, headers that are valid
+// and not reserved, bounds.
+func Check(hooks []Hook, sc *schema.Compiled) error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, h := range hooks {
+		fail := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("webhooks[%d] (%s): %s", i, h.Name, fmt.Sprintf(format, args...)))
+		}
+		if err := reaction.CheckName(h.Name); err != nil {
+			fail("name: %v", err)
+		} else if seen[h.Name] {
+			fail("the name is used twice")
+		}
+		seen[h.Name] = true
+		if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			fail("url %q: want an absolute http or https URL", h.URL)
+		}
+		if len(h.Tables) == 0 {
+			fail("tables: name at least one table")
+		}
+		for _, t := range h.Tables {
+			if _, ok := sc.Table(t); !ok {
+				fail("the schema has no table %q", t)
+			}
+		}
+		for _, op := range h.Ops {
+			if op != OpInsert && op != OpUpdate && op != OpDelete {
+				fail("ops: %q is not insert, update or delete", op)
+			}
+		}
+		if h.Secret != "" && len(h.Secret) < MinSecretBytes {
+			fail("the secret has %d bytes: at least %d are needed", len(h.Secret), MinSecretBytes)
+		}
+		for k, v := range h.Headers {
+			switch {
+			case !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v):
+				fail("header %q is not a valid header", k)
+			case slices.ContainsFunc(reservedHeaders, func(r string) bool { return strings.EqualFold(r, k) }):
+				fail("header %q is set by the delivery", k)
+			}
+		}
+		if h.Timeout < 0 {
+			fail("timeout is negative")
+		}
+		if h.MaxAttempts < 0 || h.MaxAttempts > reaction.MaxAttempts {
+			fail("max_attempts %d: want 1 to %d", h.MaxAttempts, reaction.MaxAttempts)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reactions returns the planner and the handlers of hooks (checked with
+// Check first), delivering with client (nil: a client of its own).
+func Reactions(hooks []Hook, sc *schema.Compiled, client *http.Client) (reaction.Planner, map[string]reaction.Handler, error) {
+	if err := Check(hooks, sc); err != nil {
+		return nil, nil, err
+	}
+	if client == nil {
+		client = &http.Client{}
+	}
+	hooks = slices.Clone(hooks)
+	handlers := make(map[string]reaction.Handler, len(hooks))
+	for i := range hooks {
+		h := &hooks[i]
+		if h.Timeout == 0 {
+			h.Timeout = DefaultTimeout
+		}
+		handlers[h.Name] = func(ctx context.Context, d *reaction.Delivery) error { return deliver(ctx, client, h, d) }
+	}
+	planner := func(_ context.Context, c *reaction.Commit) ([]reaction.Plan, error) {
+		var plans []reaction.Plan
+		for i := range hooks {
+			if p, ok, err := plan(&hooks[i], c); err != nil {
+				return nil, err
+			} else if ok {
+				plans = append(plans, p)
+			}
+		}
+		return plans, nil
+	}
+	return planner, handlers, nil
+}
+
+// event is a planned delivery's payload.
+type event struct {
+	Hook           string   `json:"hook"`
+	Partition      string   `json:"partition"`
+	CommitSeq      int64    `json:"commit_seq"`
+	CreatedAt      string   `json:"created_at"`
+	ActorID        string   `json:"actor_id"`
+	ClientID       string   `json:"client_id"`
+	ClientCommitID string   `json:"client_commit_id"`
+	Changes        []change `json:"changes"`
+	RowsOmitted    bool     `json:"rows_omitted,omitempty"`
+}
+
+type change struct {
+	Table string       `json:"table"`
+	RowID string       `json:"row_id"`
+	Op    string       `json:"op"`
+	Row   validate.Row `json:"row,omitempty"`
+}
+
+// opKind is the kind of change an operation makes; "" for a delete of an
+// absent row (no change).
+func opKind(op *validate.Operation) string {
+	switch {
+	case op.Op == wire.OpDelete && op.Stored == nil:
+		return ""
+	case op.Op == wire.OpDelete:
+		return OpDelete
+	case op.Stored == nil:
+		return OpInsert
+	}
+	return OpUpdate
+}
+
+// plan builds the hook's event of a commit; ok is false when the commit
+// changes none of its tables.
+func plan(h *Hook, c *reaction.Commit) (reaction.Plan, bool, error) {
+	ev := event{Hook: h.Name, Partition: c.Partition, CommitSeq: c.Seq, CreatedAt: c.CreatedAt.UTC().Format(time.RFC3339Nano),
+		ActorID: c.ActorID, ClientID: c.ClientID, ClientCommitID: c.ClientCommitID}
+	for i := range c.Operations {
+		op := &c.Operations[i]
+		kind := opKind(op)
+		if kind == "" || !slices.Contains(h.Tables, op.Table) || (len(h.Ops) > 0 && !slices.Contains(h.Ops, kind)) {
+			continue
+		}
+		ev.Changes = append(ev.Changes, change{Table: op.Table, RowID: op.RowID, Op: kind, Row: op.Row})
+	}
+	if len(ev.Changes) == 0 {
+		return reaction.Plan{}, false, nil
+	}
+	payload, err := reaction.NormalizePayload(ev)
+	if err != nil || len(payload) > rowBudget {
+		for i := range ev.Changes {
+			ev.Changes[i].Row = nil
+		}
+		ev.RowsOmitted = true
+		if payload, err = reaction.NormalizePayload(ev); err != nil {
+			return reaction.Plan{}, false, fmt.Errorf("webhook %s: %w", h.Name, err)
+		}
+	}
+	return reaction.Plan{Key: "webhook:" + h.Name, Name: h.Name, Version: eventVersion,
+		Payload: json.RawMessage(payload), MaxAttempts: h.MaxAttempts}, true, nil
+}
+
+// deliver POSTs one delivery.
+func deliver(ctx context.Context, client *http.Client, h *Hook, d *reaction.Delivery) error {
+	if d.Version != eventVersion {
+		return reaction.Permanent("webhook.unknown_version", map[string]any{"version": d.Version})
+	}
+	id, err := json.Marshal(d.IdempotencyKey)
+	if err != nil {
+		return reaction.Permanent("webhook.bad_key", nil)
+	}
+	var body bytes.Buffer
+	body.WriteString(`{"id":`)
+	body.Write(id)
+	body.WriteString(`,"attempt":`)
+	body.WriteString(strconv.Itoa(d.Attempt))
+	body.WriteString(`,"event":`)
+	body.Write(d.Payload)
+	body.WriteString("}")
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(body.Bytes()))
+	if err != nil {
+		return reaction.Permanent(CodeRefused, map[string]any{"reason": "bad request"})
+	}
+	for k, v := range h.Headers {
+		req.Header.Set(k, v)
+	}
+	sum := sha256.Sum256([]byte(d.IdempotencyKey))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Syncgo-Webhook", h.Name)
+	req.Header.Set("Syncgo-Delivery", hex.EncodeToString(sum[:]))
+	if h.Secret != "" {
+		req.Header.Set("Syncgo-Signature", Sign([]byte(h.Secret), time.Now(), body.Bytes()))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return reaction.Retry(CodeUnreachable, nil)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+		return nil
+	case s == http.StatusRequestTimeout, s == http.StatusTooEarly, s == http.StatusTooManyRequests, s >= 500:
+		return reaction.Retry(CodeUnavailable, map[string]any{"status": s})
+	default:
+		return reaction.Permanent(CodeRefused, map[string]any{"status": s})
+	}
+}
+
+// Endpoint is the hook's URL without credentials or query, for logs.
+func (h Hook) Endpoint() string {
+	u, err := url.Parse(h.URL)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
+
+// Sign returns the Syncgo-Signature header of a body sent at t:
+// "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">".
+func Sign(secret []byte, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(ts))
+	m.Write([]byte("."))
+	m.Write(body)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// Verify checks a Syncgo-Signature header against a body, and that its
+// time is within tolerance of now: what a receiver does.
+func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	var ts, sig string
+	for part := range strings.SplitSeq(header, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
+		switch k {
+		case "t":
+			ts = v
+		case "v1":
+			sig = v
+		}
+	}
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil || sig == "" {
+		return errors.New("webhook: malformed signature header")
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
+		return errors.New("webhook: signature time outside the tolerance")
+	}
+	want := Sign(secret, time.Unix(sec, 0), body)
+	if !hmac.Equal([]byte(want), []byte("t="+ts+",v1="+sig)) {
+		return errors.New("webhook: signature mismatch")
+	}
+	return nil
+}
