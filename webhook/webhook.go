@@ -159,13 +159,14 @@ func Check(hooks []Hook, sc *schema.Compiled) error {
 }
 
 // Reactions returns the planner and the handlers of hooks (checked with
-// Check first), delivering with client (nil: a client of its own).
+// Check first), delivering with client (nil: a client of its own, which
+// follows no redirect: a 3xx answer is a refusal).
 func Reactions(hooks []Hook, sc *schema.Compiled, client *http.Client) (reaction.Planner, map[string]reaction.Handler, error) {
 	if err := Check(hooks, sc); err != nil {
 		return nil, nil, err
 	}
 	if client == nil {
-		client = &http.Client{}
+		client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	hooks = slices.Clone(hooks)
 	handlers := make(map[string]reaction.Handler, len(hooks))

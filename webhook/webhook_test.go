@@ -160,7 +160,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 func TestDeliver(t *testing.T) {
 	sc := testSchema(t)
-	rcv := &receiver{statuses: []int{200, 503, 429, 400, 410}}
+	rcv := &receiver{statuses: []int{200, 503, 429, 400, 410, 302}}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	secret := "0123456789abcdef-secret"
@@ -201,7 +201,7 @@ func TestDeliver(t *testing.T) {
 		status    int
 		code      string
 		permanent bool
-	}{{503, CodeUnavailable, false}, {429, CodeUnavailable, false}, {400, CodeRefused, true}, {410, CodeRefused, true}} {
+	}{{503, CodeUnavailable, false}, {429, CodeUnavailable, false}, {400, CodeRefused, true}, {410, CodeRefused, true}, {302, CodeRefused, true}} {
 		err := handlers["h"](ctx, d)
 		var re *reaction.Error
 		if !errors.As(err, &re) || re.Code() != c.code || re.IsPermanent() != c.permanent {
