@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,7 +77,7 @@ webhooks:
 			if _, errOut, code := binarytest.Run(t, bin, nil, "config", "check", bad); code == 0 || !strings.Contains(errOut, `no table "todos"`) {
 				t.Errorf("config check of a hook on an unknown table: exit %d\n%s", code, errOut)
 			}
-			args := []string{"-config", cfg}
+			args := []string{"-config", cfg, "-admin-listen", "127.0.0.1:0"}
 			if driver == "postgres" {
 				args = append(args, "-db", pgtest.Schema(t, "webhook", false))
 			}
@@ -144,6 +145,57 @@ webhooks:
 			}
 			if len(rcv.bodies) != 2 {
 				t.Errorf("%d deliveries; want 2 (the projects row is not hooked)", len(rcv.bodies))
+			}
+
+			// The admin listener shows the completed reaction, its payload
+			// on request, and refuses a bad state.
+			_, rest, _ := strings.Cut(p.Stdout.String(), "syncgo admin listening on ")
+			admin, _, _ := strings.Cut(rest, " ")
+			var page struct {
+				Backlog   struct{ Pending, Running, Dead int64 }
+				Reactions []struct {
+					Name, State, IdempotencyKey string
+					Attempts                    int
+					Payload                     json.RawMessage
+				}
+			}
+			eventually(t, "the reaction completed", func() bool {
+				resp, err := http.Get(admin + "/admin/reactions?state=completed&payload=true")
+				if err != nil {
+					return false
+				}
+				defer resp.Body.Close()
+				page.Reactions = nil
+				return resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&page) == nil && len(page.Reactions) == 1
+			})
+			r := page.Reactions[0]
+			if r.Name != "task-events" || r.Attempts != 2 || !strings.Contains(string(r.Payload), `"row_id":"t1"`) ||
+				!strings.Contains(r.IdempotencyKey, "webhook:task-events") || page.Backlog.Pending != 0 || page.Backlog.Dead != 0 {
+				t.Errorf("admin reactions: %+v", page)
+			}
+			getPage := func(query string) (int, map[string]json.RawMessage) {
+				t.Helper()
+				resp, err := http.Get(admin + "/admin/reactions?" + query)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var m map[string]json.RawMessage
+				_ = json.NewDecoder(resp.Body).Decode(&m)
+				return resp.StatusCode, m
+			}
+			if code, m := getPage("state=done"); code != http.StatusBadRequest || m["error"] == nil {
+				t.Errorf("a bad state: %d %s", code, m["error"])
+			}
+			// Keyset paging: a page of one names the next; after it, nothing.
+			code, m := getPage("limit=1")
+			var next struct{ Partition, IdempotencyKey string }
+			if code != 200 || json.Unmarshal(m["next"], &next) != nil || next.IdempotencyKey != r.IdempotencyKey || strings.Contains(string(m["reactions"]), "payload") {
+				t.Fatalf("limit=1: %d %s", code, m)
+			}
+			code, m = getPage("limit=1&after_partition=" + url.QueryEscape(next.Partition) + "&after_key=" + url.QueryEscape(next.IdempotencyKey))
+			if code != 200 || string(m["reactions"]) != "[]" || string(m["next"]) != "null" {
+				t.Errorf("the page after the last: %d %s", code, m)
 			}
 		})
 	}

@@ -187,8 +187,9 @@ func (o *observability) mount(mux *http.ServeMux, srv *syncgo.Server) {
 	mux.Handle("GET /readyz", srv.ReadyzHandler())
 }
 
-// adminHandler is the admin listener's mux: the probes, the metrics and
-// net/http/pprof, which is served nowhere else.
+// adminHandler is the admin listener's mux: the probes, the metrics, the
+// reactions' state (/admin/reactions) and net/http/pprof, which are served
+// nowhere else.
 func (o *observability) adminHandler(srv *syncgo.Server, logger *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	o.mount(mux, srv)
@@ -196,6 +197,7 @@ func (o *observability) adminHandler(srv *syncgo.Server, logger *slog.Logger) ht
 		mux.Handle("GET /metrics", promhttp.HandlerFor(o.reg, promhttp.HandlerOpts{
 			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError), Timeout: 10 * time.Second}))
 	}
+	mux.Handle("GET /admin/reactions", srv.ReactionsHandler())
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -212,7 +214,7 @@ func (o *observability) serve(srv *syncgo.Server, logger *slog.Logger, stdout io
 	// Profiles and traces take as long as they are asked to: no write
 	// timeout here.
 	o.admin = &http.Server{Handler: o.adminHandler(srv, logger), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
-	fmt.Fprintf(stdout, "syncgo admin listening on http://%s (/healthz /readyz /metrics /debug/pprof/)\n", o.adminLn.Addr())
+	fmt.Fprintf(stdout, "syncgo admin listening on http://%s (/healthz /readyz /metrics /admin/reactions /debug/pprof/)\n", o.adminLn.Addr())
 	go func() {
 		if err := o.admin.Serve(o.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("admin listener stopped", "err", err)
@@ -245,7 +247,7 @@ func observeSummary(cfg config.Config) []string {
 	case cfg.Admin.Listen == "":
 		out = append(out, "admin listener off (no metrics, no pprof)")
 	case cfg.Metrics.Enabled:
-		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /metrics /debug/pprof/")
+		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /metrics /admin/reactions /debug/pprof/")
 	default:
 		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /debug/pprof/ (metrics off)")
 	}
