@@ -1,6 +1,10 @@
 package wire
 
-import "math"
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+)
 
 // ColumnType is a column type tag of the schema IR (§2.4). The tag is what
 // travels in a rows-segment column table.
@@ -128,4 +132,62 @@ func Int64Of(v any) (int64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ValueOf converts a Go value to a value of a column of type t. It
+// accepts nil (NULL), a Value as is, strings for string, json and
+// blob_ref columns (a json column also takes json.RawMessage, []byte or
+// any value json.Marshal accepts), Go integers for integer columns, Go
+// integers and floats for float columns, bool, and []byte for bytes and
+// crdt columns.
+func ValueOf(t ColumnType, v any) (Value, error) {
+	switch x := v.(type) {
+	case nil:
+		return Value{Null: true}, nil
+	case Value:
+		return x, nil
+	}
+	switch t {
+	case TypeString, TypeBlobRef:
+		if s, ok := v.(string); ok {
+			return Value{Str: s}, nil
+		}
+	case TypeJSON:
+		switch x := v.(type) {
+		case string:
+			return Value{Str: x}, nil
+		case json.RawMessage:
+			return Value{Str: string(x)}, nil
+		case []byte:
+			return Value{Str: string(x)}, nil
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return Value{}, err
+		}
+		return Value{Str: string(b)}, nil
+	case TypeInteger:
+		if n, ok := Int64Of(v); ok {
+			return Value{Int: n}, nil
+		}
+	case TypeFloat:
+		switch x := v.(type) {
+		case float64:
+			return Value{Float: x}, nil
+		case float32:
+			return Value{Float: float64(x)}, nil
+		}
+		if n, ok := Int64Of(v); ok {
+			return Value{Float: float64(n)}, nil
+		}
+	case TypeBoolean:
+		if b, ok := v.(bool); ok {
+			return Value{Bool: b}, nil
+		}
+	case TypeBytes, TypeCRDT:
+		if b, ok := v.([]byte); ok {
+			return Value{Bytes: b}, nil
+		}
+	}
+	return Value{}, fmt.Errorf("a %T cannot be stored in a %s column", v, t)
 }

@@ -1,7 +1,6 @@
 package sspclient
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/syncgo/syncgo/schema"
@@ -33,63 +32,9 @@ func (r Row) Map(t *schema.CompiledTable) map[string]any {
 // GoValue converts a column value to a plain Go value (wire.GoValue).
 func GoValue(t wire.ColumnType, v wire.Value) any { return wire.GoValue(t, v) }
 
-// WireValue converts a Go value to a value of a column of type t. It
-// accepts nil (NULL), a wire.Value as is, strings for string, json and
-// blob_ref columns (a json column also takes json.RawMessage, []byte or
-// any value json.Marshal accepts), Go integers for integer columns, Go
-// integers and floats for float columns, bool, and []byte for bytes and
-// crdt columns.
-func WireValue(t wire.ColumnType, v any) (wire.Value, error) {
-	switch x := v.(type) {
-	case nil:
-		return wire.Value{Null: true}, nil
-	case wire.Value:
-		return x, nil
-	}
-	switch t {
-	case wire.TypeString, wire.TypeBlobRef:
-		if s, ok := v.(string); ok {
-			return wire.Value{Str: s}, nil
-		}
-	case wire.TypeJSON:
-		switch x := v.(type) {
-		case string:
-			return wire.Value{Str: x}, nil
-		case json.RawMessage:
-			return wire.Value{Str: string(x)}, nil
-		case []byte:
-			return wire.Value{Str: string(x)}, nil
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return wire.Value{}, err
-		}
-		return wire.Value{Str: string(b)}, nil
-	case wire.TypeInteger:
-		if n, ok := wire.Int64Of(v); ok {
-			return wire.Value{Int: n}, nil
-		}
-	case wire.TypeFloat:
-		switch x := v.(type) {
-		case float64:
-			return wire.Value{Float: x}, nil
-		case float32:
-			return wire.Value{Float: float64(x)}, nil
-		}
-		if n, ok := wire.Int64Of(v); ok {
-			return wire.Value{Float: float64(n)}, nil
-		}
-	case wire.TypeBoolean:
-		if b, ok := v.(bool); ok {
-			return wire.Value{Bool: b}, nil
-		}
-	case wire.TypeBytes, wire.TypeCRDT:
-		if b, ok := v.([]byte); ok {
-			return wire.Value{Bytes: b}, nil
-		}
-	}
-	return wire.Value{}, fmt.Errorf("a %T cannot be stored in a %s column", v, t)
-}
+// WireValue converts a Go value to a value of a column of type t
+// (wire.ValueOf).
+func WireValue(t wire.ColumnType, v any) (wire.Value, error) { return wire.ValueOf(t, v) }
 
 // sparseValues converts the values of an upsert, a column-name map or a
 // full []wire.Value row, to a sparse row of the table.
@@ -106,17 +51,7 @@ func sparseValues(t *schema.CompiledTable, values any) (wire.SparseRow, error) {
 			row.Present[i] = true
 		}
 	case map[string]any:
-		for name, v := range vs {
-			i, ok := t.ColumnIndex(name)
-			if !ok {
-				return row, fmt.Errorf("table %s has no column %q", t.Name(), name)
-			}
-			wv, err := WireValue(cols[i].Type, v)
-			if err != nil {
-				return row, fmt.Errorf("table %s column %s: %w", t.Name(), name, err)
-			}
-			row.Present[i], row.Values[i] = true, wv
-		}
+		return t.SparseRow(vs)
 	default:
 		return row, fmt.Errorf("upsert values must be map[string]any or []wire.Value, not %T", values)
 	}
@@ -124,17 +59,7 @@ func sparseValues(t *schema.CompiledTable, values any) (wire.SparseRow, error) {
 }
 
 // rowID renders the primary key of a sparse row.
-func rowID(t *schema.CompiledTable, row wire.SparseRow) (string, error) {
-	pk := t.PrimaryKey()
-	if !row.Present[pk] {
-		return "", fmt.Errorf("table %s: the primary key %s is missing", t.Name(), t.Columns()[pk].Name)
-	}
-	id, ok := schema.RenderValue(t.Columns()[pk].Type, row.Values[pk])
-	if !ok {
-		return "", fmt.Errorf("table %s: the primary key has no string form", t.Name())
-	}
-	return id, nil
-}
+func rowID(t *schema.CompiledTable, row wire.SparseRow) (string, error) { return t.SparseRowID(row) }
 
 // matchesScopes reports whether a full row of the table lies inside the
 // scope map: for every key, the row's scope column renders to one of the
