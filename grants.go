@@ -37,6 +37,12 @@ import (
 // delivered (on every process of a fleet): a socket whose grant was
 // narrowed gets no delta of the scope it lost after the commit that took
 // it away.
+//
+// With Config.Leases, a lease records what its round resolved, the grant
+// queries' values included: while ResolveScopes returns
+// ErrAuthorityUnavailable, rounds are served on those recorded scopes
+// (a membership removed meanwhile is honoured once the authority is back,
+// or at once with RevokeLease).
 type GrantQuery struct {
 	// Variable is the scope variable granted; the schema must declare it.
 	Variable string

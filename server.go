@@ -496,8 +496,8 @@ func New(cfg Config) (*Server, error) {
 		OnCommit: s.onCommit,
 
 		OnPushResult: onPush,
-		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool) {
-			s.hub.OnResolve(ctx, a, clientID, allowed, ok)
+		OnResolve: func(ctx context.Context, a engine.Auth, clientID string, allowed map[string][]string, ok bool, started time.Time) {
+			s.hub.OnResolve(ctx, a, clientID, allowed, ok, started)
 		},
 		Logger:   cfg.Logger,
 		Limits:   cfg.Limits,

@@ -48,7 +48,9 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 	}
 	if err != nil {
 		// A failed statement leaves the transaction open and aborted.
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = conn.Exec(rctx, "ROLLBACK") // on failure the pool discards the connection (not idle)
+		cancel()
 		return store.RemoteResult{}, err
 	}
 	return res, nil
@@ -58,7 +60,7 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 func readRemote(br pgx.BatchResults) (store.RemoteResult, error) {
 	var res store.RemoteResult
 	if _, err := br.Exec(); err != nil {
-		return res, fmt.Errorf("remote query: begin: %w", err)
+		return res, fmt.Errorf("remote query: %w", err) // the first failure of the pipeline: a parse error too
 	}
 	err := br.QueryRow().Scan(&res.MaxCommitSeq)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {

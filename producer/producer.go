@@ -287,6 +287,10 @@ func (p *Producer) send(ctx context.Context, epoch string, commit *wire.PushComm
 	if err != nil {
 		return Result{}, false, err
 	}
+	if h := header(m); h != nil && h.RequiredSchemaVersion != nil {
+		return Result{}, false, &Error{Status: http.StatusOK, Code: "producer.schema_unsupported",
+			Message: fmt.Sprintf("the server does not serve schema version %d (it requires %d)", p.cfg.Schema.Version(), *h.RequiredSchemaVersion)}
+	}
 	if h := header(m); h != nil && h.ResetRequired {
 		p.mu.Lock()
 		p.epoch = h.LogEpoch

@@ -231,6 +231,18 @@ func TestProducer(t *testing.T) {
 				t.Fatalf("unknown column: %v", err)
 			}
 
+			// A schema version the server does not serve: refused at once.
+			newer, err := schema.New(9).Table("tasks", "id", schema.String("id")).Scope("project:{id}").Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ahead, _ := producer.New(producer.Config{URL: e.url, Schema: newer, ClientID: "ahead", MaxAttempts: 3,
+				Token: func(context.Context) (string, error) { return "svc", nil }})
+			_, err = ahead.Push(ctx, "x", producer.Delete("tasks", "t1"))
+			if !errors.As(err, &pe) || pe.Code != "producer.schema_unsupported" {
+				t.Fatalf("a producer of schema version 9: %v; want producer.schema_unsupported", err)
+			}
+
 			// A restored log (a new epoch): the producer takes the new
 			// epoch and sends the commit under it.
 			if err := e.store.RotateLogEpoch(ctx, partition, "epoch-restored", time.Now().UnixMilli()); err != nil {

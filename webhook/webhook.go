@@ -122,7 +122,7 @@ func Check(hooks []Hook, sc *schema.Compiled) error {
 		}
 		seen[h.Name] = true
 		if u, err := url.Parse(h.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			fail("url %q: want an absolute http or https URL", h.URL)
+			fail("url %s: want an absolute http or https URL", h.Endpoint())
 		}
 		if len(h.Tables) == 0 {
 			fail("tables: name at least one table")
@@ -325,8 +325,12 @@ func Sign(secret []byte, t time.Time, body []byte) string {
 }
 
 // Verify checks a Syncgo-Signature header against a body, and that its
-// time is within tolerance of now: what a receiver does.
+// time is within tolerance of now: what a receiver does. A secret shorter
+// than MinSecretBytes verifies nothing.
 func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	if len(secret) < MinSecretBytes {
+		return errors.New("webhook: the secret is shorter than the minimum")
+	}
 	var ts, sig string
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")

@@ -185,6 +185,9 @@ func TestDeliver(t *testing.T) {
 	if err := Verify([]byte(secret), req.Header.Get("Syncgo-Signature"), body, time.Now().Add(time.Hour), time.Minute); err == nil {
 		t.Error("an hour-old signature verified")
 	}
+	if err := Verify(nil, Sign(nil, time.Now(), body), body, time.Now(), time.Minute); err == nil {
+		t.Error("an empty secret verified a signature anyone can make")
+	}
 	var env struct {
 		ID      string          `json:"id"`
 		Attempt int             `json:"attempt"`

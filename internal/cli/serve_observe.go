@@ -249,7 +249,7 @@ func observeSummary(cfg config.Config) []string {
 	case cfg.Metrics.Enabled:
 		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /metrics /admin/reactions /debug/pprof/")
 	default:
-		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /debug/pprof/ (metrics off)")
+		out = append(out, "admin listener "+cfg.Admin.Listen+": /healthz /readyz /admin/reactions /debug/pprof/ (metrics off)")
 	}
 	if len(cfg.CORS.AllowedOrigins) == 0 {
 		out = append(out, "CORS off (/realtime accepts browsers of its own origin only)")

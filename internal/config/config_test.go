@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncgo/syncgo/webhook"
 )
 
 func writeFile(t *testing.T, body string) string {
@@ -223,6 +226,15 @@ func TestRedactingWriter(t *testing.T) {
 	c.Auth.HS256Secret = "jwt-secret"
 	if s := c.Secrets(); len(s) != 2 || s[0] != "dbpass" || s[1] != "jwt-secret" {
 		t.Errorf("secrets %q", s)
+	}
+	file := filepath.Join(t.TempDir(), "hook.secret")
+	if err := os.WriteFile(file, []byte("hook-file-secret-0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Webhooks = []webhook.Hook{{Name: "a", Secret: "hook-secret-0123456"}, {Name: "b", SecretFile: file,
+		Headers: map[string]string{"Authorization": "Bearer hook-token"}}}
+	if s := c.Secrets(); !slices.Contains(s, "hook-secret-0123456") || !slices.Contains(s, "hook-file-secret-0123") || !slices.Contains(s, "Bearer hook-token") {
+		t.Errorf("secrets with webhooks %q", s)
 	}
 }
 

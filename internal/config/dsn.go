@@ -112,7 +112,15 @@ func (c Config) Secrets() []string {
 	add(DSNPassword(c.DB))
 	add(DSNPassword(c.DBListen))
 	add(c.Auth.HS256Secret)
-	for _, f := range []string{c.DBPasswordFile, c.Auth.HS256SecretFile} {
+	files := []string{c.DBPasswordFile, c.Auth.HS256SecretFile}
+	for _, h := range c.Webhooks {
+		add(h.Secret)
+		for _, v := range h.Headers {
+			add(v)
+		}
+		files = append(files, h.SecretFile)
+	}
+	for _, f := range files {
 		if f != "" {
 			if b, err := os.ReadFile(f); err == nil {
 				add(strings.TrimRight(string(b), "\r\n"))

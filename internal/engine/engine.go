@@ -55,8 +55,10 @@ type Config struct {
 	OnPushResult func(status wire.PushStatus, conflict bool)
 	// OnResolve is called with every resolution of a request's scopes,
 	// before the request answers (ok is false when the resolver failed):
-	// realtime narrows the client's sockets to it.
-	OnResolve func(ctx context.Context, auth Auth, clientID string, allowed map[string][]string, ok bool)
+	// realtime narrows the client's sockets to it. started is when the
+	// resolution began: one that began before a resolution already
+	// applied is stale.
+	OnResolve func(ctx context.Context, auth Auth, clientID string, allowed map[string][]string, ok bool, started time.Time)
 	// Segments stores the segments served by reference: rows segments and
 	// sqlite images.
 	Segments SegmentStore

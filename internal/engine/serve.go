@@ -41,13 +41,15 @@ type request struct {
 	client    *store.ClientRecord // nil when the client is new
 	allowed   map[string][]string
 	resolveOK bool
-	lease     *wire.Lease // the LEASE frame to send (§7.3.2)
-	enc       *wire.Encoder
-	pulled    []subOutcome
-	gate      *store.ServeGate // the serve gate read at entry
-	gw        *gateWriter
-	cs        *schema.Compiled // the schema version the client speaks
-	lastSeq   int64            // the newest commitSeq a push of this request answered
+	// resolveStarted is when the scope resolution began.
+	resolveStarted time.Time
+	lease          *wire.Lease // the LEASE frame to send (§7.3.2)
+	enc            *wire.Encoder
+	pulled         []subOutcome
+	gate           *store.ServeGate // the serve gate read at entry
+	gw             *gateWriter
+	cs             *schema.Compiled // the schema version the client speaks
+	lastSeq        int64            // the newest commitSeq a push of this request answered
 	// savedSubs is the store.SubscriptionsDigest of the subscription list
 	// a pull recorded for the client (Outcome.SubscriptionsDigest).
 	savedSubs uint64
@@ -472,6 +474,7 @@ func (r *request) resolve(ctx context.Context) error {
 	if r.e.cfg.Resolve == nil {
 		return nil
 	}
+	r.resolveStarted = time.Now()
 	allowed, err := r.e.cfg.Resolve(ctx, ScopeRequest{Partition: r.auth.Partition, ActorID: r.auth.ActorID, ClientID: r.req.Header.ClientID})
 	if err != nil && r.e.cfg.Leases != nil && errors.Is(err, ErrAuthorityUnavailable) {
 		// An outage: the stored lease decides, and is not refreshed.
@@ -505,7 +508,7 @@ func (r *request) resolve(ctx context.Context) error {
 // client's sockets never deliver what this request no longer grants.
 func (r *request) reportResolve(ctx context.Context, allowed map[string][]string, ok bool) {
 	if r.e.cfg.OnResolve != nil {
-		r.e.cfg.OnResolve(ctx, r.auth, r.req.Header.ClientID, allowed, ok)
+		r.e.cfg.OnResolve(ctx, r.auth, r.req.Header.ClientID, allowed, ok, r.resolveStarted)
 	}
 }
 

@@ -171,8 +171,9 @@ func TestOnResolveReachesTheClientsSockets(t *testing.T) {
 	p.addLocked(other)
 	p.removeLocked(c2) // gone: not narrowed
 	p.mu.Unlock()
+	applied := time.Now()
 	h.OnResolve(context.Background(), engine.Auth{ActorID: "a", Partition: "p"}, "c",
-		map[string][]string{"project_id": {"p1"}}, true)
+		map[string][]string{"project_id": {"p1"}}, true, applied)
 	values := func(s *session) []string {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -191,6 +192,24 @@ func TestOnResolveReachesTheClientsSockets(t *testing.T) {
 	}
 	if n := h.Stats().Narrowed; n != 1 {
 		t.Errorf("narrowed %d sockets, want 1", n)
+	}
+	// A resolution begun before the one applied is stale: it does not
+	// replace the grant that rounds and starts narrow to.
+	h.OnResolve(context.Background(), engine.Auth{ActorID: "a", Partition: "p"}, "c",
+		map[string][]string{"project_id": {"p1", "p2"}}, true, applied.Add(-time.Millisecond))
+	c1.mu.Lock()
+	g := c1.grant
+	c1.mu.Unlock()
+	if g == nil || len(g.allowed["project_id"]) != 1 || !g.started.Equal(applied) {
+		t.Errorf("after a stale resolution the grant is %+v, want the one begun at %v", g, applied)
+	}
+	h.OnResolve(context.Background(), engine.Auth{ActorID: "a", Partition: "p"}, "c",
+		map[string][]string{"project_id": {"p1", "p2"}}, true, applied.Add(time.Millisecond))
+	c1.mu.Lock()
+	g = c1.grant
+	c1.mu.Unlock()
+	if g == nil || len(g.allowed["project_id"]) != 2 {
+		t.Errorf("a later resolution was not applied: %+v", g)
 	}
 }
 

@@ -35,8 +35,9 @@ import (
 type roundSessionKey struct{}
 
 // OnResolve narrows the registrations of the client's sockets to a fresh
-// resolution of its scopes (ok is false when the resolver failed).
-func (h *Hub) OnResolve(ctx context.Context, auth engine.Auth, clientID string, allowed map[string][]string, ok bool) {
+// resolution of its scopes (ok is false when the resolver failed), begun
+// at started.
+func (h *Hub) OnResolve(ctx context.Context, auth engine.Auth, clientID string, allowed map[string][]string, ok bool, started time.Time) {
 	p := h.part(auth.Partition, false)
 	if p == nil {
 		return
@@ -47,7 +48,7 @@ func (h *Hub) OnResolve(ctx context.Context, auth engine.Auth, clientID string, 
 	p.mu.Unlock()
 	for _, s := range mine {
 		if s != self && s.auth.ActorID == auth.ActorID {
-			s.applyGrant(allowed, ok)
+			s.applyGrant(allowed, ok, started)
 		}
 	}
 }
@@ -82,21 +83,32 @@ func (h *Hub) reresolveSession(ctx context.Context, s *session) {
 	if s.conn.isClosing() {
 		return
 	}
+	started := time.Now()
 	allowed, err := h.cfg.Engine.ResolveAllowed(ctx, s.auth, s.clientID)
-	if err != nil && ctx.Err() != nil {
+	if err != nil && h.isClosed() {
 		return // stopping: the sockets close anyway
 	}
 	if err != nil {
 		h.cfg.Logger.Warn("realtime: scope resolver failed; dropping the socket's registrations",
 			"partition", s.auth.Partition, "err", err)
 	}
-	s.applyGrant(allowed, err == nil)
+	s.applyGrant(allowed, err == nil, started)
 }
 
 // reresolveAll resolves the sessions' scopes again, a few at a time (the
-// resolver may wait on the store), and returns when all are narrowed.
+// resolver may wait on the store), and returns when all are narrowed: at
+// most reresolveTimeout, after which the sessions not yet resolved fail
+// closed, or until the hub stops.
 func (h *Hub) reresolveAll(sessions []*session) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), reresolveTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	inChunks(len(sessions), min(reresolveWorkers, len(sessions)), 8, func() func(lo, hi int) {
 		return func(lo, hi int) {
 			for _, s := range sessions[lo:hi] {
@@ -106,8 +118,12 @@ func (h *Hub) reresolveAll(sessions []*session) {
 	})
 }
 
-// reresolveWorkers is how many sessions reresolveAll resolves at once.
-const reresolveWorkers = 8
+// reresolveWorkers is how many sessions reresolveAll resolves at once;
+// reresolveTimeout bounds the whole pass.
+const (
+	reresolveWorkers = 8
+	reresolveTimeout = 30 * time.Second
+)
 
 // reresolveLoop re-resolves every socket once per ReresolveInterval, until
 // the hub stops; a pass that outlasts the interval delays the next.
@@ -135,14 +151,19 @@ func (h *Hub) reresolveLoop() {
 // and 5 on the registered effective scopes) and wakes the session when
 // anything changed. A session still starting, or running a sync round,
 // re-resolves once more when it installs registrations computed earlier.
-func (s *session) applyGrant(allowed map[string][]string, ok bool) {
+func (s *session) applyGrant(allowed map[string][]string, ok bool, started time.Time) {
 	p := s.part
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.grant != nil && started.Before(s.grant.started) {
+		// Stale: a resolution begun later was applied already (a
+		// membership removed in between would come back).
+		return
+	}
 	s.grantGen++
-	s.grant = &grant{allowed: allowed, ok: ok}
+	s.grant = &grant{allowed: allowed, ok: ok, started: started}
 	if s.starting {
 		return // start narrows what it installs to this grant
 	}
@@ -160,6 +181,8 @@ func (s *session) applyGrant(allowed map[string][]string, ok bool) {
 type grant struct {
 	allowed map[string][]string
 	ok      bool
+	// started is when the resolution began.
+	started time.Time
 }
 
 // sinceLocked narrows registrations computed from a resolution made

@@ -735,12 +735,17 @@ func (h *Hub) drain(p *partition) {
 			sessions = append(sessions, s)
 		}
 		p.mu.Unlock()
+		reresolved := false
 		for _, n := range batch {
 			if h.beforeFanout != nil {
 				h.beforeFanout(n.CommitNotice)
 			}
-			if h.cfg.ReresolveOn != nil && h.cfg.ReresolveOn(n.CommitNotice) {
+			if !reresolved && h.cfg.ReresolveOn != nil && h.cfg.ReresolveOn(n.CommitNotice) {
+				// Once for the batch: the resolutions read the store
+				// after every commit of the batch is durable, so they
+				// hold for the later commits too.
 				h.reresolveAll(sessions)
+				reresolved = true
 			}
 			h.fanout(sessions, n)
 		}

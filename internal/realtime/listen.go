@@ -111,7 +111,8 @@ func (h *Hub) wakeAll(p *partition, cursor int64) {
 		}
 	}
 	p.mu.Unlock()
-	for _, s := range h.sessionsOf(p) {
+	sessions := h.sessionsOf(p)
+	for _, s := range sessions {
 		s.mu.Lock()
 		if !s.starting {
 			s.observed = max(s.observed, cursor)
@@ -119,5 +120,11 @@ func (h *Hub) wakeAll(p *partition, cursor int64) {
 			s.wakeLocked(wire.WakeCatchupRequired)
 		}
 		s.mu.Unlock()
+	}
+	if h.cfg.ReresolveOn != nil {
+		// The commits skipped may have changed what grant queries read:
+		// resolve the sessions again, off the listener's goroutine (a
+		// session acknowledging without a pull is narrowed too).
+		go h.reresolveAll(sessions)
 	}
 }
