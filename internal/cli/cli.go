@@ -32,6 +32,8 @@ commands:
   epoch rotate
             give partitions a new log epoch after a restore of a backup:
             their clients bootstrap again (syncgo epoch help)
+  import    push the rows of a JSON Lines file to a server as commits,
+            idempotent by name (syncgo import -h)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -72,6 +74,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runReactions(ctx, args[1:], stdout, stderr)
 	case "epoch":
 		return runEpoch(ctx, args[1:], stdin, stdout, stderr)
+	case "import":
+		return runImport(ctx, args[1:], stdin, stdout, stderr)
 	case "version", "-version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":

@@ -1,0 +1,99 @@
+package cli_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
+)
+
+// `syncgo import` against `syncgo serve`: the rows of a JSON Lines file
+// arrive as commits with every column type, a second run writes nothing,
+// and bad input is refused with its line.
+
+const importSchema = `{"version": 1, "tables": [
+  {"name": "items", "primaryKey": "id", "scopes": ["project:{project_id}"], "columns": [
+    {"name": "id", "type": "string", "nullable": false},
+    {"name": "project_id", "type": "string", "nullable": false},
+    {"name": "n", "type": "integer", "nullable": false},
+    {"name": "f", "type": "float", "nullable": true},
+    {"name": "ok", "type": "boolean", "nullable": false},
+    {"name": "meta", "type": "json", "nullable": true},
+    {"name": "raw", "type": "bytes", "nullable": true}]}]}`
+
+func TestBinaryImport(t *testing.T) {
+	bin := binarytest.Build(t)
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "schema.json")
+	must(t, os.WriteFile(schemaPath, []byte(importSchema), 0o600))
+	parsed, err := schema.ParseJSON([]byte(importSchema))
+	must(t, err)
+	sc, err := schema.Compile(parsed)
+	must(t, err)
+	var lines strings.Builder
+	const rows = 450
+	for i := range rows {
+		fmt.Fprintf(&lines, `{"id":"i%03d","project_id":"p1","n":%d,"f":%g,"ok":%t,"meta":{"tags":["a"],"i":%d},"raw":"AQI="}`+"\n", i, 9007199254740000+i, float64(i)/4, i%2 == 0, i)
+	}
+	lines.WriteString("\n") // a blank line is skipped
+	file := filepath.Join(dir, "items.jsonl")
+	must(t, os.WriteFile(file, []byte(lines.String()), 0o600))
+
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			args := []string{"-listen", "127.0.0.1:0", "-schema", schemaPath, "-db", filepath.Join(t.TempDir(), "s.db")}
+			if driver == "postgres" {
+				args[len(args)-1] = pgtest.Schema(t, "import", false)
+			}
+			p := binarytest.Serve(t, bin, binarytest.Options{}, args...)
+			env := []string{"SYNCGO_IMPORT_TOKEN=loader"}
+			run := func(extra ...string) (string, string, int) {
+				return binarytest.Run(t, bin, env, append([]string{"import", "-url", p.URL, "-schema", schemaPath, "-table", "items"}, extra...)...)
+			}
+			out, errOut, code := run("-id", "seed", "-batch", "200", file)
+			if code != 0 || !strings.Contains(out, "imported 450 rows into items in 3 commits: 3 applied, 0 cached") {
+				t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+			}
+			out, errOut, code = run("-id", "seed", "-batch", "200", file)
+			if code != 0 || !strings.Contains(out, "3 commits: 0 applied, 3 cached") {
+				t.Fatalf("the same import again: exit %d\n%s%s", code, out, errOut)
+			}
+
+			c, _ := sspclient.New(p.URL, "reader", sc, sspclient.Options{})
+			must(t, c.Subscribe("all", "items", map[string][]string{"project_id": {"p1"}}))
+			if _, err := c.SyncUntilQuiet(context.Background(), 20); err != nil {
+				t.Fatal(err)
+			}
+			got := c.Rows("items")
+			tbl, _ := sc.Table("items")
+			if len(got) != rows {
+				t.Fatalf("%d rows pulled; want %d", len(got), rows)
+			}
+			m := got["i007"].Map(tbl)
+			if m["n"] != int64(9007199254740007) || m["f"] != 1.75 || m["ok"] != false || m["meta"] != `{"tags":["a"],"i":7}` || string(m["raw"].([]byte)) != "\x01\x02" {
+				t.Errorf("row i007: %v", m)
+			}
+
+			// A line that is not a row of the table: refused with its line.
+			bad := filepath.Join(t.TempDir(), "bad.jsonl")
+			must(t, os.WriteFile(bad, []byte(`{"id":"x1","project_id":"p1","n":1,"ok":true}`+"\n"+`{"id":"x2","n":1.5}`+"\n"), 0o600))
+			if _, errOut, code := run("-id", "bad", bad); code != 1 || !strings.Contains(errOut, "line 2") || !strings.Contains(errOut, "column n (integer)") {
+				t.Errorf("a fractional integer: exit %d\n%s", code, errOut)
+			}
+			// A row the server rejects (a new row without its
+			// non-nullable columns): reported, exit 1.
+			partial := filepath.Join(t.TempDir(), "partial.jsonl")
+			must(t, os.WriteFile(partial, []byte(`{"id":"y1","project_id":"p1"}`+"\n"), 0o600))
+			if out, errOut, code := run("-id", "partial", partial); code != 1 || !strings.Contains(out, "1 rejected") || !strings.Contains(errOut, "partial-1 rejected") {
+				t.Errorf("a partial new row: exit %d\n%s%s", code, out, errOut)
+			}
+		})
+	}
+}

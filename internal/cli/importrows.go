@@ -1,0 +1,216 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/syncgo/syncgo/producer"
+	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/wire"
+)
+
+const importUsage = `usage: syncgo import -url URL -table TABLE -id NAME [flags] [FILE]
+
+Pushes the rows of a JSON Lines file (one JSON object per line, column
+name to value; FILE or standard input) to an SSP2 server as ordinary
+commits of up to -batch rows, through the same rules as any client's push
+(package producer, docs/producers.md). Commit ids are NAME-<n>: running
+the same import again with the same -id answers every commit "cached" and
+writes nothing twice.
+
+Values: JSON strings, numbers and booleans for their column types, any
+JSON value for a json column, base64 text for bytes, null for NULL.
+
+  -url URL          the server's base URL (its mount)
+  -table TABLE      the table the rows go to
+  -id NAME          the import's name: the prefix of its commit ids
+  -schema FILE      the schema IR the server serves (default: the demo schema)
+  -client-id ID     the producer's clientId (default syncgo-import)
+  -token-file FILE  a file holding the bearer token (or SYNCGO_IMPORT_TOKEN)
+  -batch N          rows per commit, 1 to 500 (default 200)
+`
+
+func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, importUsage) }
+	url := fs.String("url", "", "")
+	table := fs.String("table", "", "")
+	name := fs.String("id", "", "")
+	schemaPath := fs.String("schema", "", "")
+	clientID := fs.String("client-id", "syncgo-import", "")
+	tokenFile := fs.String("token-file", "", "")
+	batch := fs.Int("batch", 200, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *url == "" || *table == "" || *name == "" || *batch < 1 || *batch > 500 || fs.NArg() > 1 {
+		fmt.Fprint(stderr, importUsage)
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "syncgo import: %v\n", err)
+		return 1
+	}
+	sc, err := loadSchema(*schemaPath)
+	if err != nil {
+		return fail(err)
+	}
+	t, ok := sc.Table(*table)
+	if !ok {
+		return fail(fmt.Errorf("the schema has no table %q", *table))
+	}
+	token := os.Getenv("SYNCGO_IMPORT_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return fail(err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	in := stdin
+	if fs.NArg() == 1 && fs.Arg(0) != "-" {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return fail(err)
+		}
+		defer f.Close()
+		in = f
+	}
+	p, err := producer.New(producer.Config{URL: *url, Schema: sc, ClientID: *clientID,
+		Token: func(context.Context) (string, error) { return token, nil }})
+	if err != nil {
+		return fail(err)
+	}
+	var counts struct{ rows, applied, cached, rejected int }
+	var ops []producer.Op
+	commit := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		commit++
+		id := *name + "-" + strconv.Itoa(commit)
+		res, err := p.Push(ctx, id, ops...)
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", id, err)
+		}
+		switch res.Status {
+		case wire.PushApplied:
+			counts.applied++
+		case wire.PushCached:
+			counts.cached++
+		default:
+			counts.rejected++
+			for _, r := range res.Results {
+				if r.Status != wire.OpApplied {
+					fmt.Fprintf(stderr, "commit %s rejected: row %d of the commit: %s %s\n", id, r.OpIndex+1, r.Code, r.Message)
+				}
+			}
+		}
+		ops = ops[:0]
+		return nil
+	}
+	sc2 := bufio.NewScanner(in)
+	sc2.Buffer(make([]byte, 0, 64<<10), 16<<20)
+	line := 0
+	for sc2.Scan() {
+		line++
+		text := strings.TrimSpace(sc2.Text())
+		if text == "" {
+			continue
+		}
+		values, err := importRow(t, []byte(text))
+		if err != nil {
+			return fail(fmt.Errorf("line %d: %w", line, err))
+		}
+		ops = append(ops, producer.Upsert(*table, values))
+		counts.rows++
+		if len(ops) == *batch {
+			if err := flush(); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if err := sc2.Err(); err != nil {
+		return fail(fmt.Errorf("line %d: %w", line+1, err))
+	}
+	if err := flush(); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "imported %d rows into %s in %d commits: %d applied, %d cached (already imported), %d rejected\n",
+		counts.rows, *table, commit, counts.applied, counts.cached, counts.rejected)
+	if counts.rejected > 0 {
+		return 1
+	}
+	return 0
+}
+
+// importRow decodes one JSON object into column → Go value for the
+// table's column types (wire.ValueOf's inputs).
+func importRow(t *schema.CompiledTable, line []byte) (map[string]any, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(line, &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	cols := t.Columns()
+	out := make(map[string]any, len(raw))
+	for name, v := range raw {
+		i, ok := t.ColumnIndex(name)
+		if !ok {
+			return nil, fmt.Errorf("table %s has no column %q", t.Name(), name)
+		}
+		if string(v) == "null" {
+			out[name] = nil
+			continue
+		}
+		var err error
+		switch cols[i].Type {
+		case wire.TypeJSON:
+			out[name] = json.RawMessage(v)
+		case wire.TypeInteger:
+			var n json.Number
+			if err = json.Unmarshal(v, &n); err == nil {
+				var x int64
+				if x, err = n.Int64(); err == nil {
+					out[name] = x
+				}
+			}
+		case wire.TypeFloat:
+			var f float64
+			if err = json.Unmarshal(v, &f); err == nil {
+				out[name] = f
+			}
+		case wire.TypeBoolean:
+			var b bool
+			if err = json.Unmarshal(v, &b); err == nil {
+				out[name] = b
+			}
+		case wire.TypeBytes, wire.TypeCRDT:
+			var s string
+			if err = json.Unmarshal(v, &s); err == nil {
+				var b []byte
+				if b, err = base64.StdEncoding.DecodeString(s); err == nil {
+					out[name] = b
+				}
+			}
+		default: // string, blob_ref
+			var s string
+			if err = json.Unmarshal(v, &s); err == nil {
+				out[name] = s
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("column %s (%s): %w", name, cols[i].Type, err)
+		}
+	}
+	return out, nil
+}
