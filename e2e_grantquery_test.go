@@ -344,3 +344,47 @@ func BenchmarkGrantQueryPull(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGrantQueryFanout1000 is a commit of tasks delivered to 1,000
+// sockets of one actor whose project comes from the members table, with
+// (membership) and without (plain) a commit to the members table right
+// before it: the membership commit makes every socket resolve its scopes
+// again before the fan-out goes on. ns/op is the wall time from the
+// first push to the last socket's delta.
+func BenchmarkGrantQueryFanout1000(b *testing.B) {
+	const n = 1000
+	rtRaiseNoFile(b, 2*n+256)
+	for _, driver := range []string{"sqlite", "postgres"} {
+		for _, mode := range []string{"plain", "membership"} {
+			b.Run(driver+"/"+mode, func(b *testing.B) {
+				var st store.Store
+				if driver == "sqlite" {
+					st = rtOpenSQLite(b)
+				} else {
+					s, err := pgstore.Open(context.Background(), pgstore.Config{URL: pgtest.Schema(b, "grantfan", false), MaxConns: 8})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { _ = s.Close() })
+					st = s
+				}
+				e := newGrantQueryEnv(b, st, func(c *syncgo.Config) { c.Realtime.ReresolveInterval = -1 })
+				admin := e.peer("admin", "adm")
+				pushOps(admin, "m0", memberOp(b, e, "alice", "p1", false))
+				socks := e.dialMany(b, e.rtRegister(b, n, "k"))
+				b.ResetTimer()
+				for i := range b.N {
+					if mode == "membership" {
+						pushOps(admin, fmt.Sprintf("m%d", i+1), memberOp(b, e, fmt.Sprintf("u%d", i), "p9", false))
+					}
+					seq := pushOps(admin, fmt.Sprintf("t%d", i), e.pushCommit("x", rtTask{id: fmt.Sprintf("t%d", i), project: "p1"}).Operations...)
+					for _, s := range socks {
+						if _, next := rtDeltaRows(rtDecodeDelta(b, s.clientID, s.next(rtWait))); next["s"] != seq {
+							b.Fatalf("%s: delta through %v; want %d", s.clientID, next, seq)
+						}
+					}
+				}
+			})
+		}
+	}
+}
