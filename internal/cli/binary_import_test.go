@@ -46,22 +46,31 @@ func TestBinaryImport(t *testing.T) {
 	file := filepath.Join(dir, "items.jsonl")
 	must(t, os.WriteFile(file, []byte(lines.String()), 0o600))
 
+	// The SQLite run exports its rows at the end; the Postgres run imports
+	// that export: a partition's rows moved from SQLite to Postgres.
+	sqliteDB := filepath.Join(dir, "s.db")
+	exported := filepath.Join(dir, "exported.jsonl")
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
-			args := []string{"-listen", "127.0.0.1:0", "-schema", schemaPath, "-db", filepath.Join(t.TempDir(), "s.db")}
+			args := []string{"-listen", "127.0.0.1:0", "-schema", schemaPath, "-db", sqliteDB}
+			source := file
 			if driver == "postgres" {
 				args[len(args)-1] = pgtest.Schema(t, "import", false)
+				if _, err := os.Stat(exported); err != nil {
+					t.Skip("the SQLite run exported nothing")
+				}
+				source = exported
 			}
 			p := binarytest.Serve(t, bin, binarytest.Options{}, args...)
 			env := []string{"SYNCGO_IMPORT_TOKEN=loader"}
 			run := func(extra ...string) (string, string, int) {
 				return binarytest.Run(t, bin, env, append([]string{"import", "-url", p.URL, "-schema", schemaPath, "-table", "items"}, extra...)...)
 			}
-			out, errOut, code := run("-id", "seed", "-batch", "200", file)
+			out, errOut, code := run("-id", "seed", "-batch", "200", source)
 			if code != 0 || !strings.Contains(out, "imported 450 rows into items in 3 commits: 3 applied, 0 cached") {
 				t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
 			}
-			out, errOut, code = run("-id", "seed", "-batch", "200", file)
+			out, errOut, code = run("-id", "seed", "-batch", "200", source)
 			if code != 0 || !strings.Contains(out, "3 commits: 0 applied, 3 cached") {
 				t.Fatalf("the same import again: exit %d\n%s%s", code, out, errOut)
 			}
@@ -93,6 +102,22 @@ func TestBinaryImport(t *testing.T) {
 			must(t, os.WriteFile(partial, []byte(`{"id":"y1","project_id":"p1"}`+"\n"), 0o600))
 			if out, errOut, code := run("-id", "partial", partial); code != 1 || !strings.Contains(out, "1 rejected") || !strings.Contains(errOut, "partial-1 rejected") {
 				t.Errorf("a partial new row: exit %d\n%s%s", code, out, errOut)
+			}
+
+			// Export, from the database without the server: the same
+			// lines as the input, in row order.
+			db := args[len(args)-1]
+			if driver == "sqlite" {
+				p.Stop()
+			}
+			target := filepath.Join(t.TempDir(), "out.jsonl")
+			if driver == "sqlite" {
+				target = exported
+			}
+			_, errOut, code = binarytest.Run(t, bin, nil, "export", "-db", db, "-schema", schemaPath, "-partition", "default", "-table", "items", "-out", target)
+			written, _ := os.ReadFile(target)
+			if code != 0 || string(written) != strings.TrimSuffix(lines.String(), "\n") || !strings.Contains(errOut, "exported 450 rows") {
+				t.Errorf("export: exit %d, %d bytes (want %d)\n%s", code, len(written), len(lines.String())-1, errOut)
 			}
 		})
 	}

@@ -34,6 +34,8 @@ commands:
             their clients bootstrap again (syncgo epoch help)
   import    push the rows of a JSON Lines file to a server as commits,
             idempotent by name (syncgo import -h)
+  export    write a table's rows in one partition as JSON Lines, read
+            from the database (syncgo export -h)
   render    print the canonical JSON rendering (§11.1) of an SSP2 message,
             rows segment or sparse row read from a file or stdin
   conformance
@@ -76,6 +78,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runEpoch(ctx, args[1:], stdin, stdout, stderr)
 	case "import":
 		return runImport(ctx, args[1:], stdin, stdout, stderr)
+	case "export":
+		return runExport(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return runVersion(stdout)
 	case "help", "-h", "--help":
