@@ -39,23 +39,22 @@ func WireValue(t wire.ColumnType, v any) (wire.Value, error) { return wire.Value
 // sparseValues converts the values of an upsert, a column-name map or a
 // full []wire.Value row, to a sparse row of the table.
 func sparseValues(t *schema.CompiledTable, values any) (wire.SparseRow, error) {
-	cols := t.Columns()
-	row := wire.SparseRow{Present: make([]bool, len(cols)), Values: make([]wire.Value, len(cols))}
 	switch vs := values.(type) {
 	case []wire.Value:
+		cols := t.Columns()
 		if len(vs) != len(cols) {
-			return row, fmt.Errorf("table %s: %d values for %d columns", t.Name(), len(vs), len(cols))
+			return wire.SparseRow{}, fmt.Errorf("table %s: %d values for %d columns", t.Name(), len(vs), len(cols))
 		}
+		row := wire.SparseRow{Present: make([]bool, len(cols)), Values: make([]wire.Value, len(cols))}
 		copy(row.Values, vs)
 		for i := range row.Present {
 			row.Present[i] = true
 		}
+		return row, nil
 	case map[string]any:
 		return t.SparseRow(vs)
-	default:
-		return row, fmt.Errorf("upsert values must be map[string]any or []wire.Value, not %T", values)
 	}
-	return row, nil
+	return wire.SparseRow{}, fmt.Errorf("upsert values must be map[string]any or []wire.Value, not %T", values)
 }
 
 // rowID renders the primary key of a sparse row.
