@@ -240,6 +240,12 @@ func TestE2EReactionRetriesThenCompletes(t *testing.T) {
 				}
 				return nil
 			}}})
+		var events []reaction.Event
+		rc.OnEvent = func(ev reaction.Event) {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
 		e := reactionServer(t, newReactionDB(t, d), rc)
 		c := e.client("alice", sspclient.Options{})
 		syncQuiet(t, c)
@@ -268,6 +274,27 @@ func TestE2EReactionRetriesThenCompletes(t *testing.T) {
 		mu.Unlock()
 		if len(got) != 3 {
 			t.Fatalf("handler ran %d times; want 3", len(got))
+		}
+		// The lifecycle events, in order.
+		waitFor(t, 5*time.Second, "the completed event", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(events) >= 7
+		})
+		mu.Lock()
+		var trail []string
+		for _, ev := range events {
+			if ev.IdempotencyKey != key || ev.Partition != e2ePartition || ev.Name != "mail" || ev.At.IsZero() ||
+				(ev.Type == reaction.EventRetried) != !ev.RetryAt.IsZero() {
+				t.Errorf("event %+v", ev)
+			}
+			trail = append(trail, fmt.Sprintf("%s/%d/%s", ev.Type, ev.Attempt, ev.Code))
+		}
+		mu.Unlock()
+		want := "reaction.queued/0/ reaction.started/1/ reaction.retried/1/app.smtp_busy reaction.started/2/ " +
+			"reaction.retried/2/reaction.handler_failed reaction.started/3/ reaction.completed/3/"
+		if strings.Join(trail, " ") != want {
+			t.Errorf("events %s\nwant   %s", strings.Join(trail, " "), want)
 		}
 		for i, cl := range got {
 			want := call{i + 1, 5, key, `{"task":"t1","title":"hello <world>"}`, 2, o.CommitSeq, c.ClientID(), e2ePartition}

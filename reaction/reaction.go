@@ -49,6 +49,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -250,6 +251,55 @@ type Config struct {
 	CompletedRetention time.Duration
 	DeadRetention      time.Duration
 	PruneInterval      time.Duration
+	// OnEvent, when set, receives the reactions' lifecycle events (§6.9):
+	// fire-and-forget operational events, called synchronously on the
+	// goroutine of the transition (keep it short, never block; a panic
+	// is recovered and logged). They do not replace the stored state.
+	OnEvent func(Event)
+}
+
+// The lifecycle event types (Event.Type).
+const (
+	// EventQueued: a commit that planned the reaction is durable.
+	EventQueued = "reaction.queued"
+	// EventStarted: a runner claimed it and calls its handler.
+	EventStarted = "reaction.started"
+	// EventRetried: the attempt failed; it is pending again at RetryAt.
+	EventRetried = "reaction.retried"
+	// EventCompleted: the handler succeeded and the completion is stored.
+	EventCompleted = "reaction.completed"
+	// EventDeadLettered: it failed for good (Code).
+	EventDeadLettered = "reaction.dead_lettered"
+)
+
+// Emit calls on with ev, recovering (and logging) a panic: events never
+// break what emits them.
+func Emit(on func(Event), logger *slog.Logger, ev Event) {
+	if on == nil {
+		return
+	}
+	defer func() {
+		if p := recover(); p != nil && logger != nil {
+			logger.Error("reaction event hook panicked", "event", ev.Type, "panic", fmt.Sprint(p))
+		}
+	}()
+	on(ev)
+}
+
+// Event is one lifecycle event of a reaction.
+type Event struct {
+	Type           string
+	Partition      string
+	IdempotencyKey string
+	Name           string
+	// Attempt is the attempt the event is about (0 for queued).
+	Attempt int
+	// Code is the failure's code (retried, dead-lettered).
+	Code string
+	// RetryAt is when a retried reaction is due again.
+	RetryAt time.Time
+	// At is when the transition happened.
+	At time.Time
 }
 
 // WithDefaults returns c with the defaults of its zero fields.

@@ -23,6 +23,7 @@ import (
 	"github.com/syncgo/syncgo/internal/config"
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
@@ -396,7 +397,10 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		if err != nil {
 			return err
 		}
-		scfg.Reactions = &syncgo.ReactionConfig{Planner: planner, Handlers: handlers}
+		scfg.Reactions = &syncgo.ReactionConfig{Planner: planner, Handlers: handlers, OnEvent: func(ev reaction.Event) {
+			logger.Debug(ev.Type, "partition", ev.Partition, "reaction", ev.IdempotencyKey, "name", ev.Name,
+				"attempt", ev.Attempt, "code", ev.Code)
+		}}
 		for _, h := range hooks {
 			logger.Info("webhook", "name", h.Name, "url", h.Endpoint(), "tables", strings.Join(h.Tables, ","), "signed", h.Secret != "")
 		}

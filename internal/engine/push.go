@@ -18,7 +18,7 @@ type pushOutcome struct {
 	replay    bool // record came from the journal
 	cacheMiss bool // the journal holds an unreadable record
 	notice    *CommitNotice
-	reactions int // reactions the commit planned (reactions.go)
+	planned []store.NewReaction // reactions the commit planned (reactions.go)
 }
 
 // maxGroupedCommits bounds the commits of a request applied in one Write
@@ -198,7 +198,7 @@ func (r *request) finishPush(id string, out pushOutcome) error {
 		return err
 	}
 	r.e.notePush(out)
-	r.e.notePlanned(out)
+	r.e.notePlanned(r.auth.Partition, out)
 	if out.record.Status == wire.PushApplied {
 		r.lastSeq = max(r.lastSeq, out.record.CommitSeq)
 	}
@@ -263,7 +263,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 			// knows of, which already reflects it.
 			out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: max(r.partition.MaxCommitSeq, r.lastSeq),
 				RecordedAtMs: now, CacheIdentity: randomEpoch(), ActorID: r.auth.ActorID, Results: a.results}
-			if out.reactions, err = a.planReactions(ctx, out.record.CommitSeq, now); err != nil {
+			if out.planned, err = a.planReactions(ctx, out.record.CommitSeq, now); err != nil {
 				return err
 			}
 			_, err := tx.PutPushResult(ctx, clientID, pc.ClientCommitID, out.record)
@@ -275,7 +275,7 @@ func (r *request) applyCommit(ctx context.Context, tx store.WriteTx, pc *wire.Pu
 		if err != nil {
 			return err
 		}
-		if out.reactions, err = a.planReactions(ctx, seq, now); err != nil {
+		if out.planned, err = a.planReactions(ctx, seq, now); err != nil {
 			return err
 		}
 		out.record = store.PushRecord{Status: wire.PushApplied, CommitSeq: seq, RecordedAtMs: now,

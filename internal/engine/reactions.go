@@ -27,11 +27,11 @@ func (e *Engine) planning() bool {
 }
 
 // planReactions runs the planner on the commit about to be recorded at
-// seq and stores its reactions in the transaction; it returns how many.
-func (a *applier) planReactions(ctx context.Context, seq, nowMs int64) (int, error) {
+// seq and stores its reactions in the transaction; it returns them.
+func (a *applier) planReactions(ctx context.Context, seq, nowMs int64) ([]store.NewReaction, error) {
 	e := a.r.e
 	if !e.planning() {
-		return 0, nil
+		return nil, nil
 	}
 	rc := e.cfg.Reactions
 	rd := a.reader()
@@ -44,32 +44,41 @@ func (a *applier) planReactions(ctx context.Context, seq, nowMs int64) (int, err
 	})
 	rd.done = true
 	if rd.storeErr != nil {
-		return 0, fmt.Errorf("reaction planner read: %w", rd.storeErr)
+		return nil, fmt.Errorf("reaction planner read: %w", rd.storeErr)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reaction planner: %w", err)
+		return nil, fmt.Errorf("reaction planner: %w", err)
 	}
 	if len(plans) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	rs, err := reaction.Prepare(plans, c.Origin, seq, nowMs, func(name string) bool { return rc.Handlers[name] != nil })
 	if err != nil {
-		return 0, fmt.Errorf("reaction planner: %w", err)
+		return nil, fmt.Errorf("reaction planner: %w", err)
 	}
 	rt, ok := a.tx.(store.ReactionTx)
 	if !ok {
-		return 0, errors.New("reaction planner: the storage keeps no reactions")
+		return nil, errors.New("reaction planner: the storage keeps no reactions")
 	}
 	if err := rt.EnqueueReactions(ctx, rs); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return len(rs), nil
+	return rs, nil
 }
 
-// notePlanned wakes the reaction runner after a write that planned
-// reactions is durable.
-func (e *Engine) notePlanned(out pushOutcome) {
-	if out.reactions > 0 && e.cfg.OnReactions != nil {
+// notePlanned announces the reactions of a write that is durable
+// (reaction.queued) and wakes the runner.
+func (e *Engine) notePlanned(partition string, out pushOutcome) {
+	if len(out.planned) == 0 {
+		return
+	}
+	if rc := e.cfg.Reactions; rc != nil && rc.OnEvent != nil {
+		for _, nr := range out.planned {
+			reaction.Emit(rc.OnEvent, e.cfg.Logger, reaction.Event{Type: reaction.EventQueued, Partition: partition,
+				IdempotencyKey: nr.IdempotencyKey, Name: nr.Type, At: time.UnixMilli(nr.CreatedAtMs)})
+		}
+	}
+	if e.cfg.OnReactions != nil {
 		e.cfg.OnReactions()
 	}
 }

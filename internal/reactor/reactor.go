@@ -237,6 +237,15 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 		hctx, cancelTimeout = context.WithTimeoutCause(ctx, r.rc.HandlerTimeout, errTimeout)
 		defer cancelTimeout()
 	}
+	event := func(typ, code string, retryAtMs int64) {
+		ev := reaction.Event{Type: typ, Partition: rx.Partition, IdempotencyKey: rx.IdempotencyKey, Name: rx.Type,
+			Attempt: rx.Attempts, Code: code, At: time.UnixMilli(r.cfg.Now())}
+		if retryAtMs > 0 {
+			ev.RetryAt = time.UnixMilli(retryAtMs)
+		}
+		reaction.Emit(r.rc.OnEvent, r.cfg.Logger, ev)
+	}
+	event(reaction.EventStarted, "", 0)
 	guardDone := make(chan struct{})
 	stopGuard := make(chan struct{})
 	go func() {
@@ -257,6 +266,7 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 	case err == nil:
 		if ok, rerr = r.cfg.Store.CompleteReaction(rec, rx.Partition, rx.IdempotencyKey, owner, r.cfg.Now()); ok {
 			r.completed.Add(1)
+			event(reaction.EventCompleted, "", 0)
 		}
 	case errors.Is(cause, errLeaseLost):
 		// Another runner may hold it now; an expired lease settles on
@@ -278,8 +288,10 @@ func (r *Runner) work(rx store.Reaction, owner string) {
 		if ok, rerr = r.cfg.Store.FailReaction(rec, rx.Partition, rx.IdempotencyKey, owner, f); ok {
 			if f.RetryAtMs == 0 {
 				r.dead.Add(1)
+				event(reaction.EventDeadLettered, f.Code, 0)
 			} else {
 				r.retried.Add(1)
+				event(reaction.EventRetried, f.Code, f.RetryAtMs)
 			}
 		}
 	}
