@@ -18,7 +18,7 @@ type pushOutcome struct {
 	replay    bool // record came from the journal
 	cacheMiss bool // the journal holds an unreadable record
 	notice    *CommitNotice
-	planned []store.NewReaction // reactions the commit planned (reactions.go)
+	planned   []store.NewReaction // reactions the commit planned (reactions.go)
 }
 
 // maxGroupedCommits bounds the commits of a request applied in one Write
