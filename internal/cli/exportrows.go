@@ -54,13 +54,9 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "syncgo export: %v\n", err)
 		return 1
 	}
-	sc, err := loadSchema(*schemaPath)
+	sc, t, err := schemaTable(*schemaPath, *table)
 	if err != nil {
 		return fail(err)
-	}
-	t, ok := sc.Table(*table)
-	if !ok {
-		return fail(fmt.Errorf("the schema has no table %q", *table))
 	}
 	st, err := openStoreReadOnly(ctx, *db)
 	if err != nil {

@@ -60,13 +60,9 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "syncgo import: %v\n", err)
 		return 1
 	}
-	sc, err := loadSchema(*schemaPath)
+	sc, t, err := schemaTable(*schemaPath, *table)
 	if err != nil {
 		return fail(err)
-	}
-	t, ok := sc.Table(*table)
-	if !ok {
-		return fail(fmt.Errorf("the schema has no table %q", *table))
 	}
 	token := os.Getenv("SYNCGO_IMPORT_TOKEN")
 	if *tokenFile != "" {
@@ -152,6 +148,20 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return 1
 	}
 	return 0
+}
+
+// schemaTable loads the schema IR file (empty: the demo schema) and finds
+// a table of it.
+func schemaTable(path, table string) (*schema.Compiled, *schema.CompiledTable, error) {
+	sc, err := loadSchema(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, ok := sc.Table(table)
+	if !ok {
+		return nil, nil, fmt.Errorf("the schema has no table %q", table)
+	}
+	return sc, t, nil
 }
 
 // importRow decodes one JSON object into column → Go value for the
