@@ -236,7 +236,7 @@ func (g *grantQueries) run(ctx context.Context, q compiledGrant, req ScopeReques
 	if err != nil {
 		return nil, fmt.Errorf("grant query for %s: %w", q.variable, err)
 	}
-	res, err := g.querier.RemoteQuery(ctx, req.Partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args})
+	res, err := g.querier.RemoteQuery(ctx, req.Partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args, NoCommitSeq: true})
 	if err != nil {
 		return nil, fmt.Errorf("grant query for %s: %w", q.variable, err)
 	}

@@ -38,11 +38,13 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	b.Queue("SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition)
+	if !rs.NoCommitSeq {
+		b.Queue("SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition)
+	}
 	b.Queue(rs.SQL, rs.Args...)
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
-	res, err := readRemote(br)
+	res, err := readRemote(br, !rs.NoCommitSeq)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -57,14 +59,16 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 }
 
 // readRemote reads the results of RemoteQuery's pipeline.
-func readRemote(br pgx.BatchResults) (store.RemoteResult, error) {
+func readRemote(br pgx.BatchResults, commitSeq bool) (store.RemoteResult, error) {
 	var res store.RemoteResult
 	if _, err := br.Exec(); err != nil {
 		return res, fmt.Errorf("remote query: %w", err) // the first failure of the pipeline: a parse error too
 	}
-	err := br.QueryRow().Scan(&res.MaxCommitSeq)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return res, fmt.Errorf("remote query: read max commit seq: %w", err)
+	if commitSeq {
+		err := br.QueryRow().Scan(&res.MaxCommitSeq)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return res, fmt.Errorf("remote query: read max commit seq: %w", err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {

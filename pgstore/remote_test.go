@@ -45,6 +45,14 @@ func TestRemoteQueryValues(t *testing.T) {
 	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != int64(7) {
 		t.Fatalf("after failed queries: %v %v", res.Rows, err)
 	}
+	// Without the commit sequence: the same rows, still read-only.
+	res, err = s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "SELECT 7 AS v", NoCommitSeq: true})
+	if err != nil || len(res.Rows) != 1 || res.Rows[0][0] != int64(7) || res.MaxCommitSeq != 0 {
+		t.Fatalf("NoCommitSeq: %#v %v", res, err)
+	}
+	if _, err := s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "CREATE TABLE remote_write_probe(x int)", NoCommitSeq: true}); err == nil {
+		t.Fatal("a remote query without the commit sequence wrote")
+	}
 	if st := s.pool.Stat(); st.AcquiredConns() != 0 {
 		t.Fatalf("%d connections still acquired", st.AcquiredConns())
 	}

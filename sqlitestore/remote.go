@@ -24,9 +24,11 @@ func (s *Store) RemoteTarget() store.RemoteTarget {
 func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.RemoteStatement) (store.RemoteResult, error) {
 	var res store.RemoteResult
 	err := s.readTx(ctx, func(c *conn) error {
-		err := c.queryRow("SELECT max_commit_seq FROM sync_partitions WHERE partition = ?", partition).Scan(&res.MaxCommitSeq)
-		if err != nil && !errors.Is(err, errNoRows) {
-			return fmt.Errorf("read max commit seq: %w", err)
+		if !rs.NoCommitSeq {
+			err := c.queryRow("SELECT max_commit_seq FROM sync_partitions WHERE partition = ?", partition).Scan(&res.MaxCommitSeq)
+			if err != nil && !errors.Is(err, errNoRows) {
+				return fmt.Errorf("read max commit seq: %w", err)
+			}
 		}
 		st, err := c.bound(rs.SQL, rs.Args)
 		if err != nil {

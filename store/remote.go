@@ -23,6 +23,9 @@ type RemoteTarget struct {
 type RemoteStatement struct {
 	SQL  string
 	Args []any
+	// NoCommitSeq skips the read of the partition's maxCommitSeq (the
+	// result's MaxCommitSeq is 0): for a caller that does not need it.
+	NoCommitSeq bool
 }
 
 // RemoteResult is what a remote query read: the result's column names and
