@@ -124,10 +124,7 @@ func compileGrant(q GrantQuery, d remotesql.Dialect, sc *schema.Compiled) (compi
 	if text == "" {
 		return compiledGrant{}, errors.New("the SQL is empty")
 	}
-	tables := remotesql.Schema{}
-	for _, t := range sc.Tables() {
-		tables[t.Name()] = t.Materialize()
-	}
+	tables := remotesql.SchemaOf(sc)
 	st, err := remotesql.Parse(text, d, tables)
 	if err != nil {
 		return compiledGrant{}, err

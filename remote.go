@@ -257,10 +257,7 @@ func compileOperations(ops Operations, sc *schema.Compiled, st store.Store) (*re
 			dialect = remotesql.Postgres
 		}
 	}
-	tables := remotesql.Schema{}
-	for _, t := range sc.Tables() {
-		tables[t.Name()] = t.Materialize()
-	}
+	tables := remotesql.SchemaOf(sc)
 	seen := map[string]bool{}
 	for i := range ops.Queries {
 		q := ops.Queries[i]
@@ -490,10 +487,7 @@ func CheckOperations(ops Operations, sc *schema.Compiled) error {
 	if _, err := compileOperations(ops, sc, nil); err != nil {
 		return err
 	}
-	tables := remotesql.Schema{}
-	for _, t := range sc.Tables() {
-		tables[t.Name()] = t.Materialize()
-	}
+	tables := remotesql.SchemaOf(sc)
 	for _, q := range ops.Queries {
 		if _, err := compileQuery(q, remotesql.Postgres, tables); err != nil {
 			return fmt.Errorf("query %q (Postgres): %w", q.ID, err)

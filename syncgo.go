@@ -26,6 +26,8 @@
 // README and docs/.
 package syncgo
 
+import "github.com/syncgo/syncgo/wire"
+
 // ProtocolContentType is the content type of SSP2 request and response
 // bodies (§1.1).
-const ProtocolContentType = "application/vnd.syncular.sync.v2"
+const ProtocolContentType = wire.ContentType

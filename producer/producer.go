@@ -37,7 +37,7 @@ import (
 )
 
 // ContentType is the media type of SSP2 requests and responses.
-const ContentType = "application/vnd.syncular.sync.v2"
+const ContentType = wire.ContentType
 
 // Config configures a Producer.
 type Config struct {

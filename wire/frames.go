@@ -43,6 +43,10 @@ func (k MsgKind) String() string {
 	return "unknown"
 }
 
+// ContentType is the media type of SSP2 request and response bodies
+// (§1.1), every wire version alike.
+const ContentType = "application/vnd.syncular.sync.v2"
+
 // Wire versions. A server answers in the version of the request.
 const (
 	Version1 uint16 = 1 // 0.15 line without log epochs

@@ -65,10 +65,7 @@ func checkOperations(c config.Operations, sc *schema.Compiled) error {
 	if err := syncgo.CheckOperations(buildOperations(c), sc); err != nil {
 		return err
 	}
-	tables := remotesql.Schema{}
-	for _, t := range sc.Tables() {
-		tables[t.Name()] = t.Materialize()
-	}
+	tables := remotesql.SchemaOf(sc)
 	for _, q := range c.Queries {
 		if err := checkCoverage(q, q.SQL, remotesql.SQLite, sc, tables); err != nil {
 			return err

@@ -36,6 +36,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/syncgo/syncgo/schema"
 )
 
 // Dialect is the SQL dialect of a driver.
@@ -77,6 +79,15 @@ type part struct {
 // Schema describes the application tables for the checks: name →
 // whether the table is materialized (queryable).
 type Schema map[string]bool
+
+// SchemaOf describes the tables of a compiled schema.
+func SchemaOf(sc *schema.Compiled) Schema {
+	tables := Schema{}
+	for _, t := range sc.Tables() {
+		tables[t.Name()] = t.Materialize()
+	}
+	return tables
+}
 
 // Parse checks an authored statement for a dialect.
 func Parse(sql string, d Dialect, tables Schema) (*Statement, error) {

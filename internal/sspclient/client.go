@@ -28,7 +28,7 @@ import (
 )
 
 // ContentType is the content type of SSP2 bodies (§1.1).
-const ContentType = "application/vnd.syncular.sync.v2"
+const ContentType = wire.ContentType
 
 // Options configure a Client. The zero value of every field means its
 // default.
