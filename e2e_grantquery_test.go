@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
@@ -28,7 +29,7 @@ func grantQuerySchema(t testing.TB) *schema.Compiled {
 			schema.Boolean("done"), schema.Integer("rank").Null(), schema.String("notes").Null()).
 		Scope("project:{project_id}").
 		Table("members", "id", schema.String("id"), schema.String("project_id"), schema.String("user_id")).
-		Scope("user:{user_id}").
+		Scope("user:{user_id}").Index("members_user", "user_id").
 		Compile()
 	if err != nil {
 		t.Fatal(err)
@@ -346,7 +347,8 @@ func BenchmarkGrantQueryPull(b *testing.B) {
 }
 
 // BenchmarkGrantQueryFanout1000 is a commit of tasks delivered to 1,000
-// sockets of one actor whose project comes from the members table, with
+// sockets, each of its own actor whose project comes from the members
+// table (indexed by user), with
 // (membership) and without (plain) a commit to the members table right
 // before it: the membership commit makes every socket resolve its scopes
 // again before the fan-out goes on. ns/op is the wall time from the
@@ -369,8 +371,15 @@ func BenchmarkGrantQueryFanout1000(b *testing.B) {
 					st = s
 				}
 				e := newGrantQueryEnv(b, st, func(c *syncgo.Config) { c.Realtime.ReresolveInterval = -1 })
+				e.actorOf = func(clientID string) string { return "a-" + clientID } // one actor a socket
 				admin := e.peer("admin", "adm")
-				pushOps(admin, "m0", memberOp(b, e, "alice", "p1", false))
+				var members []wire.Operation
+				for i := range n {
+					members = append(members, memberOp(b, e, fmt.Sprintf("a-k%d", i), "p1", false))
+				}
+				for i := 0; i < n; i += 200 {
+					pushOps(admin, fmt.Sprintf("m0-%d", i), members[i:i+200]...)
+				}
 				socks := e.dialMany(b, e.rtRegister(b, n, "k"))
 				b.ResetTimer()
 				for i := range b.N {
@@ -387,4 +396,101 @@ func BenchmarkGrantQueryFanout1000(b *testing.B) {
 			})
 		}
 	}
+}
+
+// A pass (the sockets of a partition resolved again after a membership
+// commit) reads each grant query for up to 512 actors in one statement on
+// Postgres: what it reads is what each actor's own queries read, values,
+// dropped values and the MaxValues failure alike; an actor it could not
+// read is left to its own query. On SQLite a pass reads nothing ahead.
+func TestGrantQueryPass(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) {
+			c.GrantQueries = append(c.GrantQueries,
+				// Fails for an actor of more than one project.
+				syncgo.GrantQuery{Variable: "project_id", MaxValues: 1, SQL: "SELECT project_id FROM members WHERE user_id = :actor"},
+				// NULL and "*" grant nothing.
+				syncgo.GrantQuery{Variable: "project_id",
+					SQL: "SELECT CASE WHEN user_id = 'u3' THEN NULL WHEN user_id = 'u4' THEN '*' ELSE 'own-' || user_id END FROM members WHERE user_id = :actor"})
+		})
+		admin := e.peer("admin", "adm")
+		var actors []string
+		var ops []wire.Operation
+		for i := range 600 {
+			u := fmt.Sprintf("u%d", i)
+			actors = append(actors, u)
+			ops = append(ops, memberOp(t, e, u, fmt.Sprintf("p%d", i/2), false)) // two members a project
+		}
+		for _, u := range []string{"u1", "u5", "u6"} {
+			ops = append(ops, memberOp(t, e, u, "p-big", false))
+		}
+		ops = append(ops, memberOp(t, e, "u0", "p-big", false), memberOp(t, e, "u0", "p-extra", false))
+		for i := 0; i < len(ops); i += 200 {
+			pushOps(admin, fmt.Sprintf("m%d", i), ops[i:min(i+200, len(ops))]...)
+		}
+		actors = append(actors, "nobody", "u0", "it's") // a repeat, a quote
+		start := time.Now()
+
+		ctx := context.Background()
+		pass := e.srv.GrantPassForTest(ctx, rtPartition, actors)
+		if d.name == "sqlite" {
+			if len(pass) != 0 {
+				t.Fatalf("a pass read %d actors ahead on SQLite", len(pass))
+			}
+			return
+		}
+		if len(pass) != 602 {
+			t.Fatalf("the pass read %d actors; want 602", len(pass))
+		}
+		t.Logf("pass %v", time.Since(start))
+		start = time.Now()
+		failed := 0
+		for _, u := range slices.Compact(slices.Sorted(slices.Values(actors))) {
+			one := e.srv.GrantOneForTest(ctx, rtPartition, u)
+			for qi := range 3 {
+				got, want := pass[u][qi], one[qi]
+				if got.Err != want.Err || !slices.Equal(got.Values, want.Values) {
+					t.Fatalf("%s, query %d: the pass read %+v; the actor's own query %+v", u, qi, got, want)
+				}
+				if got.Err != "" {
+					failed++
+				}
+			}
+		}
+		t.Logf("one by one %v", time.Since(start))
+		if failed != 4 { // u0, u1, u5, u6 are in two projects or more
+			t.Fatalf("%d resolutions failed on MaxValues; want 4", failed)
+		}
+		if v := pass["u0"][0].Values; !slices.Equal(v, []string{"p-big", "p-extra", "p0"}) {
+			t.Fatalf("u0's projects %v", v)
+		}
+		if v := pass["u3"][2].Values; len(v) != 0 {
+			t.Fatalf("u3 was granted %v by a NULL", v)
+		}
+		if v := pass["u4"][2].Values; len(v) != 0 {
+			t.Fatalf("u4 was granted %v by a \"*\"", v)
+		}
+
+		// A statement the pass cannot run for many actors (the actor
+		// compared with an integer column) leaves them to their own.
+		e2 := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) {
+			c.GrantQueries = []syncgo.GrantQuery{{Variable: "project_id", SQL: "SELECT project_id FROM tasks WHERE rank = :actor"}}
+			c.ResolveScopes = func(ctx context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
+				return memberResolve(ctx, syncgo.ScopeRequest{ActorID: map[bool]string{true: "admin"}[req.ActorID == "0"]})
+			}
+		})
+		tasks, _ := e2.schema.Table("tasks")
+		payload, err := tasks.RowCodec().AppendSparse(nil, wire.SparseRow{Present: []bool{true, true, true, true, true, true},
+			Values: []wire.Value{{Str: "x5"}, {Str: "p5"}, {Str: ""}, {Bool: false}, {Int: 5}, {Null: true}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pushOps(e2.peer("0", "adm"), "t", wire.Operation{Table: "tasks", RowID: "x5", Op: wire.OpUpsert, Payload: payload})
+		if pass := e2.srv.GrantPassForTest(ctx, rtPartition, []string{"5", "6"}); len(pass) != 0 {
+			t.Fatalf("the pass read %v comparing text with an integer column", pass)
+		}
+		if one := e2.srv.GrantOneForTest(ctx, rtPartition, "5"); one[0].Err != "" || !slices.Equal(one[0].Values, []string{"p5"}) {
+			t.Fatalf("the actor's own query: %+v; want [p5]", one[0])
+		}
+	})
 }

@@ -200,8 +200,8 @@ func (g *grantQueries) wrap(next func(context.Context, ScopeRequest) (map[string
 func (g *grantQueries) add(ctx context.Context, req ScopeRequest, allowed map[string][]string) (map[string][]string, error) {
 	out := allowed
 	copied := map[string]bool{}
-	for _, q := range g.queries {
-		values, err := g.run(ctx, q, req)
+	for qi, q := range g.queries {
+		values, err := g.run(ctx, q, qi, req)
 		if err != nil {
 			return nil, err
 		}
@@ -227,8 +227,17 @@ func (g *grantQueries) add(ctx context.Context, req ScopeRequest, allowed map[st
 	return out, nil
 }
 
-// run reads one grant query's values for the actor.
-func (g *grantQueries) run(ctx context.Context, q compiledGrant, req ScopeRequest) ([]string, error) {
+// run reads one grant query's values for the actor: from the pass the
+// context carries (prepare) when it read them.
+func (g *grantQueries) run(ctx context.Context, q compiledGrant, qi int, req ScopeRequest) ([]string, error) {
+	if pass, _ := ctx.Value(grantPassKey{}).(*grantPass); pass != nil {
+		if r, ok := pass.read[grantPassEntry{req.Partition, req.ActorID, qi}]; ok {
+			if r.tooMany {
+				return nil, fmt.Errorf("grant query for %s: more than %d values", q.variable, q.max)
+			}
+			return r.values, nil
+		}
+	}
 	composed, err := q.stmt.Compose(g.target, req.Partition, q.rels, map[string]any{grantParam: req.ActorID}, q.max+1)
 	if err != nil {
 		return nil, fmt.Errorf("grant query for %s: %w", q.variable, err)
@@ -277,4 +286,93 @@ func grantValue(v any) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// A grant pass holds the grant queries' values of many actors, read in a
+// few statements before their sockets are resolved again one by one
+// (prepare): on Postgres one statement reads a query's values for up to
+// grantPassChunk actors, where one each would cost a round trip and a
+// plan.
+type grantPass struct {
+	read map[grantPassEntry]grantPassResult
+}
+
+type grantPassKey struct{}
+
+type grantPassEntry struct {
+	partition, actor string
+	query            int
+}
+
+type grantPassResult struct {
+	values  []string
+	rows    int
+	tooMany bool
+}
+
+// grantPassChunk is the most actors one statement of a pass reads for.
+const grantPassChunk = 512
+
+// prepare reads the grant queries' values of the actors (partition →
+// actor ids) and returns a context that carries them to the resolutions
+// that follow. It reads nothing on SQLite (a query there costs no round
+// trip). An actor whose statement failed is left out: its resolution runs
+// its own queries, and fails closed if they fail too. A statement can fail
+// where the actor's own would not (the actor is compared as text).
+func (g *grantQueries) prepare(ctx context.Context, actors map[string][]string) context.Context {
+	if g.target.Dialect != remotesql.Postgres {
+		return ctx
+	}
+	pass := &grantPass{read: map[grantPassEntry]grantPassResult{}}
+	for partition, ids := range actors {
+		ids = slices.Clone(ids)
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+		for qi, q := range g.queries {
+			for lo := 0; lo < len(ids); lo += grantPassChunk {
+				if ctx.Err() != nil {
+					return context.WithValue(ctx, grantPassKey{}, pass)
+				}
+				g.readPass(ctx, pass, partition, qi, q, ids[lo:min(lo+grantPassChunk, len(ids))])
+			}
+		}
+	}
+	return context.WithValue(ctx, grantPassKey{}, pass)
+}
+
+// readPass reads one grant query's values for a chunk of actors into the
+// pass.
+func (g *grantQueries) readPass(ctx context.Context, pass *grantPass, partition string, qi int, q compiledGrant, ids []string) {
+	composed, err := q.stmt.ComposeEach(g.target, partition, q.rels, nil, grantParam, ids, q.max+1)
+	if err != nil {
+		return
+	}
+	res, err := g.querier.RemoteQuery(ctx, partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args, NoCommitSeq: true})
+	if err != nil || len(res.Columns) < 2 {
+		return
+	}
+	got := make(map[string]*grantPassResult, len(ids))
+	for _, id := range ids {
+		got[id] = &grantPassResult{values: []string{}}
+	}
+	for _, row := range res.Rows {
+		id, _ := row[0].(string)
+		r := got[id]
+		if r == nil {
+			return // not an actor asked for: trust nothing of this statement
+		}
+		if r.rows++; r.rows > q.max {
+			r.tooMany = true
+			continue
+		}
+		if v, ok := grantValue(row[1]); ok {
+			r.values = append(r.values, v)
+		}
+	}
+	for id, r := range got {
+		if r.tooMany {
+			r.values = nil
+		}
+		pass.read[grantPassEntry{partition, id, qi}] = *r
+	}
 }

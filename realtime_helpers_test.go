@@ -50,6 +50,17 @@ type rtEnv struct {
 
 	mu    sync.Mutex
 	gates map[string]chan struct{} // clientId → ResolveScopes waits for it
+	// actorOf names the actor of a client that rtRegister and dialMany
+	// set up; nil: every client is alice's.
+	actorOf func(clientID string) string
+}
+
+// actor is the actor of a client that rtRegister and dialMany set up.
+func (e *rtEnv) actor(clientID string) string {
+	if e.actorOf != nil {
+		return e.actorOf(clientID)
+	}
+	return "alice"
 }
 
 // rtSchema is tasks scoped by project; notes makes big rows possible.

@@ -212,7 +212,7 @@ func (e *rtEnv) rtRegister(tb testing.TB, n int, prefix string) []string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- e.store.PutClient(ctx, rtPartition, store.ClientRecord{ClientID: ids[i], ActorID: "alice",
+			errs <- e.store.PutClient(ctx, rtPartition, store.ClientRecord{ClientID: ids[i], ActorID: e.actor(ids[i]),
 				WireVersion: wire.Version3, Cursor: p.MaxCommitSeq, UpdatedAtMs: time.Now().UnixMilli(),
 				Subscriptions: []store.SubscriptionRecord{{ID: "s", Table: "tasks", Scopes: map[string][]string{"project_id": {"p1"}}}}})
 		}()
@@ -239,7 +239,7 @@ func (e *rtEnv) dialMany(tb testing.TB, ids []string) []*rtSock {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				s, err := rtDial(context.Background(), rtDialer("alice"), e.wsURL(ids[i]), 16)
+				s, err := rtDial(context.Background(), rtDialer(e.actor(ids[i])), e.wsURL(ids[i]), 16)
 				if err != nil {
 					errs <- err
 					continue

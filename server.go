@@ -378,6 +378,7 @@ type Server struct {
 	// sockets caps the open realtime sockets.
 	sockets *socketLimiter
 	ops     *registry // remote operations (remote.go)
+	grants  *grantQueries
 	watch   *watchHub // their live query watches (remote_watch.go)
 	// handler is mux behind the CORS and observer middlewares.
 	handler http.Handler
@@ -444,11 +445,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
 	var reresolveOn func(CommitNotice) bool
+	var prepareResolve func(context.Context, map[string][]string) context.Context
 	if grants != nil {
 		cfg.ResolveScopes = grants.wrap(cfg.ResolveScopes)
 		s.cfg.ResolveScopes = cfg.ResolveScopes
-		reresolveOn = grants.reads
+		reresolveOn, prepareResolve = grants.reads, grants.prepare
 	}
+	s.grants = grants
 	if s.origins, err = newOriginPolicy(cfg.CORS); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
@@ -526,7 +529,7 @@ func New(cfg Config) (*Server, error) {
 		Heartbeat: rc.Heartbeat, QueueMessages: rc.QueueMessages, QueueBytes: rc.QueueBytes,
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
-		ReresolveInterval: rc.ReresolveInterval, ReresolveOn: reresolveOn,
+		ReresolveInterval: rc.ReresolveInterval, ReresolveOn: reresolveOn, PrepareResolve: prepareResolve,
 		ReleaseAfterChurn: rc.ReleaseAfterChurn, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))

@@ -64,26 +64,42 @@ func (h *Hub) Reresolve(ctx context.Context, partition, actorID string) int {
 	} else if p := h.part(partition, false); p != nil {
 		sessions = h.sessionsOf(p)
 	}
+	if actorID != "" {
+		sessions = slices.DeleteFunc(sessions, func(s *session) bool { return s.auth.ActorID != actorID })
+	}
+	started := time.Now()
+	ctx = h.prepareResolve(ctx, sessions)
 	n := 0
 	for _, s := range sessions {
 		if ctx.Err() != nil {
 			break
 		}
-		if actorID != "" && s.auth.ActorID != actorID {
-			continue
-		}
-		h.reresolveSession(ctx, s)
+		h.reresolveSession(ctx, s, started)
 		n++
 	}
 	return n
 }
 
-// reresolveSession runs the resolver for one session and narrows it.
-func (h *Hub) reresolveSession(ctx context.Context, s *session) {
+// prepareResolve hands the sessions' actors to Config.PrepareResolve.
+func (h *Hub) prepareResolve(ctx context.Context, sessions []*session) context.Context {
+	if h.cfg.PrepareResolve == nil || len(sessions) == 0 {
+		return ctx
+	}
+	actors := map[string][]string{}
+	for _, s := range sessions {
+		if !s.conn.isClosing() {
+			actors[s.auth.Partition] = append(actors[s.auth.Partition], s.auth.ActorID)
+		}
+	}
+	return h.cfg.PrepareResolve(ctx, actors)
+}
+
+// reresolveSession runs the resolver for one session and narrows it; the
+// resolution began at started (a pass's start, when it read ahead).
+func (h *Hub) reresolveSession(ctx context.Context, s *session, started time.Time) {
 	if s.conn.isClosing() {
 		return
 	}
-	started := time.Now()
 	allowed, err := h.cfg.Engine.ResolveAllowed(ctx, s.auth, s.clientID)
 	if err != nil && h.isClosed() {
 		return // stopping: the sockets close anyway
@@ -109,10 +125,12 @@ func (h *Hub) reresolveAll(sessions []*session) {
 		case <-ctx.Done():
 		}
 	}()
+	started := time.Now()
+	pctx := h.prepareResolve(ctx, sessions)
 	inChunks(len(sessions), min(reresolveWorkers, len(sessions)), 8, func() func(lo, hi int) {
 		return func(lo, hi int) {
 			for _, s := range sessions[lo:hi] {
-				h.reresolveSession(ctx, s)
+				h.reresolveSession(pctx, s, started)
 			}
 		}
 	})

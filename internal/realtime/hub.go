@@ -80,6 +80,11 @@ type Config struct {
 	// socket of the partition is resolved again before the commit is
 	// fanned out.
 	ReresolveOn func(engine.CommitNotice) bool
+	// PrepareResolve, when set, is called before a pass resolves many
+	// sockets again with their actors (partition → actor ids, repeats
+	// possible); the context it returns is passed to each resolution, so
+	// that what they share is read once.
+	PrepareResolve func(ctx context.Context, actors map[string][]string) context.Context
 	// Admit, when set, admits a socket round under the same cap as POST
 	// /sync requests: it returns the slot's release, or a refusal
 	// (sync.rate_limited) that the round answers with an ERROR frame.

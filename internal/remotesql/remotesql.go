@@ -220,6 +220,33 @@ type Composed struct {
 // one relation for each of the statement's Tables, params a value for each
 // of its Params (nil is NULL), and the result is limited to limit rows.
 func (s *Statement) Compose(t Target, partition string, rels []Relation, params map[string]any, limit int) (Composed, error) {
+	return s.compose(t, partition, rels, params, "", nil, limit)
+}
+
+// EachColumn names the column that leads each row of a ComposeEach
+// statement.
+const EachColumn = "_syncgo_each"
+
+// ComposeEach builds, on Postgres, one statement that runs the statement
+// once for each of values bound to the parameter each (the other
+// parameters taken from params), as a lateral join: each row is led by a
+// column EachColumn holding the value it was read for, followed by the
+// statement's columns, and each value's rows are limited to limit. The
+// parameter is bound to a text column, not a placeholder: a statement
+// that compares it with a column of another type fails to run, where
+// Compose's placeholder would have taken that type.
+func (s *Statement) ComposeEach(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit int) (Composed, error) {
+	if t.Dialect != Postgres {
+		return Composed{}, fmt.Errorf("remotesql: ComposeEach needs Postgres, not %s", t.Dialect)
+	}
+	if !slices.Contains(s.Params, each) {
+		return Composed{}, fmt.Errorf("remotesql: the statement has no parameter :%s", each)
+	}
+	return s.compose(t, partition, rels, params, each, values, limit)
+}
+
+// compose builds Compose's statement, or ComposeEach's when each is set.
+func (s *Statement) compose(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit int) (Composed, error) {
 	if t.Dialect != s.dialect {
 		return Composed{}, fmt.Errorf("remotesql: statement of dialect %s composed for %s", s.dialect, t.Dialect)
 	}
@@ -271,9 +298,18 @@ func (s *Statement) Compose(t Target, partition string, rels []Relation, params 
 	if len(s.Tables) > 0 {
 		b.WriteString(" ")
 	}
+	eachRef := QuoteIdent(EachColumn) + ".v"
+	if each != "" {
+		b.WriteString("SELECT " + eachRef + " AS " + QuoteIdent(EachColumn) + ", \"_syncgo_query\".* FROM unnest(" +
+			ph(slices.Clone(values)) + "::text[]) AS " + QuoteIdent(EachColumn) + "(v) CROSS JOIN LATERAL (")
+	}
 	b.WriteString("SELECT * FROM (")
 	refs := make([]string, len(s.Params))
 	for i, name := range s.Params {
+		if name == each {
+			refs[i] = eachRef
+			continue
+		}
 		v, ok := params[name]
 		if !ok {
 			return Composed{}, fmt.Errorf("remotesql: no value for parameter :%s", name)
@@ -287,6 +323,9 @@ func (s *Statement) Compose(t Target, partition string, rels []Relation, params 
 		}
 	}
 	b.WriteString("\n) AS \"_syncgo_query\" LIMIT " + ph(int64(limit)))
+	if each != "" {
+		b.WriteString(") AS \"_syncgo_query\"")
+	}
 	return Composed{SQL: b.String(), Args: args}, nil
 }
 

@@ -1,0 +1,51 @@
+package syncgo
+
+import (
+	"context"
+	"fmt"
+)
+
+// GrantResult is one actor's values of one grant query, or the error of
+// its resolution ("" when none), for tests.
+type GrantResult struct {
+	Values []string
+	Err    string
+}
+
+// GrantPassForTest reads the grant queries of the actors of a partition
+// as a pass does (one statement per chunk, Postgres only) and returns
+// what the pass read: actor → query index → result.
+func (s *Server) GrantPassForTest(ctx context.Context, partition string, actors []string) map[string]map[int]GrantResult {
+	ctx = s.grants.prepare(ctx, map[string][]string{partition: actors})
+	pass, _ := ctx.Value(grantPassKey{}).(*grantPass)
+	out := map[string]map[int]GrantResult{}
+	if pass == nil {
+		return out
+	}
+	for k, r := range pass.read {
+		if out[k.actor] == nil {
+			out[k.actor] = map[int]GrantResult{}
+		}
+		res := GrantResult{Values: r.values}
+		if r.tooMany {
+			res = GrantResult{Err: fmt.Sprintf("grant query for %s: more than %d values", s.grants.queries[k.query].variable, s.grants.queries[k.query].max)}
+		}
+		out[k.actor][k.query] = res
+	}
+	return out
+}
+
+// GrantOneForTest runs the grant queries of one actor as a resolution
+// does outside a pass.
+func (s *Server) GrantOneForTest(ctx context.Context, partition, actor string) map[int]GrantResult {
+	out := map[int]GrantResult{}
+	for qi, q := range s.grants.queries {
+		values, err := s.grants.run(ctx, q, qi, ScopeRequest{Partition: partition, ActorID: actor})
+		if err != nil {
+			out[qi] = GrantResult{Err: err.Error()}
+			continue
+		}
+		out[qi] = GrantResult{Values: values}
+	}
+	return out
+}
