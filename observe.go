@@ -24,6 +24,7 @@ const (
 	routeSegments
 	routeRealtime
 	routeOperations
+	routeCommits
 	routePreflight
 	routeOther
 	numRoutes
@@ -39,6 +40,8 @@ func (r route) String() string {
 		return "realtime"
 	case routeOperations:
 		return "operations"
+	case routeCommits:
+		return "commits"
 	case routePreflight:
 		return "preflight"
 	}
@@ -60,6 +63,8 @@ func classify(r *http.Request) route {
 		return routeSegments
 	case p == "/operations" || p == "/operations/realtime":
 		return routeOperations
+	case p == "/commits":
+		return routeCommits
 	}
 	return routeOther
 }

@@ -143,8 +143,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the server clock in Unix milliseconds. Default: wall clock.
 	Now func() int64
-	// MaxRequestBytes caps a /sync request body after decompression.
-	// Default 32 MiB.
+	// MaxRequestBytes caps a /sync request body after decompression, and
+	// a /commits body. Default 32 MiB.
 	MaxRequestBytes int64
 	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
 	MaxFrameBytes int
@@ -535,6 +535,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))
 	s.mux.HandleFunc("GET /realtime", s.readyOnly("realtime", s.handleRealtime))
+	s.mux.HandleFunc("POST /commits", s.readyOnly("commits", s.handleJSONCommits))
 	s.mux.HandleFunc("POST /operations", s.readyOnly("operations", s.handleOperation))
 	s.mux.HandleFunc("GET /operations/realtime", s.readyOnly("operations", s.handleWatchSocket))
 	s.mux.HandleFunc("PUT /blobs/{blobId}", s.readyOnly("blobs", s.handleBlobPut))

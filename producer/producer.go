@@ -103,7 +103,7 @@ type Op struct {
 // Upsert writes the columns of values (column name → Go value: string,
 // Go integers, floats, bool, []byte, a JSON-marshalable value for a json
 // column, nil for NULL) to the row whose primary key values holds. A new
-// row needs every non-nullable column; an existing row keeps the columns
+// row needs every column (nil for NULL); an existing row keeps the columns
 // not named.
 func Upsert(table string, values map[string]any) Op { return Op{table: table, values: values} }
 
@@ -237,15 +237,7 @@ func (p *Producer) encode(clientCommitID string, ops []Op) (*wire.PushCommit, er
 			pc.Operations = append(pc.Operations, wire.Operation{Table: o.table, RowID: o.rowID, Op: wire.OpDelete})
 			continue
 		}
-		row, err := t.SparseRow(o.values)
-		if err != nil {
-			return nil, fmt.Errorf("producer: operation %d: %w", i, err)
-		}
-		id, err := t.SparseRowID(row)
-		if err != nil {
-			return nil, fmt.Errorf("producer: operation %d: %w", i, err)
-		}
-		payload, err := t.RowCodec().AppendSparse(nil, row)
+		id, payload, err := t.EncodeUpsert(o.values)
 		if err != nil {
 			return nil, fmt.Errorf("producer: operation %d: %w", i, err)
 		}

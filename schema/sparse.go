@@ -38,3 +38,20 @@ func (t *CompiledTable) SparseRowID(row wire.SparseRow) (string, error) {
 	}
 	return id, nil
 }
+
+// EncodeUpsert encodes values (SparseRow's inputs) as the sparse payload
+// of an upsert of the table and returns the row's rowId (its primary key
+// must be among the values).
+func (t *CompiledTable) EncodeUpsert(values map[string]any) (rowID string, payload []byte, err error) {
+	row, err := t.SparseRow(values)
+	if err != nil {
+		return "", nil, err
+	}
+	if rowID, err = t.SparseRowID(row); err != nil {
+		return "", nil, err
+	}
+	if payload, err = t.RowCodec().AppendSparse(nil, row); err != nil {
+		return "", nil, err
+	}
+	return rowID, payload, nil
+}

@@ -2,18 +2,11 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-
-	"github.com/syncgo/syncgo/schema"
-	"github.com/syncgo/syncgo/wire"
 )
 
 const exportUsage = `usage: syncgo export -db DB -partition P -table TABLE [-schema FILE] [-out FILE]
@@ -91,7 +84,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			if err != nil {
 				return fail(fmt.Errorf("row %s: %w", r.RowID, err))
 			}
-			line, err := exportRow(t, vals)
+			line, err := t.AppendJSON(nil, vals)
 			if err != nil {
 				return fail(fmt.Errorf("row %s: %w", r.RowID, err))
 			}
@@ -109,45 +102,4 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stderr, "exported %d rows of %s in partition %s\n", n, *table, *partition)
 	return 0
-}
-
-// exportRow renders one row as a JSON object in column order.
-func exportRow(t *schema.CompiledTable, vals []wire.Value) ([]byte, error) {
-	b := []byte{'{'}
-	for i, c := range t.Columns() {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		name, _ := json.Marshal(c.Name)
-		b = append(append(b, name...), ':')
-		v := vals[i]
-		switch {
-		case v.Null:
-			b = append(b, "null"...)
-		case c.Type == wire.TypeInteger:
-			b = strconv.AppendInt(b, v.Int, 10)
-		case c.Type == wire.TypeFloat:
-			f, err := json.Marshal(v.Float)
-			if err != nil {
-				return nil, fmt.Errorf("column %s: %w", c.Name, err)
-			}
-			b = append(b, f...)
-		case c.Type == wire.TypeBoolean:
-			b = strconv.AppendBool(b, v.Bool)
-		case c.Type == wire.TypeJSON && json.Valid([]byte(v.Str)):
-			var compact bytes.Buffer // one line, whatever the stored text's layout
-			_ = json.Compact(&compact, []byte(v.Str))
-			b = append(b, compact.Bytes()...)
-		case c.Type == wire.TypeBytes || c.Type == wire.TypeCRDT:
-			s, _ := json.Marshal(base64.StdEncoding.EncodeToString(v.Bytes))
-			b = append(b, s...)
-		default:
-			s, err := json.Marshal(v.Str)
-			if err != nil {
-				return nil, fmt.Errorf("column %s: %w", c.Name, err)
-			}
-			b = append(b, s...)
-		}
-	}
-	return append(b, '}'), nil
 }

@@ -3,8 +3,6 @@ package cli
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -124,7 +122,7 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		if text == "" {
 			continue
 		}
-		values, err := importRow(t, []byte(text))
+		values, err := t.JSONValues([]byte(text))
 		if err != nil {
 			return fail(fmt.Errorf("line %d: %w", line, err))
 		}
@@ -162,65 +160,4 @@ func schemaTable(path, table string) (*schema.Compiled, *schema.CompiledTable, e
 		return nil, nil, fmt.Errorf("the schema has no table %q", table)
 	}
 	return sc, t, nil
-}
-
-// importRow decodes one JSON object into column → Go value for the
-// table's column types (wire.ValueOf's inputs).
-func importRow(t *schema.CompiledTable, line []byte) (map[string]any, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(line, &raw); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
-	}
-	cols := t.Columns()
-	out := make(map[string]any, len(raw))
-	for name, v := range raw {
-		i, ok := t.ColumnIndex(name)
-		if !ok {
-			return nil, fmt.Errorf("table %s has no column %q", t.Name(), name)
-		}
-		if string(v) == "null" {
-			out[name] = nil
-			continue
-		}
-		var err error
-		switch cols[i].Type {
-		case wire.TypeJSON:
-			out[name] = json.RawMessage(v)
-		case wire.TypeInteger:
-			var n json.Number
-			if err = json.Unmarshal(v, &n); err == nil {
-				var x int64
-				if x, err = n.Int64(); err == nil {
-					out[name] = x
-				}
-			}
-		case wire.TypeFloat:
-			var f float64
-			if err = json.Unmarshal(v, &f); err == nil {
-				out[name] = f
-			}
-		case wire.TypeBoolean:
-			var b bool
-			if err = json.Unmarshal(v, &b); err == nil {
-				out[name] = b
-			}
-		case wire.TypeBytes, wire.TypeCRDT:
-			var s string
-			if err = json.Unmarshal(v, &s); err == nil {
-				var b []byte
-				if b, err = base64.StdEncoding.DecodeString(s); err == nil {
-					out[name] = b
-				}
-			}
-		default: // string, blob_ref
-			var s string
-			if err = json.Unmarshal(v, &s); err == nil {
-				out[name] = s
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("column %s (%s): %w", name, cols[i].Type, err)
-		}
-	}
-	return out, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package schema_test
 
 import (
 	"testing"
@@ -6,10 +6,10 @@ import (
 	"github.com/syncgo/syncgo/schema"
 )
 
-// FuzzImportRow: any line, never a panic; a line importRow accepts is a
+// FuzzJSONRow: any line, never a panic; a line JSONValues accepts is a
 // row the table's codec encodes (every value of its column's type), and
-// exportRow writes it back as a line that imports to the same row.
-func FuzzImportRow(f *testing.F) {
+// AppendJSON writes it back as a line that imports to the same row.
+func FuzzJSONRow(f *testing.F) {
 	sc, err := schema.New(1).
 		Table("items", "id", schema.String("id"), schema.String("project_id"), schema.Integer("n").Null(),
 			schema.Float("f").Null(), schema.Boolean("ok").Null(), schema.JSON("meta").Null(), schema.Bytes("raw").Null()).
@@ -23,13 +23,13 @@ func FuzzImportRow(f *testing.F) {
 	f.Add([]byte(`{"id":null,"raw":"!!"}`))
 	f.Add([]byte(`[1,2]`))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		values, err := importRow(tbl, line)
+		values, err := tbl.JSONValues(line)
 		if err != nil {
 			return
 		}
 		row, err := tbl.SparseRow(values)
 		if err != nil {
-			t.Fatalf("importRow accepted %q, but its values do not fit: %v", line, err)
+			t.Fatalf("JSONValues accepted %q, but its values do not fit: %v", line, err)
 		}
 		if _, err := tbl.RowCodec().AppendSparse(nil, row); err != nil {
 			return // a value the codec refuses (the server would too)
@@ -39,11 +39,11 @@ func FuzzImportRow(f *testing.F) {
 				row.Values[i].Null = true // exported as null
 			}
 		}
-		out, err := exportRow(tbl, row.Values)
+		out, err := tbl.AppendJSON(nil, row.Values)
 		if err != nil {
 			return // a float the JSON cannot carry
 		}
-		again, err := importRow(tbl, out)
+		again, err := tbl.JSONValues(out)
 		if err != nil {
 			t.Fatalf("exported %q does not import: %v", out, err)
 		}
