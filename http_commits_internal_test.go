@@ -1,6 +1,8 @@
 package syncgo
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/syncgo/syncgo/schema"
@@ -55,4 +57,12 @@ func FuzzJSONCommits(f *testing.F) {
 			}
 		}
 	})
+}
+
+// POST /commits has its own metrics route and span name.
+func TestJSONCommitsRoute(t *testing.T) {
+	r := httptest.NewRequest(http.MethodPost, "/commits", nil)
+	if rt := classify(r); rt != routeCommits || rt.String() != "commits" || spanRoute(rt, "/commits") != "/commits" {
+		t.Fatalf("POST /commits: route %v, span %q", rt, spanRoute(rt, "/commits"))
+	}
 }

@@ -44,6 +44,8 @@ func spanRoute(rt route, path string) string {
 			return path
 		}
 		return "/operations"
+	case routeCommits:
+		return "/commits"
 	case routeOther:
 		if strings.HasPrefix(path, "/blobs/") {
 			if strings.HasSuffix(path, "/upload-grant") {

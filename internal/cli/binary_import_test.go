@@ -3,6 +3,8 @@ package cli_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,6 +77,28 @@ func TestBinaryImport(t *testing.T) {
 				t.Fatalf("the same import again: exit %d\n%s%s", code, out, errOut)
 			}
 
+			// One more row over POST /commits (JSON), deleted again
+			// below, before the export.
+			postJSON := func(body string) string {
+				req, err := http.NewRequest(http.MethodPost, p.URL+"/commits", strings.NewReader(body))
+				must(t, err)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer loader")
+				resp, err := http.DefaultClient.Do(req)
+				must(t, err)
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				must(t, err)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("POST /commits: %d %s", resp.StatusCode, b)
+				}
+				return string(b)
+			}
+			if out := postJSON(`{"clientId":"jsonwriter","commits":[{"clientCommitId":"j1","operations":[{"table":"items","op":"upsert",` +
+				`"row":{"id":"j1","project_id":"p1","n":-5,"f":null,"ok":true,"meta":[1,{"a":null}],"raw":"/w=="}}]}]}`); !strings.Contains(out, `"status":"applied"`) {
+				t.Fatalf("POST /commits: %s", out)
+			}
+
 			c, _ := sspclient.New(p.URL, "reader", sc, sspclient.Options{})
 			must(t, c.Subscribe("all", "items", map[string][]string{"project_id": {"p1"}}))
 			if _, err := c.SyncUntilQuiet(context.Background(), 20); err != nil {
@@ -82,8 +106,14 @@ func TestBinaryImport(t *testing.T) {
 			}
 			got := c.Rows("items")
 			tbl, _ := sc.Table("items")
-			if len(got) != rows {
-				t.Fatalf("%d rows pulled; want %d", len(got), rows)
+			if len(got) != rows+1 {
+				t.Fatalf("%d rows pulled; want %d", len(got), rows+1)
+			}
+			if m := got["j1"].Map(tbl); m["n"] != int64(-5) || m["f"] != nil || m["meta"] != `[1,{"a":null}]` || string(m["raw"].([]byte)) != "\xff" {
+				t.Errorf("row j1 written over JSON: %v", m)
+			}
+			if out := postJSON(`{"clientId":"jsonwriter","commits":[{"clientCommitId":"j2","operations":[{"table":"items","op":"delete","rowId":"j1"}]}]}`); !strings.Contains(out, `"status":"applied"`) {
+				t.Fatalf("POST /commits: %s", out)
 			}
 			m := got["i007"].Map(tbl)
 			if m["n"] != int64(9007199254740007) || m["f"] != 1.75 || m["ok"] != false || m["meta"] != `{"tags":["a"],"i":7}` || string(m["raw"].([]byte)) != "\x01\x02" {
