@@ -901,3 +901,62 @@ func TestNewRefusesReactionMisconfiguration(t *testing.T) {
 		t.Errorf("ReactionBacklog on a store without reactions = %v; want ErrNoReactions", err)
 	}
 }
+
+// Terminal reactions past their retention are pruned, and each pass
+// reports itself (reaction.prune_completed); pending ones stay.
+func TestE2EReactionPrune(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var release atomic.Bool
+		rc := fastReactions(&syncgo.ReactionConfig{Planner: taskPlanner("hook"), Handlers: map[string]reaction.Handler{
+			"hook": func(ctx context.Context, dl *reaction.Delivery) error {
+				var p struct{ Task, Title string }
+				_ = json.Unmarshal(dl.Payload, &p)
+				switch {
+				case p.Title == "permanent":
+					return reaction.Permanent("app.gone", nil)
+				case p.Title == "later" && !release.Load():
+					return errors.New("not yet")
+				}
+				return nil
+			}}})
+		rc.CompletedRetention, rc.DeadRetention, rc.PruneInterval = time.Millisecond, time.Millisecond, 50*time.Millisecond
+		var (
+			mu     sync.Mutex
+			prunes []reaction.PruneSummary
+		)
+		rc.OnEvent = func(ev reaction.Event) {
+			if ev.Type == reaction.EventPruneCompleted {
+				mu.Lock()
+				prunes = append(prunes, *ev.Prune)
+				mu.Unlock()
+			}
+		}
+		e := reactionServer(t, newReactionDB(t, d), rc)
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		if o := pushTasks(t, c, "p1", []string{"a", "b", "c"}, []string{"ok", "permanent", "later"}); o.Status != wire.PushApplied {
+			t.Fatalf("push: %s", statusOf(o))
+		}
+		waitFor(t, 20*time.Second, "the completed and dead-lettered reactions to be pruned", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			completed, dead := 0, 0
+			for _, p := range prunes {
+				completed += p.Completed
+				dead += p.DeadLettered
+			}
+			return completed == 1 && dead == 1
+		})
+		rs := reactionsIn(t, e.srv, store.ReactionQuery{})
+		if len(rs) != 1 || rs[0].State == store.ReactionCompleted || rs[0].State == store.ReactionDead {
+			t.Fatalf("after pruning: %+v; want only the pending reaction", rs)
+		}
+		mu.Lock()
+		p := prunes[len(prunes)-1]
+		mu.Unlock()
+		if p.Limit != 1000 || p.MayHaveMore || p.CompletedBefore.IsZero() || p.CompletedBefore.After(time.Now()) {
+			t.Fatalf("prune summary %+v", p)
+		}
+		release.Store(true)
+	})
+}

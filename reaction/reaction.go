@@ -270,6 +270,9 @@ const (
 	EventCompleted = "reaction.completed"
 	// EventDeadLettered: it failed for good (Code).
 	EventDeadLettered = "reaction.dead_lettered"
+	// EventPruneCompleted: a pruning pass deleted terminal reactions past
+	// their retention (Prune; the event has no reaction).
+	EventPruneCompleted = "reaction.prune_completed"
 )
 
 // Emit calls on with ev, recovering (and logging) a panic: events never
@@ -300,6 +303,17 @@ type Event struct {
 	RetryAt time.Time
 	// At is when the transition happened.
 	At time.Time
+	// Prune is the pass of a prune_completed event.
+	Prune *PruneSummary
+}
+
+// PruneSummary is one pruning pass: the cutoffs (terminal reactions older
+// than these were deleted), what it deleted of each state, its row limit,
+// and whether more may remain (it deleted as many rows as its limit).
+type PruneSummary struct {
+	CompletedBefore, DeadLetteredBefore time.Time
+	Completed, DeadLettered, Limit      int
+	MayHaveMore                         bool
 }
 
 // WithDefaults returns c with the defaults of its zero fields.

@@ -398,6 +398,10 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 			return err
 		}
 		scfg.Reactions = &syncgo.ReactionConfig{Planner: planner, Handlers: handlers, OnEvent: func(ev reaction.Event) {
+			if p := ev.Prune; p != nil {
+				logger.Debug(ev.Type, "completed", p.Completed, "dead_lettered", p.DeadLettered, "may_have_more", p.MayHaveMore)
+				return
+			}
 			logger.Debug(ev.Type, "partition", ev.Partition, "reaction", ev.IdempotencyKey, "name", ev.Name,
 				"attempt", ev.Attempt, "code", ev.Code)
 		}}

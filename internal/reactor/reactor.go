@@ -407,7 +407,11 @@ func (r *Runner) prune() {
 			r.cfg.Logger.Warn("reaction pruning failed", "err", err)
 			return
 		}
-		if c+d < pruneBatch {
+		more := c+d >= pruneBatch
+		reaction.Emit(r.rc.OnEvent, r.cfg.Logger, reaction.Event{Type: reaction.EventPruneCompleted, At: time.UnixMilli(r.cfg.Now()),
+			Prune: &reaction.PruneSummary{CompletedBefore: time.UnixMilli(done), DeadLetteredBefore: time.UnixMilli(dead),
+				Completed: c, DeadLettered: d, Limit: pruneBatch, MayHaveMore: more}})
+		if !more {
 			return
 		}
 		select {
