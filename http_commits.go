@@ -88,15 +88,8 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 			Message: "content type must be " + JSONCommitsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
 		return
 	}
-	auth, aerr := s.authenticate(r)
-	if aerr != nil {
-		s.writeError(w, route, aerr)
-		return
-	}
-	noteActor(w, auth.ActorID)
-	if refusal, wait := s.rates.allow(auth.Partition, auth.ActorID); refusal != nil {
-		w.Header().Set("Retry-After", retryAfterSeconds(wait))
-		s.writeError(w, route, refusal)
+	auth, ok := s.admitCaller(w, r, route)
+	if !ok {
 		return
 	}
 	body, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes+1), n: s.cfg.MaxRequestBytes})

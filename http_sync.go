@@ -58,15 +58,8 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 			Message: "content type must be " + ProtocolContentType, HTTPStatus: http.StatusUnsupportedMediaType})
 		return
 	}
-	auth, aerr := s.authenticate(r)
-	if aerr != nil {
-		s.writeError(w, route, aerr)
-		return
-	}
-	noteActor(w, auth.ActorID)
-	if refusal, wait := s.rates.allow(auth.Partition, auth.ActorID); refusal != nil {
-		w.Header().Set("Retry-After", retryAfterSeconds(wait))
-		s.writeError(w, route, refusal)
+	auth, ok := s.admitCaller(w, r, route)
+	if !ok {
 		return
 	}
 	rc := http.NewResponseController(w)
@@ -117,6 +110,23 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.writeError(w, route, err)
 	}
+}
+
+// admitCaller authenticates a request and applies the rate limits
+// (Config.RateLimit); on a refusal it writes the error and reports false.
+func (s *Server) admitCaller(w http.ResponseWriter, r *http.Request, route string) (Auth, bool) {
+	auth, aerr := s.authenticate(r)
+	if aerr != nil {
+		s.writeError(w, route, aerr)
+		return auth, false
+	}
+	noteActor(w, auth.ActorID)
+	if refusal, wait := s.rates.allow(auth.Partition, auth.ActorID); refusal != nil {
+		w.Header().Set("Retry-After", retryAfterSeconds(wait))
+		s.writeError(w, route, refusal)
+		return auth, false
+	}
+	return auth, true
 }
 
 // readRequest reads and decodes the body: gzip request bodies are
