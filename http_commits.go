@@ -92,7 +92,7 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes+1), n: s.cfg.MaxRequestBytes})
+	body, err := s.readBody(w, r, s.cfg.MaxRequestBytes)
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		s.writeError(w, route, badBody(err))

@@ -2,7 +2,6 @@ package syncgo
 
 import (
 	"errors"
-	"io"
 	"mime"
 	"net/http"
 
@@ -33,7 +32,7 @@ func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteActor(w, auth.ActorID)
-	body, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, r.Body, s.ops.maxBytes+1), n: s.ops.maxBytes})
+	body, err := s.readBody(w, r, s.ops.maxBytes)
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		status := http.StatusBadRequest

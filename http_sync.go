@@ -452,6 +452,17 @@ func (h *heldWriter) end() error {
 // stallBody re-arms the connection's read deadline before each read of a
 // request body: a slow client may take as long as it needs while bytes
 // keep arriving, one that stalls for the stall timeout is cut off.
+// readBody reads a whole request body of at most max bytes (more is
+// errBodyTooLarge), cut off after StallTimeout without progress; the read
+// deadline is cleared after.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	body := &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}
+	b, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, body, max+1), n: max})
+	_ = rc.SetReadDeadline(time.Time{})
+	return b, err
+}
+
 type stallBody struct {
 	r     io.ReadCloser
 	rc    *http.ResponseController

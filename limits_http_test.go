@@ -2,10 +2,12 @@ package syncgo_test
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +44,11 @@ func rawPost(t *testing.T, url, actor string, body []byte, pieces int, pause tim
 
 // rawPostDeclared sends the headers declaring n bytes and only body.
 func rawPostDeclared(t *testing.T, url, actor string, body []byte, n int) (net.Conn, *bufio.Reader) {
+	return rawPostTo(t, url, "/sync", syncgo.ProtocolContentType, actor, body, n)
+}
+
+// rawPostTo is rawPostDeclared to another route.
+func rawPostTo(t *testing.T, url, path, contentType, actor string, body []byte, n int) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	host := strings.TrimPrefix(url, "http://")
 	nc, err := net.Dial("tcp", host)
@@ -49,9 +56,36 @@ func rawPostDeclared(t *testing.T, url, actor string, body []byte, n int) (net.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = nc.Close() })
-	fmt.Fprintf(nc, "POST /sync HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s",
-		host, syncgo.ProtocolContentType, actor, n, body)
+	fmt.Fprintf(nc, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s",
+		path, host, contentType, actor, n, body)
 	return nc, bufio.NewReader(nc)
+}
+
+// The JSON routes (/commits, /operations) cut off a stalled body too.
+func TestHTTPBodyStallTimeoutJSONRoutes(t *testing.T) {
+	e := newRTEnv(t, func(c *syncgo.Config) { c.StallTimeout = 300 * time.Millisecond })
+	for _, route := range []struct{ path, contentType string }{
+		{"/commits", syncgo.JSONCommitsContentType},
+		{"/operations", syncgo.OperationsContentType},
+	} {
+		body := []byte(`{"clientId":"slow","commits":[{"clientCommitId":"c","operations":[]}]}`)
+		nc, br := rawPostTo(t, e.url, route.path, route.contentType, "alice", body[:10], len(body))
+		_ = nc.SetReadDeadline(time.Now().Add(rtWait))
+		start := time.Now()
+		resp, err := http.ReadResponse(br, nil)
+		switch {
+		case err == nil:
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode == http.StatusOK && route.path == "/commits" {
+				t.Fatalf("%s: a stalled body answered 200", route.path)
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			t.Fatalf("%s: a stalled body held for %v: the server never cut it off", route.path, time.Since(start))
+		}
+		if d := time.Since(start); d > rtWait/2 {
+			t.Fatalf("%s: a stalled body held for %v", route.path, d)
+		}
+	}
 }
 
 // A request body that keeps arriving, slowly, is served however long it
