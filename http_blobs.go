@@ -1,6 +1,7 @@
 package syncgo
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -316,9 +317,13 @@ func (s *Server) handleBlobGrant(w http.ResponseWriter, r *http.Request) {
 		ByteLength *json.Number `json:"byteLength"`
 		MediaType  *string      `json:"mediaType"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxGrantRequestBytes))
+	body, err := s.readBody(w, r, maxGrantRequestBytes)
+	if err != nil {
+		w.Header().Set("Connection", "close") // net/http would wait for the rest of the body
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	if err := dec.Decode(&req); err != nil || req.ByteLength == nil {
+	if err != nil || dec.Decode(&req) != nil || req.ByteLength == nil {
 		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, `the grant request must be {"byteLength": N, "mediaType"?: "..."}`))
 		return
 	}

@@ -170,3 +170,20 @@ func TestLimitListener(t *testing.T) {
 		t.Fatal("the queued connection was not served after a slot freed")
 	}
 }
+
+// An upload grant's stalled body is cut off too.
+func TestHTTPBodyStallTimeoutUploadGrant(t *testing.T) {
+	e := newBlobEnv(t, blobKinds[0], func(c *syncgo.Config) { c.StallTimeout = 300 * time.Millisecond })
+	body := []byte(`{"byteLength": 12}`)
+	nc, br := rawPostTo(t, e.url, "/blobs/"+blobOf([]byte("stalled"))+"/upload-grant", "application/json", "alice", body[:5], len(body))
+	_ = nc.SetReadDeadline(time.Now().Add(rtWait))
+	start := time.Now()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled grant request after %v: %v", time.Since(start), err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || time.Since(start) > rtWait/2 {
+		t.Fatalf("a stalled grant request: %d after %v", resp.StatusCode, time.Since(start))
+	}
+}
