@@ -470,6 +470,12 @@ func TestGrantQueryPass(t *testing.T) {
 		if v := pass["u4"][2].Values; len(v) != 0 {
 			t.Fatalf("u4 was granted %v by a \"*\"", v)
 		}
+		// A chunk whose statement reaches the row bound is left to the
+		// actors' own queries: 512 actors read 512 rows or more.
+		e.srv.SetGrantPassRowsForTest(512)
+		if pass := e.srv.GrantPassForTest(ctx, rtPartition, actors); len(pass) != 90 {
+			t.Fatalf("with 512 rows a statement the pass read %d actors; want the 90 of the second chunk", len(pass))
+		}
 
 		// A statement the pass cannot run for many actors (the actor
 		// compared with an integer column) leaves them to their own.

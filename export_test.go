@@ -35,6 +35,9 @@ func (s *Server) GrantPassForTest(ctx context.Context, partition string, actors 
 	return out
 }
 
+// SetGrantPassRowsForTest bounds the rows of a pass's statement.
+func (s *Server) SetGrantPassRowsForTest(n int) { s.grants.passRows = n }
+
 // GrantOneForTest runs the grant queries of one actor as a resolution
 // does outside a pass.
 func (s *Server) GrantOneForTest(ctx context.Context, partition, actor string) map[int]GrantResult {

@@ -64,6 +64,8 @@ type grantQueries struct {
 	queries []compiledGrant
 	// tables are the application tables the queries read.
 	tables map[string]bool
+	// passRows bounds the rows of a pass's statement (grantPassRows).
+	passRows int
 }
 
 type compiledGrant struct {
@@ -79,7 +81,7 @@ func compileGrants(qs []GrantQuery, sc *schema.Compiled, st store.Store) (*grant
 	if len(qs) == 0 {
 		return nil, nil
 	}
-	g := &grantQueries{tables: map[string]bool{}}
+	g := &grantQueries{tables: map[string]bool{}, passRows: grantPassRows}
 	dialect := remotesql.SQLite
 	if st != nil {
 		q, ok := st.(store.RemoteQuerier)
@@ -310,8 +312,14 @@ type grantPassResult struct {
 	tooMany bool
 }
 
-// grantPassChunk is the most actors one statement of a pass reads for.
-const grantPassChunk = 512
+// grantPassChunk is the most actors one statement of a pass reads for,
+// grantPassRows the most rows it reads (a chunk that reaches it is left
+// to the actors' own queries, so that a pass holds at most so many values
+// of a chunk in memory).
+const (
+	grantPassChunk = 512
+	grantPassRows  = 20000
+)
 
 // prepare reads the grant queries' values of the actors (partition →
 // actor ids) and returns a context that carries them to the resolutions
@@ -343,13 +351,13 @@ func (g *grantQueries) prepare(ctx context.Context, actors map[string][]string) 
 // readPass reads one grant query's values for a chunk of actors into the
 // pass.
 func (g *grantQueries) readPass(ctx context.Context, pass *grantPass, partition string, qi int, q compiledGrant, ids []string) {
-	composed, err := q.stmt.ComposeEach(g.target, partition, q.rels, nil, grantParam, ids, q.max+1)
+	composed, err := q.stmt.ComposeEach(g.target, partition, q.rels, nil, grantParam, ids, q.max+1, g.passRows)
 	if err != nil {
 		return
 	}
 	res, err := g.querier.RemoteQuery(ctx, partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args, NoCommitSeq: true})
-	if err != nil || len(res.Columns) < 2 {
-		return
+	if err != nil || len(res.Columns) < 2 || len(res.Rows) >= g.passRows {
+		return // at the bound: the chunk's actors run their own queries
 	}
 	got := make(map[string]*grantPassResult, len(ids))
 	for _, id := range ids {

@@ -220,7 +220,7 @@ type Composed struct {
 // one relation for each of the statement's Tables, params a value for each
 // of its Params (nil is NULL), and the result is limited to limit rows.
 func (s *Statement) Compose(t Target, partition string, rels []Relation, params map[string]any, limit int) (Composed, error) {
-	return s.compose(t, partition, rels, params, "", nil, limit)
+	return s.compose(t, partition, rels, params, "", nil, limit, 0)
 }
 
 // EachColumn names the column that leads each row of a ComposeEach
@@ -231,22 +231,23 @@ const EachColumn = "_syncgo_each"
 // once for each of values bound to the parameter each (the other
 // parameters taken from params), as a lateral join: each row is led by a
 // column EachColumn holding the value it was read for, followed by the
-// statement's columns, and each value's rows are limited to limit. The
+// statement's columns; each value's rows are limited to limit, and all
+// rows to total. The
 // parameter is bound to a text column, not a placeholder: a statement
 // that compares it with a column of another type fails to run, where
 // Compose's placeholder would have taken that type.
-func (s *Statement) ComposeEach(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit int) (Composed, error) {
+func (s *Statement) ComposeEach(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit, total int) (Composed, error) {
 	if t.Dialect != Postgres {
 		return Composed{}, fmt.Errorf("remotesql: ComposeEach needs Postgres, not %s", t.Dialect)
 	}
 	if !slices.Contains(s.Params, each) {
 		return Composed{}, fmt.Errorf("remotesql: the statement has no parameter :%s", each)
 	}
-	return s.compose(t, partition, rels, params, each, values, limit)
+	return s.compose(t, partition, rels, params, each, values, limit, total)
 }
 
 // compose builds Compose's statement, or ComposeEach's when each is set.
-func (s *Statement) compose(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit int) (Composed, error) {
+func (s *Statement) compose(t Target, partition string, rels []Relation, params map[string]any, each string, values []string, limit, total int) (Composed, error) {
 	if t.Dialect != s.dialect {
 		return Composed{}, fmt.Errorf("remotesql: statement of dialect %s composed for %s", s.dialect, t.Dialect)
 	}
@@ -324,7 +325,7 @@ func (s *Statement) compose(t Target, partition string, rels []Relation, params 
 	}
 	b.WriteString("\n) AS \"_syncgo_query\" LIMIT " + ph(int64(limit)))
 	if each != "" {
-		b.WriteString(") AS \"_syncgo_query\"")
+		b.WriteString(") AS \"_syncgo_query\" LIMIT " + ph(int64(total)))
 	}
 	return Composed{SQL: b.String(), Args: args}, nil
 }

@@ -158,31 +158,31 @@ func TestComposeEach(t *testing.T) {
 	}
 	target := Target{Dialect: Postgres, Schema: "app"}
 	rels := []Relation{{Table: "tasks", Columns: []string{"id", "owner", "rank"}}}
-	c, err := st.ComposeEach(target, "p1", rels, map[string]any{"min": int64(3)}, "actor", []string{"a", "b"}, 11)
+	c, err := st.ComposeEach(target, "p1", rels, map[string]any{"min": int64(3)}, "actor", []string{"a", "b"}, 11, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `WITH "tasks" AS NOT MATERIALIZED (SELECT t."id", t."owner", t."rank" FROM "app"."tasks" AS t WHERE t."_sync_partition" = $1) ` +
 		`SELECT "_syncgo_each".v AS "_syncgo_each", "_syncgo_query".* FROM unnest($2::text[]) AS "_syncgo_each"(v) CROSS JOIN LATERAL (` +
 		`SELECT * FROM (SELECT id FROM tasks WHERE owner = "_syncgo_each".v AND rank > $3 OR owner = "_syncgo_each".v` +
-		"\n" + `) AS "_syncgo_query" LIMIT $4) AS "_syncgo_query"`
+		"\n" + `) AS "_syncgo_query" LIMIT $4) AS "_syncgo_query" LIMIT $5`
 	if c.SQL != want {
 		t.Fatalf("SQL\n%s\nwant\n%s", c.SQL, want)
 	}
-	if !reflect.DeepEqual(c.Args, []any{"p1", []string{"a", "b"}, int64(3), int64(11)}) {
+	if !reflect.DeepEqual(c.Args, []any{"p1", []string{"a", "b"}, int64(3), int64(11), int64(20)}) {
 		t.Fatalf("args %#v", c.Args)
 	}
-	if _, err := st.ComposeEach(target, "p1", rels, nil, "nope", []string{"a"}, 1); err == nil {
+	if _, err := st.ComposeEach(target, "p1", rels, nil, "nope", []string{"a"}, 1, 1); err == nil {
 		t.Fatal("ComposeEach over a parameter the statement lacks")
 	}
-	if _, err := st.ComposeEach(target, "p1", rels, nil, "actor", []string{"a"}, 1); err == nil {
+	if _, err := st.ComposeEach(target, "p1", rels, nil, "actor", []string{"a"}, 1, 1); err == nil {
 		t.Fatal("ComposeEach without a value for :min")
 	}
 	lite, err := Parse("SELECT id FROM tasks WHERE owner = :actor", SQLite, testSchema)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lite.ComposeEach(Target{Dialect: SQLite, Schema: "main"}, "p1", rels, nil, "actor", []string{"a"}, 1); err == nil {
+	if _, err := lite.ComposeEach(Target{Dialect: SQLite, Schema: "main"}, "p1", rels, nil, "actor", []string{"a"}, 1, 1); err == nil {
 		t.Fatal("ComposeEach on SQLite")
 	}
 }
