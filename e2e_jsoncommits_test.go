@@ -41,7 +41,11 @@ func postCommits(t *testing.T, e *rtEnv, actor, contentType, body string) (int, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	contentType, encoding, _ := strings.Cut(contentType, "\x00")
 	req.Header.Set("Content-Type", contentType)
+	if encoding != "" {
+		req.Header.Set("Content-Encoding", encoding)
+	}
 	if actor != "" {
 		req.Header.Set("Authorization", "Bearer "+actor)
 	}
@@ -177,7 +181,10 @@ func TestJSONCommits(t *testing.T) {
 			{"unknown op", "admin", ct, `{"clientId":"b","commits":[{"clientCommitId":"x","operations":[{"table":"tasks","op":"merge","rowId":"z"}]}]}`, 400, "sync.invalid_request"},
 			{"negative base", "admin", ct, `{"clientId":"b","commits":[{"clientCommitId":"x","operations":[{"table":"tasks","op":"delete","rowId":"z","baseVersion":-1}]}]}`, 400, "sync.invalid_request"},
 			{"reserved client", "admin", ct, `{"clientId":"[\"remote-command\",1]","commits":[` + valid + `]}`, 400, "sync.invalid_client_id"},
+			{"another actor's client", "bob", ct, `{"clientId":"backend","commits":[` + valid + `]}`, 400, "sync.invalid_client_id"},
+			{"too many operations", "admin", ct, `{"clientId":"b","commits":[` + strings.Repeat(valid+",", 500) + valid + `]}`, 400, "sync.too_many_operations"},
 			{"too large", "admin", ct, `{"clientId":"b","commits":[{"clientCommitId":"x","operations":[{"table":"tasks","op":"upsert","row":{"id":"z","notes":"` + strings.Repeat("n", 2<<20) + `"}}]}]}`, 413, "sync.invalid_request"},
+			{"gzip", "admin", ct + "\x00gzip", first, 415, "sync.invalid_request"},
 		} {
 			status, a := postCommits(t, e, c.actor, c.ct, c.body)
 			if status != c.status || a.Code != c.code {

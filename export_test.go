@@ -35,6 +35,9 @@ func (s *Server) GrantPassForTest(ctx context.Context, partition string, actors 
 	return out
 }
 
+// GrantPassHitsForTest counts the resolutions served from a pass.
+func (s *Server) GrantPassHitsForTest() int64 { return s.grants.passHits.Load() }
+
 // SetGrantPassRowsForTest bounds the rows of a pass's statement.
 func (s *Server) SetGrantPassRowsForTest(n int) { s.grants.passRows = n }
 

@@ -7,8 +7,11 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
+	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/internal/remotesql"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -66,6 +69,12 @@ type grantQueries struct {
 	tables map[string]bool
 	// passRows bounds the rows of a pass's statement (grantPassRows).
 	passRows int
+	// eachFailed marks the queries whose batched statement failed once:
+	// passes read them per actor from then on (a text actor compared
+	// with another type fails every time).
+	eachFailed []atomic.Bool
+	// passHits counts resolutions served from a pass.
+	passHits atomic.Int64
 }
 
 type compiledGrant struct {
@@ -105,6 +114,7 @@ func compileGrants(qs []GrantQuery, sc *schema.Compiled, st store.Store) (*grant
 		}
 		g.queries = append(g.queries, cg)
 	}
+	g.eachFailed = make([]atomic.Bool, len(g.queries))
 	return g, nil
 }
 
@@ -234,6 +244,8 @@ func (g *grantQueries) add(ctx context.Context, req ScopeRequest, allowed map[st
 func (g *grantQueries) run(ctx context.Context, q compiledGrant, qi int, req ScopeRequest) ([]string, error) {
 	if pass, _ := ctx.Value(grantPassKey{}).(*grantPass); pass != nil {
 		if r, ok := pass.read[grantPassEntry{req.Partition, req.ActorID, qi}]; ok {
+			pass.hits.Add(1)
+			engine.ReadAt(ctx, pass.started) // values read then, not now
 			if r.tooMany {
 				return nil, fmt.Errorf("grant query for %s: more than %d values", q.variable, q.max)
 			}
@@ -297,6 +309,9 @@ func grantValue(v any) (string, bool) {
 // plan.
 type grantPass struct {
 	read map[grantPassEntry]grantPassResult
+	// started is when the pass began reading.
+	started time.Time
+	hits    *atomic.Int64 // grantQueries.passHits
 }
 
 type grantPassKey struct{}
@@ -331,12 +346,15 @@ func (g *grantQueries) prepare(ctx context.Context, actors map[string][]string) 
 	if g.target.Dialect != remotesql.Postgres {
 		return ctx
 	}
-	pass := &grantPass{read: map[grantPassEntry]grantPassResult{}}
+	pass := &grantPass{read: map[grantPassEntry]grantPassResult{}, started: time.Now(), hits: &g.passHits}
 	for partition, ids := range actors {
 		ids = slices.Clone(ids)
 		slices.Sort(ids)
 		ids = slices.Compact(ids)
 		for qi, q := range g.queries {
+			if g.eachFailed[qi].Load() {
+				continue
+			}
 			for lo := 0; lo < len(ids); lo += grantPassChunk {
 				if ctx.Err() != nil {
 					return context.WithValue(ctx, grantPassKey{}, pass)
@@ -356,6 +374,9 @@ func (g *grantQueries) readPass(ctx context.Context, pass *grantPass, partition 
 		return
 	}
 	res, err := g.querier.RemoteQuery(ctx, partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args, NoCommitSeq: true})
+	if err != nil && ctx.Err() == nil {
+		g.eachFailed[qi].Store(true)
+	}
 	if err != nil || len(res.Columns) < 2 || len(res.Rows) >= g.passRows {
 		return // at the bound: the chunk's actors run their own queries
 	}

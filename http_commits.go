@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/schema"
@@ -88,6 +89,11 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 			Message: "content type must be " + JSONCommitsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
 		return
 	}
+	if enc := strings.TrimSpace(r.Header.Get("Content-Encoding")); enc != "" && !strings.EqualFold(enc, "identity") {
+		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
+			Message: "unsupported request content encoding", HTTPStatus: http.StatusUnsupportedMediaType})
+		return
+	}
 	auth, ok := s.admitCaller(w, r, route)
 	if !ok {
 		return
@@ -98,7 +104,7 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, badBody(err))
 		return
 	}
-	commits, clientID, perr := decodeJSONCommits(s.cfg.Schema, body)
+	commits, clientID, perr := decodeJSONCommits(s.cfg.Schema, body, s.eng.Limits().MaxOperationsPerRequest)
 	if perr != nil {
 		s.writeError(w, route, perr)
 		return
@@ -130,8 +136,9 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeJSONCommits reads a POST /commits body into PUSH_COMMIT frames of
-// the current schema version.
-func decodeJSONCommits(sc *schema.Compiled, body []byte) ([]*wire.PushCommit, string, *syncerr.Error) {
+// the current schema version; more than maxOps operations in all are
+// refused before any row is converted.
+func decodeJSONCommits(sc *schema.Compiled, body []byte, maxOps int) ([]*wire.PushCommit, string, *syncerr.Error) {
 	bad := func(format string, args ...any) *syncerr.Error {
 		return syncerr.New(syncerr.CodeInvalidRequest, fmt.Sprintf(format, args...))
 	}
@@ -149,6 +156,13 @@ func decodeJSONCommits(sc *schema.Compiled, body []byte) ([]*wire.PushCommit, st
 	}
 	if len(req.Commits) == 0 {
 		return nil, "", bad("commits is empty")
+	}
+	ops := 0
+	for _, c := range req.Commits {
+		ops += max(1, len(c.Operations))
+	}
+	if ops > maxOps {
+		return nil, "", syncerr.New(syncerr.CodeTooManyOperations, "the request carries more operations than the server accepts")
 	}
 	commits := make([]*wire.PushCommit, len(req.Commits))
 	for i, c := range req.Commits {
@@ -226,13 +240,16 @@ func (s *Server) pushJSONCommits(ctx context.Context, auth engine.Auth, clientID
 				continue
 			}
 		}
+		// One PUSH_RESULT per commit, in request order (§6.3). A failure
+		// once results were written is Serve's error above: the commits
+		// before it may stand, and a retry of the same body answers them
+		// cached.
 		out := &jsonCommitsResponse{Commits: make([]jsonCommitResult, 0, len(commits))}
 		for _, f := range m.Frames {
-			switch f := f.(type) {
-			case *wire.PushResult:
-				out.Commits = append(out.Commits, s.jsonCommitResult(commits, f))
-			case *wire.ErrorFrame:
-				return nil, &syncerr.Error{Code: f.Code, Message: f.Message}
+			if pr, ok := f.(*wire.PushResult); ok {
+				if i := len(out.Commits); i < len(commits) {
+					out.Commits = append(out.Commits, s.jsonCommitResult(commits[i], pr))
+				}
 			}
 		}
 		if len(out.Commits) != len(commits) {
@@ -243,20 +260,14 @@ func (s *Server) pushJSONCommits(ctx context.Context, auth engine.Auth, clientID
 	return nil, syncerr.New(syncerr.CodeInternalError, "the partition's log epoch changed twice while the commits were written; retry")
 }
 
-// jsonCommitResult renders a PUSH_RESULT; a conflict's server row is
-// decoded with the table of the operation it answers.
-func (s *Server) jsonCommitResult(commits []*wire.PushCommit, f *wire.PushResult) jsonCommitResult {
+// jsonCommitResult renders the PUSH_RESULT of commit c; a conflict's
+// server row is decoded with the table of the operation it answers.
+func (s *Server) jsonCommitResult(c *wire.PushCommit, f *wire.PushResult) jsonCommitResult {
 	out := jsonCommitResult{ClientCommitID: f.ClientCommitID, Status: f.Status.String()}
 	if f.Status != wire.PushRejected {
 		out.CommitSeq = f.CommitSeq
 	}
-	var ops []wire.Operation
-	for _, c := range commits {
-		if c.ClientCommitID == f.ClientCommitID {
-			ops = c.Operations
-			break
-		}
-	}
+	ops := c.Operations
 	for _, r := range f.Results {
 		jr := jsonOpResult{OpIndex: r.OpIndex, Status: r.Status.String(), Code: r.Code, Message: r.Message,
 			ServerVersion: r.ServerVersion, Retryable: r.Retryable}

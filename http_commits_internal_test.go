@@ -25,9 +25,9 @@ func FuzzJSONCommits(f *testing.F) {
 	f.Add([]byte(`{"clientId":"c","commits":[{"clientCommitId":"1","operations":[{"table":"items","op":"delete","rowId":"b","row":{}}]}]} []`))
 	f.Add([]byte(`{"clientId":"c","commits":null}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		commits, clientID, perr := decodeJSONCommits(sc, body)
+		commits, clientID, perr := decodeJSONCommits(sc, body, 500)
 		if perr != nil {
-			if perr.Code != "sync.invalid_request" || perr.Status() != 400 {
+			if (perr.Code != "sync.invalid_request" && perr.Code != "sync.too_many_operations") || perr.Status() != 400 {
 				t.Fatalf("refusal %s (%d)", perr.Code, perr.Status())
 			}
 			return

@@ -449,9 +449,6 @@ func (h *heldWriter) end() error {
 	return err
 }
 
-// stallBody re-arms the connection's read deadline before each read of a
-// request body: a slow client may take as long as it needs while bytes
-// keep arriving, one that stalls for the stall timeout is cut off.
 // readBody reads a whole request body of at most max bytes (more is
 // errBodyTooLarge), cut off after StallTimeout without progress; the read
 // deadline is cleared after.
@@ -463,6 +460,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, max int64) ([]
 	return b, err
 }
 
+// stallBody re-arms the connection's read deadline before each read of a
+// request body: a slow client may take as long as it needs while bytes
+// keep arriving, one that stalls for the stall timeout is cut off.
 type stallBody struct {
 	r     io.ReadCloser
 	rc    *http.ResponseController

@@ -140,6 +140,9 @@ func TestDeployManifests(t *testing.T) {
 		if grace := time.Duration(get(pod, "terminationGracePeriodSeconds").(int)) * time.Second; grace < delay+10*time.Second {
 			t.Errorf("terminationGracePeriodSeconds %v leaves too little after shutdown_delay %v", grace, delay)
 		}
+		if get(c, "securityContext", "readOnlyRootFilesystem") == true && !hasMount(c, "/tmp") {
+			t.Error("a read-only root file system without a writable /tmp: SQLite-image bootstraps need one")
+		}
 		labels := get(dep, "spec", "template", "metadata", "labels").(map[string]any)
 		for k, v := range get(svc, "spec", "selector").(map[string]any) {
 			if labels[k] != v {

@@ -294,3 +294,24 @@ func (e *Engine) touchPartitionFor(ctx context.Context, partition, clientID stri
 	e.mu.Unlock()
 	return p, nil, nil
 }
+
+// ResolveClock lets a scope resolver report that what it returned was
+// read before the call began (a pass's read-ahead): At is then when it
+// was read, and the resolution counts as begun then (a resolution applied
+// meanwhile is not replaced by older values).
+type ResolveClock struct{ At time.Time }
+
+type resolveClockKey struct{}
+
+// WithResolveClock returns ctx carrying c for the resolver.
+func WithResolveClock(ctx context.Context, c *ResolveClock) context.Context {
+	return context.WithValue(ctx, resolveClockKey{}, c)
+}
+
+// ReadAt reports, to the ResolveClock ctx carries (if any), that the
+// resolver returns values read at t.
+func ReadAt(ctx context.Context, t time.Time) {
+	if c, _ := ctx.Value(resolveClockKey{}).(*ResolveClock); c != nil && (c.At.IsZero() || t.Before(c.At)) {
+		c.At = t
+	}
+}

@@ -67,14 +67,13 @@ func (h *Hub) Reresolve(ctx context.Context, partition, actorID string) int {
 	if actorID != "" {
 		sessions = slices.DeleteFunc(sessions, func(s *session) bool { return s.auth.ActorID != actorID })
 	}
-	started := time.Now()
 	ctx = h.prepareResolve(ctx, sessions)
 	n := 0
 	for _, s := range sessions {
 		if ctx.Err() != nil {
 			break
 		}
-		h.reresolveSession(ctx, s, started)
+		h.reresolveSession(ctx, s)
 		n++
 	}
 	return n
@@ -94,13 +93,19 @@ func (h *Hub) prepareResolve(ctx context.Context, sessions []*session) context.C
 	return h.cfg.PrepareResolve(ctx, actors)
 }
 
-// reresolveSession runs the resolver for one session and narrows it; the
-// resolution began at started (a pass's start, when it read ahead).
-func (h *Hub) reresolveSession(ctx context.Context, s *session, started time.Time) {
+// reresolveSession runs the resolver for one session and narrows it. The
+// resolution counts as begun when the resolver started, or when what it
+// returned was read, if earlier (a pass's read-ahead, engine.ReadAt).
+func (h *Hub) reresolveSession(ctx context.Context, s *session) {
 	if s.conn.isClosing() {
 		return
 	}
-	allowed, err := h.cfg.Engine.ResolveAllowed(ctx, s.auth, s.clientID)
+	clock := &engine.ResolveClock{}
+	started := time.Now()
+	allowed, err := h.cfg.Engine.ResolveAllowed(engine.WithResolveClock(ctx, clock), s.auth, s.clientID)
+	if !clock.At.IsZero() && clock.At.Before(started) {
+		started = clock.At
+	}
 	if err != nil && h.isClosed() {
 		return // stopping: the sockets close anyway
 	}
@@ -125,12 +130,11 @@ func (h *Hub) reresolveAll(sessions []*session) {
 		case <-ctx.Done():
 		}
 	}()
-	started := time.Now()
 	pctx := h.prepareResolve(ctx, sessions)
 	inChunks(len(sessions), min(reresolveWorkers, len(sessions)), 8, func() func(lo, hi int) {
 		return func(lo, hi int) {
 			for _, s := range sessions[lo:hi] {
-				h.reresolveSession(pctx, s, started)
+				h.reresolveSession(pctx, s)
 			}
 		}
 	})
