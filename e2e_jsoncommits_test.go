@@ -1,6 +1,8 @@
 package syncgo_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -28,6 +31,7 @@ type jsonCommitsAnswer struct {
 			ServerVersion   int64           `json:"serverVersion"`
 			ServerRow       json.RawMessage `json:"serverRow"`
 			ConflictColumns []string        `json:"conflictColumns"`
+			Details         json.RawMessage `json:"details"`
 		} `json:"results"`
 	} `json:"commits"`
 	Code string `json:"code"`
@@ -93,7 +97,16 @@ func taskJSON(t *testing.T, e *rtEnv, id string) string {
 
 func TestJSONCommits(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		e := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) { c.MaxRequestBytes = 1 << 20 })
+		e := newGrantQueryEnv(t, d.open(t), func(c *syncgo.Config) {
+			c.MaxRequestBytes = 1 << 20
+			c.Validators = map[string]validate.Validator{"tasks": func(_ context.Context, w *validate.Write) error {
+				if w.Row != nil && w.Row["title"] == "refused" {
+					return validate.Reject("app.refused", "that title is refused",
+						&validate.Details{FieldPaths: []string{"title"}, Reason: "refused_title", RequiredAction: "edit_fields"})
+				}
+				return nil
+			}}
+		})
 		const ct = "application/json"
 		first := `{"clientId":"backend","commits":[{"clientCommitId":"c1","operations":[
 			{"table":"tasks","op":"upsert","row":{"id":"t1","project_id":"p1","title":"Pay the ✓ bill","done":false,"rank":7,"notes":null}},
@@ -142,6 +155,19 @@ func TestJSONCommits(t *testing.T) {
 			t.Fatalf("t2 after its delete: %s", got)
 		}
 
+		// A validator's rejection carries its details (§6.3.1).
+		status, a = postCommits(t, e, "admin", ct, `{"clientId":"backend","commits":[{"clientCommitId":"v1","operations":[
+			{"table":"tasks","op":"upsert","row":{"id":"t1","title":"refused"}}]}]}`)
+		if status != http.StatusOK || a.Commits[0].Status != "rejected" || a.Commits[0].Results[0].Code != "app.refused" ||
+			!strings.Contains(string(a.Commits[0].Results[0].Details), `"reason":"refused_title"`) {
+			t.Fatalf("a validator's rejection: %d %+v", status, a)
+		}
+
+		// A gzip body (the first commit again: cached).
+		if status, a := postCommits(t, e, "admin", ct+"\x00gzip", gzipped(t, first)); status != http.StatusOK || a.Commits[0].Status != "cached" {
+			t.Fatalf("gzip body: %d %+v", status, a)
+		}
+
 		// Writes are authorized by the caller's scopes: bob is no member of p1.
 		if status, a := postCommits(t, e, "bob", ct, `{"clientId":"bob-backend","commits":[{"clientCommitId":"b1","operations":[
 			{"table":"tasks","op":"upsert","row":{"id":"b1","project_id":"p1","title":"t","done":false,"rank":null,"notes":null}}]}]}`); status != http.StatusOK ||
@@ -184,7 +210,9 @@ func TestJSONCommits(t *testing.T) {
 			{"another actor's client", "bob", ct, `{"clientId":"backend","commits":[` + valid + `]}`, 400, "sync.invalid_client_id"},
 			{"too many operations", "admin", ct, `{"clientId":"b","commits":[` + strings.Repeat(valid+",", 500) + valid + `]}`, 400, "sync.too_many_operations"},
 			{"too large", "admin", ct, `{"clientId":"b","commits":[{"clientCommitId":"x","operations":[{"table":"tasks","op":"upsert","row":{"id":"z","notes":"` + strings.Repeat("n", 2<<20) + `"}}]}]}`, 413, "sync.invalid_request"},
-			{"gzip", "admin", ct + "\x00gzip", first, 415, "sync.invalid_request"},
+			{"brotli", "admin", ct + "\x00br", first, 415, "sync.invalid_request"},
+			{"not gzip", "admin", ct + "\x00gzip", first, 400, "sync.invalid_request"},
+			{"gzip bomb", "admin", ct + "\x00gzip", gzipped(t, `{"clientId":"b","commits":[{"clientCommitId":"x","operations":[{"table":"tasks","op":"upsert","row":{"id":"z","notes":"`+strings.Repeat("n", 2<<20)+`"}}]}]}`), 413, "sync.invalid_request"},
 		} {
 			status, a := postCommits(t, e, c.actor, c.ct, c.body)
 			if status != c.status || a.Code != c.code {
@@ -198,4 +226,17 @@ func TestJSONCommits(t *testing.T) {
 			t.Fatalf("a refused request wrote z: %s", got)
 		}
 	})
+}
+
+func gzipped(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	if _, err := zw.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
 }

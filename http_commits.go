@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/syncerr"
@@ -79,6 +80,8 @@ type jsonOpResult struct {
 	ServerRow       json.RawMessage `json:"serverRow,omitempty"`
 	ConflictColumns []string        `json:"conflictColumns,omitempty"`
 	Retryable       bool            `json:"retryable,omitempty"`
+	// Details are the rejection's recovery metadata (§6.3.1), if any.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
@@ -89,7 +92,12 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 			Message: "content type must be " + JSONCommitsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
 		return
 	}
-	if enc := strings.TrimSpace(r.Header.Get("Content-Encoding")); enc != "" && !strings.EqualFold(enc, "identity") {
+	gzipped := false
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		gzipped = true
+	default:
 		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
 			Message: "unsupported request content encoding", HTTPStatus: http.StatusUnsupportedMediaType})
 		return
@@ -99,6 +107,9 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := s.readBody(w, r, s.cfg.MaxRequestBytes)
+	if err == nil && gzipped {
+		body, err = gunzip(body, s.cfg.MaxRequestBytes)
+	}
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		s.writeError(w, route, badBody(err))
@@ -246,9 +257,15 @@ func (s *Server) pushJSONCommits(ctx context.Context, auth engine.Auth, clientID
 		// cached.
 		out := &jsonCommitsResponse{Commits: make([]jsonCommitResult, 0, len(commits))}
 		for _, f := range m.Frames {
-			if pr, ok := f.(*wire.PushResult); ok {
+			switch f := f.(type) {
+			case *wire.PushResult:
 				if i := len(out.Commits); i < len(commits) {
-					out.Commits = append(out.Commits, s.jsonCommitResult(commits[i], pr))
+					out.Commits = append(out.Commits, s.jsonCommitResult(commits[i], f))
+				}
+			case *wire.PushResultDetails:
+				// The details of the result just read (§6.3.1).
+				if n := len(out.Commits); n > 0 && out.Commits[n-1].ClientCommitID == f.ClientCommitID {
+					addDetails(&out.Commits[n-1], f.Entries)
 				}
 			}
 		}
@@ -290,6 +307,29 @@ func (s *Server) jsonCommitResult(c *wire.PushCommit, f *wire.PushResult) jsonCo
 		out.Results = append(out.Results, jr)
 	}
 	return out
+}
+
+// gunzip decompresses a gzip body of at most max bytes decompressed (more
+// is errBodyTooLarge).
+func gunzip(b []byte, max int64) ([]byte, error) {
+	gz, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	defer gz.Close()
+	return io.ReadAll(&limitedReader{r: gz, n: max})
+}
+
+// addDetails attaches the rejection details of a PUSH_RESULT_DETAILS to
+// the operation results they belong to.
+func addDetails(r *jsonCommitResult, entries []wire.DetailEntry) {
+	for _, e := range entries {
+		for i := range r.Results {
+			if r.Results[i].OpIndex == e.OpIndex && json.Valid([]byte(e.DetailsJSON)) {
+				r.Results[i].Details = json.RawMessage(e.DetailsJSON)
+			}
+		}
+	}
 }
 
 // bufferResponder keeps a response the engine encodes in memory.
