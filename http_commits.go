@@ -7,11 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
-	"strings"
 
-	"github.com/klauspost/compress/gzip"
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/syncerr"
@@ -86,20 +83,7 @@ type jsonOpResult struct {
 
 func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 	const route = "commits"
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != JSONCommitsContentType {
-		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
-			Message: "content type must be " + JSONCommitsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
-		return
-	}
-	gzipped := false
-	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
-	case "gzip":
-		gzipped = true
-	default:
-		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
-			Message: "unsupported request content encoding", HTTPStatus: http.StatusUnsupportedMediaType})
+	if !s.mediaTypeIs(w, r, route, JSONCommitsContentType, syncerr.CodeInvalidRequest) {
 		return
 	}
 	auth, ok := s.admitCaller(w, r, route)
@@ -107,9 +91,6 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body, err := s.readBody(w, r, s.cfg.MaxRequestBytes)
-	if err == nil && gzipped {
-		body, err = gunzip(body, s.cfg.MaxRequestBytes)
-	}
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		s.writeError(w, route, badBody(err))
@@ -307,17 +288,6 @@ func (s *Server) jsonCommitResult(c *wire.PushCommit, f *wire.PushResult) jsonCo
 		out.Results = append(out.Results, jr)
 	}
 	return out
-}
-
-// gunzip decompresses a gzip body of at most max bytes decompressed (more
-// is errBodyTooLarge).
-func gunzip(b []byte, max int64) ([]byte, error) {
-	gz, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	defer gz.Close()
-	return io.ReadAll(&limitedReader{r: gz, n: max})
 }
 
 // addDetails attaches the rejection details of a PUSH_RESULT_DETAILS to

@@ -2,7 +2,6 @@ package syncgo
 
 import (
 	"errors"
-	"mime"
 	"net/http"
 
 	"github.com/syncgo/syncgo/internal/remotewire"
@@ -20,10 +19,7 @@ const OperationsContentType = remotewire.ContentType
 // with a §7 code (HTTP 200, except 413 for an oversized body).
 func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 	const route = "operations"
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != OperationsContentType {
-		s.writeError(w, route, &syncerr.Error{Code: codeOpInvalidRequest,
-			Message: "content type must be " + OperationsContentType, HTTPStatus: http.StatusUnsupportedMediaType})
+	if !s.mediaTypeIs(w, r, route, OperationsContentType, codeOpInvalidRequest) {
 		return
 	}
 	auth, aerr := s.authenticate(r)

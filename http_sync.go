@@ -52,10 +52,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 
 func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	const route = "sync"
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != ProtocolContentType {
-		s.writeError(w, route, &syncerr.Error{Code: syncerr.CodeInvalidRequest,
-			Message: "content type must be " + ProtocolContentType, HTTPStatus: http.StatusUnsupportedMediaType})
+	if !s.mediaTypeIs(w, r, route, ProtocolContentType, syncerr.CodeInvalidRequest) {
 		return
 	}
 	auth, ok := s.admitCaller(w, r, route)
@@ -94,7 +91,7 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	enc, identityRefused := negotiateAll(r)
 	resp := &httpResponder{s: s, w: w, rc: rc, encoding: enc, release: release, compressSmall: identityRefused}
-	err = s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
+	err := s.eng.Serve(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, req, resp)
 	if resp.started {
 		if cerr := resp.finish(); cerr != nil && err == nil {
 			err = cerr
@@ -133,21 +130,13 @@ func (s *Server) admitCaller(w http.ResponseWriter, r *http.Request, route strin
 // accepted (§1.3), and the decompressed size is capped, so a compression
 // bomb costs at most MaxRequestBytes.
 func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
-	var body io.Reader = http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes)
-	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
-	case "", "identity":
-	case "gzip":
-		gz, err := gzip.NewReader(body)
-		if err != nil {
-			return nil, badBody(err)
-		}
-		defer gz.Close()
-		body = gz
-	default:
-		return nil, &syncerr.Error{Code: syncerr.CodeInvalidRequest, Message: "unsupported request content encoding",
-			HTTPStatus: http.StatusUnsupportedMediaType}
+	body, gz, perr := decodedBody(r, http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes), s.cfg.MaxRequestBytes)
+	if perr != nil {
+		return nil, perr
 	}
-	body = &limitedReader{r: body, n: s.cfg.MaxRequestBytes}
+	if gz != nil {
+		defer gz.Close()
+	}
 	opts := wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes}
 	if n := r.ContentLength; body != nil && n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
 		// A small body (a push+pull round's) is read whole and decoded
@@ -179,10 +168,33 @@ func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
 	return req, nil
 }
 
+// decodedBody is a request body decoded from its Content-Encoding (gzip
+// is accepted, §1.3; another coding is a 415) and capped at max bytes
+// decompressed (more is errBodyTooLarge), so that a compression bomb
+// costs at most max. gz, when not nil, is the decompressor to close.
+func decodedBody(r *http.Request, body io.Reader, max int64) (_ io.Reader, gz io.Closer, _ *syncerr.Error) {
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(body)
+		if err != nil {
+			return nil, nil, badBody(err)
+		}
+		return &limitedReader{r: zr, n: max}, zr, nil
+	default:
+		return nil, nil, &syncerr.Error{Code: syncerr.CodeInvalidRequest, Message: "unsupported request content encoding",
+			HTTPStatus: http.StatusUnsupportedMediaType}
+	}
+	return &limitedReader{r: body, n: max}, nil, nil
+}
+
 // smallRequest is the largest announced body read whole before decoding.
 const smallRequest = 16 << 10
 
 func badBody(err error) *syncerr.Error {
+	if pe := syncerr.As(err); pe != nil {
+		return pe // already a protocol error (an unsupported coding)
+	}
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.Is(err, errBodyTooLarge), errors.As(err, &mbe), errors.Is(err, wire.ErrFrameTooLarge):
@@ -449,15 +461,30 @@ func (h *heldWriter) end() error {
 	return err
 }
 
-// readBody reads a whole request body of at most max bytes (more is
-// errBodyTooLarge), cut off after StallTimeout without progress; the read
-// deadline is cleared after.
+// readBody reads a whole request body of at most max bytes decompressed
+// (decodedBody; more is errBodyTooLarge), cut off after StallTimeout
+// without progress; the read deadline is cleared after.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
 	rc := http.NewResponseController(w)
-	body := &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}
-	b, err := io.ReadAll(&limitedReader{r: http.MaxBytesReader(nil, body, max+1), n: max})
-	_ = rc.SetReadDeadline(time.Time{})
-	return b, err
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	body, gz, perr := decodedBody(r, http.MaxBytesReader(nil, &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}, max+1), max)
+	if perr != nil {
+		return nil, perr
+	}
+	if gz != nil {
+		defer gz.Close()
+	}
+	return io.ReadAll(body)
+}
+
+// mediaTypeIs reports whether a request's Content-Type is want; if not,
+// it answers 415 with code.
+func (s *Server) mediaTypeIs(w http.ResponseWriter, r *http.Request, route, want, code string) bool {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err == nil && mt == want {
+		return true
+	}
+	s.writeError(w, route, &syncerr.Error{Code: code, Message: "content type must be " + want, HTTPStatus: http.StatusUnsupportedMediaType})
+	return false
 }
 
 // stallBody re-arms the connection's read deadline before each read of a
