@@ -2,7 +2,6 @@ package syncgo
 
 import (
 	"context"
-	"fmt"
 )
 
 // GrantResult is one actor's values of one grant query, or the error of
@@ -27,8 +26,8 @@ func (s *Server) GrantPassForTest(ctx context.Context, partition string, actors 
 			out[k.actor] = map[int]GrantResult{}
 		}
 		res := GrantResult{Values: r.values}
-		if r.tooMany {
-			res = GrantResult{Err: fmt.Sprintf("grant query for %s: more than %d values", s.grants.queries[k.query].variable, s.grants.queries[k.query].max)}
+		if r.err != nil {
+			res = GrantResult{Err: r.err.Error()}
 		}
 		out[k.actor][k.query] = res
 	}

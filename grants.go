@@ -246,10 +246,7 @@ func (g *grantQueries) run(ctx context.Context, q compiledGrant, qi int, req Sco
 		if r, ok := pass.read[grantPassEntry{req.Partition, req.ActorID, qi}]; ok {
 			pass.hits.Add(1)
 			engine.ReadAt(ctx, pass.started) // values read then, not now
-			if r.tooMany {
-				return nil, fmt.Errorf("grant query for %s: more than %d values", q.variable, q.max)
-			}
-			return r.values, nil
+			return r.values, r.err
 		}
 	}
 	composed, err := q.stmt.Compose(g.target, req.Partition, q.rels, map[string]any{grantParam: req.ActorID}, q.max+1)
@@ -260,15 +257,21 @@ func (g *grantQueries) run(ctx context.Context, q compiledGrant, qi int, req Sco
 	if err != nil {
 		return nil, fmt.Errorf("grant query for %s: %w", q.variable, err)
 	}
-	if len(res.Rows) > q.max {
+	return q.values(res.Rows, 0)
+}
+
+// values reads the values the query grants from column col of its result
+// rows: more than MaxValues rows fail.
+func (q compiledGrant) values(rows [][]any, col int) ([]string, error) {
+	if len(rows) > q.max {
 		return nil, fmt.Errorf("grant query for %s: more than %d values", q.variable, q.max)
 	}
-	values := make([]string, 0, len(res.Rows))
-	for _, row := range res.Rows {
-		if len(row) == 0 {
+	values := make([]string, 0, len(rows))
+	for _, row := range rows {
+		if len(row) <= col {
 			return nil, fmt.Errorf("grant query for %s: the result has no column", q.variable)
 		}
-		if v, ok := grantValue(row[0]); ok {
+		if v, ok := grantValue(row[col]); ok {
 			values = append(values, v)
 		}
 	}
@@ -322,9 +325,8 @@ type grantPassEntry struct {
 }
 
 type grantPassResult struct {
-	values  []string
-	rows    int
-	tooMany bool
+	values []string
+	err    error
 }
 
 // grantPassChunk is the most actors one statement of a pass reads for,
@@ -380,28 +382,20 @@ func (g *grantQueries) readPass(ctx context.Context, pass *grantPass, partition 
 	if err != nil || len(res.Columns) < 2 || len(res.Rows) >= g.passRows {
 		return // at the bound: the chunk's actors run their own queries
 	}
-	got := make(map[string]*grantPassResult, len(ids))
+	byActor := make(map[string][][]any, len(ids))
 	for _, id := range ids {
-		got[id] = &grantPassResult{values: []string{}}
+		byActor[id] = nil
 	}
 	for _, row := range res.Rows {
 		id, _ := row[0].(string)
-		r := got[id]
-		if r == nil {
+		rows, ok := byActor[id]
+		if !ok {
 			return // not an actor asked for: trust nothing of this statement
 		}
-		if r.rows++; r.rows > q.max {
-			r.tooMany = true
-			continue
-		}
-		if v, ok := grantValue(row[1]); ok {
-			r.values = append(r.values, v)
-		}
+		byActor[id] = append(rows, row)
 	}
-	for id, r := range got {
-		if r.tooMany {
-			r.values = nil
-		}
-		pass.read[grantPassEntry{partition, id, qi}] = *r
+	for id, rows := range byActor {
+		values, err := q.values(rows, 1)
+		pass.read[grantPassEntry{partition, id, qi}] = grantPassResult{values: values, err: err}
 	}
 }
