@@ -20,12 +20,9 @@ import (
 // writes that must wait (a reader goroutine's, a flusher's) wait for the
 // poller's notice (ready), a deadline or Close.
 type fdConn struct {
-	fd     int
-	orig   net.Conn // the accepted connection: its Close releases what the listener holds
-	laddr  net.Addr
-	raddr  net.Addr
-	raw    fdRaw
-	closed chan struct{}
+	fd   int
+	orig net.Conn // the accepted connection: its Close releases what the listener holds; its addresses are the socket's
+	raw  fdRaw
 
 	// use guards the descriptor: system calls hold it shared, Close
 	// exclusively, so none reaches a closed (or reused) number.
@@ -74,7 +71,7 @@ func adopt(nc net.Conn) *fdConn {
 	}); cerr != nil || err != nil {
 		return nil
 	}
-	c := &fdConn{fd: fd, orig: nc, laddr: nc.LocalAddr(), raddr: nc.RemoteAddr(), closed: make(chan struct{})}
+	c := &fdConn{fd: fd, orig: nc}
 	c.raw.c = c
 	_ = tc.Close() // the socket stays open through fd
 	return c
@@ -175,16 +172,13 @@ func (c *fdConn) deadline(write bool) time.Time {
 	return c.rdl
 }
 
-// wait blocks until ch is notified, the deadline passes or the
-// connection closes.
+// wait blocks until ch is notified or the deadline passes. Close
+// notifies every waiter: its next system call finds the connection closed
+// (do), so no channel per connection is kept for closing.
 func (c *fdConn) wait(ch chan struct{}, dl time.Time) error {
 	if dl.IsZero() {
-		select {
-		case <-ch:
-			return nil
-		case <-c.closed:
-			return net.ErrClosed
-		}
+		<-ch
+		return nil
 	}
 	d := time.Until(dl)
 	if d <= 0 {
@@ -195,8 +189,6 @@ func (c *fdConn) wait(ch chan struct{}, dl time.Time) error {
 	select {
 	case <-ch:
 		return nil
-	case <-c.closed:
-		return net.ErrClosed
 	case <-t.C:
 		return os.ErrDeadlineExceeded
 	}
@@ -220,6 +212,7 @@ func (c *fdConn) io(write bool, call func(fd int) (int, error)) (int, error) {
 				}
 			}
 		}) {
+			signal(ch) // Close wakes one waiter a channel: the next finds it closed too
 			return 0, net.ErrClosed
 		}
 		if err != syscall.EAGAIN {
@@ -330,9 +323,13 @@ func (c *fdConn) Close() error {
 		return net.ErrClosed
 	}
 	c.dead = true
-	close(c.closed)
 	err := syscall.Close(c.fd)
 	c.use.Unlock()
+	c.mu.Lock()
+	r, w := c.rready, c.wready
+	c.mu.Unlock()
+	signal(r) // a waiter tries again and finds the connection closed
+	signal(w)
 	_ = c.orig.Close()
 	if err != nil {
 		return os.NewSyscallError("close", err)
@@ -349,8 +346,8 @@ func (c *fdConn) CloseWrite() error {
 	return err
 }
 
-func (c *fdConn) LocalAddr() net.Addr  { return c.laddr }
-func (c *fdConn) RemoteAddr() net.Addr { return c.raddr }
+func (c *fdConn) LocalAddr() net.Addr  { return c.orig.LocalAddr() }
+func (c *fdConn) RemoteAddr() net.Addr { return c.orig.RemoteAddr() }
 
 func (c *fdConn) SetDeadline(t time.Time) error {
 	c.setDeadline(t, true, true)

@@ -211,6 +211,45 @@ func TestAdoptedSocket(t *testing.T) {
 	}
 }
 
+// TestAdoptedCloseWakesEveryWaiter: Close ends reads and a write that
+// wait, two reads on one connection included (Close signals each waiter
+// channel once; the woken waiter passes it on), and the connection keeps
+// its addresses.
+func TestAdoptedCloseWakesEveryWaiter(t *testing.T) {
+	fc, _, _, client := adoptedPair(t)
+	if fc.LocalAddr().String() != client.RemoteAddr().String() || fc.RemoteAddr().String() != client.LocalAddr().String() {
+		t.Fatalf("addresses %v -> %v, want %v -> %v", fc.LocalAddr(), fc.RemoteAddr(), client.RemoteAddr(), client.LocalAddr())
+	}
+	errs := make(chan error, 3)
+	for range 2 {
+		go func() {
+			_, err := fc.Read(make([]byte, 16))
+			errs <- err
+		}()
+	}
+	go func() { // more than the buffers hold: nothing reads
+		_, err := fc.Write(make([]byte, 64<<20))
+		errs <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := fc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("a waiter after Close: %v, want net.ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not wake every waiting read and write")
+		}
+	}
+	if fc.LocalAddr() == nil || fc.RemoteAddr().String() != client.LocalAddr().String() {
+		t.Fatalf("addresses after Close: %v -> %v", fc.LocalAddr(), fc.RemoteAddr())
+	}
+}
+
 // TestAdoptedSocketEOF: the peer's close is the end of the stream for a
 // read that waits, and CloseWrite half-closes the adopted socket.
 func TestAdoptedSocketEOF(t *testing.T) {
