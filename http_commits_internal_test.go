@@ -5,7 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/internal/schematest"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -13,13 +13,7 @@ import (
 // accepts holds commits whose upserts are sparse rows of their table's
 // codec, named by their primary key, and whose deletes name a row.
 func FuzzJSONCommits(f *testing.F) {
-	sc, err := schema.New(1).
-		Table("items", "id", schema.String("id"), schema.String("project_id"), schema.Integer("n").Null(),
-			schema.Float("f").Null(), schema.Boolean("ok").Null(), schema.JSON("meta").Null(), schema.Bytes("raw").Null()).
-		Scope("project:{project_id}").Compile()
-	if err != nil {
-		f.Fatal(err)
-	}
+	sc := schematest.Items(f)
 	f.Add([]byte(`{"clientId":"c","commits":[{"clientCommitId":"1","operations":[{"table":"items","op":"upsert","row":{"id":"a","project_id":"p","n":3,"meta":{"k":[1]},"raw":"AQI="},"baseVersion":2},{"table":"items","op":"delete","rowId":"b"}]}]}`))
 	f.Add([]byte(`{"clientId":"c","commits":[{"clientCommitId":"1","operations":[{"table":"items","op":"upsert","rowId":"x","row":{"id":"a"}}]}]}`))
 	f.Add([]byte(`{"clientId":"c","commits":[{"clientCommitId":"1","operations":[{"table":"items","op":"delete","rowId":"b","row":{}}]}]} []`))

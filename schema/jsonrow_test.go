@@ -3,20 +3,14 @@ package schema_test
 import (
 	"testing"
 
-	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/internal/schematest"
 )
 
 // FuzzJSONRow: any line, never a panic; a line JSONValues accepts is a
 // row the table's codec encodes (every value of its column's type), and
 // AppendJSON writes it back as a line that imports to the same row.
 func FuzzJSONRow(f *testing.F) {
-	sc, err := schema.New(1).
-		Table("items", "id", schema.String("id"), schema.String("project_id"), schema.Integer("n").Null(),
-			schema.Float("f").Null(), schema.Boolean("ok").Null(), schema.JSON("meta").Null(), schema.Bytes("raw").Null()).
-		Scope("project:{project_id}").Compile()
-	if err != nil {
-		f.Fatal(err)
-	}
+	sc := schematest.Items(f)
 	tbl, _ := sc.Table("items")
 	f.Add([]byte(`{"id":"a","project_id":"p","n":9007199254740993,"f":1.5,"ok":true,"meta":{"x":[1,"y"]},"raw":"AQI="}`))
 	f.Add([]byte(`{"id":"a","n":1.5}`))
