@@ -212,7 +212,7 @@ func (c *fdConn) io(write bool, call func(fd int) (int, error)) (int, error) {
 				}
 			}
 		}) {
-			signal(ch) // Close wakes one waiter a channel: the next finds it closed too
+			signal(ch) // Close wakes one waiter per channel: pass it on to the next
 			return 0, net.ErrClosed
 		}
 		if err != syscall.EAGAIN {
