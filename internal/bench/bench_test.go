@@ -150,6 +150,13 @@ func TestWorkloads(t *testing.T) {
 					t.Errorf("deliveries %v, want %d", n, cfg.Sockets*cfg.Commits)
 				}
 			}
+			if tt.cfg.Workload == "memory" && runtime.GOOS == "linux" {
+				for _, name := range []string{"KiB per socket, anonymous memory", "KiB per socket, file pages"} {
+					if _, ok := res.Figure(name); !ok {
+						t.Errorf("no figure %q", name)
+					}
+				}
+			}
 			if tt.cfg.PID > 0 {
 				n := 0
 				for _, f := range res.Figures {
@@ -325,5 +332,20 @@ func TestRowGenValueBytes(t *testing.T) {
 	}
 	if padCols == 0 {
 		t.Fatalf("table %s has no string column to pad", padded.table.Name())
+	}
+}
+
+// TestReadRSSParts: the resident memory's parts add up to no more than
+// its total, and a Go process has both anonymous and file pages.
+func TestReadRSSParts(t *testing.T) {
+	m, err := readRSSParts(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.anon <= 0 || m.file <= 0 || m.anon+m.file > m.total {
+		t.Fatalf("rss %+v: want anonymous and file parts within the total", m)
+	}
+	if _, err := readRSSParts(-1); err == nil {
+		t.Fatal("no error for a process that does not exist")
 	}
 }
