@@ -138,7 +138,7 @@ func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
 		defer gz.Close()
 	}
 	opts := wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes}
-	if n := r.ContentLength; body != nil && n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
+	if n := r.ContentLength; n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
 		// A small body (a push+pull round's) is read whole and decoded
 		// in place: no 32 KiB read buffer per request.
 		b := make([]byte, 0, n+1)
