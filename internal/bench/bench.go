@@ -99,6 +99,11 @@ type Config struct {
 	// it.
 	Status io.Writer
 	Quiet  bool
+
+	// settle is how long memory and reconnect let the server finish
+	// serving before they read its resident memory. Default 2 s; tests
+	// shorten it.
+	settle time.Duration
 }
 
 // Workloads maps each workload's name to its function.
@@ -129,6 +134,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
+	}
+	if c.settle <= 0 {
+		c.settle = 2 * time.Second
 	}
 	if c.Duration <= 0 {
 		c.Duration = 10 * time.Second

@@ -111,7 +111,6 @@ func newTestServerOf(t testing.TB, wrap func(*syncgo.Server, http.Handler) http.
 // TestWorkloads runs every workload with tiny parameters and checks that
 // it finishes without errors and reports its main figure.
 func TestWorkloads(t *testing.T) {
-	memorySettle = 10 * time.Millisecond
 	tests := []struct {
 		cfg    Config
 		figure string
@@ -134,6 +133,7 @@ func TestWorkloads(t *testing.T) {
 			hs, sc := newTestServer(t)
 			cfg := tt.cfg
 			cfg.URL, cfg.Schema, cfg.Timeout = hs.URL, sc, 10*time.Second
+			cfg.settle = 10 * time.Millisecond
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -16,10 +16,6 @@ import (
 	"time"
 )
 
-// memorySettle is how long the server gets to finish serving the
-// connects before its resident memory is read.
-var memorySettle = 2 * time.Second
-
 // runMemory: register Sockets clients with a pull each, read the server's
 // VmRSS, connect them all and leave them idle, read it again. Figure: the
 // growth per socket. With ServerCmd the server is started as a child and
@@ -61,7 +57,7 @@ func runMemory(ctx context.Context, r *runner) error {
 		}
 		r.res.Params["restartedAfterRegistration"] = true
 	}
-	time.Sleep(memorySettle)
+	time.Sleep(r.cfg.settle)
 	before, err := readRSSParts(r.pid)
 	if err != nil {
 		return err
@@ -75,7 +71,7 @@ func runMemory(ctx context.Context, r *runner) error {
 		return err
 	}
 	r.stopStatus()
-	time.Sleep(memorySettle)
+	time.Sleep(r.cfg.settle)
 	after, err := readRSSParts(r.pid)
 	if err != nil {
 		return err

@@ -87,14 +87,14 @@ func runReconnect(ctx context.Context, r *runner) error {
 		// What the server keeps once the storm is over: the clients
 		// leave; "server RSS after" is read at once, with the storm's
 		// garbage still resident (as every workload reads it), then
-		// again after memorySettle.
+		// again after the settle time.
 		closeSockets(socks)
 		socks = nil
 		if rss, err := readRSS(r.pid); err == nil {
 			r.res.add("server RSS after", float64(rss), "KiB")
 			r.rssDone = true
 		}
-		time.Sleep(memorySettle)
+		time.Sleep(r.cfg.settle)
 		if rss, err := readRSS(r.pid); err == nil {
 			r.res.add("server RSS settled after the clients left", float64(rss), "KiB")
 		}
