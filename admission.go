@@ -29,17 +29,26 @@ type admission struct {
 	// queue was full, or because their wait in it ran out.
 	refusedFull, refusedWait atomic.Int64
 
+	// free returns the process's free memory to the system
+	// (debug.FreeOSMemory), at most once per freeSpacing.
+	free        func()
+	freeSpacing time.Duration
+
 	mu       sync.Mutex
 	inFlight int
 	peak     int
 	lastFree time.Time
+	// freeLater: a drained burst's release waits for freeSpacing since
+	// the last one.
+	freeLater bool
 }
 
 func newAdmission(max, maxQueued int, wait time.Duration) *admission {
 	if max <= 0 {
 		return nil
 	}
-	return &admission{slots: make(chan struct{}, max), maxQueued: int64(maxQueued), wait: wait, retry: time.Second}
+	return &admission{slots: make(chan struct{}, max), maxQueued: int64(maxQueued), wait: wait, retry: time.Second,
+		free: debug.FreeOSMemory, freeSpacing: 10 * time.Second}
 }
 
 // acquire takes a slot, waiting in the queue if there is room in it. It
@@ -86,22 +95,40 @@ func (a *admission) admitted() func() {
 // has drained, the memory it used (compressors, request buffers) is
 // returned to the operating system once: the pools are bounded, so what
 // the burst allocated beyond them is garbage, but without allocation no
-// collection would run to free it for minutes.
+// collection would run to free it for minutes. A burst that drains sooner
+// than freeSpacing after the last release is released when that time has
+// passed.
 func (a *admission) release() {
 	<-a.slots
 	a.mu.Lock()
 	a.inFlight--
-	free := a.inFlight == 0 && a.peak*2 >= cap(a.slots) && time.Since(a.lastFree) > 10*time.Second
+	now := time.Now()
+	free, later := false, time.Duration(0)
 	if a.inFlight == 0 {
+		if a.peak*2 >= cap(a.slots) && !a.freeLater {
+			if wait := a.freeSpacing - now.Sub(a.lastFree); wait > 0 {
+				a.freeLater, later = true, wait
+			} else {
+				free, a.lastFree = true, now
+			}
+		}
 		a.peak = 0
-	}
-	if free {
-		a.lastFree = time.Now()
 	}
 	a.mu.Unlock()
 	if free {
-		go debug.FreeOSMemory()
+		go a.free()
 	}
+	if later > 0 {
+		time.AfterFunc(later, a.freeDeferred)
+	}
+}
+
+// freeDeferred is a release that waited for freeSpacing.
+func (a *admission) freeDeferred() {
+	a.mu.Lock()
+	a.freeLater, a.lastFree = false, time.Now()
+	a.mu.Unlock()
+	a.free()
 }
 
 func (a *admission) overloaded() *syncerr.Error {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,45 @@ func TestAdmissionQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel3()
+}
+
+// A drained burst of requests returns the free memory once, and a second
+// burst that drains within the spacing is released when the spacing has
+// passed (before, it was dropped until the runtime's own collection).
+func TestAdmissionFreesAfterBursts(t *testing.T) {
+	a := newAdmission(2, 0, time.Second)
+	var frees atomic.Int64
+	a.free, a.freeSpacing = func() { frees.Add(1) }, 500*time.Millisecond
+	burst := func() {
+		rel, err := a.acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel()
+	}
+	wait := func(want int64, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for frees.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d releases after %v, want %d", frees.Load(), within, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	burst()
+	wait(1, time.Second)
+	first := time.Now()
+	burst()
+	burst() // folds into the release already waiting
+	wait(2, 2*time.Second)
+	if since := time.Since(first); since < 400*time.Millisecond {
+		t.Errorf("the second release came %v after the first, before the spacing", since)
+	}
+	time.Sleep(700 * time.Millisecond)
+	if n := frees.Load(); n != 2 {
+		t.Errorf("%d releases, want 2 (the third burst folded into the second)", n)
+	}
 }
 
 // A burst of compressed responses leaves at most pooledEncoders encoders

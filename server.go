@@ -99,9 +99,11 @@ type RealtimeConfig struct {
 	// connects and disconnects, once no socket has come or gone for half
 	// a second, the server returns its free memory to the system
 	// (debug.FreeOSMemory: a full collection, then every free page
-	// released; at most every 10 s), so that a reconnect storm's garbage
-	// does not stay resident. Default 500; negative disables it (a
-	// process with a large heap may prefer the runtime's own pacing).
+	// released), so that a reconnect storm's garbage does not stay
+	// resident. At most every 10 s: a burst that ends sooner after the
+	// last release is released when the 10 s have passed. Default 500;
+	// negative disables it (a process with a large heap may prefer the
+	// runtime's own pacing).
 	ReleaseAfterChurn int
 }
 

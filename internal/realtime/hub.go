@@ -102,6 +102,10 @@ type Config struct {
 	// otherwise stays resident until the runtime's scavenger slowly
 	// returns it. Default 500; negative disables.
 	ReleaseAfterChurn int
+	// releaseSpacing is the least time between two releases (default
+	// 10 s); a burst that ends sooner after the last is released once
+	// that time has passed. Tests shorten it.
+	releaseSpacing time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -152,6 +156,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReleaseAfterChurn == 0 {
 		c.ReleaseAfterChurn = 500
+	}
+	if c.releaseSpacing <= 0 {
+		c.releaseSpacing = 10 * time.Second
 	}
 	return c
 }
@@ -206,11 +213,8 @@ type counters struct {
 }
 
 // churnQuiet is how long no socket comes or goes before a burst of them is
-// over; releaseSpacing is the least time between two memory releases.
-const (
-	churnQuiet     = 500 * time.Millisecond
-	releaseSpacing = 10 * time.Second
-)
+// over.
+const churnQuiet = 500 * time.Millisecond
 
 // pooledReaders is how many idle read buffers the hub keeps for the
 // reader goroutines of polled sockets.
@@ -417,7 +421,15 @@ func (h *Hub) loop() {
 				lastChurn = c
 				continue
 			}
-			if burst >= int64(h.cfg.ReleaseAfterChurn) && time.Since(lastRelease) >= releaseSpacing {
+			if burst >= int64(h.cfg.ReleaseAfterChurn) {
+				if time.Since(lastRelease) < h.cfg.releaseSpacing {
+					// Too soon after the last release: the burst is
+					// kept, and released at the first quiet tick once
+					// the spacing has passed (a storm's reconnects and
+					// then its clients leaving are two bursts a few
+					// seconds apart).
+					continue
+				}
 				debug.FreeOSMemory()
 				lastRelease = time.Now()
 				h.releases.Add(1)

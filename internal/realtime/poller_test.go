@@ -256,6 +256,43 @@ func TestReleaseAfterChurn(t *testing.T) {
 	}
 }
 
+// TestReleaseAfterChurnWithinSpacing: a second burst that ends before the
+// spacing since the first release has passed is released once it has
+// (before, it was dropped: a reconnect storm's clients leaving a few
+// seconds after their reconnects left the storm's garbage resident until
+// the runtime's own collection two minutes later).
+func TestReleaseAfterChurnWithinSpacing(t *testing.T) {
+	const spacing = 2 * time.Second
+	e := newRaceEnv(t, func(c *Config) { c.ReleaseAfterChurn, c.releaseSpacing = 3, spacing })
+	burst := func() {
+		for range 3 {
+			c := e.attach()
+			if m := c.next(); !isHello(m) {
+				t.Fatalf("first message %q, want hello", m.data)
+			}
+			closeAndWaitGone(t, e, c)
+		}
+	}
+	releases := func(want int64, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for e.hub.releases.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d releases after %v, want %d", e.hub.releases.Load(), within, want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	burst()
+	releases(1, 5*churnQuiet)
+	first := time.Now()
+	burst()
+	releases(2, spacing+5*churnQuiet)
+	if since := time.Since(first); since < spacing-churnQuiet {
+		t.Errorf("the second release came %v after the first was seen, before the spacing (%v)", since, spacing)
+	}
+}
+
 // TestParkedSocketStalledFrame: the start of a frame kept by the poller
 // and never finished ends the connection by the stall timeout (checked
 // at the heartbeat), as a reader goroutine would have.
