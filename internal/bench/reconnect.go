@@ -87,7 +87,7 @@ func runReconnect(ctx context.Context, r *runner) error {
 		// What the server keeps once the storm is over: the clients
 		// leave; "server RSS after" is read at once, with the storm's
 		// garbage still resident (as every workload reads it), then
-		// again after the settle time.
+		// again after the settle time, and after six times it.
 		closeSockets(socks)
 		socks = nil
 		if rss, err := readRSS(r.pid); err == nil {
@@ -97,6 +97,13 @@ func runReconnect(ctx context.Context, r *runner) error {
 		time.Sleep(r.cfg.settle)
 		if rss, err := readRSS(r.pid); err == nil {
 			r.res.add("server RSS settled after the clients left", float64(rss), "KiB")
+		}
+		// And later: whether the server returned the storm's memory
+		// (a release that waits for its spacing, the runtime's own
+		// scavenging).
+		time.Sleep(5 * r.cfg.settle)
+		if rss, err := readRSS(r.pid); err == nil {
+			r.res.add(fmt.Sprintf("server RSS %s after the clients left", 6*r.cfg.settle), float64(rss), "KiB")
 		}
 	}
 	return nil
