@@ -126,7 +126,7 @@ func TestWorkloads(t *testing.T) {
 		{Config{Workload: "fanout", Sockets: 5, Commits: 5, SocketGoroutines: true}, "deliveries"},
 		{Config{Workload: "memory", Sockets: 5, PID: os.Getpid()}, "server RSS with sockets"},
 		{Config{Workload: "reconnect", Clients: 5, Commits: 3}, "converged"},
-		{Config{Workload: "reconnect", Clients: 5, Commits: 3, PID: os.Getpid()}, "server RSS 60ms after the clients left"},
+		{Config{Workload: "reconnect", Clients: 5, Commits: 3, PID: os.Getpid()}, "server RSS 60ms after the clients left, HTTP connections closed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.cfg.Workload, func(t *testing.T) {

@@ -87,7 +87,8 @@ func runReconnect(ctx context.Context, r *runner) error {
 		// What the server keeps once the storm is over: the clients
 		// leave; "server RSS after" is read at once, with the storm's
 		// garbage still resident (as every workload reads it), then
-		// again after the settle time, and after six times it.
+		// again after the settle time (the clients' idle HTTP
+		// connections still open), and after six times it.
 		closeSockets(socks)
 		socks = nil
 		if rss, err := readRSS(r.pid); err == nil {
@@ -98,12 +99,14 @@ func runReconnect(ctx context.Context, r *runner) error {
 		if rss, err := readRSS(r.pid); err == nil {
 			r.res.add("server RSS settled after the clients left", float64(rss), "KiB")
 		}
-		// And later: whether the server returned the storm's memory
-		// (a release that waits for its spacing, the runtime's own
-		// scavenging).
+		// And later, the clients' idle HTTP connections closed too (a
+		// server keeps a goroutine and buffers for each): whether the
+		// server returned the storm's memory (a release that waits for
+		// its spacing, the runtime's own scavenging).
+		r.tr.CloseIdleConnections()
 		time.Sleep(5 * r.cfg.settle)
 		if rss, err := readRSS(r.pid); err == nil {
-			r.res.add(fmt.Sprintf("server RSS %s after the clients left", 6*r.cfg.settle), float64(rss), "KiB")
+			r.res.add(fmt.Sprintf("server RSS %s after the clients left, HTTP connections closed", 6*r.cfg.settle), float64(rss), "KiB")
 		}
 	}
 	return nil
