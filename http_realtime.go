@@ -3,6 +3,7 @@ package syncgo
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 
 	"github.com/gobwas/ws"
@@ -112,3 +113,15 @@ type RealtimeStats = realtime.Stats
 
 // RealtimeStats returns the realtime hub's counters.
 func (s *Server) RealtimeStats() RealtimeStats { return s.hub.Stats() }
+
+// ConnState is meant for http.Server.ConnState: the server's HTTP
+// connections opened and closed then count toward the bursts after which
+// it returns its free memory (Config.ReleaseAfterChurn), as its sockets
+// do. After a reconnect storm the clients' HTTP connections close too,
+// and each held a goroutine and buffers; without this hook only the
+// sockets count.
+func (s *Server) ConnState(_ net.Conn, st http.ConnState) {
+	if st == http.StateNew || st == http.StateClosed {
+		s.hub.AddChurn(1)
+	}
+}

@@ -44,7 +44,7 @@ func newServerCollector(s *Server) *serverCollector {
 		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
 		memoryReleases: d("syncgo_realtime_memory_releases_total", "Times free memory was returned to the system after a burst of "+
-			"socket connects and disconnects (realtime.release_after_churn)."),
+			"socket connects and disconnects, and HTTP connections opened and closed (realtime.release_after_churn)."),
 		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
 			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
 			"instances missed while it was not listening.", "listener"),

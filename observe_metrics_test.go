@@ -288,6 +288,30 @@ func TestMetricsMemoryReleaseAfterChurn(t *testing.T) {
 	})
 }
 
+// With Server.ConnState on the http.Server, plain HTTP connections opened
+// and closed count toward the same bursts: a storm's clients closing their
+// HTTP connections are followed by a release too.
+func TestMemoryReleaseAfterHTTPConnectionChurn(t *testing.T) {
+	e := newE2EEnv(t, e2eDrivers[0], func(c *syncgo.Config) { c.Realtime.ReleaseAfterChurn = 4 })
+	hs := httptest.NewUnstartedServer(e.srv.Handler())
+	hs.Config.ConnState = e.srv.ConnState
+	hs.Start()
+	t.Cleanup(hs.Close)
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	// Three requests on three connections: three opens, three closes.
+	for range 3 {
+		resp, err := hc.Get(hs.URL + "/sync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	eventually(t, "a memory release after the connections closed", func() bool {
+		return e.srv.RealtimeStats().MemoryReleases == 1
+	})
+}
+
 // A refused request is counted under its status code; an unknown route
 // under "other".
 func TestMetricsRefusalsByCode(t *testing.T) {

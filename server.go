@@ -96,8 +96,9 @@ type RealtimeConfig struct {
 	MaxSockets         int
 	MaxSocketsPerActor int
 	// ReleaseAfterChurn: after a burst of at least this many socket
-	// connects and disconnects, once no socket has come or gone for half
-	// a second, the server returns its free memory to the system
+	// connects and disconnects (and HTTP connections opened and closed,
+	// with Server.ConnState set on the http.Server), once none has come
+	// or gone for half a second, the server returns its free memory to the system
 	// (debug.FreeOSMemory: a full collection, then every free page
 	// released), so that a reconnect storm's garbage does not stay
 	// resident. At most every 10 s: a burst that ends sooner after the

@@ -439,7 +439,8 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	// (Config.StallTimeout, Config.WriteTimeout): no total ReadTimeout or
 	// WriteTimeout here, which would cut off a slow mobile client that is
 	// making progress, and a socket's life.
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout,
+		ConnState: srv.ConnState}
 	scheme := "http"
 	if certs != nil { // serve_tls.go
 		hs.TLSConfig = certs.tlsConfig()

@@ -216,6 +216,11 @@ type counters struct {
 // over.
 const churnQuiet = 500 * time.Millisecond
 
+// AddChurn counts n connections opened or closed besides the hub's own
+// sockets (a server's plain HTTP connections) toward ReleaseAfterChurn's
+// bursts.
+func (h *Hub) AddChurn(n int64) { h.churn.Add(n) }
+
 // pooledReaders is how many idle read buffers the hub keeps for the
 // reader goroutines of polled sockets.
 const pooledReaders = 64
