@@ -130,7 +130,7 @@ func TestAdmissionFreesAfterBursts(t *testing.T) {
 	burst()
 	burst() // folds into the release already waiting
 	wait(2, 2*time.Second)
-	if since := time.Since(first); since < 400*time.Millisecond {
+	if since := time.Since(first); since < 250*time.Millisecond {
 		t.Errorf("the second release came %v after the first, before the spacing", since)
 	}
 	time.Sleep(700 * time.Millisecond)
