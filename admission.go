@@ -102,10 +102,10 @@ func (a *admission) release() {
 	<-a.slots
 	a.mu.Lock()
 	a.inFlight--
-	now := time.Now()
 	free, later := false, time.Duration(0)
 	if a.inFlight == 0 {
 		if a.peak*2 >= cap(a.slots) && !a.freeLater {
+			now := time.Now()
 			if wait := a.freeSpacing - now.Sub(a.lastFree); wait > 0 {
 				a.freeLater, later = true, wait
 			} else {
