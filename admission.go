@@ -3,12 +3,12 @@ package syncgo
 import (
 	"context"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/syncerr"
 )
 
@@ -29,26 +29,21 @@ type admission struct {
 	// queue was full, or because their wait in it ran out.
 	refusedFull, refusedWait atomic.Int64
 
-	// free returns the process's free memory to the system
-	// (debug.FreeOSMemory), at most once per freeSpacing.
-	free        func()
-	freeSpacing time.Duration
+	// releaser returns the process's free memory to the system after a
+	// drained burst (nil: never).
+	releaser *memfree.Releaser
 
 	mu       sync.Mutex
 	inFlight int
 	peak     int
-	lastFree time.Time
-	// freeLater: a drained burst's release waits for freeSpacing since
-	// the last one.
-	freeLater bool
 }
 
-func newAdmission(max, maxQueued int, wait time.Duration) *admission {
+func newAdmission(max, maxQueued int, wait time.Duration, releaser *memfree.Releaser) *admission {
 	if max <= 0 {
 		return nil
 	}
 	return &admission{slots: make(chan struct{}, max), maxQueued: int64(maxQueued), wait: wait, retry: time.Second,
-		free: debug.FreeOSMemory, freeSpacing: 10 * time.Second}
+		releaser: releaser}
 }
 
 // acquire takes a slot, waiting in the queue if there is room in it. It
@@ -92,43 +87,22 @@ func (a *admission) admitted() func() {
 }
 
 // release frees a slot. When a burst that filled at least half the slots
-// has drained, the memory it used (compressors, request buffers) is
-// returned to the operating system once: the pools are bounded, so what
-// the burst allocated beyond them is garbage, but without allocation no
-// collection would run to free it for minutes. A burst that drains sooner
-// than freeSpacing after the last release is released when that time has
-// passed.
+// has drained, the releaser is asked to return the memory it used
+// (compressors, request buffers) to the operating system: the pools are
+// bounded, so what the burst allocated beyond them is garbage, but
+// without allocation no collection would run to free it for minutes.
 func (a *admission) release() {
 	<-a.slots
 	a.mu.Lock()
 	a.inFlight--
-	free, later := false, time.Duration(0)
+	drained := a.inFlight == 0 && a.peak*2 >= cap(a.slots)
 	if a.inFlight == 0 {
-		if a.peak*2 >= cap(a.slots) && !a.freeLater {
-			now := time.Now()
-			if wait := a.freeSpacing - now.Sub(a.lastFree); wait > 0 {
-				a.freeLater, later = true, wait
-			} else {
-				free, a.lastFree = true, now
-			}
-		}
 		a.peak = 0
 	}
 	a.mu.Unlock()
-	if free {
-		go a.free()
+	if drained {
+		a.releaser.Request(memfree.Requests)
 	}
-	if later > 0 {
-		time.AfterFunc(later, a.freeDeferred)
-	}
-}
-
-// freeDeferred is a release that waited for freeSpacing.
-func (a *admission) freeDeferred() {
-	a.mu.Lock()
-	a.freeLater, a.lastFree = false, time.Now()
-	a.mu.Unlock()
-	a.free()
 }
 
 func (a *admission) overloaded() *syncerr.Error {

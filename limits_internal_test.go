@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/syncerr"
 )
 
@@ -63,7 +64,7 @@ func TestResponseWriteDeadline(t *testing.T) {
 // room, is refused when the queue is full or its wait runs out, and gets
 // a slot that frees while it waits (issue 15, finding 5).
 func TestAdmissionQueue(t *testing.T) {
-	a := newAdmission(1, 1, 300*time.Millisecond)
+	a := newAdmission(1, 1, 300*time.Millisecond, nil)
 	rel1, err := a.acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -100,42 +101,36 @@ func TestAdmissionQueue(t *testing.T) {
 	rel3()
 }
 
-// A drained burst of requests returns the free memory once, and a second
-// burst that drains within the spacing is released when the spacing has
-// passed (before, it was dropped until the runtime's own collection).
+// A drained burst of requests that filled at least half the slots asks
+// the releaser to return the free memory; a smaller one does not.
 func TestAdmissionFreesAfterBursts(t *testing.T) {
-	a := newAdmission(2, 0, time.Second)
 	var frees atomic.Int64
-	a.free, a.freeSpacing = func() { frees.Add(1) }, 500*time.Millisecond
-	burst := func() {
-		rel, err := a.acquire(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel()
-	}
-	wait := func(want int64, within time.Duration) {
-		t.Helper()
-		deadline := time.Now().Add(within)
-		for frees.Load() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d releases after %v, want %d", frees.Load(), within, want)
+	rel := memfree.New(0, func() { frees.Add(1) })
+	a := newAdmission(4, 0, time.Second, rel)
+	burst := func(n int) {
+		var rels []func()
+		for range n {
+			r, err := a.acquire(context.Background())
+			if err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(5 * time.Millisecond)
+			rels = append(rels, r)
+		}
+		for _, r := range rels {
+			r()
 		}
 	}
-	burst()
-	wait(1, time.Second)
-	first := time.Now()
-	burst()
-	burst() // folds into the release already waiting
-	wait(2, 2*time.Second)
-	if since := time.Since(first); since < 250*time.Millisecond {
-		t.Errorf("the second release came %v after the first, before the spacing", since)
+	burst(1)
+	burst(2)
+	burst(1)
+	burst(4)
+	deadline := time.Now().Add(2 * time.Second)
+	for frees.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(700 * time.Millisecond)
-	if n := frees.Load(); n != 2 {
-		t.Errorf("%d releases, want 2 (the third burst folded into the second)", n)
+	time.Sleep(100 * time.Millisecond)
+	if n, r := frees.Load(), rel.Released(memfree.Requests); n != 2 || r != 2 {
+		t.Errorf("%d releases (%d counted for requests) after bursts of 1, 2, 1 and 4 of 4 slots, want 2", n, r)
 	}
 }
 

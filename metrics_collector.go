@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -43,8 +44,9 @@ func newServerCollector(s *Server) *serverCollector {
 		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol).", "reason"),
 		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
-		memoryReleases: d("syncgo_realtime_memory_releases_total", "Times free memory was returned to the system after a burst of "+
-			"socket connects and disconnects, and HTTP connections opened and closed (realtime.release_after_churn)."),
+		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+
+			"the burst was (connections: socket connects and disconnects and HTTP connections opened and closed; requests: "+
+			"requests in flight at once that drained) (realtime.release_after_churn).", "after"),
 		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
 			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
 			"instances missed while it was not listening.", "listener"),
@@ -126,7 +128,8 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.closes, rt.ClosedProtocol, "protocol")
 	counter(c.gaps, rt.NotificationGap)
 	counter(c.narrowed, rt.Narrowed)
-	counter(c.memoryReleases, rt.MemoryReleases)
+	counter(c.memoryReleases, s.releaser.Released(memfree.Connections), memfree.Connections)
+	counter(c.memoryReleases, s.releaser.Released(memfree.Requests), memfree.Requests)
 	if _, ok := s.cfg.Store.(store.CommitListener); ok {
 		counter(c.listenerConnects, rt.ListenerConnects, "realtime")
 		if s.watch.listening() {

@@ -269,7 +269,7 @@ func TestMetricsCountersMove(t *testing.T) {
 func TestMetricsMemoryReleaseAfterChurn(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		e := newMetricsEnv(t, d, func(c *syncgo.Config) { c.Realtime.ReleaseAfterChurn = 4 })
-		if v := e.scrape().must(t, "syncgo_realtime_memory_releases_total"); v != 0 {
+		if v := e.scrape().must(t, "syncgo_memory_releases_total", "after", "connections"); v != 0 {
 			t.Fatalf("%v memory releases before any socket", v)
 		}
 		a, _ := conflictSetup(t, e.e2eEnv, wire.Version3)
@@ -282,10 +282,38 @@ func TestMetricsMemoryReleaseAfterChurn(t *testing.T) {
 			_ = rt.Close()
 		}
 		eventually(t, "a memory release", func() bool {
-			v, _ := e.scrape().value("syncgo_realtime_memory_releases_total")
+			v, _ := e.scrape().value("syncgo_memory_releases_total", "after", "connections")
 			return v == 1
 		})
 	})
+}
+
+// A drained burst of requests (here one request, half of a cap of two)
+// is followed by a release counted under "requests"; a burst of socket
+// churn soon after goes through the same releaser, so it is deferred to
+// the spacing, not released a second time within it.
+func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
+	e := newMetricsEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
+		c.MaxConcurrentRequests, c.Realtime.ReleaseAfterChurn = 2, 4
+	})
+	a, _ := conflictSetup(t, e.e2eEnv, wire.Version3)
+	eventually(t, "a memory release after the requests", func() bool {
+		v, _ := e.scrape().value("syncgo_memory_releases_total", "after", "requests")
+		return v == 1
+	})
+	for range 3 {
+		rt, err := a.DialRealtime(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = rt.Close()
+	}
+	time.Sleep(2 * time.Second) // the churn's quiet half second, and more
+	s := e.scrape()
+	if c, r := s.must(t, "syncgo_memory_releases_total", "after", "connections"),
+		s.must(t, "syncgo_memory_releases_total", "after", "requests"); c != 0 || r != 1 {
+		t.Errorf("releases after connections %v, requests %v within the spacing; want 0 and 1", c, r)
+	}
 }
 
 // With Server.ConnState on the http.Server, plain HTTP connections opened

@@ -16,6 +16,7 @@ import (
 
 	"github.com/syncgo/syncgo/hostapi"
 	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/internal/reactor"
 	"github.com/syncgo/syncgo/internal/realtime"
 	"github.com/syncgo/syncgo/schema"
@@ -101,9 +102,11 @@ type RealtimeConfig struct {
 	// or gone for half a second, the server returns its free memory to the system
 	// (debug.FreeOSMemory: a full collection, then every free page
 	// released), so that a reconnect storm's garbage does not stay
-	// resident. At most every 10 s: a burst that ends sooner after the
+	// resident. It does the same when a burst of requests that filled at
+	// least half of MaxConcurrentRequests has drained. At most every
+	// 10 s, for both causes together: a burst that ends sooner after the
 	// last release is released when the 10 s have passed. Default 500;
-	// negative disables it (a process with a large heap may prefer the
+	// negative disables both (a process with a large heap may prefer the
 	// runtime's own pacing).
 	ReleaseAfterChurn int
 }
@@ -367,6 +370,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// releaseSpacing is the least time between two memory releases after
+// bursts (Realtime.ReleaseAfterChurn).
+const releaseSpacing = 10 * time.Second
+
 // Server is a sync server: mount Handler on any mux.
 type Server struct {
 	cfg    Config
@@ -377,7 +384,10 @@ type Server struct {
 	// bodies keeps compressed segment bodies (segment_bodies.go).
 	bodies segmentBodies
 	admit  *admission
-	rates  *rateLimiter
+	// releaser returns free memory after bursts of connections or
+	// requests (nil: Realtime.ReleaseAfterChurn turned it off).
+	releaser *memfree.Releaser
+	rates    *rateLimiter
 	// sockets caps the open realtime sockets.
 	sockets *socketLimiter
 	ops     *registry // remote operations (remote.go)
@@ -434,8 +444,12 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("syncgo: Config.Validators: %q is not a table of the schema, or its validator is nil", table)
 		}
 	}
-	s := &Server{cfg: cfg, codecs: newCodecPools(),
-		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout),
+	var releaser *memfree.Releaser
+	if cfg.Realtime.ReleaseAfterChurn >= 0 {
+		releaser = memfree.New(releaseSpacing, nil)
+	}
+	s := &Server{cfg: cfg, codecs: newCodecPools(), releaser: releaser,
+		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout, releaser),
 		rates:   newRateLimiter(cfg.RateLimit, nil),
 		sockets: newSocketLimiter(cfg.Realtime.MaxSockets, cfg.Realtime.MaxSocketsPerActor)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)
@@ -533,7 +547,7 @@ func New(cfg Config) (*Server, error) {
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
 		ReresolveInterval: rc.ReresolveInterval, ReresolveOn: reresolveOn, PrepareResolve: prepareResolve,
-		ReleaseAfterChurn: rc.ReleaseAfterChurn, Admit: s.admitRound})
+		ReleaseAfterChurn: rc.ReleaseAfterChurn, Releaser: releaser, Admit: s.admitRound})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))
@@ -638,6 +652,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	defer s.eng.StopReadAhead() // its reads use the store, which the host closes next
 	s.hub.Close()
+	s.releaser.Close()
 	s.watch.close()
 	rerr := s.stopReactions(ctx)
 	if s.stop == nil {

@@ -232,7 +232,8 @@ type Realtime struct {
 	MaxSocketsPerActor int `yaml:"max_sockets_per_actor"`
 	// ReleaseAfterChurn: the burst of socket connects and disconnects
 	// after which free memory is returned to the system; zero keeps the
-	// default (500), negative disables it.
+	// default (500), negative disables it, and the release after a
+	// drained burst of requests with it.
 	ReleaseAfterChurn int `yaml:"release_after_churn"`
 }
 

@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo/internal/engine"
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -96,16 +96,15 @@ type Config struct {
 	ReaderPerSocket bool
 	// ReleaseAfterChurn: after a burst of at least this many socket
 	// connects and disconnects, once no socket has come or gone for
-	// half a second, the hub returns the process's free memory to the
-	// system (debug.FreeOSMemory: a collection, then every free page
-	// released). A connect storm's garbage (each upgrade's HTTP buffers)
-	// otherwise stays resident until the runtime's scavenger slowly
-	// returns it. Default 500; negative disables.
+	// half a second, the hub asks Releaser to return the process's free
+	// memory to the system. A connect storm's garbage (each upgrade's
+	// HTTP buffers) otherwise stays resident until the runtime's
+	// scavenger slowly returns it. Default 500; negative disables.
 	ReleaseAfterChurn int
-	// releaseSpacing is the least time between two releases (default
-	// 10 s); a burst that ends sooner after the last is released once
-	// that time has passed. Tests shorten it.
-	releaseSpacing time.Duration
+	// Releaser releases the memory, at most once per its spacing, for
+	// the hub and the rest of the server alike. Nil: the hub makes its
+	// own, with a spacing of 10 s.
+	Releaser *memfree.Releaser
 }
 
 func (c Config) withDefaults() Config {
@@ -157,8 +156,8 @@ func (c Config) withDefaults() Config {
 	if c.ReleaseAfterChurn == 0 {
 		c.ReleaseAfterChurn = 500
 	}
-	if c.releaseSpacing <= 0 {
-		c.releaseSpacing = 10 * time.Second
+	if c.ReleaseAfterChurn < 0 {
+		c.Releaser = nil
 	}
 	return c
 }
@@ -198,7 +197,8 @@ type Stats struct {
 	// dropped because its actor's scopes were resolved to fewer.
 	Narrowed int64
 	// MemoryReleases counts the memory releases after bursts of socket
-	// connects and disconnects (Config.ReleaseAfterChurn).
+	// connects and disconnects (Config.ReleaseAfterChurn): Releaser's
+	// count for memfree.Connections.
 	MemoryReleases int64
 	// ListenerConnects counts the times the commit listener of a shared
 	// store began listening (its first connect and each reconnect) and
@@ -253,9 +253,10 @@ type Hub struct {
 	// polledReaders counts the reader goroutines started for polled
 	// sockets (acks are read by the poller itself, without one).
 	polledReaders atomic.Int64
-	// churn counts socket attaches and detaches; releases counts the
-	// memory releases after bursts of them (Config.ReleaseAfterChurn).
-	churn, releases atomic.Int64
+	// churn counts socket attaches and detaches (and AddChurn's).
+	churn atomic.Int64
+	// ownReleaser: cfg.Releaser is the hub's own, closed with it.
+	ownReleaser bool
 
 	// ackSeed hashes sessions into the ack flush's stripes; ackStripes
 	// (at least 1), ackTurn (the stripe the next flush persists) and
@@ -307,6 +308,9 @@ type partition struct {
 func NewHub(cfg Config) *Hub {
 	h := &Hub{cfg: cfg.withDefaults(), parts: map[string]*partition{}, stop: make(chan struct{}),
 		ackSeed: maphash.MakeSeed(), ackStripes: 1}
+	if h.cfg.ReleaseAfterChurn > 0 && h.cfg.Releaser == nil {
+		h.cfg.Releaser, h.ownReleaser = memfree.New(10*time.Second, nil), true
+	}
 	if !h.cfg.ReaderPerSocket {
 		if h.poll = newPoller(); h.poll != nil {
 			h.readers = make(chan *bufio.Reader, pooledReaders)
@@ -334,7 +338,7 @@ func (h *Hub) Stats() Stats {
 		DropsUnencodable: s.dropsUnencodable.Load(),
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
-		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.releases.Load(),
+		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.cfg.Releaser.Released(memfree.Connections),
 		ListenerConnects: s.listenerConnects.Load()}
 }
 
@@ -416,7 +420,6 @@ func (h *Hub) loop() {
 		quiet = t.C
 	}
 	var lastChurn, burst int64
-	var lastRelease time.Time
 	for {
 		select {
 		case <-quiet:
@@ -427,17 +430,11 @@ func (h *Hub) loop() {
 				continue
 			}
 			if burst >= int64(h.cfg.ReleaseAfterChurn) {
-				if time.Since(lastRelease) < h.cfg.releaseSpacing {
-					// Too soon after the last release: the burst is
-					// kept, and released at the first quiet tick once
-					// the spacing has passed (a storm's reconnects and
-					// then its clients leaving are two bursts a few
-					// seconds apart).
-					continue
-				}
-				debug.FreeOSMemory()
-				lastRelease = time.Now()
-				h.releases.Add(1)
+				// Too soon after the last release, the releaser
+				// defers it (a storm's reconnects and then its
+				// clients leaving are two bursts a few seconds
+				// apart).
+				h.cfg.Releaser.Request(memfree.Connections)
 			}
 			burst = 0
 		case <-h.stop:
@@ -558,6 +555,9 @@ func (h *Hub) Close() {
 	h.mu.Unlock()
 	close(h.stop)
 	h.wg.Wait()
+	if h.ownReleaser {
+		h.cfg.Releaser.Close()
+	}
 	if h.poll != nil {
 		// The poller runs until the close frames are written: a socket
 		// the hub owns (fdConn) is woken by it when a full send buffer

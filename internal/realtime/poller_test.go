@@ -11,6 +11,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/syncgo/syncgo/internal/memfree"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -250,20 +251,20 @@ func TestReleaseAfterChurn(t *testing.T) {
 			closeAndWaitGone(t, e, c)
 		}
 		time.Sleep(3 * churnQuiet)
-		if got := e.hub.releases.Load(); got != tc.want {
+		if got := e.hub.Stats().MemoryReleases; got != tc.want {
 			t.Errorf("threshold %d, %d sockets: %d releases, want %d", tc.threshold, tc.sockets, got, tc.want)
 		}
 	}
 }
 
 // TestReleaseAfterChurnWithinSpacing: a second burst that ends before the
-// spacing since the first release has passed is released once it has
-// (before, it was dropped: a reconnect storm's clients leaving a few
-// seconds after their reconnects left the storm's garbage resident until
-// the runtime's own collection two minutes later).
+// releaser's spacing since the first release has passed is released once
+// it has (before, it was dropped: a reconnect storm's clients leaving a
+// few seconds after their reconnects left the storm's garbage resident
+// until the runtime's own collection two minutes later).
 func TestReleaseAfterChurnWithinSpacing(t *testing.T) {
 	const spacing = 2 * time.Second
-	e := newRaceEnv(t, func(c *Config) { c.ReleaseAfterChurn, c.releaseSpacing = 3, spacing })
+	e := newRaceEnv(t, func(c *Config) { c.ReleaseAfterChurn, c.Releaser = 3, memfree.New(spacing, nil) })
 	burst := func() {
 		for range 3 {
 			c := e.attach()
@@ -276,9 +277,9 @@ func TestReleaseAfterChurnWithinSpacing(t *testing.T) {
 	releases := func(want int64, within time.Duration) {
 		t.Helper()
 		deadline := time.Now().Add(within)
-		for e.hub.releases.Load() != want {
+		for e.hub.Stats().MemoryReleases != want {
 			if time.Now().After(deadline) {
-				t.Fatalf("%d releases after %v, want %d", e.hub.releases.Load(), within, want)
+				t.Fatalf("%d releases after %v, want %d", e.hub.Stats().MemoryReleases, within, want)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
