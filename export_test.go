@@ -2,7 +2,12 @@ package syncgo
 
 import (
 	"context"
+	"time"
 )
+
+// SetReleaseSpacingForTest sets the least spacing of the server's memory
+// releases after bursts (a second otherwise).
+func SetReleaseSpacingForTest(c *Config, d time.Duration) { c.Realtime.releaseSpacing = d }
 
 // GrantResult is one actor's values of one grant query, or the error of
 // its resolution ("" when none), for tests.

@@ -20,7 +20,7 @@ type serverCollector struct {
 	s *Server
 
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
-	memoryReleases, listenerConnects                          *prometheus.Desc
+	memoryReleases, memoryReleaseSeconds, listenerConnects    *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
 	storeRecentWindows, storeSharedReads                      *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
@@ -47,6 +47,7 @@ func newServerCollector(s *Server) *serverCollector {
 		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+
 			"the burst was (connections: socket connects and disconnects and HTTP connections opened and closed; requests: "+
 			"requests in flight at once that drained) (realtime.release_after_churn).", "after"),
+		memoryReleaseSeconds: d("syncgo_memory_release_seconds_total", "Time the memory releases after bursts took (a full collection each)."),
 		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
 			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
 			"instances missed while it was not listening.", "listener"),
@@ -96,7 +97,7 @@ func newServerCollector(s *Server) *serverCollector {
 
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.listenerConnects,
+	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
@@ -130,6 +131,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.narrowed, rt.Narrowed)
 	counter(c.memoryReleases, s.releaser.Released(memfree.Connections), memfree.Connections)
 	counter(c.memoryReleases, s.releaser.Released(memfree.Requests), memfree.Requests)
+	ch <- prometheus.MustNewConstMetric(c.memoryReleaseSeconds, prometheus.CounterValue, s.releaser.Spent().Seconds())
 	if _, ok := s.cfg.Store.(store.CommitListener); ok {
 		counter(c.listenerConnects, rt.ListenerConnects, "realtime")
 		if s.watch.listening() {

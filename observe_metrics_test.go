@@ -290,17 +290,20 @@ func TestMetricsMemoryReleaseAfterChurn(t *testing.T) {
 
 // A drained burst of requests (here one request, half of a cap of two)
 // is followed by a release counted under "requests"; a burst of socket
-// churn soon after goes through the same releaser, so it is deferred to
-// the spacing, not released a second time within it.
+// churn soon after goes through the same releaser, so it is released
+// once the spacing (here 3 s) has passed, not a second time within it.
 func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
+	const spacing = 3 * time.Second
 	e := newMetricsEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
 		c.MaxConcurrentRequests, c.Realtime.ReleaseAfterChurn = 2, 4
+		syncgo.SetReleaseSpacingForTest(c, spacing)
 	})
 	a, _ := conflictSetup(t, e.e2eEnv, wire.Version3)
 	eventually(t, "a memory release after the requests", func() bool {
 		v, _ := e.scrape().value("syncgo_memory_releases_total", "after", "requests")
 		return v == 1
 	})
+	seen := time.Now()
 	for range 3 {
 		rt, err := a.DialRealtime(context.Background(), nil)
 		if err != nil {
@@ -308,11 +311,21 @@ func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
 		}
 		_ = rt.Close()
 	}
-	time.Sleep(2 * time.Second) // the churn's quiet half second, and more
+	time.Sleep(1500 * time.Millisecond) // the churn's quiet half second, and more
 	s := e.scrape()
 	if c, r := s.must(t, "syncgo_memory_releases_total", "after", "connections"),
 		s.must(t, "syncgo_memory_releases_total", "after", "requests"); c != 0 || r != 1 {
 		t.Errorf("releases after connections %v, requests %v within the spacing; want 0 and 1", c, r)
+	}
+	eventually(t, "the churn's release once the spacing has passed", func() bool {
+		v, _ := e.scrape().value("syncgo_memory_releases_total", "after", "connections")
+		return v == 1
+	})
+	if since := time.Since(seen); since < spacing/2 {
+		t.Errorf("the churn's release came %v after the first was seen, within the spacing (%v)", since, spacing)
+	}
+	if v := e.scrape().must(t, "syncgo_memory_release_seconds_total"); v <= 0 {
+		t.Errorf("memory releases took %v s in all, want more than 0", v)
 	}
 }
 

@@ -3,6 +3,7 @@ package syncgo
 import (
 	"go.opentelemetry.io/otel/trace"
 
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -103,12 +104,16 @@ type RealtimeConfig struct {
 	// (debug.FreeOSMemory: a full collection, then every free page
 	// released), so that a reconnect storm's garbage does not stay
 	// resident. It does the same when a burst of requests that filled at
-	// least half of MaxConcurrentRequests has drained. At most every
-	// 10 s, for both causes together: a burst that ends sooner after the
-	// last release is released when the 10 s have passed. Default 500;
-	// negative disables both (a process with a large heap may prefer the
-	// runtime's own pacing).
+	// least half of MaxConcurrentRequests has drained. Releases, for
+	// both causes together, are spaced so that they take about 1 % of the
+	// time at most: at least a second apart, and at least 100 times as
+	// long as the last one took (about a millisecond per 30 MB of live
+	// heap); a burst that ends sooner is released when that time has
+	// passed. Default 500; negative disables both (a process may prefer
+	// the runtime's own pacing).
 	ReleaseAfterChurn int
+	// releaseSpacing replaces the releases' least spacing (tests).
+	releaseSpacing time.Duration
 }
 
 // RetentionPolicy is the pruning policy of §4.6.
@@ -371,8 +376,9 @@ func (c Config) withDefaults() Config {
 }
 
 // releaseSpacing is the least time between two memory releases after
-// bursts (Realtime.ReleaseAfterChurn).
-const releaseSpacing = 10 * time.Second
+// bursts (Realtime.ReleaseAfterChurn); the releaser spaces them further
+// when they take long (memfree).
+const releaseSpacing = time.Second
 
 // Server is a sync server: mount Handler on any mux.
 type Server struct {
@@ -446,7 +452,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	var releaser *memfree.Releaser
 	if cfg.Realtime.ReleaseAfterChurn >= 0 {
-		releaser = memfree.New(releaseSpacing, nil)
+		releaser = memfree.New(cmp.Or(cfg.Realtime.releaseSpacing, releaseSpacing), nil)
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(), releaser: releaser,
 		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout, releaser),

@@ -19,7 +19,7 @@ func waitFor(t *testing.T, what string, n *atomic.Int64, want int64, within time
 
 // A first request releases at once; requests within the spacing, of any
 // reason, fold into one release when the spacing has passed (not dropped,
-// not one each), counted under the first one's reason.
+// not one each), counted under each reason that asked for it.
 func TestRequestsFoldWithinSpacing(t *testing.T) {
 	const spacing = 300 * time.Millisecond
 	var frees atomic.Int64
@@ -38,8 +38,8 @@ func TestRequestsFoldWithinSpacing(t *testing.T) {
 	if n := frees.Load(); n != 2 {
 		t.Errorf("%d releases, want 2: the requests within the spacing are one release", n)
 	}
-	if c, q := r.Released("connections"), r.Released("requests"); c != 1 || q != 1 {
-		t.Errorf("released connections %d, requests %d; want 1 and 1", c, q)
+	if c, q := r.Released("connections"), r.Released("requests"); c != 2 || q != 1 {
+		t.Errorf("released connections %d, requests %d; want 2 and 1", c, q)
 	}
 	// After the spacing, a request runs at once again.
 	time.Sleep(spacing)
@@ -65,5 +65,29 @@ func TestCloseAndNil(t *testing.T) {
 	none.Close()
 	if none.Released("a") != 0 {
 		t.Error("a nil Releaser counted a release")
+	}
+}
+
+// The spacing grows with what a release costs: at least costFactor times
+// the last release's duration, however short the minimum; a request
+// while a release still runs waits for it too. Spent adds the durations.
+func TestSpacingFollowsCost(t *testing.T) {
+	const took = 5 * time.Millisecond
+	var frees atomic.Int64
+	r := New(10*time.Millisecond, func() { time.Sleep(took); frees.Add(1) })
+	r.Request("a")
+	r.Request("a") // while the first runs: deferred, not a second at once
+	waitFor(t, "first request", &frees, 1, time.Second)
+	first := time.Now()
+	time.Sleep(50 * time.Millisecond)
+	if n := frees.Load(); n != 1 {
+		t.Fatalf("%d releases 50 ms after the first, want 1: the spacing is %v", n, costFactor*took)
+	}
+	waitFor(t, "the deferred request", &frees, 2, 4*costFactor*took)
+	if since := time.Since(first); since < costFactor*took*3/4 {
+		t.Errorf("the deferred release came %v after the first, before %v", since, costFactor*took)
+	}
+	if s := r.Spent(); s < 2*took {
+		t.Errorf("spent %v in two releases of at least %v each", s, took)
 	}
 }

@@ -101,9 +101,9 @@ type Config struct {
 	// HTTP buffers) otherwise stays resident until the runtime's
 	// scavenger slowly returns it. Default 500; negative disables.
 	ReleaseAfterChurn int
-	// Releaser releases the memory, at most once per its spacing, for
-	// the hub and the rest of the server alike. Nil: the hub makes its
-	// own, with a spacing of 10 s.
+	// Releaser releases the memory, spaced by its cost, for the hub and
+	// the rest of the server alike. Nil: the hub makes its own, with a
+	// least spacing of 1 s.
 	Releaser *memfree.Releaser
 }
 
@@ -309,7 +309,7 @@ func NewHub(cfg Config) *Hub {
 	h := &Hub{cfg: cfg.withDefaults(), parts: map[string]*partition{}, stop: make(chan struct{}),
 		ackSeed: maphash.MakeSeed(), ackStripes: 1}
 	if h.cfg.ReleaseAfterChurn > 0 && h.cfg.Releaser == nil {
-		h.cfg.Releaser, h.ownReleaser = memfree.New(10*time.Second, nil), true
+		h.cfg.Releaser, h.ownReleaser = memfree.New(time.Second, nil), true
 	}
 	if !h.cfg.ReaderPerSocket {
 		if h.poll = newPoller(); h.poll != nil {
