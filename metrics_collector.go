@@ -47,7 +47,7 @@ func newServerCollector(s *Server) *serverCollector {
 		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+
 			"the burst was (connections: socket connects and disconnects and HTTP connections opened and closed; requests: "+
 			"requests in flight at once that drained) (realtime.release_after_churn).", "after"),
-		memoryReleaseSeconds: d("syncgo_memory_release_seconds_total", "Time the memory releases after bursts took (a full collection each)."),
+		memoryReleaseSeconds: d("syncgo_memory_release_seconds_total", "Time the memory releases after bursts took (two full collections each, and the return of the free pages)."),
 		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
 			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
 			"instances missed while it was not listening.", "listener"),

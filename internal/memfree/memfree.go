@@ -13,6 +13,7 @@
 package memfree
 
 import (
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -28,8 +29,8 @@ const (
 	Requests = "requests"
 )
 
-// Releaser runs debug.FreeOSMemory (a full collection, then every free
-// page returned) when asked, spaced so that releases take about 5 % of
+// Releaser runs release (two full collections, then every free page
+// returned) when asked, spaced so that releases take about 5 % of
 // the time at most: two releases are at least the minimum spacing apart,
 // and at least costFactor times as long as the last release took. A nil
 // *Releaser does nothing: a process that prefers the runtime's own pacing
@@ -54,12 +55,22 @@ type Releaser struct {
 // duration apart.
 const costFactor = 20
 
+// release returns the free memory: a collection, then
+// debug.FreeOSMemory's collection and the return of every free page. One
+// collection moves what sync.Pools hold (net/http's per-connection read
+// and write buffers among them) to their victim caches; the second frees
+// it. After a 1,000-client reconnect storm the two leave RSS 42.9-43.5 MB
+// where one left 52.1-55.0 MB (3 runs each).
+func release() {
+	runtime.GC()
+	debug.FreeOSMemory()
+}
+
 // New returns a Releaser whose releases are at least minSpacing apart.
-// free replaces debug.FreeOSMemory (tests count calls with it); nil keeps
-// it.
+// free replaces release (tests count calls with it); nil keeps it.
 func New(minSpacing time.Duration, free func()) *Releaser {
 	if free == nil {
-		free = debug.FreeOSMemory
+		free = release
 	}
 	return &Releaser{minSpacing: minSpacing, free: free, released: map[string]int64{}}
 }
