@@ -59,8 +59,9 @@ const costFactor = 20
 // debug.FreeOSMemory's collection and the return of every free page. One
 // collection moves what sync.Pools hold (net/http's per-connection read
 // and write buffers among them) to their victim caches; the second frees
-// it. After a 1,000-client reconnect storm the two leave RSS 42.9-43.5 MB
-// where one left 52.1-55.0 MB (3 runs each).
+// it. After a 1,000-client reconnect storm the two leave RSS 41.9-42.5 MB
+// where one left 50.9-53.7 MB (3 runs each, BENCHMARKS.md round
+// thirty-three).
 func release() {
 	runtime.GC()
 	debug.FreeOSMemory()
