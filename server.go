@@ -107,8 +107,8 @@ type RealtimeConfig struct {
 	// least half of MaxConcurrentRequests has drained. Releases, for
 	// both causes together, are spaced so that they take about 5 % of the
 	// time at most: at least a second apart, and at least 20 times as
-	// long as the last one took (20-60 ms after a storm of 1,000
-	// clients); a burst that ends sooner is released when that time has
+	// long as the last one took (tens of milliseconds after a storm of
+	// 1,000 clients); a burst that ends sooner is released when that time has
 	// passed. Default 500; negative disables both (a process may prefer
 	// the runtime's own pacing).
 	ReleaseAfterChurn int
