@@ -329,6 +329,21 @@ func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
 	}
 }
 
+// A negative Realtime.ReleaseAfterChurn turns the release after a drained
+// burst of requests off too.
+func TestMetricsMemoryReleaseOff(t *testing.T) {
+	e := newMetricsEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
+		c.MaxConcurrentRequests, c.Realtime.ReleaseAfterChurn = 2, -1
+	})
+	conflictSetup(t, e.e2eEnv, wire.Version3)
+	time.Sleep(300 * time.Millisecond)
+	s := e.scrape()
+	if c, r := s.must(t, "syncgo_memory_releases_total", "after", "connections"),
+		s.must(t, "syncgo_memory_releases_total", "after", "requests"); c != 0 || r != 0 {
+		t.Errorf("releases after connections %v, requests %v with releases off; want none", c, r)
+	}
+}
+
 // With Server.ConnState on the http.Server, plain HTTP connections opened
 // and closed count toward the same bursts: a storm's clients closing their
 // HTTP connections are followed by a release too.
