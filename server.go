@@ -99,18 +99,18 @@ type RealtimeConfig struct {
 	MaxSocketsPerActor int
 	// ReleaseAfterChurn: after a burst of at least this many socket
 	// connects and disconnects (and HTTP connections opened and closed,
-	// with Server.ConnState set on the http.Server), once none has come
-	// or gone for half a second, the server returns its free memory to the system
-	// (two full collections, the second debug.FreeOSMemory's, then
-	// every free page released), so that a reconnect storm's garbage does not stay
-	// resident. It does the same when a burst of requests that filled at
-	// least half of MaxConcurrentRequests has drained. Releases, for
-	// both causes together, are spaced so that they take about 5 % of the
-	// time at most: at least a second apart, and at least 20 times as
+	// with Server.ConnState set on the http.Server), once none has come or
+	// gone for half a second, the server returns its free memory to the
+	// system (two full collections, the second debug.FreeOSMemory's, then
+	// every free page released), so that a reconnect storm's garbage does
+	// not stay resident. It does the same when a burst of requests that
+	// filled at least half of MaxConcurrentRequests has drained. Releases,
+	// for both causes together, are spaced so that they take about 5 % of
+	// the time at most: at least a second apart, and at least 20 times as
 	// long as the last one took (tens of milliseconds after a storm of
-	// 1,000 clients); a burst that ends sooner is released when that time has
-	// passed. Default 500; negative disables both (a process may prefer
-	// the runtime's own pacing).
+	// 1,000 clients); a burst that ends sooner is released when that time
+	// has passed. Default 500; negative disables both (a process may
+	// prefer the runtime's own pacing).
 	ReleaseAfterChurn int
 	// releaseSpacing replaces the releases' least spacing (tests).
 	releaseSpacing time.Duration
