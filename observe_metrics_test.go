@@ -291,9 +291,9 @@ func TestMetricsMemoryReleaseAfterChurn(t *testing.T) {
 // A drained burst of requests (here one request, half of a cap of two)
 // is followed by a release counted under "requests"; a burst of socket
 // churn soon after goes through the same releaser, so it is released
-// once the spacing (here 3 s) has passed, not a second time within it.
+// once the spacing (here 4 s) has passed, not a second time within it.
 func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
-	const spacing = 3 * time.Second
+	const spacing = 4 * time.Second
 	e := newMetricsEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
 		c.MaxConcurrentRequests, c.Realtime.ReleaseAfterChurn = 2, 4
 		syncgo.SetReleaseSpacingForTest(c, spacing)
@@ -313,8 +313,13 @@ func TestMetricsMemoryReleaseAfterRequests(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // the churn's quiet half second, and more
 	s := e.scrape()
-	if c, r := s.must(t, "syncgo_memory_releases_total", "after", "connections"),
-		s.must(t, "syncgo_memory_releases_total", "after", "requests"); c != 0 || r != 1 {
+	c, r := s.must(t, "syncgo_memory_releases_total", "after", "connections"),
+		s.must(t, "syncgo_memory_releases_total", "after", "requests")
+	switch {
+	case time.Since(seen) >= spacing/2:
+		// A machine so slow that the spacing has nearly passed: the
+		// deferred release may have run; nothing to tell apart.
+	case c != 0 || r != 1:
 		t.Errorf("releases after connections %v, requests %v within the spacing; want 0 and 1", c, r)
 	}
 	eventually(t, "the churn's release once the spacing has passed", func() bool {
