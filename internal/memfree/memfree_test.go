@@ -74,18 +74,21 @@ func TestCloseAndNil(t *testing.T) {
 func TestSpacingFollowsCost(t *testing.T) {
 	const took = 5 * time.Millisecond
 	var frees atomic.Int64
-	r := New(10*time.Millisecond, func() { time.Sleep(took); frees.Add(1) })
+	var starts [2]time.Time
+	r := New(10*time.Millisecond, func() {
+		if n := frees.Load(); n < 2 {
+			starts[n] = time.Now()
+		}
+		time.Sleep(took)
+		frees.Add(1)
+	})
 	r.Request("a")
 	r.Request("a") // while the first runs: deferred, not a second at once
-	waitFor(t, "first request", &frees, 1, time.Second)
-	first := time.Now()
-	time.Sleep(50 * time.Millisecond)
-	if n := frees.Load(); n != 1 {
-		t.Fatalf("%d releases 50 ms after the first, want 1: the spacing is %v", n, costFactor*took)
-	}
-	waitFor(t, "the deferred request", &frees, 2, 4*costFactor*took)
-	if since := time.Since(first); since < costFactor*took*3/4 {
-		t.Errorf("the deferred release came %v after the first, before %v", since, costFactor*took)
+	waitFor(t, "both requests", &frees, 2, 4*time.Second)
+	// The second begins at least costFactor times the first's duration
+	// (itself at least took) after the first began.
+	if gap := starts[1].Sub(starts[0]); gap < costFactor*took {
+		t.Errorf("the deferred release began %v after the first, before %v", gap, costFactor*took)
 	}
 	if s := r.Spent(); s < 2*took {
 		t.Errorf("spent %v in two releases of at least %v each", s, took)
