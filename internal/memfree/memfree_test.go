@@ -48,10 +48,16 @@ func TestRequestsFoldWithinSpacing(t *testing.T) {
 	if c, q := r.Released("connections"), r.Released("requests"); c != 2 || q != 1 {
 		t.Errorf("released connections %d, requests %d; want 2 and 1", c, q)
 	}
-	// After the spacing, a request runs at once again.
+	// After the spacing, a request runs at once again, not deferred.
 	time.Sleep(spacing)
 	r.Request("connections")
-	waitFor(t, "a request after the spacing", &frees, 3, spacing/2)
+	r.mu.Lock()
+	deferred := r.pending != nil
+	r.mu.Unlock()
+	if deferred {
+		t.Error("a request after the spacing was deferred")
+	}
+	waitFor(t, "a request after the spacing", &frees, 3, 2*time.Second)
 }
 
 // Close drops a pending release; a nil Releaser does nothing.
