@@ -45,6 +45,9 @@ type Encoder struct {
 	header          [8]byte
 	unflushedHeader bool
 	headerFrameEnd  int // buffer offset after the header frame while unflushed
+	// sized: Grow sized the buffer for what follows, until the next
+	// write-out; the buffer is not grown ahead of the frames.
+	sized bool
 }
 
 // NewEncoder starts a message of the given kind and wire version on dst.
@@ -81,7 +84,7 @@ func (e *Encoder) Encode(f Frame) error {
 	if u, ok := f.(*Unknown); ok && (u.FrameType == FrameEnd || kindOf(u.FrameType) != 0) {
 		return encodeErrorf("frame type 0x%02x is registered and cannot be written as unknown", u.FrameType)
 	}
-	if c := cap(e.w.b); c < encoderFlushBytes && len(e.w.b) > c/2 {
+	if c := cap(e.w.b); !e.sized && c < encoderFlushBytes && len(e.w.b) > c/2 {
 		// A message that outgrows the small buffers gets one that holds
 		// a flush's worth at once, instead of doubling up to it: a
 		// 1,000-commit window left 120 KB of outgrown buffers behind.
@@ -132,8 +135,25 @@ func (e *Encoder) Flush() error {
 		return err
 	}
 	e.w.b = e.w.b[:0]
-	e.unflushedHeader = false
+	e.unflushedHeader, e.sized = false, false
 	return nil
+}
+
+// Grow makes room for about n more bytes of frames, up to a write-out's
+// worth, for a caller that knows the size of what it is about to encode
+// (a window of commits): the buffer is allocated once at that size, not
+// grown ahead of the frames, which gives a message that outgrows the
+// first buffers one of a write-out's size (36 KiB) however little more
+// it holds.
+func (e *Encoder) Grow(n int) {
+	if e.err != nil || e.closed {
+		return
+	}
+	n = min(n, encoderBufBytes-len(e.w.b))
+	if n > cap(e.w.b)-len(e.w.b) {
+		e.w.b = slices.Grow(e.w.b, n)
+	}
+	e.sized = true
 }
 
 // Close appends END, checks the grammar of the whole message and flushes.

@@ -97,6 +97,7 @@ func encodeCommits(enc *wire.Encoder, win store.CommitWindow, table string, clie
 	// serializes a frame before it returns and keeps no reference to it.
 	f := &wire.Commit{Tables: []string{table}}
 	var changes []wire.Change
+	enc.Grow(windowBytes(win))
 	for _, c := range win.Commits {
 		changes = changes[:0]
 		for _, ch := range c.Changes {
@@ -116,6 +117,23 @@ func encodeCommits(enc *wire.Encoder, win store.CommitWindow, table string, clie
 	}
 	clear(changes)
 	return nil
+}
+
+// windowBytes estimates a window's COMMIT frames as encoded: each
+// change's row ID, payload and scopes with their lengths, and each
+// commit's actor, sequence and time.
+func windowBytes(win store.CommitWindow) int {
+	n := 0
+	for _, c := range win.Commits {
+		n += 32 + len(c.ActorID)
+		for _, ch := range c.Changes {
+			n += 24 + len(ch.RowID) + len(ch.Payload)
+			for _, sc := range ch.Scopes {
+				n += 8 + len(sc.Key) + len(sc.Value)
+			}
+		}
+	}
+	return n
 }
 
 // build encodes and compresses the response of window w, read for q; nil
