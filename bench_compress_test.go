@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -21,10 +20,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkCompressedPull -benchtime 2000x .
 func BenchmarkCompressedPull(b *testing.B) {
-	d := benchDrivers()[0]
-	sc := e2eSchema(b, 1)
-	url := startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-		ResolveScopes: allProjects})
+	url, sc := startE2EBenchServer(b, benchDrivers()[0])
 	ctx := context.Background()
 	w, err := sspclient.New(url, "writer", sc, sspclient.Options{})
 	if err != nil {

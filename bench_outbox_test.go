@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -23,9 +22,7 @@ import (
 func BenchmarkPushOutbox(b *testing.B) {
 	for _, d := range benchDrivers() {
 		b.Run(d.name, func(b *testing.B) {
-			sc := e2eSchema(b, 1)
-			url := startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-				ResolveScopes: allProjects})
+			url, sc := startE2EBenchServer(b, d)
 			c, err := sspclient.New(url, "bench-0", sc, sspclient.Options{})
 			if err != nil {
 				b.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
 )
 
@@ -19,9 +18,7 @@ func BenchmarkPullSubscriptions(b *testing.B) {
 	for _, d := range benchDrivers() {
 		for _, subs := range []int{1, 10, 30} {
 			b.Run(fmt.Sprintf("%s/subs=%d", d.name, subs), func(b *testing.B) {
-				sc := e2eSchema(b, 1)
-				url := startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
-					ResolveScopes: allProjects})
+				url, sc := startE2EBenchServer(b, d)
 				ctx := context.Background()
 				writer, err := sspclient.New(url, "writer", sc, sspclient.Options{})
 				if err != nil {

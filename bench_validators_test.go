@@ -96,6 +96,16 @@ func startBenchServer(b *testing.B, cfg syncgo.Config) string {
 	return hs.URL
 }
 
+// startE2EBenchServer starts a server of the e2e schema (version 1) on
+// driver d, with bearer auth and every project granted, and returns its
+// URL and schema.
+func startE2EBenchServer(b *testing.B, d benchDriver) (string, *schema.Compiled) {
+	b.Helper()
+	sc := e2eSchema(b, 1)
+	return startBenchServer(b, syncgo.Config{Store: d.open(b), Schema: sc, RetentionInterval: -1, Authenticate: bearerAuth,
+		ResolveScopes: allProjects}), sc
+}
+
 // allProjects is a scope resolver that grants every actor every project.
 func allProjects(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
 	return map[string][]string{"project_id": {"*"}}, nil
