@@ -104,6 +104,9 @@ type Config struct {
 	// serving before they read its resident memory. Default 2 s; tests
 	// shorten it.
 	settle time.Duration
+	// pollerArena is the bytes a socket poller starts with for its reads
+	// (default pollerArena); tests make it small so that it grows.
+	pollerArena int
 }
 
 // Workloads maps each workload's name to its function.

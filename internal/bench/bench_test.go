@@ -123,6 +123,9 @@ func TestWorkloads(t *testing.T) {
 		{Config{Workload: "bootstrap", Rows: 1500}, "cold rows/s"},
 		{Config{Workload: "bootstrap", Rows: 1500, SQLite: true}, "warm rows"},
 		{Config{Workload: "fanout", Sockets: 48, Commits: 5}, "deliveries"}, // more sockets per poller than it handles between looks
+		// An arena that fills after a few reads: it grows while reads
+		// held point into the one before.
+		{Config{Workload: "fanout", Sockets: 48, Commits: 5, pollerArena: 17 << 10}, "deliveries"},
 		{Config{Workload: "fanout", Sockets: 5, Commits: 5, SocketGoroutines: true}, "deliveries"},
 		{Config{Workload: "memory", Sockets: 5, PID: os.Getpid()}, "server RSS with sockets"},
 		{Config{Workload: "reconnect", Clients: 5, Commits: 3}, "converged"},

@@ -78,7 +78,7 @@ func (r *runner) close() {
 // has them).
 func (r *runner) startPollers() {
 	for range runtime.GOMAXPROCS(0) {
-		p, err := newSockPoller()
+		p, err := newSockPoller(r.cfg.pollerArena)
 		if err != nil {
 			return
 		}

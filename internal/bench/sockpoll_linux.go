@@ -23,8 +23,9 @@ import (
 // Syncular client does; wake-ups and recoveries run as before (a recovery
 // on a goroutine of its own).
 type sockPoller struct {
-	epfd int
-	wake [2]int // a byte on wake[1] ends run
+	epfd  int
+	wake  [2]int // a byte on wake[1] ends run
+	arena int    // the arena's first size
 
 	mu    sync.Mutex
 	socks map[int32]*vsocket
@@ -33,25 +34,29 @@ type sockPoller struct {
 }
 
 // pollerBatch is how many ready sockets one epoll wait returns;
-// pollerArena the bytes one round reads before it handles them;
-// pollerRead the most read from one socket in a round (more is reported
-// ready again in the next round: the set is level-triggered).
+// pollerArena the first size of the arena the reads go to (readArena),
+// pollerArenaMax the largest it grows to.
 const (
-	pollerBatch = 256
-	pollerArena = 1 << 20
-	pollerRead  = 64 << 10
+	pollerBatch    = 256
+	pollerArena    = 1 << 20
+	pollerArenaMax = 32 << 20
 	// pollerHandle is how many reads are handled between two looks for
-	// more; pollerQueue the most reads held before they are all handled.
+	// more; pollerQueue the fewest reads that holdLimit allows.
 	pollerHandle = 16
 	pollerQueue  = 4 * pollerBatch
 )
 
-func newSockPoller() (*sockPoller, error) {
+// newSockPoller starts a poller whose reads go to an arena of arena
+// bytes at first (pollerArena when 0 or less).
+func newSockPoller(arena int) (*sockPoller, error) {
+	if arena <= 0 {
+		arena = pollerArena
+	}
 	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, err
 	}
-	p := &sockPoller{epfd: epfd, socks: map[int32]*vsocket{}, ended: make(chan struct{})}
+	p := &sockPoller{epfd: epfd, arena: arena, socks: map[int32]*vsocket{}, ended: make(chan struct{})}
 	if err := syscall.Pipe2(p.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
 		_ = syscall.Close(epfd)
 		return nil, err
@@ -124,13 +129,23 @@ type polledRead struct {
 	end    string // why the connection ended, "" for bytes read
 }
 
+// holdLimit is the most reads held before they are all handled: one per
+// socket of the poller and a batch more, at least pollerQueue, so that a
+// fan-out's deltas to every socket are read before any is handled.
+func (p *sockPoller) holdLimit() int {
+	p.mu.Lock()
+	n := len(p.socks)
+	p.mu.Unlock()
+	return max(pollerQueue, n+pollerBatch)
+}
+
 func (p *sockPoller) run() {
 	defer close(p.ended)
 	defer p.closeFDs()
 	evs := make([]syscall.EpollEvent, pollerBatch)
-	arena := make([]byte, pollerArena)
+	arena := newReadArena(p.arena, pollerArenaMax)
 	var oob [64]byte
-	reads, off := make([]polledRead, 0, pollerBatch), 0
+	reads := make([]polledRead, 0, pollerBatch)
 	// handle decodes, applies and acks up to max of what was read, in
 	// the order read.
 	handle := func(max int) {
@@ -151,7 +166,7 @@ func (p *sockPoller) run() {
 		}
 		reads = reads[:copy(reads, reads[k:])]
 		if len(reads) == 0 {
-			off = 0
+			arena.reset()
 		}
 	}
 	for {
@@ -185,11 +200,11 @@ func (p *sockPoller) run() {
 			if s == nil {
 				continue
 			}
-			if len(arena)-off < 16<<10 {
+			buf, ok := arena.room(len(reads) < p.holdLimit())
+			if !ok {
 				full = true // the rest are ready again in the next round
 				break
 			}
-			buf := arena[off:min(off+pollerRead, len(arena))]
 			m, rx, err := s.readRaw(buf, oob[:])
 			at := time.Now()
 			switch {
@@ -206,10 +221,10 @@ func (p *sockPoller) run() {
 				full = true
 				continue
 			}
-			off += m
+			arena.used(m)
 			reads = append(reads, polledRead{tok: ev.Fd, s: s, b: buf[:m], at: at, rx: rx})
 		}
-		if full || len(reads) >= pollerQueue {
+		if full || len(reads) >= p.holdLimit() {
 			handle(len(reads))
 		}
 	}
