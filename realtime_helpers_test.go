@@ -448,17 +448,6 @@ func (s *rtSock) write(op ws.OpCode, payload []byte) error {
 	return wsutil.WriteClientMessage(s.nc, op, payload)
 }
 
-func (s *rtSock) sendText(v any) {
-	s.t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if err := s.write(ws.OpText, b); err != nil {
-		s.t.Fatalf("%s: write: %v", s.clientID, err)
-	}
-}
-
 func (s *rtSock) ack(cursor int64) {
 	s.t.Helper()
 	if err := s.write(ws.OpText, wire.Ack{Cursor: cursor}.AppendJSON(nil)); err != nil {

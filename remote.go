@@ -237,8 +237,6 @@ type compiledQuery struct {
 	tables []string
 }
 
-func (r *registry) empty() bool { return len(r.queries) == 0 && len(r.commands) == 0 }
-
 // compileOperations checks the registry against the served schema and
 // the store's dialect.
 func compileOperations(ops Operations, sc *schema.Compiled, st store.Store) (*registry, error) {

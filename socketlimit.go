@@ -64,16 +64,6 @@ func (l *socketLimiter) acquire(partition, actorID string) (release func(), refu
 	}, nil
 }
 
-// open returns the sockets counted, in total and the actors holding them.
-func (l *socketLimiter) open() (total, actors int) {
-	if l == nil {
-		return 0, 0
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total, len(l.perActor)
-}
-
 // refused returns the upgrades refused by the total and the per-actor
 // cap.
 func (l *socketLimiter) refused() (total, actor int64) {

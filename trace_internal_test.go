@@ -59,7 +59,7 @@ func TestObserverSpans(t *testing.T) {
 		}
 		attrs := map[string]string{}
 		for _, a := range s.Attributes() {
-			attrs[string(a.Key)] = a.Value.Emit()
+			attrs[string(a.Key)] = a.Value.String()
 		}
 		if attrs["http.route"] != c.route {
 			t.Errorf("%s %s: http.route %q; want %q", c.method, c.path, attrs["http.route"], c.route)

@@ -239,20 +239,6 @@ func (b *batch) lateFailure(ctx context.Context, cur, late *writeTx, err error, 
 	return b.send(ctx, cur, queue)
 }
 
-// exec sends the deferred statements and sql (without arguments) in one
-// round trip.
-func (b *batch) exec(ctx context.Context, cur *writeTx, what, sql string) error {
-	br, err := b.send(ctx, cur, func(bb *pgx.Batch) { bb.Queue(sql) })
-	if err != nil {
-		return err
-	}
-	_, err = br.Exec()
-	if err = closeBatch(br, err); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
 // flush sends the deferred statements in one round trip.
 func (b *batch) flush(ctx context.Context, cur *writeTx) error {
 	if len(b.pending) == 0 {

@@ -70,10 +70,6 @@ func walState(pFile uintptr) *walFileState {
 	return (*walFileState)(cptr(pFile + walVFS.stateAt))
 }
 
-func methodsOf(pFile uintptr) *lib.Tsqlite3_io_methods {
-	return (*lib.Tsqlite3_io_methods)(cptr((*lib.Tsqlite3_file)(cptr(pFile)).FpMethods))
-}
-
 // register registers walVFS with SQLite once.
 func (w *walShim) register() error {
 	w.once.Do(func() {

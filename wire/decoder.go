@@ -173,13 +173,9 @@ func truncation(err error, what string) error {
 	return err
 }
 
-// decodeFrame decodes one frame payload of a message of the given kind.
-func decodeFrame(t FrameType, payload []byte, version uint16, kind MsgKind) (Frame, *DecodeError) {
-	return decodeFrameInto(t, payload, version, kind, nil)
-}
-
-// decodeFrameInto is decodeFrame that decodes a COMMIT frame into commit
-// (reusing its slices) when commit is not nil.
+// decodeFrameInto decodes one frame payload of a message of the given
+// kind; a COMMIT frame into commit (reusing its slices) when commit is not
+// nil.
 func decodeFrameInto(t FrameType, payload []byte, version uint16, kind MsgKind, commit *Commit) (Frame, *DecodeError) {
 	k := kindOf(t)
 	if k == 0 {

@@ -202,12 +202,8 @@ func appendScopeMap(w *writer, what string, m ScopeMap) {
 	}
 }
 
-func decodeStoredScopes(r *reader, what string) StoredScopes {
-	return decodeStoredScopesInto(r, what, nil)
-}
-
-// decodeStoredScopesInto is decodeStoredScopes reusing dst's backing
-// array when it is large enough.
+// decodeStoredScopesInto decodes a change's stored scopes, reusing dst's
+// backing array when it is large enough.
 func decodeStoredScopesInto(r *reader, what string, dst StoredScopes) StoredScopes {
 	n := r.length(what, 8)
 	m := dst

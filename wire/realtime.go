@@ -278,16 +278,6 @@ func rtCheckInt(what string, v int64, err *EncodeError) *EncodeError {
 	return err
 }
 
-// rtAppendKey appends ,"key": (or "key": when first) to dst.
-func rtAppendKey(dst []byte, key string, first bool) []byte {
-	if !first {
-		dst = append(dst, ',')
-	}
-	dst = append(dst, '"')
-	dst = append(dst, key...)
-	return append(dst, '"', ':')
-}
-
 // rtAppendDoc appends doc, or null if it is empty.
 func rtAppendDoc(dst []byte, doc json.RawMessage) []byte {
 	if len(doc) == 0 {

@@ -163,23 +163,6 @@ func (s *session) installLocked(rs regSet) {
 	s.hub.presenceRegistrationChangedLocked(s, old, rs.keys)
 }
 
-// replaceRegistrations installs new registrations on a running session.
-func (s *session) replaceRegistrations(regs []registration, version uint16, epoch string) {
-	s.mu.Lock()
-	if epoch == "" {
-		epoch = s.epoch
-	}
-	s.mu.Unlock()
-	rs := s.hub.newRegSet(regs, version, epoch)
-	p := s.part
-	p.mu.Lock()
-	s.mu.Lock()
-	s.epoch = epoch
-	s.installLocked(rs)
-	s.mu.Unlock()
-	p.mu.Unlock()
-}
-
 // sendData queues a frame; a consumer that cannot take it is closed.
 func (s *session) sendData(f frame) {
 	if err := s.conn.send(f); err == errQueueFull {

@@ -166,8 +166,6 @@ func segmentOf(t *testing.T, s *schema.Compiled, rows ...[]byte) []byte {
 	return buf.Bytes()
 }
 
-func ptr[T any](v T) *T { return &v }
-
 // scopes is a one-key scope map.
 func scopes(key string, values ...string) wire.ScopeMap {
 	return wire.ScopeMap{{Key: key, Values: values}}
