@@ -189,7 +189,7 @@ func (p *sockPoller) run() {
 			handle(pollerHandle)
 			continue
 		}
-		full := false
+		full, limit := false, p.holdLimit()
 		for _, ev := range evs[:n] {
 			if ev.Fd == -1 {
 				return
@@ -200,7 +200,7 @@ func (p *sockPoller) run() {
 			if s == nil {
 				continue
 			}
-			buf, ok := arena.room(len(reads) < p.holdLimit())
+			buf, ok := arena.room(len(reads) < limit)
 			if !ok {
 				full = true // the rest are ready again in the next round
 				break
@@ -224,7 +224,7 @@ func (p *sockPoller) run() {
 			arena.used(m)
 			reads = append(reads, polledRead{tok: ev.Fd, s: s, b: buf[:m], at: at, rx: rx})
 		}
-		if full || len(reads) >= p.holdLimit() {
+		if full || len(reads) >= limit {
 			handle(len(reads))
 		}
 	}
