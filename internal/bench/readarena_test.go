@@ -12,6 +12,9 @@ func TestReadArena(t *testing.T) {
 	a := newReadArena(readRoom+2048, 4*(readRoom+2048))
 	var held [][]byte
 	fill := func(grow bool) bool {
+		if len(held) > 100 {
+			t.Fatalf("%d reads fit, the arena never filled", len(held))
+		}
 		b, ok := a.room(grow)
 		if !ok {
 			return false
