@@ -68,6 +68,16 @@ type preSpec struct {
 	current  *schema.Compiled
 }
 
+// same reports whether bodies built for p and for o are built alike (both
+// nil: none is built).
+func (p *preSpec) same(o *preSpec) bool {
+	if p == nil || o == nil {
+		return p == o
+	}
+	return p.encoding == o.encoding && p.version == o.version && p.cs == o.cs && p.subID == o.subID &&
+		p.served == o.served && p.logEpoch == o.logEpoch && p.current == o.current
+}
+
 // preBody is a window's response, encoded and compressed ahead.
 type preBody struct {
 	encoding string

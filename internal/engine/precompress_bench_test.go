@@ -167,7 +167,10 @@ func BenchmarkTakenWindow(b *testing.B) {
 			// ready waits for the window read ahead after cursor.
 			ready := func() {
 				e.ahead.mu.Lock()
-				a := e.ahead.entries[aheadKey{partition: "p", actor: "reader", client: "bench"}]
+				var a *aheadWindow
+				if chain := e.ahead.entries[aheadKey{partition: "p", actor: "reader", client: "bench"}]; len(chain) > 0 {
+					a = chain[0]
+				}
 				e.ahead.mu.Unlock()
 				if a == nil {
 					e.ahead.mu.Lock()

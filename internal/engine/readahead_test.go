@@ -19,17 +19,28 @@ type windowStore struct {
 	complete bool
 	block    bool
 	payload  int // bytes of the commit's one change
-	reads    atomic.Int64
+	// last, when set, is the log's last commit: its window is complete.
+	last  int64
+	reads atomic.Int64
+	// afters counts the reads by cursor.
+	mu     sync.Mutex
+	afters map[int64]int
 }
 
 func (s *windowStore) ReadCommitWindow(ctx context.Context, _ string, q store.CommitWindowQuery) (store.CommitWindow, error) {
 	s.reads.Add(1)
+	s.mu.Lock()
+	if s.afters == nil {
+		s.afters = map[int64]int{}
+	}
+	s.afters[q.AfterSeq]++
+	s.mu.Unlock()
 	if s.block {
 		<-ctx.Done()
 		return store.CommitWindow{}, ctx.Err()
 	}
 	c := store.Commit{Seq: q.AfterSeq + 1, Changes: []store.Change{{RowID: "r", Payload: make([]byte, s.payload)}}}
-	win := store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete}
+	win := store.CommitWindow{Commits: []store.Commit{c}, Complete: s.complete || (s.last > 0 && c.Seq >= s.last)}
 	if q.StateAfter {
 		win.State = &store.RequestState{Gate: store.ServeGate{StoredSchemaVersion: q.Running}}
 	}
@@ -82,8 +93,17 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 			if ok && (len(win.Commits) != 1 || win.Commits[0].Seq != 11 || doneAt.Before(before)) {
 				t.Fatalf("took %+v done at %v (started after %v); want the window after 10, read after the start", win, doneAt, before)
 			}
-			if read, used := ra.read.Load(), ra.used.Load(); read != 1 || (used == 1) != tt.ok {
-				t.Fatalf("counters read %d used %d; want 1 and %v", read, used, tt.ok)
+			// A window taken was read, and the window after it too when the
+			// limit cut it short (and, the taken one out of the chain, the
+			// one after that); a window not taken may be followed or not yet
+			// when it is dropped.
+			read, used := ra.read.Load(), ra.used.Load()
+			least := int64(1)
+			if tt.ok && !tt.complete {
+				least = 2
+			}
+			if (used == 1) != tt.ok || read < least || read > 1+maxChain || (tt.complete && read != 1) {
+				t.Fatalf("counters read %d used %d; want %d to %d reads and used %v", read, used, least, 1+maxChain, tt.ok)
 			}
 			_, _, _, again := ra.take(ctx, k, base, "e1")
 			if tt.key == k && again {
@@ -93,6 +113,85 @@ func TestReadAheadTakesOnlyItsWindow(t *testing.T) {
 				t.Fatal("another client's request dropped the window")
 			}
 		})
+	}
+}
+
+// A catch-up's requests, each taking its window and starting the next as
+// the engine does: every window after the first is read ahead, each
+// once, the one after the window taken already read when it is taken; a
+// key holds at most maxChain windows; the last window (complete) starts
+// no read after it.
+func TestReadAheadFollows(t *testing.T) {
+	ctx := context.Background()
+	k := aheadKey{partition: "p", actor: "a", client: "c"}
+	s := &windowStore{last: 6}
+	ra := newReadAhead()
+	defer ra.stop()
+	ra.start(s, k, aheadQuery(0, 100, "p1"), "e1", nil)
+	for after := int64(0); after < 6; after++ {
+		// With every read ended first, the window after the one taken
+		// was read before the take and is followed when the take makes
+		// it the chain's last.
+		settle(t, ra)
+		win, _, _, ok := ra.take(ctx, k, aheadQuery(after, 100, "p1"), "e1")
+		if !ok || win.Commits[0].Seq != after+1 {
+			t.Fatalf("window after %d: taken %v, %+v", after, ok, win.Commits)
+		}
+		// The chain holds the next window, and may hold the one after it.
+		ra.mu.Lock()
+		chain := ra.entries[k]
+		followed := len(chain) >= 1 && len(chain) <= maxChain && chain[0].q.AfterSeq == after+1
+		ra.mu.Unlock()
+		if last := after+1 == 6; followed == last || (last && len(chain) > 0) {
+			t.Fatalf("after taking the window after %d (the last: %v), the chain holds %d windows", after, last, len(chain))
+		}
+		if !win.Complete {
+			ra.start(s, k, aheadQuery(after+1, 100, "p1"), "e1", nil)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for after := range int64(6) {
+		if n := s.afters[after]; n != 1 {
+			t.Errorf("the window after %d was read %d times, want once", after, n)
+		}
+	}
+	if len(s.afters) != 6 {
+		t.Errorf("reads by cursor %v, want one each for 0..5", s.afters)
+	}
+
+	// Held and never taken, a chain stops at maxChain windows.
+	k2 := aheadKey{partition: "p", actor: "a", client: "d"}
+	s2 := &windowStore{}
+	ra.start(s2, k2, aheadQuery(0, 100, "p1"), "e1", nil)
+	deadline := time.Now().Add(5 * time.Second)
+	for s2.reads.Load() < maxChain && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	ra.mu.Lock()
+	held := len(ra.entries[k2])
+	ra.mu.Unlock()
+	if got := s2.reads.Load(); got != maxChain || held != maxChain {
+		t.Fatalf("an untaken chain read %d windows and holds %d, want %d", got, held, maxChain)
+	}
+}
+
+// settle waits until no read is in flight.
+func settle(t *testing.T, ra *readAhead) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ra.mu.Lock()
+		reading := ra.reading
+		ra.mu.Unlock()
+		if reading == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d reads still in flight", reading)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -218,13 +317,13 @@ func TestReadAheadAccounting(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ra.mu.Lock()
-		reading, n := ra.reading, len(ra.entries)
+		reading, n, held := ra.reading, len(ra.entries), ra.held
 		ra.mu.Unlock()
-		if reading == 0 && n == 0 {
+		if reading == 0 && n == 0 && held == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after every window was taken or dropped: %d reading, %d held", reading, n)
+			t.Fatalf("after every window was taken or dropped: %d reading, %d keys, %d windows held", reading, n, held)
 		}
 		time.Sleep(time.Millisecond)
 	}
