@@ -73,7 +73,7 @@ func newServerCollector(s *Server) *serverCollector {
 		pageCache: d("syncgo_segment_cache_requests_total", "Bootstrap segment page look-ups, by result: hit (built or being built for "+
 			"another client) or miss (built for this one).", "result"),
 		readAhead: d("syncgo_pull_read_ahead_total", "Commit windows of catch-ups, by result: read (read ahead, while the client "+
-			"read the window before), used (taken by the client's next request instead of reading it) or precompressed (used, and "+
+			"read an earlier window), used (taken by the client's request for it instead of reading it) or precompressed (used, and "+
 			"answered with its response body encoded and compressed while it was read ahead).", "result"),
 		catchUpResets: d("syncgo_pull_catchup_resets_total", "Pulls far behind answered with a reset (a fresh bootstrap) instead of "+
 			"the replay of the log (§8.4, limits.catchup_bootstrap_after)."),
