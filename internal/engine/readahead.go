@@ -130,8 +130,9 @@ func newReadAhead() *readAhead {
 
 // start begins reading window q for the key in the background, unless the
 // key's chain already begins with it, its body compressed ahead for pre,
-// or the read-ahead is stopped or full. Another chain held for the key is dropped. With pre set, the
-// window's response body is also encoded and compressed once it is read.
+// or the read-ahead is stopped or full. Another chain held for the key is
+// dropped. With pre set, the window's response body is also encoded and
+// compressed once it is read.
 func (ra *readAhead) start(s store.Store, k aheadKey, q store.CommitWindowQuery, epoch string, pre *preSpec) {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
