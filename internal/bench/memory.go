@@ -22,7 +22,10 @@ import (
 // restarted after the registrations, so that the baseline is a fresh
 // process (the sockets' registrations are read from storage at connect)
 // and holds none of the registration pulls' garbage; with PID the server
-// is measured as it runs.
+// is measured as it runs, and its RSS before the registrations is
+// reported too: when the pulls leave the heap at a high-water mark, the
+// sockets may fill its free part without growing RSS, and the growth
+// from before the registrations bounds them from above instead.
 func runMemory(ctx context.Context, r *runner) error {
 	n := r.cfg.Sockets
 	r.res.Params["sockets"] = n
@@ -33,6 +36,13 @@ func runMemory(ctx context.Context, r *runner) error {
 	}
 	if r.pid <= 0 {
 		return errors.New("the server's pid is unknown: pass -pid, or -server-cmd to start it")
+	}
+	var beforeReg rss
+	if r.cfg.ServerCmd == "" {
+		var err error
+		if beforeReg, err = readRSSParts(r.pid); err != nil {
+			return err
+		}
 	}
 	socks := make([]*vsocket, n)
 	defer func() { closeSockets(socks) }()
@@ -77,6 +87,10 @@ func runMemory(ctx context.Context, r *runner) error {
 		return err
 	}
 	r.res.add("sockets", float64(n), "")
+	if beforeReg.total > 0 {
+		r.res.add("server RSS before registrations", float64(beforeReg.total), "KiB")
+		r.res.add("KiB per socket, from before registrations", float64(after.total-beforeReg.total)/float64(n), "KiB")
+	}
 	r.res.add("server RSS before connect", float64(before.total), "KiB")
 	r.res.add("server RSS with sockets", float64(after.total), "KiB")
 	r.res.add("KiB per socket", float64(after.total-before.total)/float64(n), "KiB")
