@@ -4,35 +4,25 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/blobs3"
+	"github.com/syncgo/syncgo/internal/s3test"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// fakeS3Blobs is a blob store in an S3-compatible server (gofakes3) the
-// test starts on 127.0.0.1.
+// fakeS3Blobs is a blob store in a bucket of the test's own in an
+// S3-compatible server (internal/s3test: a real one under CI).
 func fakeS3Blobs(t *testing.T) *blobs3.Store {
 	t.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("blobs"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	s, err := blobs3.Open(blobs3.Options{Endpoint: u.Host, Insecure: true, Region: "us-east-1",
-		AccessKey: "k", SecretKey: "s", PathStyle: true, Bucket: "blobs", Prefix: "e2e"})
+	srv := s3test.Start(t, "blobs")
+	s, err := blobs3.Open(blobs3.Options{Endpoint: srv.Endpoint, Insecure: true, Region: srv.Region,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PathStyle: true, Bucket: srv.Bucket, Prefix: "e2e"})
 	if err != nil {
 		t.Fatal(err)
 	}

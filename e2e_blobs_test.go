@@ -29,7 +29,7 @@ import (
 
 // blobKind is a storage driver with a blob store: the database's own, or
 // a filesystem directory beside it, or an S3-compatible object store
-// (gofakes3 over HTTP on 127.0.0.1).
+// (internal/s3test: a real one under CI, gofakes3 elsewhere).
 type blobKind struct {
 	name   string
 	driver e2eDriver

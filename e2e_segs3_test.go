@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -11,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/blobs3"
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/s3test"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -102,12 +100,7 @@ func TestE2ESegmentStorePresign(t *testing.T) {
 // fetches every segment from the object store (the key under the
 // configured prefix), none from the server, and gets every row.
 func TestBinaryS3Segments(t *testing.T) {
-	backend := s3mem.New()
-	if err := backend.CreateBucket("segs"); err != nil {
-		t.Fatal(err)
-	}
-	objects := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(objects.Close)
+	objects := s3test.Start(t, "segs")
 	bin := binarytest.Build(t)
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -121,13 +114,13 @@ func TestBinaryS3Segments(t *testing.T) {
 	configFile := write("syncgo.yaml", `limits:
   inline_segment_max_bytes: -1
 segments:
-  store: s3://segs/deploy-2/
+  store: s3://`+objects.Bucket+`/deploy-2/
 blobs:
   s3:
     endpoint: `+objects.URL+`
     region: us-east-1
-    access_key_id: AKIDTEST
-    secret_access_key: secret
+    access_key_id: `+objects.AccessKey+`
+    secret_access_key: `+objects.SecretKey+`
     path_style: true
     presign_ttl: 5m
 `)
@@ -170,7 +163,7 @@ blobs:
 		t.Fatalf("bootstrap: %d descriptors, %d rows; want 3 and 25", len(refs), len(r.Rows("tasks")))
 	}
 	for _, ref := range refs {
-		if ref.URL == nil || !strings.HasPrefix(*ref.URL, objects.URL+"/segs/deploy-2/s/") {
+		if ref.URL == nil || !strings.HasPrefix(*ref.URL, objects.URL+"/"+objects.Bucket+"/deploy-2/s/") {
 			t.Fatalf("descriptor URL %v; want the object store's", ref.URL)
 		}
 	}
@@ -187,7 +180,7 @@ blobs:
 		t.Fatalf("%d object-store fetches, %d server segment requests; want 3 and 0", fromStore, fromServer)
 	}
 	out, errOut, code := binarytest.Run(t, bin, nil, "config", "check", configFile)
-	if code != 0 || !strings.Contains(out, `segment bytes in S3 bucket "segs", prefix "deploy-2/"`) {
+	if code != 0 || !strings.Contains(out, `segment bytes in S3 bucket "`+objects.Bucket+`", prefix "deploy-2/"`) {
 		t.Fatalf("config check: exit %d\n%s\n%s", code, out, errOut)
 	}
 	bad := write("bad.yaml", "segments:\n  store: s3:/nope\n")

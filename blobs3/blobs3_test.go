@@ -8,32 +8,26 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
+	"github.com/syncgo/syncgo/internal/s3test"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/store/storetest"
 )
 
-// fakeS3 starts an S3-compatible server on 127.0.0.1 with one bucket and
-// returns options that reach it.
+// fakeS3 returns options that reach a bucket of the test's own in an
+// S3-compatible server (internal/s3test: a real one under CI).
 func fakeS3(tb testing.TB) Options {
 	tb.Helper()
-	backend := s3mem.New()
-	if err := backend.CreateBucket("blobs"); err != nil {
-		tb.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(backend).Server())
-	tb.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	return Options{Endpoint: u.Host, Insecure: true, Region: "us-east-1", AccessKey: "test-key", SecretKey: "test-secret",
-		PathStyle: true, Bucket: "blobs", Prefix: "syncgo/"}
+	return options(s3test.Start(tb, "blobs"))
+}
+
+func options(srv s3test.Server) Options {
+	return Options{Endpoint: srv.Endpoint, Insecure: true, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+		PathStyle: true, Bucket: srv.Bucket, Prefix: "syncgo/"}
 }
 
 func mustOpen(tb testing.TB, o Options) *Store {
@@ -88,6 +82,73 @@ func TestPresignedGet(t *testing.T) {
 	}
 	if _, err := s.PresignBlobGet(ctx, "part-1", "../x", time.Minute); err == nil {
 		t.Fatal("presigned a key that is not a blob id")
+	}
+}
+
+// Against a server that checks signatures (internal/s3test's real one),
+// a presigned GET is bound to its key, its signature and its expiry: the
+// URL with another key, a changed signature, or past its expiry is
+// refused, and a store with a wrong secret fails Check. gofakes3 checks
+// none of these, so the test needs the real server.
+func TestPresignedGetChecked(t *testing.T) {
+	srv := s3test.Start(t, "blobs")
+	if !srv.Real {
+		t.Skipf("gofakes3 checks no signature; set %s", s3test.Env)
+	}
+	s := mustOpen(t, options(srv))
+	ctx := context.Background()
+	b, id := blob(1000)
+	other, otherID := blob(1001)
+	for _, p := range []struct {
+		id string
+		b  []byte
+	}{{id, b}, {otherID, other}} {
+		if err := s.PutBlob(ctx, "p", p.id, "", bytes.NewReader(p.b), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(u string) (int, []byte) {
+		t.Helper()
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, got
+	}
+	u, err := s.PresignBlobGet(ctx, "p", id, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, got := get(u); st != 200 || !bytes.Equal(got, b) {
+		t.Fatalf("presigned GET: %d, %d bytes", st, len(got))
+	}
+	hexID, otherHex := strings.TrimPrefix(id, "sha256:"), strings.TrimPrefix(otherID, "sha256:")
+	if st, got := get(strings.Replace(u, hexID, otherHex, 1)); st != 403 || bytes.Equal(got, other) {
+		t.Fatalf("the URL moved to another blob's key: %d; want 403", st)
+	}
+	pu, _ := url.Parse(u)
+	q := pu.Query()
+	sig := []byte(q.Get("X-Amz-Signature"))
+	sig[0] ^= 1
+	q.Set("X-Amz-Signature", string(sig))
+	pu.RawQuery = q.Encode()
+	if st, _ := get(pu.String()); st != 403 {
+		t.Fatalf("a changed signature: %d; want 403", st)
+	}
+	short, err := s.PresignBlobGet(ctx, "p", id, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if st, _ := get(short); st != 403 {
+		t.Fatalf("a presigned GET past its expiry: %d; want 403", st)
+	}
+	wrong := options(srv)
+	wrong.SecretKey += "x"
+	if err := mustOpen(t, wrong).Check(ctx); err == nil {
+		t.Fatal("Check with a wrong secret reported no error")
 	}
 }
 

@@ -2,33 +2,30 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/minio/minio-go/v7"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/s3test"
 )
 
 // serve with blobs.store s3://bucket/prefix keeps uploaded blobs in the
-// object store (gofakes3 on 127.0.0.1 here), its secret from the
+// object store (internal/s3test: a real one under CI), its secret from the
 // environment; config check describes it without the secret; a bucket
 // that does not exist stops serve at start.
 func TestBinaryS3Blobs(t *testing.T) {
 	bin := binarytest.Build(t)
-	backend := s3mem.New()
-	must(t, backend.CreateBucket("syncgo-blobs"))
-	s3 := httptest.NewServer(gofakes3.New(backend).Server())
-	t.Cleanup(s3.Close)
+	s3 := s3test.Start(t, "syncgo-blobs")
 	dir := t.TempDir()
 	config := func(name, bucket string) string {
 		p := filepath.Join(dir, name)
@@ -39,15 +36,15 @@ blobs:
   s3:
     endpoint: `+s3.URL+`
     region: us-east-1
-    access_key_id: AKIDTEST
+    access_key_id: `+s3.AccessKey+`
     path_style: true
     presign_ttl: 5m
 `), 0o600))
 		return p
 	}
-	const secret = "s3cr3t-never-printed"
+	secret := s3.SecretKey
 	env := []string{"SYNCGO_BLOBS_S3_SECRET_ACCESS_KEY=" + secret}
-	p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir, Env: env}, "-config", config("ok.yaml", "syncgo-blobs"))
+	p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir, Env: env}, "-config", config("ok.yaml", s3.Bucket))
 
 	data := bytes.Repeat([]byte("binary s3 blob "), 1000)
 	sum := sha256.Sum256(data)
@@ -61,22 +58,28 @@ blobs:
 	if resp.StatusCode != 200 {
 		t.Fatalf("PUT /blobs: %d %s", resp.StatusCode, body)
 	}
-	list, err := backend.ListBucket("syncgo-blobs", nil, gofakes3.ListBucketPage{})
-	must(t, err)
-	if len(list.Contents) != 1 || !strings.HasPrefix(list.Contents[0].Key, "deploy-1/b/") ||
-		!strings.HasSuffix(list.Contents[0].Key, hex.EncodeToString(sum[:])) || list.Contents[0].Size != int64(len(data)) {
-		t.Fatalf("the bucket holds %+v; want the blob under deploy-1/b/", list.Contents)
+	ctx := context.Background()
+	c := s3.Client(t)
+	var list []minio.ObjectInfo
+	for o := range c.ListObjects(ctx, s3.Bucket, minio.ListObjectsOptions{Recursive: true}) {
+		must(t, o.Err)
+		list = append(list, o)
 	}
-	obj, err := backend.GetObject("syncgo-blobs", list.Contents[0].Key, nil)
+	if len(list) != 1 || !strings.HasPrefix(list[0].Key, "deploy-1/b/") ||
+		!strings.HasSuffix(list[0].Key, hex.EncodeToString(sum[:])) || list[0].Size != int64(len(data)) {
+		t.Fatalf("the bucket holds %+v; want the blob under deploy-1/b/", list)
+	}
+	obj, err := c.GetObject(ctx, s3.Bucket, list[0].Key, minio.GetObjectOptions{})
 	must(t, err)
-	got, _ := io.ReadAll(obj.Contents)
-	obj.Contents.Close()
+	got, err := io.ReadAll(obj)
+	obj.Close()
+	must(t, err)
 	if !bytes.Equal(got, data) {
 		t.Fatal("the object store holds other bytes")
 	}
 
-	out, errOut, code := binarytest.Run(t, bin, env, "config", "check", config("check.yaml", "syncgo-blobs"))
-	if code != 0 || !strings.Contains(out, `S3 bucket "syncgo-blobs", prefix "deploy-1/"`) || !strings.Contains(out, "AKIDTEST") ||
+	out, errOut, code := binarytest.Run(t, bin, env, "config", "check", config("check.yaml", s3.Bucket))
+	if code != 0 || !strings.Contains(out, `S3 bucket "`+s3.Bucket+`", prefix "deploy-1/"`) || !strings.Contains(out, s3.AccessKey) ||
 		strings.Contains(out+errOut+p.Stderr.String()+p.Stdout.String(), secret) {
 		t.Fatalf("config check: exit %d\n%s\n%s", code, out, errOut)
 	}
