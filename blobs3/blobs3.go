@@ -48,7 +48,8 @@ const (
 	metaMedia   = "Syncgo-Media-Type"
 	// partSize bounds the memory of one upload: minio-go buffers one part.
 	partSize = 8 << 20
-	// maxCopy is the largest object one CopyObject may copy.
+	// maxCopy is the largest object one CopyObject may copy; a larger
+	// one is copied by a multipart copy.
 	maxCopy = 5 << 30
 )
 
@@ -80,6 +81,8 @@ type Store struct {
 	c      *minio.Client
 	bucket string
 	prefix string
+	// maxCopy is maxCopy; tests lower it to reach the multipart copy.
+	maxCopy int64
 }
 
 var (
@@ -110,7 +113,7 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blobs3: %w", err)
 	}
-	return &Store{c: c, bucket: o.Bucket, prefix: o.Prefix}, nil
+	return &Store{c: c, bucket: o.Bucket, prefix: o.Prefix, maxCopy: maxCopy}, nil
 }
 
 // Check reports whether the bucket is reachable and exists.
@@ -268,7 +271,7 @@ func (s *Store) PutBlob(ctx context.Context, partition, blobID, mediaType string
 	}()
 	dst := minio.CopyDestOptions{Bucket: s.bucket, Object: final, UserMetadata: meta(nowMs, mediaType), ReplaceMetadata: true}
 	src := minio.CopySrcOptions{Bucket: s.bucket, Object: tmp}
-	if up.Size > maxCopy {
+	if up.Size > s.maxCopy {
 		_, err = s.c.ComposeObject(ctx, dst, src)
 	} else {
 		_, err = s.c.CopyObject(ctx, dst, src)

@@ -253,6 +253,36 @@ func TestMultipart(t *testing.T) {
 	}
 }
 
+// A blob larger than one server-side copy may hold (5 GiB on S3; the
+// test lowers the limit to 1 MiB) reaches its key by a multipart copy,
+// with its bytes, upload time and media type. gofakes3 lacks the
+// multipart copy, so the test needs the real server.
+func TestMultipartCopy(t *testing.T) {
+	srv := s3test.Start(t, "blobs")
+	if !srv.Real {
+		t.Skipf("gofakes3 has no multipart copy; set %s", s3test.Env)
+	}
+	s := mustOpen(t, options(srv))
+	s.maxCopy = 1 << 20
+	ctx := context.Background()
+	b, id := blob(3<<20 + 77)
+	if err := s.PutBlob(ctx, "p", id, "video/mp4", bytes.NewReader(b), 42); err != nil {
+		t.Fatal(err)
+	}
+	info, rc, err := s.OpenBlob(ctx, "p", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 42 || info.MediaType != "video/mp4" {
+		t.Fatalf("a blob copied in parts: %d bytes (%v), info %+v", len(got), err, info)
+	}
+	for oi := range s.c.ListObjects(ctx, srv.Bucket, minioList("syncgo/tmp/")) {
+		t.Fatalf("the upload left %q (%v)", oi.Key, oi.Err)
+	}
+}
+
 // A bucket that does not exist fails Check (serve's start) and every
 // upload. (A HEAD answer has no body, so a stat cannot tell a missing
 // bucket from a missing object: Check is what catches it.)
