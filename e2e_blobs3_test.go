@@ -16,9 +16,9 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// fakeS3Blobs is a blob store in a bucket of the test's own in an
+// s3Blobs is a blob store in a bucket of the test's own in an
 // S3-compatible server (internal/s3test: a real one under CI).
-func fakeS3Blobs(t *testing.T) *blobs3.Store {
+func s3Blobs(t *testing.T) *blobs3.Store {
 	t.Helper()
 	srv := s3test.Start(t, "blobs")
 	s, err := blobs3.Open(blobs3.Options{Endpoint: srv.Endpoint, Insecure: true, Region: srv.Region,

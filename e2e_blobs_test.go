@@ -82,7 +82,7 @@ func newBlobEnv(t *testing.T, k blobKind, tweak ...func(*syncgo.Config)) *blobEn
 	c := newClock()
 	be := &blobEnv{e2eEnv: e, clock: c}
 	if k.s3 {
-		be.blobs = fakeS3Blobs(t)
+		be.blobs = s3Blobs(t)
 	} else if k.fs {
 		fs, err := blobfs.Open(t.TempDir())
 		if err != nil {

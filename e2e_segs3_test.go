@@ -28,7 +28,7 @@ import (
 // downloads from the server. On both drivers.
 func TestE2ESegmentStorePresign(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
-		objects := fakeS3Blobs(t)
+		objects := s3Blobs(t)
 		var segs *blobs3.Segments
 		e := newSignedEnv(t, d, func(c *syncgo.Config) {
 			segs = &blobs3.Segments{Index: c.Store.(store.SegmentStorer).SegmentStore(), Objects: objects}
@@ -200,7 +200,7 @@ func TestSegmentStorePresignConfig(t *testing.T) {
 	if _, err := syncgo.New(c); err == nil || !strings.Contains(err.Error(), "SegmentPresigner") {
 		t.Fatalf("no presigning segment store: %v", err)
 	}
-	c.Segments = &blobs3.Segments{Index: st.(store.SegmentStorer).SegmentStore(), Objects: fakeS3Blobs(t)}
+	c.Segments = &blobs3.Segments{Index: st.(store.SegmentStorer).SegmentStore(), Objects: s3Blobs(t)}
 	c.SegmentStorePresignTTL = 16 * time.Minute
 	if _, err := syncgo.New(c); err == nil || !strings.Contains(err.Error(), "15 minutes") {
 		t.Fatalf("a 16-minute TTL: %v", err)

@@ -18,9 +18,9 @@ import (
 	"github.com/syncgo/syncgo/store/storetest"
 )
 
-// fakeS3 returns options that reach a bucket of the test's own in an
+// testS3 returns options that reach a bucket of the test's own in an
 // S3-compatible server (internal/s3test: a real one under CI).
-func fakeS3(tb testing.TB) Options {
+func testS3(tb testing.TB) Options {
 	tb.Helper()
 	return options(s3test.Start(tb, "blobs"))
 }
@@ -41,7 +41,7 @@ func mustOpen(tb testing.TB, o Options) *Store {
 
 func TestContract(t *testing.T) {
 	storetest.RunBlobStore(t, func(tb testing.TB) (store.BlobStore, func(testing.TB) store.BlobStore) {
-		o := fakeS3(tb)
+		o := testS3(tb)
 		return mustOpen(tb, o), func(tb testing.TB) store.BlobStore { return mustOpen(tb, o) }
 	})
 }
@@ -56,7 +56,7 @@ func blob(n int) ([]byte, string) {
 // and stops working once it expired; another blob's key cannot be reached
 // with it.
 func TestPresignedGet(t *testing.T) {
-	s := mustOpen(t, fakeS3(t))
+	s := mustOpen(t, testS3(t))
 	ctx := context.Background()
 	b, id := blob(300 << 10)
 	if err := s.PutBlob(ctx, "part-1", id, "image/png", bytes.NewReader(b), 10); err != nil {
@@ -156,7 +156,7 @@ func TestPresignedGetChecked(t *testing.T) {
 // multipart upload left behind) is swept by its start time; the media
 // type round-trips; ids that are not content addresses never become keys.
 func TestSweepAndKeys(t *testing.T) {
-	o := fakeS3(t)
+	o := testS3(t)
 	s := mustOpen(t, o)
 	ctx := context.Background()
 	for _, k := range []string{"tmp/upload-100-aa", "tmp/upload-900-bb", "tmp/unrelated"} {
@@ -210,7 +210,7 @@ func (f *failAfter) Read(p []byte) (int, error) {
 // fails after the first part was sent leaves no blob, no object and no
 // open multipart upload behind.
 func TestMultipart(t *testing.T) {
-	o := fakeS3(t)
+	o := testS3(t)
 	s := mustOpen(t, o)
 	ctx := context.Background()
 	b, id := blob(2*partSize + 123)
@@ -287,7 +287,7 @@ func TestMultipartCopy(t *testing.T) {
 // upload. (A HEAD answer has no body, so a stat cannot tell a missing
 // bucket from a missing object: Check is what catches it.)
 func TestMissingBucket(t *testing.T) {
-	o := fakeS3(t)
+	o := testS3(t)
 	o.Bucket = "no-such-bucket"
 	s := mustOpen(t, o)
 	ctx := context.Background()

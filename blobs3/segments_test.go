@@ -16,7 +16,7 @@ import (
 // Segments over an in-process index passes the segment-store contract.
 func TestSegmentsContract(t *testing.T) {
 	storetest.RunSegmentStore(t, func(tb testing.TB) (store.SegmentStore, func(testing.TB) store.SegmentStore) {
-		return &Segments{Index: engine.NewMemorySegments(64 << 20), Objects: mustOpen(tb, fakeS3(tb))}, nil
+		return &Segments{Index: engine.NewMemorySegments(64 << 20), Objects: mustOpen(tb, testS3(tb))}, nil
 	})
 }
 
@@ -25,7 +25,7 @@ func TestSegmentsContract(t *testing.T) {
 // deletes the object once it is older than the grace, not before.
 func TestSegmentsObjectAndSweep(t *testing.T) {
 	ctx := context.Background()
-	obj := mustOpen(t, fakeS3(t))
+	obj := mustOpen(t, testS3(t))
 	s := &Segments{Index: engine.NewMemorySegments(64 << 20), Objects: obj}
 	data, id := blob(70_000)
 	now := time.Now().UnixMilli()
