@@ -30,6 +30,36 @@ func options(srv s3test.Server) Options {
 		PathStyle: true, Bucket: srv.Bucket, Prefix: "syncgo/"}
 }
 
+// getURL GETs u without credentials: the status and the body.
+func getURL(tb testing.TB, u string) (int, []byte) {
+	tb.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// readBlob opens a stored blob and reads it whole.
+func readBlob(tb testing.TB, s *Store, partition, id string) (store.BlobInfo, []byte) {
+	tb.Helper()
+	info, rc, err := s.OpenBlob(context.Background(), partition, id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info, got
+}
+
 func mustOpen(tb testing.TB, o Options) *Store {
 	tb.Helper()
 	s, err := Open(o)
@@ -107,25 +137,15 @@ func TestPresignedGetChecked(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	get := func(u string) (int, []byte) {
-		t.Helper()
-		resp, err := http.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		got, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, got
-	}
 	u, err := s.PresignBlobGet(ctx, "p", id, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, got := get(u); st != 200 || !bytes.Equal(got, b) {
+	if st, got := getURL(t, u); st != 200 || !bytes.Equal(got, b) {
 		t.Fatalf("presigned GET: %d, %d bytes", st, len(got))
 	}
 	hexID, otherHex := strings.TrimPrefix(id, "sha256:"), strings.TrimPrefix(otherID, "sha256:")
-	if st, got := get(strings.Replace(u, hexID, otherHex, 1)); st != 403 || bytes.Equal(got, other) {
+	if st, got := getURL(t, strings.Replace(u, hexID, otherHex, 1)); st != 403 || bytes.Equal(got, other) {
 		t.Fatalf("the URL moved to another blob's key: %d; want 403", st)
 	}
 	pu, _ := url.Parse(u)
@@ -134,7 +154,7 @@ func TestPresignedGetChecked(t *testing.T) {
 	sig[0] ^= 1
 	q.Set("X-Amz-Signature", string(sig))
 	pu.RawQuery = q.Encode()
-	if st, _ := get(pu.String()); st != 403 {
+	if st, _ := getURL(t, pu.String()); st != 403 {
 		t.Fatalf("a changed signature: %d; want 403", st)
 	}
 	short, err := s.PresignBlobGet(ctx, "p", id, time.Second)
@@ -142,7 +162,7 @@ func TestPresignedGetChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2100 * time.Millisecond)
-	if st, _ := get(short); st != 403 {
+	if st, _ := getURL(t, short); st != 403 {
 		t.Fatalf("a presigned GET past its expiry: %d; want 403", st)
 	}
 	wrong := options(srv)
@@ -232,14 +252,9 @@ func TestMultipart(t *testing.T) {
 	if err := s.PutBlob(ctx, "p", id, "", bytes.NewReader(b), 8); err != nil {
 		t.Fatal(err)
 	}
-	info, rc, err := s.OpenBlob(ctx, "p", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 8 {
-		t.Fatalf("multipart blob: %d bytes (%v), info %+v", len(got), err, info)
+	info, got := readBlob(t, s, "p", id)
+	if !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 8 {
+		t.Fatalf("multipart blob: %d bytes, info %+v", len(got), info)
 	}
 	n := 0
 	for oi := range s.c.ListObjects(ctx, o.Bucket, minioList(o.Prefix)) {
@@ -269,14 +284,9 @@ func TestMultipartCopy(t *testing.T) {
 	if err := s.PutBlob(ctx, "p", id, "video/mp4", bytes.NewReader(b), 42); err != nil {
 		t.Fatal(err)
 	}
-	info, rc, err := s.OpenBlob(ctx, "p", id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 42 || info.MediaType != "video/mp4" {
-		t.Fatalf("a blob copied in parts: %d bytes (%v), info %+v", len(got), err, info)
+	info, got := readBlob(t, s, "p", id)
+	if !bytes.Equal(got, b) || info.ByteLength != int64(len(b)) || info.CreatedAtMs != 42 || info.MediaType != "video/mp4" {
+		t.Fatalf("a blob copied in parts: %d bytes, info %+v", len(got), info)
 	}
 	for oi := range s.c.ListObjects(ctx, srv.Bucket, minioList("syncgo/tmp/")) {
 		t.Fatalf("the upload left %q (%v)", oi.Key, oi.Err)

@@ -3,8 +3,6 @@ package blobs3
 import (
 	"bytes"
 	"context"
-	"io"
-	"net/http"
 	"testing"
 	"time"
 
@@ -37,13 +35,7 @@ func TestSegmentsObjectAndSweep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.Get(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, b
+		return getURL(t, u)
 	}
 	if st, b := get(); st != 200 || !bytes.Equal(b, data) {
 		t.Fatalf("presigned GET: %d, %d bytes", st, len(b))
