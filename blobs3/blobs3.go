@@ -81,7 +81,8 @@ type Store struct {
 	c      *minio.Client
 	bucket string
 	prefix string
-	// maxCopy is maxCopy; tests lower it to reach the multipart copy.
+	// maxCopy is the size above which PutBlob copies in parts: the
+	// constant maxCopy, lowered by tests to reach that path.
 	maxCopy int64
 }
 

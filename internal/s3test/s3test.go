@@ -43,17 +43,21 @@ type Server struct {
 	Real bool
 }
 
+// Real reports whether the tests' object store is a real server
+// (SYNCGO_TEST_S3 set), which runs in a process of its own.
+func Real() bool { return os.Getenv(Env) != "" }
+
 // Start returns an object store with a new, empty bucket whose name
 // starts with prefix (the bucket is prefix itself on gofakes3).
 func Start(tb testing.TB, prefix string) Server {
 	tb.Helper()
-	raw := os.Getenv(Env)
-	if raw == "" {
+	if !Real() {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("%s is not set; CI=true requires the tests against a real S3 server (.ci/run starts one)", Env)
 		}
 		return fake(tb, prefix)
 	}
+	raw := os.Getenv(Env)
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.User == nil {
 		tb.Fatalf("%s=%q: want http://ACCESS:SECRET@host:port", Env, raw)
