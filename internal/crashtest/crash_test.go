@@ -253,6 +253,7 @@ func (h *harness) run(seed uint64) {
 		workers[i] = &worker{name: name, c: c, rng: mrand.New(mrand.NewPCG(seed, uint64(i)+1000)), rows: map[string][]string{}}
 	}
 	var total stats
+	log := &logIndex{}
 	firstOK := new(atomic.Int64)
 	for _, w := range workers {
 		w.firstOK = firstOK
@@ -288,7 +289,7 @@ func (h *harness) run(seed uint64) {
 		cancel()
 		wg.Wait()
 		hc.CloseIdleConnections()
-		s, err := h.verify.check(compiled, workers, false)
+		s, err := h.verify.check(compiled, workers, log)
 		if err != nil {
 			t.Fatalf("cycle %d (seed %d): %v\nlast server log:\n%s", cycle, seed, err, tail(p.logf))
 		}
@@ -325,7 +326,9 @@ func (h *harness) run(seed uint64) {
 		}
 	}
 	p.kill()
-	s, err := h.verify.check(compiled, workers, true)
+	// The final check reads the whole log again, so that it also finds a
+	// commit that changed after an earlier check read it.
+	s, err := h.verify.check(compiled, workers, &logIndex{final: true})
 	if err != nil {
 		t.Fatalf("after recovery (seed %d): %v", seed, err)
 	}
@@ -442,12 +445,12 @@ func hasEpoch(c *sspclient.Client) bool { _, ok := c.LogEpoch(); return ok }
 
 // verifier reads the database of a dead server and checks the invariants.
 type verifier interface {
-	check(sc *schema.Compiled, workers []*worker, final bool) (stats, error)
+	check(sc *schema.Compiled, workers []*worker, log *logIndex) (stats, error)
 }
 
 type sqliteVerifier string
 
-func (v sqliteVerifier) check(sc *schema.Compiled, workers []*worker, final bool) (stats, error) {
+func (v sqliteVerifier) check(sc *schema.Compiled, workers []*worker, log *logIndex) (stats, error) {
 	if err := integrityCheck(string(v)); err != nil {
 		return stats{}, err
 	}
@@ -457,7 +460,7 @@ func (v sqliteVerifier) check(sc *schema.Compiled, workers []*worker, final bool
 		return stats{}, fmt.Errorf("open the database after the kill: %w", err)
 	}
 	defer st.Close()
-	return checkLog(ctx, st, sc, workers, final)
+	return checkLog(ctx, st, sc, workers, log)
 }
 
 // integrityCheck runs PRAGMA integrity_check on the file, as the next
@@ -487,7 +490,7 @@ type postgresVerifier struct {
 	url, serverApp string
 }
 
-func (v postgresVerifier) check(sc *schema.Compiled, workers []*worker, final bool) (stats, error) {
+func (v postgresVerifier) check(sc *schema.Compiled, workers []*worker, log *logIndex) (stats, error) {
 	ctx := context.Background()
 	if err := v.settle(ctx); err != nil {
 		return stats{}, err
@@ -497,7 +500,7 @@ func (v postgresVerifier) check(sc *schema.Compiled, workers []*worker, final bo
 		return stats{}, fmt.Errorf("open the database after the kill: %w", err)
 	}
 	defer st.Close()
-	return checkLog(ctx, st, sc, workers, final)
+	return checkLog(ctx, st, sc, workers, log)
 }
 
 // settle waits until no session of the killed server is left.
@@ -523,6 +526,29 @@ func (v postgresVerifier) settle(ctx context.Context) error {
 	}
 }
 
+// logKey names a commit by its client.
+type logKey struct{ client, commit string }
+
+// logIndex is what the checks have read of the log so far. Each check
+// after a kill reads only the commits past those it read before, so a
+// long run costs the same per cycle at its end as at its start (a check
+// that reread the whole log made long runs quadratic). A logged commit
+// never changes; the final check starts from an empty index and reads
+// the whole log once more.
+type logIndex struct {
+	final   bool
+	horizon int64
+	next    int64 // the next sequence to read; 0 before the first read
+	inLog   map[logKey][]int64
+	rows    map[string]int // how often each unique row is written in the log
+}
+
+// reset empties the index, to read the log from the partition's horizon.
+func (l *logIndex) reset(horizon int64) {
+	l.horizon, l.next = horizon, horizon+1
+	l.inLog, l.rows = map[logKey][]int64{}, map[string]int{}
+}
+
 // checkLog checks the partition's log against the clients' outcomes:
 //   - sequences are dense from the horizon to the partition's maximum;
 //   - a commit acknowledged as applied or cached is in the log exactly
@@ -533,9 +559,11 @@ func (v postgresVerifier) settle(ctx context.Context) error {
 //   - the unique rows of the tasks table are exactly those of the commits
 //     in the log.
 //
-// final also requires that every queued commit has an outcome.
-func checkLog(ctx context.Context, st store.Store, sc *schema.Compiled, workers []*worker, final bool) (stats, error) {
+// It reads the commits past those that log holds and adds them to it. A
+// final check also requires that every queued commit has an outcome.
+func checkLog(ctx context.Context, st store.Store, sc *schema.Compiled, workers []*worker, log *logIndex) (stats, error) {
 	var s stats
+	final := log.final
 	if err := st.EnsureSchema(ctx, sc); err != nil {
 		return s, fmt.Errorf("the stored schema after the kill: %w", err)
 	}
@@ -547,11 +575,15 @@ func checkLog(ctx context.Context, st store.Store, sc *schema.Compiled, workers 
 		return s, fmt.Errorf("partition: %w", err)
 	}
 	s.maxSeq, s.horizon = part.MaxCommitSeq, part.HorizonSeq
-	type key struct{ client, commit string }
-	inLog := map[key][]int64{}
-	logRows := map[string]int{}
-	next := part.HorizonSeq + 1
-	for after := part.HorizonSeq; ; {
+	if log.next == 0 || log.horizon != part.HorizonSeq {
+		log.reset(part.HorizonSeq)
+	}
+	if part.MaxCommitSeq < log.next-1 {
+		return s, fmt.Errorf("the partition says %d, but the log held commits up to %d before", part.MaxCommitSeq, log.next-1)
+	}
+	type key = logKey
+	inLog, logRows := log.inLog, log.rows
+	for after := log.next - 1; ; {
 		cs, err := st.ReadCommits(ctx, partition, after, 1<<62, 1000)
 		if err != nil {
 			return s, fmt.Errorf("ReadCommits after %d: %w", after, err)
@@ -560,10 +592,10 @@ func checkLog(ctx context.Context, st store.Store, sc *schema.Compiled, workers 
 			break
 		}
 		for _, c := range cs {
-			if c.Seq != next {
-				return s, fmt.Errorf("commit sequences are not dense: %d follows %d", c.Seq, next-1)
+			if c.Seq != log.next {
+				return s, fmt.Errorf("commit sequences are not dense: %d follows %d", c.Seq, log.next-1)
 			}
-			next++
+			log.next++
 			k := key{c.ClientID, c.ClientCommitID}
 			inLog[k] = append(inLog[k], c.Seq)
 			for _, ch := range c.Changes {
@@ -574,8 +606,8 @@ func checkLog(ctx context.Context, st store.Store, sc *schema.Compiled, workers 
 		}
 		after = cs[len(cs)-1].Seq
 	}
-	if next-1 != part.MaxCommitSeq {
-		return s, fmt.Errorf("the log ends at %d, the partition says %d", next-1, part.MaxCommitSeq)
+	if log.next-1 != part.MaxCommitSeq {
+		return s, fmt.Errorf("the log ends at %d, the partition says %d", log.next-1, part.MaxCommitSeq)
 	}
 	known := map[key]bool{}
 	for _, w := range workers {
