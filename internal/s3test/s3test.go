@@ -8,12 +8,20 @@
 // objects and open uploads included, at cleanup. Without it the store is
 // gofakes3 in the test's process, which checks no signature; under
 // CI=true its absence fails the test instead.
+//
+// A query parameter domain=D in that URL says that the server also
+// answers virtual-host requests, those that name the bucket in the host
+// name (BUCKET.D), as AWS does (SeaweedFS's -s3.domainName, MinIO's
+// MINIO_DOMAIN). Server.VirtualHostTransport then reaches it under such
+// names without DNS.
 package s3test
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -41,6 +49,9 @@ type Server struct {
 	// Real reports a real server (SYNCGO_TEST_S3), one that checks
 	// signatures and expiry times; gofakes3 checks neither.
 	Real bool
+	// Domain is the host-name suffix under which the server answers
+	// virtual-host requests (BUCKET.Domain); "" when it does not.
+	Domain string
 }
 
 // Real reports whether the tests' object store is a real server
@@ -64,7 +75,8 @@ func Start(tb testing.TB, prefix string) Server {
 	}
 	secret, _ := u.User.Password()
 	s := Server{URL: u.Scheme + "://" + u.Host, Endpoint: u.Host, Region: "us-east-1",
-		AccessKey: u.User.Username(), SecretKey: secret, Real: true, Bucket: prefix + "-" + suffix(tb)}
+		AccessKey: u.User.Username(), SecretKey: secret, Real: true, Bucket: prefix + "-" + suffix(tb),
+		Domain: u.Query().Get("domain")}
 	c := s.Client(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -95,6 +107,18 @@ func (s Server) Client(tb testing.TB) *minio.Client {
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// VirtualHostTransport is an HTTP transport that connects to the store
+// whatever host a request names, so that a client addressing the bucket
+// as BUCKET.Domain:port reaches it without a DNS entry for that name.
+// The request keeps its host name, which the server routes and checks
+// the signature by.
+func (s Server) VirtualHostTransport() *http.Transport {
+	var d net.Dialer
+	return &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return d.DialContext(ctx, network, s.Endpoint)
+	}}
 }
 
 // remove deletes the bucket's open uploads, objects and the bucket.
