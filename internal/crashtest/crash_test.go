@@ -44,8 +44,6 @@ var (
 	flagMaxRun  = flag.Duration("maxrun", 1500*time.Millisecond, "longest push phase before a kill")
 )
 
-const postgresURLEnv = "SYNCGO_TEST_POSTGRES_URL"
-
 // crashSchema is the served schema, passed to `syncgo serve -schema`.
 const crashSchema = `{
   "version": 1,
