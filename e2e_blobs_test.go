@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -547,6 +549,53 @@ func TestE2EFleetBlobs(t *testing.T) {
 		}
 		if got := be.get("alice", id); got.status != 200 || !bytes.Equal(got.body, data) {
 			t.Fatalf("download through B: %d, %d bytes", got.status, len(got.body))
+		}
+	})
+}
+
+// The blob existence check runs with the scope check, before the row
+// validator (§6.6, §6.7's order decode → scope authorization →
+// validation → write): a row that references a blob never uploaded is
+// blob.not_found, on insert and on update, and the validator never sees
+// it; once the blob is stored, the validator decides.
+func TestE2EBlobCheckBeforeValidator(t *testing.T) {
+	forEachBlobKind(t, func(t *testing.T, k blobKind) {
+		var calls atomic.Int32
+		e := newBlobEnv(t, k, func(cfg *syncgo.Config) {
+			cfg.Validators = map[string]validate.Validator{"attachments": func(_ context.Context, w *validate.Write) error {
+				calls.Add(1)
+				if w.Row["file"] != nil {
+					return validate.Reject("app.no_files", "this app takes no files", nil)
+				}
+				return nil
+			}}
+		})
+		e.allow("alice", map[string][]string{"project_id": {"p1"}})
+		alice := e.client("alice", sspclient.Options{})
+		syncQuiet(t, alice)
+		data := []byte("not uploaded yet")
+		id := blobOf(data)
+		if o := e.attach(alice, "new", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeBlobNotFound {
+			t.Fatalf("insert referencing a missing blob: %s; want rejected blob.not_found", statusOf(o))
+		}
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("the validator ran %d times on a row referencing a missing blob", n)
+		}
+		if o := e.attach(alice, "a1", "p1", nil); o.Status != wire.PushApplied {
+			t.Fatalf("insert without a file: %s", statusOf(o))
+		}
+		if o := e.attach(alice, "a1", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeBlobNotFound {
+			t.Fatalf("update referencing a missing blob: %s; want rejected blob.not_found", statusOf(o))
+		}
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("the validator ran %d times; want once, for the row without a file", n)
+		}
+		wantAnswer(t, "upload", e.put("alice", data, id), 200, "")
+		if o := e.attach(alice, "a1", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != "app.no_files" {
+			t.Fatalf("update referencing a stored blob: %s; want the validator's app.no_files", statusOf(o))
+		}
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("the validator ran %d times; want twice", n)
 		}
 	})
 }

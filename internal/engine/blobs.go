@@ -44,21 +44,22 @@ func blobIDs(t *schema.CompiledTable, vals []wire.Value) []string {
 	return ids
 }
 
-// blobRefs is the write path's blob hook: for a row an upsert writes
-// (vals, its full values) every referenced blob must be stored, or the
-// operation is rejected with blob.not_found; then the row's entries in
-// the reference index become its references (none for a delete, vals
-// nil). It runs in the commit's transaction, so a rejected or rolled-back
-// commit leaves the index as it was. Tables without blob_ref columns, and
-// servers without a blob store, skip it.
-func (a *applier) blobRefs(ctx context.Context, i int, t *schema.CompiledTable, rowID string, vals []wire.Value) (*rejection, error) {
+// blobsExist is the write path's blob existence check (§6.6): every blob
+// that a row an upsert writes (vals, its full values) references must be
+// stored, or the operation is rejected with blob.not_found. It runs beside
+// the scope check, before the CRDT merge and the validators (§6.7's
+// order), so that neither sees a reference to a blob that is not there.
+// Tables without blob_ref columns, and servers without a blob store, skip
+// it.
+func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable, vals []wire.Value) (*rejection, error) {
 	blobs := a.r.e.cfg.Blobs
-	w, ok := a.tx.(store.BlobRefWriter)
-	if len(t.BlobRefColumns()) == 0 || blobs == nil || !ok {
+	if len(t.BlobRefColumns()) == 0 || blobs == nil {
 		return nil, nil
 	}
-	ids := blobIDs(t, vals)
-	for _, id := range ids {
+	if _, ok := a.tx.(store.BlobRefWriter); !ok {
+		return nil, nil
+	}
+	for _, id := range blobIDs(t, vals) {
 		if a.blobsPresent[id] {
 			continue
 		}
@@ -74,7 +75,22 @@ func (a *applier) blobRefs(ctx context.Context, i int, t *schema.CompiledTable, 
 		}
 		a.blobsPresent[id] = true
 	}
-	return nil, w.SetBlobRefs(ctx, t.Name(), rowID, ids)
+	return nil, nil
+}
+
+// blobRefs makes the row's entries in the reference index its references
+// (none for a delete, vals nil), after blobsExist (again: a blob already
+// found is not looked up twice). It runs in the commit's transaction, so
+// a rejected or rolled-back commit leaves the index as it was.
+func (a *applier) blobRefs(ctx context.Context, i int, t *schema.CompiledTable, rowID string, vals []wire.Value) (*rejection, error) {
+	w, ok := a.tx.(store.BlobRefWriter)
+	if len(t.BlobRefColumns()) == 0 || a.r.e.cfg.Blobs == nil || !ok {
+		return nil, nil
+	}
+	if rej, err := a.blobsExist(ctx, i, t, vals); rej != nil || err != nil {
+		return rej, err
+	}
+	return nil, w.SetBlobRefs(ctx, t.Name(), rowID, blobIDs(t, vals))
 }
 
 // Blobs returns the blob store, or nil when blobs are off.

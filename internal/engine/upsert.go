@@ -57,6 +57,9 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 			}
 		}
 	}
+	if rej, err := a.blobsExist(ctx, i, t, vals); rej != nil || err != nil {
+		return rej, err
+	}
 	if rej := a.mergeCRDT(i, t, vals, in.Present, storedVals); rej != nil {
 		return rej, nil
 	}
@@ -138,7 +141,9 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		}
 		tombstoned = ok
 	}
-	if base != nil && *base > 0 {
+	if base != nil && *base != 0 {
+		// Any baseVersion but 0 names an update (a negative one too, §10's
+		// sync.row_missing): nothing to update here.
 		// Authorize the payload before saying the row is absent, partial
 		// or not, so that absence is disclosed only to actors with the
 		// scope; an absent scope column is a missing value: denied.
@@ -165,6 +170,9 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 	ss, err := t.StoredScopes(in.Values)
 	if err != nil || !authorized(ss, a.r.allowed) {
 		return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
+	}
+	if rej, err := a.blobsExist(ctx, i, t, in.Values); rej != nil || err != nil {
+		return rej, err
 	}
 	if rej := a.mergeCRDT(i, t, in.Values, in.Present, nil); rej != nil {
 		return rej, nil
