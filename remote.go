@@ -194,7 +194,9 @@ func (c *CommandContext) Row(ctx context.Context, table, rowID string) (map[stri
 	}
 	vals, err := t.RowCodec().DecodeRow(r.Payload)
 	if err != nil {
-		return nil, false, fmt.Errorf("stored row %s/%s: %w", table, rowID, err)
+		// The server's fault, not the request's: kept as text so that no
+		// wire.DecodeError in the chain makes it a client error.
+		return nil, false, fmt.Errorf("stored row %s/%s does not decode: %v", table, rowID, err)
 	}
 	ss, err := t.StoredScopes(vals)
 	if err != nil || !scopesAllowed(ss, c.allowed) {

@@ -30,7 +30,9 @@ func (t *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 		vals := w.Values
 		if vals == nil {
 			if vals, err = ts.t.RowCodec().DecodeRow(w.Payload); err != nil {
-				return fmt.Errorf("upsert row: decode payload: %w", err)
+				// Kept as text: the engine encoded this payload, so a
+				// failure is the server's, not the client's request's.
+				return fmt.Errorf("upsert row: decode payload: %v", err)
 			}
 		}
 		typed, err := ts.typedArgs(vals)

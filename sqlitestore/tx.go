@@ -103,7 +103,9 @@ func (tx *writeTx) UpsertRow(ctx context.Context, w store.RowWrite) error {
 		vals := w.Values
 		if vals == nil {
 			if vals, err = t.t.RowCodec().DecodeRow(w.Payload); err != nil {
-				return fmt.Errorf("upsert %s: payload: %w", w.Table, err)
+				// Kept as text: the engine encoded this payload, so a
+				// failure is the server's, not the client's request's.
+				return fmt.Errorf("upsert %s: payload: %v", w.Table, err)
 			}
 		}
 		for i, col := range t.t.Columns() {

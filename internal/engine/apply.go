@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -140,7 +139,7 @@ func fullSparse(vals []wire.Value) wire.SparseRow {
 func (a *applier) storedState(i int, t *schema.CompiledTable, stored store.Row) ([]wire.Value, *rejection, error) {
 	vals, err := t.RowCodec().DecodeRow(stored.Payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("stored row %s/%s does not decode: %w", t.Name(), stored.RowID, err)
+		return nil, nil, storedRowError(t.Name(), stored.RowID, err)
 	}
 	ss, err := t.StoredScopes(vals)
 	if err != nil {

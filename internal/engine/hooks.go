@@ -198,7 +198,7 @@ func (rd *txReader) Row(ctx context.Context, table, rowID string) (validate.Stor
 func (rd *txReader) decode(t *schema.CompiledTable, r store.Row) (validate.StoredRow, error) {
 	vals, err := t.RowCodec().DecodeRow(r.Payload)
 	if err != nil {
-		err = fmt.Errorf("stored row %s/%s does not decode: %w", t.Name(), r.RowID, err)
+		err = storedRowError(t.Name(), r.RowID, err)
 		if rd.storeErr == nil {
 			rd.storeErr = err
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/syncgo/syncgo/schema"
+	"github.com/syncgo/syncgo/syncerr"
 )
 
 // The served schema window (§9): the current schema and, optionally, older
@@ -90,6 +91,18 @@ func (e *Engine) oldestServed() int32 {
 	return e.cfg.Schema.Version()
 }
 
+// storedRowError is the error of a stored row that does not decode: the
+// server's fault (a damaged database, or a bug), so sync.internal_error
+// (§10.2), whose text goes to the host's error hook only. The decode
+// error is kept as text, not wrapped: a wire.DecodeError in the chain
+// would make asProtocolError answer the client's request as invalid.
+func storedRowError(table, rowID string, err error) error {
+	if rowID == "" {
+		return syncerr.Internal(fmt.Errorf("a stored row of %s does not decode: %v", table, err))
+	}
+	return syncerr.Internal(fmt.Errorf("stored row %s/%s does not decode: %v", table, rowID, err))
+}
+
 // narrowPayload re-encodes a stored row (current layout) in an older
 // table's layout: the appended columns are dropped.
 func narrowPayload(current, old *schema.CompiledTable, payload []byte) ([]byte, error) {
@@ -98,7 +111,7 @@ func narrowPayload(current, old *schema.CompiledTable, payload []byte) ([]byte, 
 	}
 	vals, err := current.RowCodec().DecodeRow(payload)
 	if err != nil {
-		return nil, err
+		return nil, storedRowError(current.Name(), "", err)
 	}
 	return old.RowCodec().AppendRow(nil, vals[:len(old.Columns())])
 }
