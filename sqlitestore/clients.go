@@ -172,7 +172,7 @@ func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a sto
 
 // sqlAdvanceCursor moves a client record's cursor forward for its own
 // actor: cursor, at, partition, client, actor, cursor.
-const sqlAdvanceCursor = `UPDATE sync_clients SET cursor = ?, updated_at_ms = ?
+const sqlAdvanceCursor = `UPDATE sync_clients SET cursor = ?, updated_at_ms = max(updated_at_ms, ?)
 WHERE partition=? AND client_id=? AND actor_id=? AND (cursor IS NULL OR cursor < ?)`
 
 func (s *Store) advanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {

@@ -161,6 +161,11 @@ func testAdvanceCursor(t *testing.T, open Opener) {
 		Subscriptions: []store.SubscriptionRecord{{ID: "s1", Table: TableTasks, Scopes: map[string][]string{VarProject: {"p1"}}}}}
 	advanced := base
 	advanced.Cursor, advanced.UpdatedAtMs = 15, 2000
+	// An ack stamped before the record's last write (a sync round that
+	// ran while the ack waited for its flush) keeps the later time: the
+	// cursor and the activity time each move to their maximum (§8.2).
+	advancedEarlier := base
+	advancedEarlier.Cursor = 15
 	tests := []struct {
 		name    string
 		a       store.CursorAdvance
@@ -169,6 +174,7 @@ func testAdvanceCursor(t *testing.T, open Opener) {
 		after   store.ClientRecord
 	}{
 		{"forward", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000}, true, nil, advanced},
+		{"forward, stamped earlier", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 500}, true, nil, advancedEarlier},
 		{"same cursor", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 10, AtMs: 2000}, false, nil, base},
 		{"backwards", store.CursorAdvance{ClientID: "c1", ActorID: "a1", LogEpoch: epochOf("p1"), Cursor: 3, AtMs: 2000}, false, nil, base},
 		{"other actor", store.CursorAdvance{ClientID: "c1", ActorID: "a2", LogEpoch: epochOf("p1"), Cursor: 15, AtMs: 2000}, false, nil, base},
