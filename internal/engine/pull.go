@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/syncgo/syncgo/store"
@@ -333,14 +334,32 @@ type bootstrapToken struct {
 }
 
 // parseToken reads a resume token; an unusable one restarts the bootstrap
-// (never a request error).
+// (never a request error). A token must have the §4.7 shape whole: all
+// four fields, of their types, and no other; one that lacks a field
+// would otherwise read it as zero (a pin at 0, the first table).
 func parseToken(raw *string, table string, p store.Partition) (bootstrapToken, bool) {
 	if raw == nil {
 		return bootstrapToken{}, false
 	}
-	var t bootstrapToken
-	if err := json.Unmarshal([]byte(*raw), &t); err != nil {
+	var fields struct {
+		AsOfCommitSeq *int64          `json:"asOfCommitSeq"`
+		Tables        []string        `json:"tables"`
+		TableIndex    *int            `json:"tableIndex"`
+		RowCursor     json.RawMessage `json:"rowCursor"`
+	}
+	dec := json.NewDecoder(strings.NewReader(*raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&fields); err != nil || dec.More() ||
+		fields.AsOfCommitSeq == nil || fields.Tables == nil || fields.TableIndex == nil || fields.RowCursor == nil {
 		return bootstrapToken{}, false
+	}
+	t := bootstrapToken{AsOfCommitSeq: *fields.AsOfCommitSeq, Tables: fields.Tables, TableIndex: *fields.TableIndex}
+	if string(fields.RowCursor) != "null" {
+		var c string
+		if err := json.Unmarshal(fields.RowCursor, &c); err != nil {
+			return bootstrapToken{}, false
+		}
+		t.RowCursor = &c
 	}
 	if len(t.Tables) != 1 || t.Tables[0] != table || t.TableIndex != 0 ||
 		t.AsOfCommitSeq < p.HorizonSeq || t.AsOfCommitSeq > p.MaxCommitSeq || t.AsOfCommitSeq < 0 {
