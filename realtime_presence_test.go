@@ -204,3 +204,41 @@ func (s *rtSock) barrierSkippingData() {
 		}
 	}
 }
+
+// A client that connects again while its old socket is still open is the
+// same peer (§8.6.1, identity is (actorId, clientId)): its new socket is
+// not shown its own document, its publish replaces the document (update,
+// not a second join), the old socket's close says no leave, and a late
+// joiner sees it once, with the newest document.
+func TestRealtimePresenceSameClientReconnect(t *testing.T) {
+	e := newRTEnv(t)
+	for _, c := range []struct{ actor, client string }{{"alice", "a1"}, {"bob", "b1"}, {"carol", "c1"}} {
+		e.peer(c.actor, c.client).pull(rtSub("s", -1, "p1"))
+	}
+	b := e.dial("bob", "b1")
+	b.hello()
+	old := e.dial("alice", "a1")
+	old.hello()
+	old.publish("project:p1", map[string]any{"v": 1})
+	wantPresence(t, b.presenceOf(), wire.PresenceJoin, "alice", "a1", `{"v":1}`)
+
+	fresh := e.dial("alice", "a1")
+	fresh.hello()
+	fresh.barrier() // no join of its own document
+	fresh.publish("project:p1", map[string]any{"v": 2})
+	wantPresence(t, b.presenceOf(), wire.PresenceUpdate, "alice", "a1", `{"v":2}`)
+	old.barrier() // the same peer's other socket hears none of it
+
+	_ = old.nc.Close()
+	eventually(t, "the old socket's session ended", func() bool { return e.srv.RealtimeStats().Sessions == 2 })
+	b.barrier() // no leave: alice/a1 is still present
+	c := e.dial("carol", "c1")
+	c.hello()
+	wantPresence(t, c.presenceOf(), wire.PresenceJoin, "alice", "a1", `{"v":2}`)
+	c.barrier()
+
+	fresh.publish("project:p1", nil)
+	wantPresence(t, b.presenceOf(), wire.PresenceLeave, "alice", "a1", "")
+	wantPresence(t, c.presenceOf(), wire.PresenceLeave, "alice", "a1", "")
+	b.barrier()
+}

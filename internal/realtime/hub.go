@@ -292,7 +292,7 @@ type partition struct {
 	// byClient indexes sessions by clientId (OnResolve looks a client's
 	// sockets up on every sync request it makes).
 	byClient map[string][]*session
-	presence map[string]map[*session]presenceEntry
+	presence map[string]map[peerID]presenceEntry
 	// seq orders notifications: next is the sequence fan-out expects.
 	next    int64
 	pending map[int64]notified
@@ -348,7 +348,7 @@ func (h *Hub) part(id string, create bool) *partition {
 	p := h.parts[id]
 	if p == nil && create {
 		p = &partition{id: id, sessions: map[*session]struct{}{}, byClient: map[string][]*session{},
-			presence: map[string]map[*session]presenceEntry{},
+			presence: map[string]map[peerID]presenceEntry{},
 			pending:  map[int64]notified{}}
 		h.parts[id] = p
 	}

@@ -13,9 +13,28 @@ func hasKey(keys []string, k string) bool {
 	return ok
 }
 
-// presenceEntry is one connection's document on a scope key.
+// peerID is a presence document's identity (§8.6.1): the publishing
+// connection's (actorId, clientId). The same client reconnecting, while
+// its old socket is still open or half-open, is the same peer and
+// replaces its own document. A connection without a client id is a peer
+// of its own.
+type peerID struct {
+	actor, client string
+	anon          *session
+}
+
+func peerOf(s *session) peerID {
+	if s.clientID == "" {
+		return peerID{actor: s.auth.ActorID, anon: s}
+	}
+	return peerID{actor: s.auth.ActorID, client: s.clientID}
+}
+
+// presenceEntry is one peer's document on a scope key, and the connection
+// that published it last (the one whose close or leave removes it).
 type presenceEntry struct {
-	doc json.RawMessage
+	doc   json.RawMessage
+	owner *session
 }
 
 // Presence state lives under the partition's mutex, and fan-out frames are
@@ -34,7 +53,7 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 		return
 	}
 	if m.IsLeave() {
-		h.leaveLocked(s, m.ScopeKey)
+		h.leaveLocked(s, m.ScopeKey, true)
 		return
 	}
 	if len(m.Doc) > h.cfg.MaxPresenceBytes {
@@ -43,11 +62,17 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 	}
 	peers := p.presence[m.ScopeKey]
 	if peers == nil {
-		peers = map[*session]presenceEntry{}
+		peers = map[peerID]presenceEntry{}
 		p.presence[m.ScopeKey] = peers
 	}
-	_, had := peers[s]
-	peers[s] = presenceEntry{doc: append(json.RawMessage(nil), m.Doc...)}
+	id := peerOf(s)
+	prev, had := peers[id]
+	if had && prev.owner != s {
+		// The same client on a new connection: the document moves to it,
+		// and the old connection's close no longer says leave.
+		delete(prev.owner.presence, m.ScopeKey)
+	}
+	peers[id] = presenceEntry{doc: append(json.RawMessage(nil), m.Doc...), owner: s}
 	if s.presence == nil {
 		s.presence = map[string]bool{}
 	}
@@ -58,35 +83,44 @@ func (h *Hub) publish(s *session, m wire.PresencePublish) {
 	}
 	f := textFrame(wire.PresenceFanout{ScopeKey: m.ScopeKey, Kind: kind, ActorID: s.auth.ActorID,
 		ClientID: s.clientID, Doc: m.Doc, Timestamp: now}.AppendJSON(nil))
-	h.fanPresenceLocked(p, m.ScopeKey, s, f)
+	h.fanPresenceLocked(p, m.ScopeKey, id, f)
 }
 
-// fanPresenceLocked queues f on the other sessions registered on key.
-// p.mu is held.
-func (h *Hub) fanPresenceLocked(p *partition, key string, except *session, f frame) {
+// fanPresenceLocked queues f, a change of peer from's document, on the
+// sessions registered on key, except from's own (a publisher does not
+// receive its own fanout, on any of its connections). p.mu is held.
+func (h *Hub) fanPresenceLocked(p *partition, key string, from peerID, f frame) {
 	for s := range p.sessions {
-		if s != except && hasKey(s.keys, key) {
+		if hasKey(s.keys, key) && peerOf(s) != from {
 			s.sendData(f)
 		}
 	}
 }
 
-// leaveLocked removes a session's document on key and tells the
-// scope-mates. p.mu is held.
-func (h *Hub) leaveLocked(s *session, key string) {
+// leaveLocked removes the peer's document on key and tells the
+// scope-mates. A session that closes or loses the key removes only a
+// document it published last; an explicit leave (doc null, cleared)
+// removes the peer's document whichever of its connections published
+// it. p.mu is held.
+func (h *Hub) leaveLocked(s *session, key string, cleared bool) {
 	p := s.part
+	delete(s.presence, key)
 	peers := p.presence[key]
-	if _, ok := peers[s]; !ok {
+	id := peerOf(s)
+	e, ok := peers[id]
+	if !ok || (e.owner != s && !cleared) {
 		return
 	}
-	delete(peers, s)
+	if e.owner != s {
+		delete(e.owner.presence, key)
+	}
+	delete(peers, id)
 	if len(peers) == 0 {
 		delete(p.presence, key)
 	}
-	delete(s.presence, key)
 	f := textFrame(wire.PresenceFanout{ScopeKey: key, Kind: wire.PresenceLeave, ActorID: s.auth.ActorID,
 		ClientID: s.clientID, Timestamp: h.cfg.Now()}.AppendJSON(nil))
-	h.fanPresenceLocked(p, key, s, f)
+	h.fanPresenceLocked(p, key, id, f)
 }
 
 // presenceRegistrationChangedLocked re-derives presence when a session's
@@ -95,7 +129,7 @@ func (h *Hub) leaveLocked(s *session, key string) {
 func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now []string) {
 	for _, k := range old {
 		if !hasKey(now, k) {
-			h.leaveLocked(s, k)
+			h.leaveLocked(s, k, false)
 		}
 	}
 	ts := h.cfg.Now()
@@ -104,12 +138,13 @@ func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now []string) {
 		if hasKey(old, k) {
 			continue
 		}
+		self := peerOf(s)
 		for peer, e := range p.presence[k] {
-			if peer == s {
+			if peer == self {
 				continue
 			}
 			s.sendData(textFrame(wire.PresenceFanout{ScopeKey: k, Kind: wire.PresenceJoin,
-				ActorID: peer.auth.ActorID, ClientID: peer.clientID, Doc: e.doc, Timestamp: ts}.AppendJSON(nil)))
+				ActorID: peer.actor, ClientID: peer.client, Doc: e.doc, Timestamp: ts}.AppendJSON(nil)))
 		}
 	}
 }
@@ -118,6 +153,6 @@ func (h *Hub) presenceRegistrationChangedLocked(s *session, old, now []string) {
 // p.mu is held.
 func (h *Hub) dropPresenceLocked(s *session) {
 	for k := range s.presence {
-		h.leaveLocked(s, k)
+		h.leaveLocked(s, k, false)
 	}
 }
