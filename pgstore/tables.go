@@ -448,9 +448,10 @@ func sqlType(t wire.ColumnType) string {
 
 // typedArgs returns the bind values of the typed columns of a row. The
 // typed columns are a queryable projection: the payload is the source of
-// truth, so a value that Postgres cannot hold (a NUL character in TEXT, a
-// \u0000 escape in JSONB) is projected as NULL rather than refusing the
-// row; the reference server does the same for JSON it cannot parse.
+// truth, so a value that Postgres cannot hold (a NUL character in TEXT;
+// in JSONB a \u0000 escape, a lone surrogate's escape or a number outside
+// numeric's range: jsonbHolds) is projected as NULL rather than refusing
+// the row; the reference server does the same for JSON it cannot parse.
 func (ts *tableSQL) typedArgs(vals []wire.Value) ([]any, error) {
 	if len(vals) != len(ts.typed) {
 		return nil, fmt.Errorf("table %q: row has %d values for %d columns", ts.name, len(vals), len(ts.typed))
@@ -478,7 +479,7 @@ func projectValue(t wire.ColumnType, v wire.Value) any {
 	case wire.TypeBytes, wire.TypeCRDT:
 		return nonNilBytes(v.Bytes)
 	case wire.TypeJSON:
-		if strings.Contains(v.Str, `\u0000`) {
+		if !jsonbHolds(v.Str) {
 			return nil
 		}
 	default:
