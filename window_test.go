@@ -305,3 +305,46 @@ func TestSchemaWindowRejectsChangedReferences(t *testing.T) {
 		t.Fatalf("New = %v, want a refusal of a window whose references changed", err)
 	}
 }
+
+// A window in which a column becomes encrypted end to end (or stops
+// being, or changes its declared type) is refused at start, though the
+// wire view of the column, bytes, is the same (§9: existing columns stay
+// identical): older clients would push plaintext into a column newer
+// ones decrypt.
+func TestSchemaWindowRejectsChangedEncryption(t *testing.T) {
+	build := func(version int32, secret schema.Column) *schema.Compiled {
+		c, err := schema.New(version).
+			Table("tasks", "id", schema.String("id"), schema.String("project_id"), secret.Null()).
+			Scope("project:{project_id}").Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tc := range []struct {
+		name     string
+		old, now schema.Column
+	}{
+		{"plain to encrypted", schema.Bytes("secret"), schema.Encrypted("secret", wire.TypeString)},
+		{"encrypted to plain", schema.Encrypted("secret", wire.TypeString), schema.Bytes("secret")},
+		{"declared type", schema.Encrypted("secret", wire.TypeString), schema.Encrypted("secret", wire.TypeJSON)},
+	} {
+		_, err = syncgo.New(syncgo.Config{Store: st, Schema: build(2, tc.now), SchemaWindow: []*schema.Compiled{build(1, tc.old)},
+			Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
+			ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
+		if err == nil || !strings.Contains(err.Error(), `column "secret" of "tasks" changed`) {
+			t.Errorf("%s: New = %v, want a refusal of the window", tc.name, err)
+		}
+	}
+	if _, err := syncgo.New(syncgo.Config{Store: st, Schema: build(2, schema.Encrypted("secret", wire.TypeString)),
+		SchemaWindow:  []*schema.Compiled{build(1, schema.Encrypted("secret", wire.TypeString))},
+		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }}); err != nil {
+		t.Errorf("an unchanged encrypted column: %v", err)
+	}
+}

@@ -36,6 +36,15 @@ func ValidateWindow(current *schema.Compiled, older []*schema.Compiled) error {
 			if len(oc) > len(cc) || !slices.Equal(oc, cc[:len(oc)]) {
 				return fmt.Errorf("schema window: table %q of version %d is not a prefix of the current table", ot.Name(), o.Version())
 			}
+			// The wire view does not show what only the schema says of a
+			// column (§9: existing columns remain identical): end-to-end
+			// encryption and its declared type, the crdt merger.
+			for i, c := range ot.Columns() {
+				if now := ct.Columns()[i]; c != now {
+					return fmt.Errorf("schema window: column %q of %q changed after version %d (encrypted %t -> %t, declaredType %q -> %q, crdtType %q -> %q); existing columns must stay identical (§9)",
+						c.Name, ot.Name(), o.Version(), c.Encrypted, now.Encrypted, c.DeclaredType, now.DeclaredType, c.CRDTType, now.CRDTType)
+				}
+			}
 			for _, c := range cc[len(oc):] {
 				if !c.Nullable {
 					return fmt.Errorf("schema window: column %q appended to %q after version %d must be nullable", c.Name, ot.Name(), o.Version())
