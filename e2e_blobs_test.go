@@ -269,8 +269,14 @@ func TestE2EBlobsUploadReferenceDownload(t *testing.T) {
 		wantAnswer(t, "download of an unknown blob", e.get("bob", blobOf([]byte("never"))), 404, syncerr.CodeBlobNotFound)
 		wantAnswer(t, "download of a malformed id", e.get("bob", "sha256:xyz"), 404, syncerr.CodeBlobNotFound)
 		wantAnswer(t, "download from another partition", e.get("bob@tenant-2", id), 404, syncerr.CodeBlobNotFound)
-		if a := e.do(http.MethodGet, "/blobs/"+id, "bob", nil, "If-None-Match", `"`+id+`"`); a.status != http.StatusNotModified {
-			t.Fatalf("conditional download: HTTP %d", a.status)
+		// If-None-Match is a list of tags compared weakly, or "*" (RFC 9110).
+		for _, inm := range []string{`"` + id + `"`, `"other", "` + id + `"`, `W/"` + id + `"`, `*`} {
+			if a := e.do(http.MethodGet, "/blobs/"+id, "bob", nil, "If-None-Match", inm); a.status != http.StatusNotModified {
+				t.Fatalf("conditional download with If-None-Match %s: HTTP %d", inm, a.status)
+			}
+		}
+		if a := e.do(http.MethodGet, "/blobs/"+id, "bob", nil, "If-None-Match", `"other"`); a.status != http.StatusOK {
+			t.Fatalf("conditional download with another tag: HTTP %d", a.status)
 		}
 
 		// Authorization is re-checked on every download.

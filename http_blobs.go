@@ -235,7 +235,7 @@ func (s *Server) handleBlobGet(w http.ResponseWriter, r *http.Request) {
 		writeJSONBody(w, map[string]any{"url": u, "urlExpiresAtMs": exp})
 		return
 	}
-	if r.Header.Get("If-None-Match") == etag {
+	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
@@ -42,7 +43,7 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
 	h.Set("Vary", "Authorization, X-Syncular-Scopes, Accept-Encoding")
-	if r.Header.Get("If-None-Match") == etag {
+	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -126,4 +127,20 @@ func (s *Server) writeBody(w http.ResponseWriter, body []byte, enc string) {
 		_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
 		_ = rc.Flush()
 	}
+}
+
+// etagMatch reports whether an If-None-Match field (its lines) matches
+// etag, a strong entity tag (RFC 9110 §13.1.2): "*" matches, and so does
+// any tag of the comma-separated list under the weak comparison (a W/
+// prefix ignored).
+func etagMatch(fields []string, etag string) bool {
+	for _, f := range fields {
+		for tag := range strings.SplitSeq(f, ",") {
+			tag = strings.TrimSpace(tag)
+			if tag == "*" || strings.TrimPrefix(tag, "W/") == etag {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -145,7 +145,7 @@ func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, tok
 	etag := `"` + id + `"`
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
-	if r.Header.Get("If-None-Match") == etag {
+	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -240,7 +240,7 @@ func (s *Server) handleSignedBlobGet(w http.ResponseWriter, r *http.Request, tok
 	etag := `"` + info.BlobID + `"`
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
-	if r.Header.Get("If-None-Match") == etag {
+	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
