@@ -349,3 +349,32 @@ func (tx *writeTx) SetBlobRefs(ctx context.Context, table, rowID string, blobIDs
 	}
 	return nil
 }
+
+// inWriterKey marks the context of a writer job whose callee may write
+// through the store again (writer.do runs such a write in the job).
+type inWriterKey struct{}
+
+var _ store.BlobSweepGuard = (*Store)(nil)
+
+// DeleteUnreferencedBlob implements store.BlobSweepGuard: the check of the
+// index and del run in one writer job, the last of its batch. A push
+// checks that its blobs exist and commits in the writer too, so it runs
+// before the job, whose check sees its references, or in a later batch,
+// after the deletion committed (this store's own blobs are deleted in the
+// job's transaction, which no push of the same batch follows).
+func (s *Store) DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, del func(context.Context) (bool, error)) (bool, error) {
+	deleted := false
+	err := s.w.doLast(ctx, func(ctx context.Context, c *conn) error {
+		var one int
+		err := c.queryRow("SELECT 1 FROM sync_blob_refs WHERE partition=? AND blob_id=? LIMIT 1", partition, blobID).Scan(&one)
+		if err == nil || !errors.Is(err, errNoRows) {
+			return err // referenced, or the read failed
+		}
+		deleted, err = del(context.WithValue(ctx, inWriterKey{}, c))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete unreferenced blob: %w", err)
+	}
+	return deleted, nil
+}

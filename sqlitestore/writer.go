@@ -19,6 +19,9 @@ type writeReq struct {
 	ctx  context.Context
 	fn   writeFunc
 	done chan error
+	// last ends its batch: no request after it runs in its transaction
+	// (doLast).
+	last bool
 }
 
 // writer owns the write connection and runs the group-commit loop. Only
@@ -104,13 +107,29 @@ func (w *writer) control(query string) error {
 // do queues fn and waits until its batch has committed (or it failed). A
 // read-only store has no writer: ErrReadOnly.
 func (w *writer) do(ctx context.Context, fn writeFunc) error {
+	return w.submit(ctx, fn, false)
+}
+
+// doLast is do for a write that must commit before any later request
+// runs: a request after it in its batch could otherwise read, on another
+// connection, what the batch has not committed yet.
+func (w *writer) doLast(ctx context.Context, fn writeFunc) error {
+	return w.submit(ctx, fn, true)
+}
+
+func (w *writer) submit(ctx context.Context, fn writeFunc, last bool) error {
 	if w == nil {
 		return ErrReadOnly
 	}
 	if w.s.closed.Load() {
 		return store.ErrClosed
 	}
-	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	if c, ok := ctx.Value(inWriterKey{}).(*conn); ok {
+		// Called from inside a writer job (DeleteUnreferencedBlob's del
+		// deleting a blob of this store): run in that job.
+		return full(fn(ctx, c))
+	}
+	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1), last: last}
 	select {
 	case w.reqs <- req:
 	case <-w.quit:
@@ -163,7 +182,7 @@ func (w *writer) run() {
 			}
 		}
 	fill:
-		for len(batch) < cap(batch) {
+		for len(batch) < cap(batch) && !batch[len(batch)-1].last {
 			select {
 			case r := <-w.reqs:
 				batch = append(batch, r)

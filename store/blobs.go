@@ -78,6 +78,19 @@ type BlobRefIndex interface {
 	BlobRefs(ctx context.Context, partition, blobID string, after *BlobRef, limit int) ([]BlobRef, error)
 }
 
+// BlobSweepGuard is implemented by stores whose blob reference index can
+// keep a sweep from deleting a blob that a push references meanwhile
+// (§5.9.2: the sweep never deletes a referenced blob).
+type BlobSweepGuard interface {
+	// DeleteUnreferencedBlob calls del, which deletes the blob's bytes,
+	// only when no row of the partition references blobID, and so that no
+	// push that references the blob commits between that check and the
+	// end of del: such a push either committed before the check (and the
+	// blob is kept) or finds the blob gone (blob.not_found). It returns
+	// what del returns, false when the blob is referenced.
+	DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, del func(context.Context) (bool, error)) (bool, error)
+}
+
 // BlobRefWriter is implemented by the WriteTx of stores that keep the
 // blob reference index.
 type BlobRefWriter interface {
