@@ -626,13 +626,8 @@ func (h *hookedBlobs) DeleteBlob(ctx context.Context, partition, blobID string, 
 // client uploads again. The push starts right before the delete, in the
 // window between the sweep's reading of the reference index and its
 // delete, where it used to be applied and its blob deleted after it.
-// SQLite only: on Postgres that window is still open
-// (docs/limitations.md).
 func TestE2EBlobSweepRacesPush(t *testing.T) {
 	for _, k := range blobKinds {
-		if k.driver.name != "sqlite" {
-			continue
-		}
 		t.Run(k.name, func(t *testing.T) {
 			hb := &hookedBlobs{}
 			e := newBlobEnv(t, k, func(c *syncgo.Config) {

@@ -263,23 +263,30 @@ func (b blobStore) DeleteBlob(ctx context.Context, partition, blobID string, cre
 	}
 	deleted := false
 	err := pgx.BeginFunc(ctx, b.s.pool, func(tx pgx.Tx) error {
-		var upload string
-		err := tx.QueryRow(ctx, `DELETE FROM sync_blob_objects WHERE partition = $1 AND blob_id = $2 AND created_at_ms < $3
-RETURNING upload_id`, partition, blobID, createdBeforeMs).Scan(&upload)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		deleted = true
-		_, err = tx.Exec(ctx, "DELETE FROM sync_blob_chunks WHERE upload_id = $1", upload)
+		var err error
+		deleted, err = deleteBlobIn(ctx, tx, partition, blobID, createdBeforeMs)
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("delete blob: %w", err)
 	}
 	return deleted, nil
+}
+
+// deleteBlobIn deletes a blob uploaded before createdBeforeMs and its
+// chunks in tx.
+func deleteBlobIn(ctx context.Context, tx pgx.Tx, partition, blobID string, createdBeforeMs int64) (bool, error) {
+	var upload string
+	err := tx.QueryRow(ctx, `DELETE FROM sync_blob_objects WHERE partition = $1 AND blob_id = $2 AND created_at_ms < $3
+RETURNING upload_id`, partition, blobID, createdBeforeMs).Scan(&upload)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, err = tx.Exec(ctx, "DELETE FROM sync_blob_chunks WHERE upload_id = $1", upload)
+	return err == nil, err
 }
 
 // SweepUploads implements store.BlobStore: it deletes the chunks of
@@ -353,4 +360,77 @@ func (t *writeTx) SetBlobRefs(_ context.Context, table, rowID string, blobIDs []
 		_ = t.write("insert blob refs", sqlInsertBlobRefs, t.partition, table, rowID, ids)
 	}
 	return nil
+}
+
+// A blob's lock is a transaction-scoped advisory lock on its partition and
+// id: a push takes it shared before it checks that the blob exists
+// (LockBlobs) and holds it to its commit; the sweep tries it exclusively
+// around its check of the reference index and the deletion
+// (DeleteUnreferencedBlob), and skips a blob a push holds. Neither waits
+// for anything else while it holds the lock, so the lock closes no cycle
+// with the partition's row lock that a push holds from its first
+// statement.
+const (
+	sqlLockBlobShared = `SELECT pg_advisory_xact_lock_shared(hashtextextended('syncgo.blob:' || $1 || '/' || $2, 0))`
+	sqlTryLockBlob    = `SELECT pg_try_advisory_xact_lock(hashtextextended('syncgo.blob:' || $1 || '/' || $2, 0))`
+)
+
+var (
+	_ store.BlobSweepGuard = (*Store)(nil)
+	_ store.BlobLocker     = (*writeTx)(nil)
+)
+
+// LockBlobs implements store.BlobLocker.
+func (t *writeTx) LockBlobs(ctx context.Context, blobIDs []string) error {
+	if err := t.settle(ctx); err != nil {
+		return fmt.Errorf("lock blobs: %w", err)
+	}
+	br, err := t.send(ctx, func(b *pgx.Batch) {
+		for _, id := range blobIDs {
+			b.Queue(sqlLockBlobShared, t.partition, id)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("lock blobs: %w", err)
+	}
+	for range blobIDs {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	if err = closeBatch(br, err); err != nil {
+		return fmt.Errorf("lock blobs: %w", err)
+	}
+	return nil
+}
+
+// DeleteUnreferencedBlob implements store.BlobSweepGuard.
+func (s *Store) DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, createdBeforeMs int64,
+	external func(context.Context) (bool, error)) (bool, error) {
+	if err := s.checkWrite(); err != nil {
+		return false, err
+	}
+	deleted := false
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var locked bool
+		if err := tx.QueryRow(ctx, sqlTryLockBlob, partition, blobID).Scan(&locked); err != nil || !locked {
+			return err // a push holds it: the next sweep decides
+		}
+		var one int
+		err := tx.QueryRow(ctx, "SELECT 1 FROM sync_blob_refs WHERE partition = $1 AND blob_id = $2 LIMIT 1",
+			partition, blobID).Scan(&one)
+		if err == nil || !errors.Is(err, pgx.ErrNoRows) {
+			return err // referenced, or the read failed
+		}
+		if external != nil {
+			deleted, err = external(ctx)
+			return err
+		}
+		deleted, err = deleteBlobIn(ctx, tx, partition, blobID, createdBeforeMs)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("delete unreferenced blob: %w", err)
+	}
+	return deleted, nil
 }

@@ -46,7 +46,11 @@
 // sync_partition_registry, sync_backfill_checkpoints; read only), the app
 // tables and sync_row_scopes, sync_push_results and the log (sync_commits,
 // whose trigger reads sync_writer_fence, sync_changes, sync_change_scopes,
-// sync_tombstones). Step 3 keeps the two from interleaving. A lock wait of a migration that
+// sync_tombstones). A push that references blobs also takes, before it
+// checks that they exist, a shared advisory lock per blob ('syncgo.blob:'
+// || partition || '/' || id), which the blob sweep tries exclusively
+// around its reference check and delete, holding nothing else (blobs.go).
+// Step 3 keeps the two from interleaving. A lock wait of a migration that
 // times out, or a deadlock Postgres breaks (SQLSTATE 55P03, 40P01), rolls
 // the migration back and retries it with jittered backoff: the migration
 // gives way, never a writer or a reader.

@@ -260,25 +260,32 @@ ORDER BY partition, blob_id LIMIT ?`, createdBeforeMs, afterPart, afterPart, aft
 func (b blobStore) DeleteBlob(ctx context.Context, partition, blobID string, createdBeforeMs int64) (bool, error) {
 	deleted := false
 	err := b.s.w.do(ctx, func(_ context.Context, c *conn) error {
-		var upload string
-		err := c.queryRow("SELECT upload_id FROM sync_blob_objects WHERE partition=? AND blob_id=? AND created_at_ms < ?",
-			partition, blobID, createdBeforeMs).Scan(&upload)
-		if errors.Is(err, errNoRows) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := c.exec("DELETE FROM sync_blob_objects WHERE partition=? AND blob_id=?", partition, blobID); err != nil {
-			return err
-		}
-		deleted = true
-		return c.exec("DELETE FROM sync_blob_chunks WHERE upload_id=?", upload)
+		var err error
+		deleted, err = deleteBlobIn(c, partition, blobID, createdBeforeMs)
+		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("delete blob: %w", err)
 	}
 	return deleted, nil
+}
+
+// deleteBlobIn deletes a blob uploaded before createdBeforeMs and its
+// chunks on the write connection.
+func deleteBlobIn(c *conn, partition, blobID string, createdBeforeMs int64) (bool, error) {
+	var upload string
+	err := c.queryRow("SELECT upload_id FROM sync_blob_objects WHERE partition=? AND blob_id=? AND created_at_ms < ?",
+		partition, blobID, createdBeforeMs).Scan(&upload)
+	if errors.Is(err, errNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := c.exec("DELETE FROM sync_blob_objects WHERE partition=? AND blob_id=?", partition, blobID); err != nil {
+		return false, err
+	}
+	return true, c.exec("DELETE FROM sync_blob_chunks WHERE upload_id=?", upload)
 }
 
 // SweepUploads implements store.BlobStore: it deletes the chunks of
@@ -357,12 +364,13 @@ type inWriterKey struct{}
 var _ store.BlobSweepGuard = (*Store)(nil)
 
 // DeleteUnreferencedBlob implements store.BlobSweepGuard: the check of the
-// index and del run in one writer job, the last of its batch. A push
-// checks that its blobs exist and commits in the writer too, so it runs
-// before the job, whose check sees its references, or in a later batch,
-// after the deletion committed (this store's own blobs are deleted in the
-// job's transaction, which no push of the same batch follows).
-func (s *Store) DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, del func(context.Context) (bool, error)) (bool, error) {
+// index and the deletion run in one writer job, the last of its batch. A
+// push checks that its blobs exist and commits in the writer too, so it
+// runs before the job, whose check sees its references, or in a later
+// batch, after the deletion committed (this store's own blobs are deleted
+// in the job's transaction, which no push of the same batch follows).
+func (s *Store) DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, createdBeforeMs int64,
+	external func(context.Context) (bool, error)) (bool, error) {
 	deleted := false
 	err := s.w.doLast(ctx, func(ctx context.Context, c *conn) error {
 		var one int
@@ -370,7 +378,11 @@ func (s *Store) DeleteUnreferencedBlob(ctx context.Context, partition, blobID st
 		if err == nil || !errors.Is(err, errNoRows) {
 			return err // referenced, or the read failed
 		}
-		deleted, err = del(context.WithValue(ctx, inWriterKey{}, c))
+		if external == nil {
+			deleted, err = deleteBlobIn(c, partition, blobID, createdBeforeMs)
+			return err
+		}
+		deleted, err = external(context.WithValue(ctx, inWriterKey{}, c))
 		return err
 	})
 	if err != nil {

@@ -82,13 +82,24 @@ type BlobRefIndex interface {
 // keep a sweep from deleting a blob that a push references meanwhile
 // (§5.9.2: the sweep never deletes a referenced blob).
 type BlobSweepGuard interface {
-	// DeleteUnreferencedBlob calls del, which deletes the blob's bytes,
-	// only when no row of the partition references blobID, and so that no
-	// push that references the blob commits between that check and the
-	// end of del: such a push either committed before the check (and the
-	// blob is kept) or finds the blob gone (blob.not_found). It returns
-	// what del returns, false when the blob is referenced.
-	DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, del func(context.Context) (bool, error)) (bool, error)
+	// DeleteUnreferencedBlob deletes the blob when no row of the
+	// partition references blobID, so that no push that references the
+	// blob commits between that check and the deletion: such a push
+	// either committed before the check (and the blob is kept) or finds
+	// the blob gone (blob.not_found). external deletes the bytes from
+	// another blob store; nil deletes the store's own blob uploaded before
+	// createdBeforeMs. It reports whether the blob was deleted; false also
+	// when a push holds the blob's lock (BlobLocker): the next sweep
+	// decides.
+	DeleteUnreferencedBlob(ctx context.Context, partition, blobID string, createdBeforeMs int64,
+		external func(context.Context) (bool, error)) (bool, error)
+}
+
+// BlobLocker is implemented by the WriteTx of stores whose
+// BlobSweepGuard needs a push to lock the blobs it references before it
+// checks that they exist: the lock holds until the transaction ends.
+type BlobLocker interface {
+	LockBlobs(ctx context.Context, blobIDs []string) error
 }
 
 // BlobRefWriter is implemented by the WriteTx of stores that keep the

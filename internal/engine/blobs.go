@@ -59,7 +59,23 @@ func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable
 	if _, ok := a.tx.(store.BlobRefWriter); !ok {
 		return nil, nil
 	}
-	for _, id := range blobIDs(t, vals) {
+	ids := blobIDs(t, vals)
+	if l, ok := a.tx.(store.BlobLocker); ok {
+		// Locked before the check, so that a sweep deleting one of them
+		// ends before it (store.BlobSweepGuard).
+		unchecked := make([]string, 0, len(ids))
+		for _, id := range ids {
+			if !a.blobsPresent[id] {
+				unchecked = append(unchecked, id)
+			}
+		}
+		if len(unchecked) > 0 {
+			if err := l.LockBlobs(ctx, unchecked); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, id := range ids {
 		if a.blobsPresent[id] {
 			continue
 		}
@@ -199,11 +215,15 @@ func (e *Engine) SweepBlobs(ctx context.Context) (BlobSweep, error) {
 			del := func(ctx context.Context) (bool, error) { return blobs.DeleteBlob(ctx, b.Partition, b.BlobID, cutoff) }
 			var deleted bool
 			if guard, ok := e.cfg.Store.(store.BlobSweepGuard); ok {
-				deleted, err = guard.DeleteUnreferencedBlob(ctx, b.Partition, b.BlobID, del)
+				external := del
+				if own, ok := e.cfg.Store.(store.BlobStorer); ok && own.BlobStore() == blobs {
+					external = nil
+				}
+				deleted, err = guard.DeleteUnreferencedBlob(ctx, b.Partition, b.BlobID, cutoff, external)
 			} else {
-				// Without a guard (Postgres, for now) a push that references
-				// the blob between this check and the delete keeps a
-				// reference to deleted bytes (docs/limitations.md).
+				// Without a guard a push that references the blob between
+				// this check and the delete keeps a reference to deleted
+				// bytes.
 				var refs []store.BlobRef
 				if refs, err = idx.BlobRefs(ctx, b.Partition, b.BlobID, nil, 1); err == nil && len(refs) == 0 {
 					deleted, err = del(ctx)
