@@ -230,15 +230,7 @@ func TestSchemaWindowRejectsNonPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, err = syncgo.New(syncgo.Config{Store: st, Schema: bad, SchemaWindow: []*schema.Compiled{v1},
-		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
-	if err == nil || !strings.Contains(err.Error(), "prefix") {
+	if err := newWithWindow(t, bad, v1); err == nil || !strings.Contains(err.Error(), "prefix") {
 		t.Fatalf("New = %v, want a refusal of a window whose older table is not a prefix", err)
 	}
 }
@@ -293,15 +285,7 @@ func TestSchemaWindowRejectsChangedReferences(t *testing.T) {
 		}
 		return c
 	}
-	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	_, err = syncgo.New(syncgo.Config{Store: st, Schema: build(2, true), SchemaWindow: []*schema.Compiled{build(1, false)},
-		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
-	if err == nil || !strings.Contains(err.Error(), "declared references") {
+	if err := newWithWindow(t, build(2, true), build(1, false)); err == nil || !strings.Contains(err.Error(), "declared references") {
 		t.Fatalf("New = %v, want a refusal of a window whose references changed", err)
 	}
 }
@@ -321,11 +305,6 @@ func TestSchemaWindowRejectsChangedEncryption(t *testing.T) {
 		}
 		return c
 	}
-	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
 	for _, tc := range []struct {
 		name     string
 		old, now schema.Column
@@ -334,17 +313,26 @@ func TestSchemaWindowRejectsChangedEncryption(t *testing.T) {
 		{"encrypted to plain", schema.Encrypted("secret", wire.TypeString), schema.Bytes("secret")},
 		{"declared type", schema.Encrypted("secret", wire.TypeString), schema.Encrypted("secret", wire.TypeJSON)},
 	} {
-		_, err = syncgo.New(syncgo.Config{Store: st, Schema: build(2, tc.now), SchemaWindow: []*schema.Compiled{build(1, tc.old)},
-			Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
-			ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
-		if err == nil || !strings.Contains(err.Error(), `column "secret" of "tasks" changed`) {
+		if err := newWithWindow(t, build(2, tc.now), build(1, tc.old)); err == nil || !strings.Contains(err.Error(), `column "secret" of "tasks" changed`) {
 			t.Errorf("%s: New = %v, want a refusal of the window", tc.name, err)
 		}
 	}
-	if _, err := syncgo.New(syncgo.Config{Store: st, Schema: build(2, schema.Encrypted("secret", wire.TypeString)),
-		SchemaWindow:  []*schema.Compiled{build(1, schema.Encrypted("secret", wire.TypeString))},
-		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
-		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }}); err != nil {
+	if err := newWithWindow(t, build(2, schema.Encrypted("secret", wire.TypeString)), build(1, schema.Encrypted("secret", wire.TypeString))); err != nil {
 		t.Errorf("an unchanged encrypted column: %v", err)
 	}
+}
+
+// newWithWindow builds a server on a fresh in-memory store that serves
+// current and the older versions, and returns New's error.
+func newWithWindow(t *testing.T, current *schema.Compiled, older ...*schema.Compiled) error {
+	t.Helper()
+	st, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: sqlitestore.MemoryPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	_, err = syncgo.New(syncgo.Config{Store: st, Schema: current, SchemaWindow: older,
+		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, nil },
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
+	return err
 }
