@@ -622,6 +622,14 @@ func (c Config) Validate() error {
 			if c.CORS.AllowCredentials {
 				errs = append(errs, errors.New(`cors: allow_credentials cannot be combined with the "*" origin; list the origins`))
 			}
+			// A browser sends its cookies on every WebSocket handshake, and
+			// the "*" origin admits any page's: a cookie token would let
+			// any site open the user's socket.
+			for _, ts := range c.Auth.TokenSources {
+				if ts.Cookie != "" {
+					errs = append(errs, fmt.Errorf(`cors: the "*" origin cannot be combined with the cookie token source %q: any site could open a user's realtime socket with it; list the origins`, ts.Cookie))
+				}
+			}
 		case strings.Count(o, "*") > 1 || !strings.Contains(o, "://"):
 			errs = append(errs, fmt.Errorf("cors.allowed_origins %q: want scheme://host[:port] with at most one *", o))
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncgo/syncgo/auth"
 )
 
 // The observability and browser-facing settings load from the file with
@@ -60,6 +62,10 @@ func TestObserveSettingsRefused(t *testing.T) {
 		{func(c *Config) { c.Log.Format = "xml" }, "log.format"},
 		{func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		{func(c *Config) { c.CORS.AllowedOrigins = []string{"*"}; c.CORS.AllowCredentials = true }, "allow_credentials"},
+		{func(c *Config) {
+			c.CORS.AllowedOrigins = []string{"*"}
+			c.Auth.TokenSources = []auth.TokenSource{{Header: "Authorization"}, {Cookie: "session"}}
+		}, `cookie token source "session"`},
 		{func(c *Config) { c.CORS.AllowedOrigins = []string{"app.example.com"} }, "cors.allowed_origins"},
 		{func(c *Config) { c.CORS.AllowedOrigins = []string{"https://*.*.example.com"} }, "cors.allowed_origins"},
 	} {
