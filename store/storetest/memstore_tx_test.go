@@ -83,7 +83,7 @@ func (s *memStore) AdvanceClientCursor(_ context.Context, id string, a store.Cur
 		!store.StoredSubscriptionsMatch(a, c.subs, store.DecodeSubscriptions) {
 		return false, nil
 	}
-	c.rec.Cursor, c.rec.UpdatedAtMs = a.Cursor, a.AtMs
+	c.rec.Cursor, c.rec.UpdatedAtMs = a.Cursor, max(c.rec.UpdatedAtMs, a.AtMs)
 	p.clients[a.ClientID] = c
 	return true, nil
 }
