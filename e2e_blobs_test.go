@@ -619,13 +619,16 @@ func (h *hookedBlobs) DeleteBlob(ctx context.Context, partition, blobID string, 
 	return h.BlobStore.DeleteBlob(ctx, partition, blobID, createdBeforeMs)
 }
 
-// A push that references an old, unreferenced blob while the sweep
-// deletes it never leaves a row pointing at deleted bytes (§5.9.2: the
-// sweep never deletes a referenced blob): either the push commits first
-// and the blob stays, or it finds the blob gone (blob.not_found) and its
-// client uploads again. The push starts right before the delete, in the
-// window between the sweep's reading of the reference index and its
-// delete, where it used to be applied and its blob deleted after it.
+// A push that references a blob while the sweep deletes it never leaves
+// a row pointing at deleted bytes (§5.9.2: the sweep never deletes a
+// referenced blob): either the push commits first and the blob stays, or
+// it finds the blob gone (blob.not_found) and its client uploads again.
+// The push starts right before the delete, in the window between the
+// sweep's reading of the reference index and its delete, where it used
+// to be applied and its blob deleted after it. The clock goes back two
+// hours for the push (a server of the fleet whose clock is behind the
+// sweeping one's), so that the push may reference the blob as one
+// uploaded lately.
 func TestE2EBlobSweepRacesPush(t *testing.T) {
 	for _, k := range blobKinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -643,6 +646,7 @@ func TestE2EBlobSweepRacesPush(t *testing.T) {
 			syncQuiet(t, alice)
 			pushed := make(chan sspclient.Outcome, 1)
 			hb.onDelete = func() {
+				e.clock.advance(-2 * time.Hour)
 				go func() { pushed <- e.attach(alice, "a1", "p1", ptr(blobRef(id, len(data)))) }()
 				time.Sleep(200 * time.Millisecond) // the push runs as far as it can
 			}
@@ -658,4 +662,43 @@ func TestE2EBlobSweepRacesPush(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Knowing a blob's id is not enough to read it (§5.9.5): an actor who may
+// not read any row that references an old blob cannot reference it from
+// a row of its own scope, which would make its download authorized; the
+// push gets blob.not_found (a client holding the bytes uploads them again,
+// which proves it holds them). An actor who may read a row that
+// references the blob may reference it again, and so may one who
+// uploaded it within the grace period.
+func TestE2EBlobIDIsNotACapability(t *testing.T) {
+	forEachBlobKind(t, func(t *testing.T, k blobKind) {
+		e := newBlobEnv(t, k, func(c *syncgo.Config) { c.Limits.BlobGracePeriod = time.Hour })
+		e.allow("owner", map[string][]string{"project_id": {"secret"}})
+		e.allow("mate", map[string][]string{"project_id": {"secret", "p2"}})
+		e.allow("mallory", map[string][]string{"project_id": {"p2"}})
+		data := []byte("confidential payroll spreadsheet")
+		id := blobOf(data)
+		wantAnswer(t, "upload", e.put("owner", data, id), 200, "")
+		if o := e.attach(e.client("owner", sspclient.Options{}), "s1", "secret", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatal(statusOf(o))
+		}
+		e.clock.advance(2 * time.Hour)
+
+		mallory := e.client("mallory", sspclient.Options{})
+		if o := e.attach(mallory, "m1", "p2", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeBlobNotFound {
+			t.Fatalf("mallory's reference to a blob she may not read: %s; want rejected blob.not_found", statusOf(o))
+		}
+		wantAnswer(t, "mallory's download", e.get("mallory", id), 403, syncerr.CodeBlobForbidden)
+
+		// A scope-mate of the referencing row may copy the reference.
+		if o := e.attach(e.client("mate", sspclient.Options{}), "c1", "p2", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatalf("a reference by an actor who may read the blob: %s", statusOf(o))
+		}
+		// An upload proves the bytes, also of a stored blob.
+		wantAnswer(t, "mallory's upload of the same bytes", e.put("mallory", data, id), 200, "")
+		if o := e.attach(mallory, "m2", "p2", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatalf("a reference after an upload: %s", statusOf(o))
+		}
+	})
 }

@@ -340,9 +340,16 @@ func (s *Server) handleBlobGrant(w http.ResponseWriter, r *http.Request) {
 		writeJSONBody(w, map[string]any{})
 		return
 	}
-	if _, err := blobs.StatBlob(r.Context(), auth.Partition, id); err == nil {
-		writeJSONBody(w, map[string]any{"present": true})
-		return
+	if info, err := blobs.StatBlob(r.Context(), auth.Partition, id); err == nil {
+		// "present" only when a push of this actor could reference the
+		// blob; otherwise the client uploads it again (engine.mayReference).
+		if ok, err := s.eng.MayReferenceBlob(r.Context(), engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, info); err != nil {
+			s.writeError(w, route, err)
+			return
+		} else if ok {
+			writeJSONBody(w, map[string]any{"present": true})
+			return
+		}
 	} else if !errors.Is(err, store.ErrNotFound) {
 		s.writeError(w, route, err)
 		return

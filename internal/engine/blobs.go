@@ -79,12 +79,18 @@ func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable
 		if a.blobsPresent[id] {
 			continue
 		}
-		_, err := blobs.StatBlob(ctx, a.r.auth.Partition, id)
+		info, err := blobs.StatBlob(ctx, a.r.auth.Partition, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return opError(i, syncerr.CodeBlobNotFound, "the row references a blob that was not uploaded"), nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("blob existence check: %w", err)
+		}
+		if ok, err := a.r.e.mayReference(ctx, a.r.auth.Partition, id, info, a.r.allowed); err != nil || !ok {
+			if err != nil {
+				return nil, fmt.Errorf("blob existence check: %w", err)
+			}
+			return opError(i, syncerr.CodeBlobNotFound, "the row references a blob not uploaded lately that no row the actor may read references: upload it again"), nil
 		}
 		if a.blobsPresent == nil {
 			a.blobsPresent = map[string]bool{}
@@ -131,33 +137,78 @@ func (e *Engine) AuthorizeBlob(ctx context.Context, auth Auth, blobID string) er
 	if err != nil {
 		return syncerr.New(syncerr.CodeBlobForbidden, "scopes could not be resolved")
 	}
+	ok, err = e.readableRef(ctx, idx, auth.Partition, blobID, allowed)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return forbidden
+	}
+	return nil
+}
+
+// readableRef reports whether a row of the partition that an actor with
+// the allowed scopes may read references the blob.
+func (e *Engine) readableRef(ctx context.Context, idx store.BlobRefIndex, partition, blobID string, allowed map[string][]string) (bool, error) {
 	var after *store.BlobRef
 	for {
-		refs, err := idx.BlobRefs(ctx, auth.Partition, blobID, after, blobAuthPage)
+		refs, err := idx.BlobRefs(ctx, partition, blobID, after, blobAuthPage)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, ref := range refs {
 			t, ok := e.cfg.Schema.Table(ref.Table)
 			if !ok {
 				continue
 			}
-			row, err := e.cfg.Store.Row(ctx, auth.Partition, ref.Table, ref.RowID)
+			row, err := e.cfg.Store.Row(ctx, partition, ref.Table, ref.RowID)
 			if errors.Is(err, store.ErrNotFound) {
 				continue
 			}
 			if err != nil {
-				return err
+				return false, err
 			}
 			if rowAuthorized(t, row.Scopes, allowed) {
-				return nil
+				return true, nil
 			}
 		}
 		if len(refs) < blobAuthPage {
-			return forbidden
+			return false, nil
 		}
 		after = &refs[len(refs)-1]
 	}
+}
+
+// mayReference decides whether an actor with the allowed scopes may
+// reference a stored blob in a row it writes. Knowing a blob's id must
+// not be enough to read it (§5.9.5: a blobId is never a capability): a
+// row in the actor's own scope that references the blob would make the
+// download authorization pass. So a new reference needs the blob
+// uploaded within the grace period (an upload proves that the client
+// holds the bytes, and an upload of a stored blob renews its time; past
+// the grace period an unreferenced blob is swept anyway), or a row that
+// the actor may read referencing it already. Otherwise the push gets
+// blob.not_found, and a client that holds the bytes uploads them again.
+func (e *Engine) mayReference(ctx context.Context, partition, blobID string, info store.BlobInfo, allowed map[string][]string) (bool, error) {
+	if e.cfg.Now()-info.CreatedAtMs <= e.cfg.Limits.BlobGracePeriod.Milliseconds() {
+		return true, nil
+	}
+	idx, ok := e.cfg.Store.(store.BlobRefIndex)
+	if !ok {
+		return true, nil
+	}
+	return e.readableRef(ctx, idx, partition, blobID, allowed)
+}
+
+// MayReferenceBlob is mayReference for an upload grant's "present" answer:
+// a client told the blob is present skips its upload, so it is told only
+// when its push could reference the blob.
+func (e *Engine) MayReferenceBlob(ctx context.Context, auth Auth, info store.BlobInfo) (bool, error) {
+	allowed, err := e.resolveAllowed(ctx, auth)
+	if err != nil {
+		allowed = nil
+	}
+	return e.mayReference(ctx, auth.Partition, info.BlobID, info, allowed)
 }
 
 // rowAuthorized is the §3.4 stored-row check: every declared scope
