@@ -52,3 +52,23 @@ func TestParseToken(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a client sends as its resume token, parseToken does not panic,
+// and a token it resumes has §4.7's shape within the partition's log.
+func FuzzParseToken(f *testing.F) {
+	f.Add(`{"asOfCommitSeq":4,"tables":["tasks"],"tableIndex":0,"rowCursor":"a1"}`)
+	f.Add(`{"asOfCommitSeq":4,"tables":["tasks"],"tableIndex":0,"rowCursor":null}`)
+	f.Add(`{"tables":["tasks"],"rowCursor":"a1"}`)
+	f.Add(`{"asOfCommitSeq":1e3,"tables":["tasks"],"tableIndex":-0,"rowCursor":""}`)
+	p := store.Partition{HorizonSeq: 2, MaxCommitSeq: 9}
+	f.Fuzz(func(t *testing.T, raw string) {
+		tok, ok := parseToken(&raw, "tasks", p)
+		if !ok {
+			return
+		}
+		if len(tok.Tables) != 1 || tok.Tables[0] != "tasks" || tok.TableIndex != 0 ||
+			tok.AsOfCommitSeq < p.HorizonSeq || tok.AsOfCommitSeq > p.MaxCommitSeq {
+			t.Fatalf("%q resumed as %+v", raw, tok)
+		}
+	})
+}
