@@ -260,7 +260,9 @@ type Config struct {
 
 // The lifecycle event types (Event.Type).
 const (
-	// EventQueued: a commit that planned the reaction is durable.
+	// EventQueued: a commit that planned the reaction is durable. The
+	// push emits it after its commit, so a runner that claims the
+	// reaction at once may emit EventStarted before it.
 	EventQueued = "reaction.queued"
 	// EventStarted: a runner claimed it and calls its handler.
 	EventStarted = "reaction.started"
