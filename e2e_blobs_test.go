@@ -684,6 +684,11 @@ func TestE2EBlobIDIsNotACapability(t *testing.T) {
 			t.Fatal(statusOf(o))
 		}
 		e.clock.advance(2 * time.Hour)
+		// The owner edits its row: the reference it holds already is kept.
+		owner := e.client("owner", sspclient.Options{})
+		if o := e.attach(owner, "s1", "secret", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatalf("an update keeping its old reference: %s", statusOf(o))
+		}
 
 		mallory := e.client("mallory", sspclient.Options{})
 		if o := e.attach(mallory, "m1", "p2", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeBlobNotFound {

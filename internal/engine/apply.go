@@ -167,7 +167,7 @@ func (a *applier) deleteRow(ctx context.Context, i int, t *schema.CompiledTable,
 	if err := a.tx.DeleteRow(ctx, t.Name(), stored.RowID); err != nil {
 		return err
 	}
-	if _, err := a.blobRefs(ctx, i, t, stored.RowID, nil); err != nil {
+	if err := a.blobRefs(ctx, t, stored.RowID, nil); err != nil {
 		return err
 	}
 	a.changes = append(a.changes, store.Change{Table: t.Name(), RowID: stored.RowID, Op: wire.OpDelete, Scopes: stored.Scopes})
@@ -204,8 +204,8 @@ func wireScopes(ss schema.StoredScopes) wire.StoredScopes {
 }
 
 func (a *applier) upsertRow(ctx context.Context, i int, t *schema.CompiledTable, row store.Row, vals []wire.Value, present []bool) (*rejection, error) {
-	if rej, err := a.blobRefs(ctx, i, t, row.RowID, vals); rej != nil || err != nil {
-		return rej, err
+	if err := a.blobRefs(ctx, t, row.RowID, vals); err != nil {
+		return nil, err
 	}
 	err := a.tx.UpsertRow(ctx, store.RowWrite{Row: row, Values: vals})
 	var ce *store.ConstraintError

@@ -49,9 +49,11 @@ func blobIDs(t *schema.CompiledTable, vals []wire.Value) []string {
 // stored, or the operation is rejected with blob.not_found. It runs beside
 // the scope check, before the CRDT merge and the validators (§6.7's
 // order), so that neither sees a reference to a blob that is not there.
-// Tables without blob_ref columns, and servers without a blob store, skip
-// it.
-func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable, vals []wire.Value) (*rejection, error) {
+// A reference the stored row (stored, nil for an insert) holds already is
+// not a new one: the actor passed the scope check on that row, so
+// mayReference is not asked. Tables without blob_ref columns, and servers
+// without a blob store, skip it.
+func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable, vals, stored []wire.Value) (*rejection, error) {
 	blobs := a.r.e.cfg.Blobs
 	if len(t.BlobRefColumns()) == 0 || blobs == nil {
 		return nil, nil
@@ -60,6 +62,10 @@ func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable
 		return nil, nil
 	}
 	ids := blobIDs(t, vals)
+	var kept []string
+	if stored != nil {
+		kept = blobIDs(t, stored)
+	}
 	if l, ok := a.tx.(store.BlobLocker); ok {
 		// Locked before the check, so that a sweep deleting one of them
 		// ends before it (store.BlobSweepGuard).
@@ -86,11 +92,14 @@ func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable
 		if err != nil {
 			return nil, fmt.Errorf("blob existence check: %w", err)
 		}
-		if ok, err := a.r.e.mayReference(ctx, a.r.auth.Partition, id, info, a.r.allowed); err != nil || !ok {
+		if !slices.Contains(kept, id) {
+			ok, err := a.r.e.mayReference(ctx, a.r.auth.Partition, id, info, a.r.allowed)
 			if err != nil {
 				return nil, fmt.Errorf("blob existence check: %w", err)
 			}
-			return opError(i, syncerr.CodeBlobNotFound, "the row references a blob not uploaded lately that no row the actor may read references: upload it again"), nil
+			if !ok {
+				return opError(i, syncerr.CodeBlobNotFound, "the row references a blob not uploaded lately that no row the actor may read references: upload it again"), nil
+			}
 		}
 		if a.blobsPresent == nil {
 			a.blobsPresent = map[string]bool{}
@@ -101,18 +110,15 @@ func (a *applier) blobsExist(ctx context.Context, i int, t *schema.CompiledTable
 }
 
 // blobRefs makes the row's entries in the reference index its references
-// (none for a delete, vals nil), after blobsExist (again: a blob already
-// found is not looked up twice). It runs in the commit's transaction, so
-// a rejected or rolled-back commit leaves the index as it was.
-func (a *applier) blobRefs(ctx context.Context, i int, t *schema.CompiledTable, rowID string, vals []wire.Value) (*rejection, error) {
+// (none for a delete, vals nil). The upserts that call it checked the
+// blobs with blobsExist first. It runs in the commit's transaction, so a
+// rejected or rolled-back commit leaves the index as it was.
+func (a *applier) blobRefs(ctx context.Context, t *schema.CompiledTable, rowID string, vals []wire.Value) error {
 	w, ok := a.tx.(store.BlobRefWriter)
 	if len(t.BlobRefColumns()) == 0 || a.r.e.cfg.Blobs == nil || !ok {
-		return nil, nil
+		return nil
 	}
-	if rej, err := a.blobsExist(ctx, i, t, vals); rej != nil || err != nil {
-		return rej, err
-	}
-	return nil, w.SetBlobRefs(ctx, t.Name(), rowID, blobIDs(t, vals))
+	return w.SetBlobRefs(ctx, t.Name(), rowID, blobIDs(t, vals))
 }
 
 // Blobs returns the blob store, or nil when blobs are off.

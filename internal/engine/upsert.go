@@ -57,7 +57,7 @@ func (a *applier) update(ctx context.Context, i int, t *schema.CompiledTable, op
 			}
 		}
 	}
-	if rej, err := a.blobsExist(ctx, i, t, vals); rej != nil || err != nil {
+	if rej, err := a.blobsExist(ctx, i, t, vals, storedVals); rej != nil || err != nil {
 		return rej, err
 	}
 	if rej := a.mergeCRDT(i, t, vals, in.Present, storedVals); rej != nil {
@@ -171,7 +171,7 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 	if err != nil || !authorized(ss, a.r.allowed) {
 		return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
 	}
-	if rej, err := a.blobsExist(ctx, i, t, in.Values); rej != nil || err != nil {
+	if rej, err := a.blobsExist(ctx, i, t, in.Values, nil); rej != nil || err != nil {
 		return rej, err
 	}
 	if rej := a.mergeCRDT(i, t, in.Values, in.Present, nil); rej != nil {
