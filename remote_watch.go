@@ -268,6 +268,10 @@ type watchSession struct {
 	mu      sync.Mutex
 	watches map[string]*watchState
 	closed  bool
+
+	// beforeWrite, when set (tests), runs before a result's frame is
+	// written, with the write lock held.
+	beforeWrite func()
 }
 
 // watchState is one registered watch.
@@ -409,9 +413,13 @@ func (s *watchSession) receive(data []byte) {
 		return
 	}
 	if m.Kind == remotewire.KindUnwatch {
+		// Under the write lock: a run that found the watch registered
+		// finishes its write first, and no run writes for it after.
+		s.wmu.Lock()
 		s.mu.Lock()
 		delete(s.watches, m.WatchID)
 		s.mu.Unlock()
+		s.wmu.Unlock()
 		return
 	}
 	srv := s.hub.s
@@ -487,10 +495,18 @@ func (s *watchSession) run(w *watchState) {
 			msg = &remotewire.Snapshot{WatchID: w.id, OperationID: resp.OperationID, Rows: resp.Rows, MaxCommitSeq: resp.MaxCommitSeq}
 		}
 		b, merr := remotewire.Marshal(msg)
+		// The write lock is taken before the check that the watch is
+		// still registered and held through the write, so that an
+		// unwatch (which takes it too) either comes after this result
+		// or suppresses it (REMOTE.md §6). The session lock is not held
+		// during the write: a slow client never holds up the commit path
+		// that dispatches reruns.
+		s.wmu.Lock()
 		s.mu.Lock()
 		if s.closed || s.watches[w.id] != w {
 			w.running = false
 			s.mu.Unlock()
+			s.wmu.Unlock()
 			return
 		}
 		if err == nil {
@@ -502,10 +518,12 @@ func (s *watchSession) run(w *watchState) {
 		}
 		s.mu.Unlock()
 		if send {
-			// Written outside the session lock, so that a slow client
-			// never holds up the commit path that dispatches reruns.
-			s.write(ws.OpText, b)
+			if s.beforeWrite != nil {
+				s.beforeWrite()
+			}
+			s.writeLocked(ws.OpText, b)
 		}
+		s.wmu.Unlock()
 		s.mu.Lock()
 		if !w.settle(err == nil) || s.closed || s.watches[w.id] != w {
 			w.running = false
@@ -540,6 +558,11 @@ func (s *watchSession) sendError(watchID string, pe *syncerr.Error) {
 func (s *watchSession) write(op ws.OpCode, payload []byte) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	s.writeLocked(op, payload)
+}
+
+// writeLocked sends one frame under wmu.
+func (s *watchSession) writeLocked(op ws.OpCode, payload []byte) {
 	_ = s.conn.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
 	if err := ws.WriteFrame(s.conn, ws.NewFrame(op, true, payload)); err != nil {
 		_ = s.conn.Close()

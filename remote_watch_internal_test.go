@@ -1,6 +1,14 @@
 package syncgo
 
-import "testing"
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/remotewire"
+)
 
 // TestWatchDispatchSkipsSeenCommits: a commit notified late (the commit
 // listener of a shared store brings it after the watch's last run read
@@ -67,3 +75,86 @@ func TestWatchRerunAfterRunInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchUnwatchSuppressesResultInFlight: an unwatch that arrives
+// while a run is about to write its result (the run found the watch
+// still registered) waits for that write; nothing is written for the
+// watch once the unwatch has been handled (REMOTE.md §6). The hook runs
+// in that window and hands the unwatch to another goroutine; without the
+// write lock the unwatch returns at once and the result follows it.
+func TestWatchUnwatchSuppressesResultInFlight(t *testing.T) {
+	conn := &recordingConn{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := &Server{}
+	cq := &compiledQuery{q: Query{Authorize: func(context.Context, Caller, Params) (bool, error) { return false, nil }}}
+	s := &watchSession{conn: conn, ctx: ctx, cancel: cancel, watches: map[string]*watchState{},
+		hub: &watchHub{s: srv}}
+	w := &watchState{id: "tasks", cq: cq}
+	s.watches[w.id] = w
+	unwatch, err := remotewire.Encode(nil, remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "unwatch"}, {Key: "watchId", Value: "tasks"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwatched := make(chan struct{})
+	s.beforeWrite = func() {
+		go func() {
+			s.receive(unwatch)
+			conn.unwatched.Store(true)
+			close(unwatched)
+		}()
+		select {
+		case <-unwatched:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	s.mu.Lock()
+	s.triggerLocked(w, 0)
+	s.mu.Unlock()
+	select {
+	case <-unwatched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the unwatch never returned")
+	}
+	if conn.writes.Load() == 0 {
+		t.Fatal("the result found the watch registered and was not written")
+	}
+	if conn.late.Load() {
+		t.Fatal("a result was written after the unwatch was handled")
+	}
+	// The run ends: the watch is gone, so no rerun is pending.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		running, registered := w.running, s.watches[w.id] != nil
+		s.mu.Unlock()
+		if registered {
+			t.Fatal("the watch is still registered after the unwatch")
+		}
+		if !running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run did not end after the unwatch")
+		}
+	}
+}
+
+// recordingConn counts the writes to it and whether one came
+// after unwatched was set.
+type recordingConn struct {
+	net.Conn
+	unwatched atomic.Bool
+	late      atomic.Bool
+	writes    atomic.Int64
+}
+
+func (c *recordingConn) Write(b []byte) (int, error) {
+	if c.unwatched.Load() {
+		c.late.Store(true)
+	}
+	c.writes.Add(1)
+	return len(b), nil
+}
+
+func (c *recordingConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *recordingConn) Close() error                     { return nil }
