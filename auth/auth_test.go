@@ -279,6 +279,8 @@ func TestConfigErrors(t *testing.T) {
 		{"short secret", Config{HS256Secret: "short"}, nil, "at least 32"},
 		{"unknown alg", Config{HS256Secret: testSecret, Algorithms: []string{"none"}}, nil, `"none" is not accepted`},
 		{"bad jwks url", Config{JWKSURL: "ftp://x"}, nil, "jwks_url"},
+		{"plain http jwks", Config{JWKSURL: "http://idp.example.com/jwks.json"}, nil, "jwks_allow_http"},
+		{"plain http jwks by address", Config{JWKSURL: "http://10.0.0.5:8080/jwks.json"}, nil, "jwks_allow_http"},
 		{"bad pem", Config{PublicKeys: []PublicKey{{PEM: "nope"}}}, nil, "no PEM block"},
 		{"private pem", Config{PublicKeys: []PublicKey{{PEM: "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n"}}}, nil, "never a private key"},
 		{"two-field source", Config{HS256Secret: testSecret, TokenSources: []TokenSource{{Header: "A", Cookie: "b"}}}, nil, "exactly one"},
@@ -613,4 +615,22 @@ func FuzzScopesResolve(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestJWKSURLTransport: a plain http key set is accepted from this
+// machine (a sidecar, a test issuer) or with jwks_allow_http; elsewhere
+// https is required (TestConfigErrors).
+func TestJWKSURLTransport(t *testing.T) {
+	sc := testSchema(t)
+	for _, cfg := range []Config{
+		{JWKSURL: "https://idp.example.com/jwks.json"},
+		{JWKSURL: "http://localhost:8080/jwks.json"},
+		{JWKSURL: "http://127.0.0.1:8080/jwks.json"},
+		{JWKSURL: "http://[::1]:8080/jwks.json"},
+		{JWKSURL: "http://keycloak:8080/jwks.json", JWKSAllowHTTP: true},
+	} {
+		if _, err := Check(cfg, nil, sc); err != nil {
+			t.Errorf("%+v: %v", cfg.JWKSURL, err)
+		}
+	}
 }

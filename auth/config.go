@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -45,9 +46,15 @@ type Config struct {
 	// refreshed every JWKSRefresh (default 1 h), and fetched again when a
 	// token names a key id not in the set, at most once per
 	// JWKSMinRefresh (default 1 min).
+	// It must be https, or http to a loopback host, unless JWKSAllowHTTP
+	// is set: whoever can change the key set in transit can sign tokens.
 	JWKSURL        string        `yaml:"jwks_url"`
 	JWKSRefresh    time.Duration `yaml:"jwks_refresh"`
 	JWKSMinRefresh time.Duration `yaml:"jwks_min_refresh"`
+	// JWKSAllowHTTP accepts a plain http jwks_url on any host (a private
+	// network whose transport is protected otherwise, as by a service
+	// mesh's mutual TLS).
+	JWKSAllowHTTP bool `yaml:"jwks_allow_http"`
 
 	// ActorClaim is the claim whose (string) value is the actor id.
 	// Default "sub".
@@ -201,8 +208,11 @@ func (c Config) validate() error {
 	}
 	if c.JWKSURL != "" {
 		u, err := url.Parse(c.JWKSURL)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		switch {
+		case err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "":
 			errs = append(errs, fmt.Errorf("jwks_url %q: want an http(s) URL", c.JWKSURL))
+		case u.Scheme == "http" && !c.JWKSAllowHTTP && !loopbackHost(u.Hostname()):
+			errs = append(errs, fmt.Errorf("jwks_url %q: plain http to a host that is not loopback lets anyone on the path replace the keys and sign tokens; use https, or set jwks_allow_http", c.JWKSURL))
 		}
 	}
 	for i, k := range c.PublicKeys {
@@ -254,4 +264,14 @@ func readSecretFile(path string) (string, error) {
 	}
 	s := strings.TrimSuffix(string(b), "\n")
 	return strings.TrimSuffix(s, "\r"), nil
+}
+
+// loopbackHost reports whether host names this machine: localhost, or a
+// loopback IP address.
+func loopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
