@@ -106,7 +106,7 @@ func (a *admission) release() {
 }
 
 func (a *admission) overloaded() *syncerr.Error {
-	ms := a.retry.Milliseconds()
+	ms := a.retryDelay().Milliseconds()
 	return (&syncerr.Error{Code: syncerr.CodeRateLimited, Message: "the server is at capacity; retry later",
 		HTTPStatus: http.StatusServiceUnavailable}).WithDetails(struct {
 		RetryAfterMs int64 `json:"retryAfterMs"`
@@ -115,7 +115,16 @@ func (a *admission) overloaded() *syncerr.Error {
 
 // retryAfter is the Retry-After header value of a refusal.
 func (a *admission) retryAfter() string {
-	return strconv.Itoa(max(1, int(a.retry/time.Second)))
+	return strconv.Itoa(max(1, int(a.retryDelay()/time.Second)))
+}
+
+// retryDelay is the wait a refusal asks for (nil: admission is off, and
+// a refusal comes from elsewhere, as bodyMemory's: one second).
+func (a *admission) retryDelay() time.Duration {
+	if a == nil {
+		return time.Second
+	}
+	return a.retry
 }
 
 // admissionStats is a snapshot of the admission control, for metrics.

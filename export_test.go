@@ -59,3 +59,7 @@ func (s *Server) GrantOneForTest(ctx context.Context, partition, actor string) m
 	}
 	return out
 }
+
+// BodyMemoryInUseForTest is the request body bytes counted against
+// MaxBodyMemory now.
+func (s *Server) BodyMemoryInUseForTest() int64 { return s.bodyMem.inUse() }

@@ -317,7 +317,8 @@ func (s *Server) handleBlobGrant(w http.ResponseWriter, r *http.Request) {
 		ByteLength *json.Number `json:"byteLength"`
 		MediaType  *string      `json:"mediaType"`
 	}
-	body, err := s.readBody(w, r, maxGrantRequestBytes)
+	body, releaseBody, err := s.readBody(w, r, maxGrantRequestBytes)
+	defer releaseBody()
 	if err != nil {
 		w.Header().Set("Connection", "close") // net/http would wait for the rest of the body
 	}

@@ -90,7 +90,12 @@ func (s *Server) handleJSONCommits(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	body, err := s.readBody(w, r, s.cfg.MaxRequestBytes)
+	body, releaseBody, err := s.readBody(w, r, s.cfg.MaxRequestBytes)
+	defer releaseBody()
+	if errors.Is(err, errBodyMemory) {
+		s.refuseBodyMemory(w, route)
+		return
+	}
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		s.writeError(w, route, badBody(err))

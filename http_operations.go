@@ -28,7 +28,15 @@ func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteActor(w, auth.ActorID)
-	body, err := s.readBody(w, r, s.ops.maxBytes)
+	body, releaseBody, err := s.readBody(w, r, s.ops.maxBytes)
+	defer releaseBody()
+	if errors.Is(err, errBodyMemory) {
+		// As an admission refusal is answered (below).
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", s.admit.retryAfter())
+		s.writeOperation(w, route, http.StatusOK, errorResponse(s.admit.overloaded()))
+		return
+	}
 	if err != nil {
 		w.Header().Set("Connection", "close")
 		status := http.StatusBadRequest

@@ -66,7 +66,8 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 	// request's context).
 	defer func() { _ = rc.SetWriteDeadline(time.Time{}) }()
 	r.Body = &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}
-	req, perr := s.readRequest(r)
+	req, counted, perr := s.readRequest(r)
+	defer counted.release()
 	_ = rc.SetReadDeadline(time.Time{})
 	if perr == nil {
 		noteOp(w, requestOp(req))
@@ -76,6 +77,10 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 		// is not wanted: close the connection instead of letting net/http
 		// drain up to 256 KiB more of it, without a deadline, before
 		// answering.
+		if counted.refused {
+			s.refuseBodyMemory(w, route)
+			return
+		}
 		w.Header().Set("Connection", "close")
 		s.writeError(w, route, perr)
 		return
@@ -129,14 +134,20 @@ func (s *Server) admitCaller(w http.ResponseWriter, r *http.Request, route strin
 // readRequest reads and decodes the body: gzip request bodies are
 // accepted (§1.3), and the decompressed size is capped, so a compression
 // bomb costs at most MaxRequestBytes.
-func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
-	body, gz, perr := decodedBody(r, http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes), s.cfg.MaxRequestBytes)
+//
+// The decompressed bytes are counted against MaxBodyMemory until the
+// request calls counted.release (counted is never nil); counted.refused
+// marks a body refused for want of room.
+func (s *Server) readRequest(r *http.Request) (_ *wire.Request, counted *countedBody, _ *syncerr.Error) {
+	decoded, gz, perr := decodedBody(r, http.MaxBytesReader(nil, r.Body, s.cfg.MaxRequestBytes), s.cfg.MaxRequestBytes)
+	counted = s.bodyMem.reader(decoded)
 	if perr != nil {
-		return nil, perr
+		return nil, counted, perr
 	}
 	if gz != nil {
 		defer gz.Close()
 	}
+	body := io.Reader(counted)
 	opts := wire.DecoderOptions{MaxFrameBytes: s.cfg.MaxFrameBytes}
 	if n := r.ContentLength; n >= 0 && n <= smallRequest && r.Header.Get("Content-Encoding") == "" {
 		// A small body (a push+pull round's) is read whole and decoded
@@ -149,23 +160,23 @@ func (s *Server) readRequest(r *http.Request) (*wire.Request, *syncerr.Error) {
 				break
 			}
 			if err != nil {
-				return nil, badBody(err)
+				return nil, counted, badBody(err)
 			}
 			if len(b) == cap(b) { // longer than announced
-				return nil, badBody(io.ErrUnexpectedEOF)
+				return nil, counted, badBody(io.ErrUnexpectedEOF)
 			}
 		}
 		req, err := wire.DecodeRequest(b, opts)
 		if err != nil {
-			return nil, badBody(err)
+			return nil, counted, badBody(err)
 		}
-		return req, nil
+		return req, counted, nil
 	}
 	req, err := wire.ReadRequest(body, opts)
 	if err != nil {
-		return nil, badBody(err)
+		return nil, counted, badBody(err)
 	}
-	return req, nil
+	return req, counted, nil
 }
 
 // decodedBody is a request body decoded from its Content-Encoding (gzip
@@ -464,17 +475,27 @@ func (h *heldWriter) end() error {
 // readBody reads a whole request body of at most max bytes decompressed
 // (decodedBody; more is errBodyTooLarge), cut off after StallTimeout
 // without progress; the read deadline is cleared after.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+//
+// The bytes read are counted against MaxBodyMemory until release is
+// called (when the request no longer holds the body); a body refused
+// for want of room fails with errBodyMemory (refuseBodyMemory answers
+// it).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, max int64) (_ []byte, release func(), _ error) {
 	rc := http.NewResponseController(w)
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
-	body, gz, perr := decodedBody(r, http.MaxBytesReader(nil, &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}, max+1), max)
+	decoded, gz, perr := decodedBody(r, http.MaxBytesReader(nil, &stallBody{r: r.Body, rc: rc, stall: s.cfg.StallTimeout}, max+1), max)
+	counted := s.bodyMem.reader(decoded)
 	if perr != nil {
-		return nil, perr
+		return nil, counted.release, perr
 	}
 	if gz != nil {
 		defer gz.Close()
 	}
-	return io.ReadAll(body)
+	b, err := io.ReadAll(counted)
+	if counted.refused {
+		err = errBodyMemory
+	}
+	return b, counted.release, err
 }
 
 // mediaTypeIs reports whether a request's Content-Type is want; if not,

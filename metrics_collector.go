@@ -19,16 +19,16 @@ const scrapeReadyTimeout = 2 * time.Second
 type serverCollector struct {
 	s *Server
 
-	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed *prometheus.Desc
-	memoryReleases, memoryReleaseSeconds, listenerConnects    *prometheus.Desc
-	storeWrites, storeWriteErrors, storeBatches, storeCommits *prometheus.Desc
-	storeRecentWindows, storeSharedReads                      *prometheus.Desc
-	poolConns, poolMax, poolAcquires, poolAcquireSeconds      *prometheus.Desc
-	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns    *prometheus.Desc
-	pageCache, images, readAhead, catchUpResets               *prometheus.Desc
-	admCapacity, admInFlight, admQueued, admRefused           *prometheus.Desc
-	socketsRefused                                            *prometheus.Desc
-	ready, readyPhase, pending, schemaVersion                 *prometheus.Desc
+	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed   *prometheus.Desc
+	memoryReleases, memoryReleaseSeconds, listenerConnects      *prometheus.Desc
+	storeWrites, storeWriteErrors, storeBatches, storeCommits   *prometheus.Desc
+	storeRecentWindows, storeSharedReads                        *prometheus.Desc
+	poolConns, poolMax, poolAcquires, poolAcquireSeconds        *prometheus.Desc
+	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns      *prometheus.Desc
+	pageCache, images, readAhead, catchUpResets                 *prometheus.Desc
+	admCapacity, admInFlight, admQueued, admRefused, bodyMemory *prometheus.Desc
+	socketsRefused                                              *prometheus.Desc
+	ready, readyPhase, pending, schemaVersion                   *prometheus.Desc
 }
 
 func newServerCollector(s *Server) *serverCollector {
@@ -83,7 +83,9 @@ func newServerCollector(s *Server) *serverCollector {
 		admInFlight: d("syncgo_admission_in_flight", "/sync requests being served now."),
 		admQueued:   d("syncgo_admission_queue_depth", "/sync requests waiting for a slot now."),
 		admRefused: d("syncgo_admission_rate_limited_total", "/sync requests refused with sync.rate_limited, by reason "+
-			"(queue_full, queue_timeout, actor_rate, global_rate).", "reason"),
+			"(queue_full, queue_timeout, actor_rate, global_rate, body_memory).", "reason"),
+		bodyMemory: d("syncgo_request_body_bytes", "Request body bytes held now and counted against Config.MaxBodyMemory "+
+			"(each body's first 64 KiB are not counted)."),
 		socketsRefused: d("syncgo_realtime_sockets_refused_total", "Socket upgrades (/realtime, /operations/realtime) refused with sync.websocket_connection_limit, "+
 			"by the cap reached (total, actor).", "cap"),
 
@@ -100,7 +102,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.socketsRefused,
+		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -184,6 +186,8 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	rateActor, rateGlobal := s.rates.refused()
 	counter(c.admRefused, rateActor, "actor_rate")
 	counter(c.admRefused, rateGlobal, "global_rate")
+	counter(c.admRefused, s.bodyMem.refused.Load(), "body_memory")
+	gauge(c.bodyMemory, float64(s.bodyMem.inUse()))
 	sockTotal, sockActor := s.sockets.refused()
 	counter(c.socketsRefused, sockTotal, "total")
 	counter(c.socketsRefused, sockActor, "actor")

@@ -157,6 +157,14 @@ type Config struct {
 	// MaxRequestBytes caps a /sync request body after decompression, and
 	// a /commits body. Default 32 MiB.
 	MaxRequestBytes int64
+	// MaxBodyMemory bounds the request bodies (POST /sync, /commits,
+	// /operations) read and held at once, past the first 64 KiB of each:
+	// bodies are read before a request is admitted, so without it N
+	// clients sending MaxRequestBytes each would cost N times that. A
+	// body that would take the total over it is refused at once with
+	// sync.rate_limited (503 and Retry-After). Default 256 MiB, and never
+	// below MaxRequestBytes; negative: unbounded.
+	MaxBodyMemory int64
 	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
 	MaxFrameBytes int
 	// StallTimeout bounds how long a request body, or a socket message
@@ -333,6 +341,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = 32 << 20
 	}
+	if c.MaxBodyMemory == 0 {
+		c.MaxBodyMemory = 256 << 20
+	}
+	if c.MaxBodyMemory > 0 {
+		c.MaxBodyMemory = max(c.MaxBodyMemory, c.MaxRequestBytes)
+	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 16 << 20
 	}
@@ -390,6 +404,8 @@ type Server struct {
 	// bodies keeps compressed segment bodies (segment_bodies.go).
 	bodies segmentBodies
 	admit  *admission
+	// bodyMem bounds the request bodies held at once (MaxBodyMemory).
+	bodyMem *bodyMemory
 	// releaser returns free memory after bursts of connections or
 	// requests (nil: Realtime.ReleaseAfterChurn turned it off).
 	releaser *memfree.Releaser
@@ -456,6 +472,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, codecs: newCodecPools(), releaser: releaser,
 		admit:   newAdmission(cfg.MaxConcurrentRequests, cfg.MaxQueuedRequests, cfg.QueueTimeout, releaser),
+		bodyMem: newBodyMemory(max(cfg.MaxBodyMemory, 0)),
 		rates:   newRateLimiter(cfg.RateLimit, nil),
 		sockets: newSocketLimiter(cfg.Realtime.MaxSockets, cfg.Realtime.MaxSocketsPerActor)}
 	ops, err := compileOperations(cfg.Operations, cfg.Schema, cfg.Store)

@@ -358,6 +358,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		Declarations:          decls,
 		Operations:            buildOperations(cfg.Operations),
 		MaxRequestBytes:       l.MaxRequestBytes,
+		MaxBodyMemory:         l.MaxBodyMemory,
 		MaxFrameBytes:         l.MaxFrameBytes,
 		StallTimeout:          l.StallTimeout,
 		WriteTimeout:          l.WriteTimeout,

@@ -190,6 +190,7 @@ const (
 // default.
 type Limits struct {
 	MaxRequestBytes            int64         `yaml:"max_request_bytes"`
+	MaxBodyMemory              int64         `yaml:"max_body_memory"`
 	MaxFrameBytes              int           `yaml:"max_frame_bytes"`
 	StallTimeout               time.Duration `yaml:"stall_timeout"`
 	WriteTimeout               time.Duration `yaml:"write_timeout"`
