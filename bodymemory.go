@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/syncgo/syncgo/internal/realtime"
 )
 
 // errBodyMemory marks a request body refused because the bodies being
@@ -41,6 +43,27 @@ func (m *bodyMemory) reader(r io.Reader) *countedBody {
 	return &countedBody{r: r, m: m}
 }
 
+// TakeBody reserves n bytes (realtime.BodyBudget), or reports false
+// when they would take the total over the budget.
+func (m *bodyMemory) TakeBody(n int64) bool {
+	if m.max <= 0 {
+		return true
+	}
+	if m.used.Add(n) > m.max {
+		m.used.Add(-n)
+		m.refused.Add(1)
+		return false
+	}
+	return true
+}
+
+// GiveBody returns n bytes reserved by TakeBody.
+func (m *bodyMemory) GiveBody(n int64) {
+	if m.max > 0 {
+		m.used.Add(-n)
+	}
+}
+
 // inUse is the number of body bytes counted now.
 func (m *bodyMemory) inUse() int64 { return m.used.Load() }
 
@@ -62,9 +85,7 @@ func (c *countedBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	if over := c.read - bodyFreeBytes - c.taken; over > 0 {
-		if c.m.used.Add(over) > c.m.max {
-			c.m.used.Add(-over)
-			c.m.refused.Add(1)
+		if !c.m.TakeBody(over) {
 			c.refused = true
 			return 0, errBodyMemory
 		}
@@ -88,4 +109,13 @@ func (s *Server) refuseBodyMemory(w http.ResponseWriter, route string) {
 	w.Header().Set("Connection", "close")
 	w.Header().Set("Retry-After", s.admit.retryAfter())
 	s.writeError(w, route, s.admit.overloaded())
+}
+
+// realtimeBodies is the budget the realtime hub shares (nil: unbounded,
+// so that the hub skips the accounting).
+func (s *Server) realtimeBodies() realtime.BodyBudget {
+	if s.bodyMem.max <= 0 {
+		return nil
+	}
+	return s.bodyMem
 }

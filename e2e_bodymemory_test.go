@@ -2,6 +2,7 @@ package syncgo_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -92,6 +95,36 @@ func TestE2EBodyMemory(t *testing.T) {
 		c := e.client("alice", sspclient.Options{})
 		mustUpsert(t, c, taskRow("small", "p1", "small"))
 		syncQuiet(t, c)
+		// A socket round of 500 KiB does not fit either: the socket is
+		// closed with 1013 (try again later), in chunks or whole.
+		for _, chunks := range [][]int{nil, {200 << 10, 200 << 10}} {
+			sock, err := rtDial(context.Background(), rtDialer("alice"),
+				"ws"+strings.TrimPrefix(e.url, "http")+"/realtime?clientId=socket-client", 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sock.t, sock.clientID = t, "socket-client"
+			sock.sendRound(append(pushBody("socket-client", "w1", 500<<10), end...), chunks...)
+			// Read frames raw: gobwas/ws refuses close code 1013 as
+			// unknown, though RFC 6455's registry holds it.
+			_ = sock.nc.SetReadDeadline(time.Now().Add(rtWait))
+			for {
+				f, err := ws.ReadFrame(sock.r)
+				if err != nil {
+					t.Fatalf("the socket round beside the held body: %v before a close frame", err)
+				}
+				if f.Header.OpCode == ws.OpClose {
+					if len(f.Payload) < 2 || binary.BigEndian.Uint16(f.Payload) != 1013 {
+						t.Fatalf("close frame %q, want code 1013", f.Payload)
+					}
+					break
+				}
+			}
+			_ = sock.nc.Close()
+		}
+		if _, ok := e.serverRows("tasks")["w1"]; ok {
+			t.Fatal("the refused socket round wrote its row")
+		}
 
 		// The held push ends; its bytes are given back, and the refused
 		// push goes through.
@@ -110,10 +143,29 @@ func TestE2EBodyMemory(t *testing.T) {
 		if r := e.post(t, bytes.NewReader(second), nil); r.status != http.StatusOK {
 			t.Fatalf("the refused push, retried: HTTP %d %s", r.status, r.body)
 		}
+		// So does a socket round.
+		sock, err := rtDial(context.Background(), rtDialer("alice"),
+			"ws"+strings.TrimPrefix(e.url, "http")+"/realtime?clientId=socket-client", 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sock.t, sock.clientID = t, "socket-client"
+		sock.startReading()
+		sock.hello()
+		sock.sendRound(append(pushBody("socket-client", "w1", 500<<10), end...))
+		if m, _, _ := sock.roundResponse(); rtPushed(t, m) == 0 {
+			t.Fatal("the socket round, retried, was not applied")
+		}
+		_ = sock.nc.Close()
+		for deadline := time.Now().Add(10 * time.Second); e.srv.BodyMemoryInUseForTest() != 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d body bytes still counted after the socket round", e.srv.BodyMemoryInUseForTest())
+			}
+		}
 		rowsNow := e.serverRows("tasks")
-		for _, id := range []string{"h1", "s1", "small"} {
+		for _, id := range []string{"h1", "s1", "small", "w1"} {
 			if _, ok := rowsNow[id]; !ok {
-				t.Errorf("row %s is missing", id)
+				t.Errorf("row %s is missing from %v", id, rowsNow)
 			}
 		}
 	})

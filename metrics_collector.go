@@ -41,7 +41,7 @@ func newServerCollector(s *Server) *serverCollector {
 		wakes:       d("syncgo_realtime_wakes_total", "Wake-up messages queued to realtime sockets."),
 		drops: d("syncgo_realtime_drops_total", "Commits a socket got as a wake-up instead of a delta, by reason "+
 			"(queue_full, too_large, unencodable, behind, in_round).", "reason"),
-		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol).", "reason"),
+		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol, busy).", "reason"),
 		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
 		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+
@@ -129,6 +129,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.drops, rt.DropsInRound, "in_round")
 	counter(c.closes, rt.ClosedSlow, "slow")
 	counter(c.closes, rt.ClosedProtocol, "protocol")
+	counter(c.closes, rt.ClosedBusy, "busy")
 	counter(c.gaps, rt.NotificationGap)
 	counter(c.narrowed, rt.Narrowed)
 	counter(c.memoryReleases, s.releaser.Released(memfree.Connections), memfree.Connections)

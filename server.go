@@ -158,12 +158,14 @@ type Config struct {
 	// a /commits body. Default 32 MiB.
 	MaxRequestBytes int64
 	// MaxBodyMemory bounds the request bodies (POST /sync, /commits,
-	// /operations) read and held at once, past the first 64 KiB of each:
-	// bodies are read before a request is admitted, so without it N
-	// clients sending MaxRequestBytes each would cost N times that. A
-	// body that would take the total over it is refused at once with
-	// sync.rate_limited (503 and Retry-After). Default 256 MiB, and never
-	// below MaxRequestBytes; negative: unbounded.
+	// /operations) and socket messages and rounds read and held at once,
+	// past the first 64 KiB of each: bodies are read before a request is
+	// admitted, so without it N clients sending MaxRequestBytes each
+	// would cost N times that. A body that would take the total over it
+	// is refused at once with sync.rate_limited (503 and Retry-After); a
+	// socket whose round would is closed with 1013 (try again later).
+	// Default 256 MiB, and never below MaxRequestBytes; negative:
+	// unbounded.
 	MaxBodyMemory int64
 	// MaxFrameBytes caps one frame of a request. Default 16 MiB.
 	MaxFrameBytes int
@@ -570,7 +572,7 @@ func New(cfg Config) (*Server, error) {
 		WriteTimeout: rc.WriteTimeout, MaxMessageBytes: cfg.MaxRequestBytes, StallTimeout: cfg.StallTimeout,
 		MaxDeltaBytes: rc.MaxDeltaBytes, MaxPresenceBytes: rc.MaxPresenceBytes,
 		ReresolveInterval: rc.ReresolveInterval, ReresolveOn: reresolveOn, PrepareResolve: prepareResolve,
-		ReleaseAfterChurn: rc.ReleaseAfterChurn, Releaser: releaser, Admit: s.admitRound})
+		ReleaseAfterChurn: rc.ReleaseAfterChurn, Releaser: releaser, Admit: s.admitRound, Bodies: s.realtimeBodies()})
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /sync", s.readyOnly("sync", s.handleSync))
 	s.mux.HandleFunc("GET /segments/{segmentId}", s.readyOnly("segments", s.handleSegment))

@@ -496,6 +496,10 @@ func (c *wsConn) close() {
 type message struct {
 	op      ws.OpCode
 	payload []byte
+	// taken is what the message's bytes past the free part took from
+	// the hub's body budget (Config.Bodies); whoever keeps the payload
+	// gives it back.
+	taken int64
 }
 
 // errProtocol marks a client frame that breaks RFC 6455.
@@ -535,10 +539,19 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // connection may stay silent as long as it likes; once a message has
 // begun, each read must make progress within stall. Payload buffers grow
 // as bytes arrive, never to a declared length ahead of them.
-func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (message, error) {
+//
+// A data frame's bytes past the message's first bodyFreeBytes are taken
+// from budget (nil: unbounded) before they are read; when the budget is
+// spent the read fails with errBodyBudget, holding nothing.
+func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, budget BodyBudget) (_ message, err error) {
 	defer c.armRead(0)
 	r := &stallReader{c: c, r: br, stall: stall}
 	var out message
+	defer func() {
+		if err != nil && out.taken > 0 {
+			budget.GiveBody(out.taken)
+		}
+	}()
 	for {
 		if out.op == 0 {
 			// Between messages (a control frame does not start one) the
@@ -562,6 +575,14 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (
 		if !h.Masked || h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
 			return message{}, errProtocol
 		}
+		if budget != nil && !h.OpCode.IsControl() {
+			if need := int64(len(out.payload)) + h.Length - bodyFreeBytes - out.taken; need > 0 {
+				if !budget.TakeBody(need) {
+					return message{}, errBodyBudget
+				}
+				out.taken += need
+			}
+		}
 		payload, err := wire.ReadGrowing(r, int(h.Length))
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -577,6 +598,9 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (
 		case ws.OpPong:
 			continue
 		case ws.OpClose:
+			if out.taken > 0 { // a close inside a fragmented message
+				budget.GiveBody(out.taken)
+			}
 			return message{op: ws.OpClose}, nil
 		case ws.OpContinuation:
 			if out.op == 0 {
@@ -598,6 +622,15 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration) (
 }
 
 var errTooLarge = errors.New("message too large")
+
+// errBodyBudget marks a message refused because the body budget
+// (Config.Bodies) is spent.
+var errBodyBudget = errors.New("request bodies in memory are at their limit")
+
+// bodyFreeBytes is the part of each message, and of each round's
+// request, not counted against the body budget: acks, presence and
+// ordinary rounds never wait on large requests.
+const bodyFreeBytes = 64 << 10
 
 // binaryPending reports whether the bytes the client sent and nobody read
 // yet hold the start of a binary message (a sync round's chunk: §8.7); the

@@ -522,12 +522,23 @@ func (h *Hub) readLoop(s *session, r *bufio.Reader) {
 // connection's reading has ended. read, when set, runs after the message
 // is read and before it is handled.
 func (h *Hub) readOne(s *session, r *bufio.Reader, read func()) (end bool) {
-	m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout)
+	m, err := s.conn.readMessage(r, h.cfg.MaxMessageBytes, h.cfg.StallTimeout, h.cfg.Bodies)
 	if read != nil {
 		read()
 	}
+	if m.taken > 0 {
+		// Given back once the message is handled, unless a round keeps it.
+		defer func() {
+			if m.taken > 0 {
+				h.cfg.Bodies.GiveBody(m.taken)
+			}
+		}()
+	}
 	if err != nil {
 		switch {
+		case errors.Is(err, errBodyBudget):
+			h.stats.closedBusy.Add(1)
+			s.conn.closeWith(statusTryAgainLater, "the server is at capacity; retry later")
 		case errors.Is(err, errTooLarge):
 			s.conn.closeWith(ws.StatusMessageTooBig, "message too large")
 		case errors.Is(err, errProtocol):
@@ -560,12 +571,18 @@ func (h *Hub) readOne(s *session, r *bufio.Reader, read func()) (end bool) {
 			h.protocolClose(s, "unknown channel tag")
 			return true
 		}
-		if !s.roundChunk(m.payload[1:]) {
+		taken := m.taken
+		m.taken = 0 // the round keeps it
+		if !s.roundChunk(m.payload[1:], taken) {
 			return true
 		}
 	}
 	return false
 }
+
+// statusTryAgainLater is the close code of a socket refused for want of
+// capacity (RFC 6455 registry: 1013, try again later).
+const statusTryAgainLater ws.StatusCode = 1013
 
 func (h *Hub) protocolClose(s *session, reason string) {
 	h.stats.closedProtocol.Add(1)
@@ -612,6 +629,11 @@ func (h *Hub) detach(s *session) {
 	h.dropPresenceLocked(s)
 	p.removeLocked(s)
 	p.mu.Unlock()
+	s.mu.Lock()
+	if s.round != nil && !s.round.responding {
+		s.dropRoundLocked() // a request the client never finished
+	}
+	s.mu.Unlock()
 	if a, ok := s.takeAck(h.cfg.Now()); ok {
 		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, a)
 	}

@@ -20,6 +20,15 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
+// BodyBudget bounds the bytes of request bodies held at once.
+type BodyBudget interface {
+	// TakeBody reserves n bytes, or reports false when they would take
+	// the total over the budget.
+	TakeBody(n int64) bool
+	// GiveBody returns n bytes reserved before.
+	GiveBody(n int64)
+}
+
 // Config configures a Hub. Zero fields take the defaults of withDefaults.
 type Config struct {
 	Engine *engine.Engine
@@ -89,6 +98,12 @@ type Config struct {
 	// /sync requests: it returns the slot's release, or a refusal
 	// (sync.rate_limited) that the round answers with an ERROR frame.
 	Admit func(ctx context.Context, auth engine.Auth) (release func(), refusal error)
+	// Bodies, when set, bounds with the HTTP request bodies the bytes of
+	// client messages and round requests held at once, past the first
+	// 64 KiB of each: a socket whose next message or round would take
+	// the total over it is closed with 1013 (try again later), and the
+	// client reconnects and sends it again.
+	Bodies BodyBudget
 	// ReaderPerSocket keeps a reader goroutine (and its read buffer) on
 	// every socket for its lifetime, as on systems without epoll. By
 	// default, on Linux, an idle socket is parked in the hub's epoll set
@@ -191,6 +206,9 @@ type Stats struct {
 	ClosedSlow int64
 	// ClosedProtocol counts sockets closed for a protocol violation.
 	ClosedProtocol int64
+	// ClosedBusy counts sockets closed (1013) because a message or round
+	// did not fit in the body budget (Config.Bodies).
+	ClosedBusy int64
 	// NotificationGap counts commit notifications given up on.
 	NotificationGap int64
 	// Narrowed counts the times a socket's registrations were narrowed or
@@ -209,7 +227,7 @@ type Stats struct {
 
 type counters struct {
 	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsUnencodable, dropsBehind, dropsInRound,
-	closedSlow, closedProtocol, gaps, narrowed, listenerConnects atomic.Int64
+	closedSlow, closedProtocol, closedBusy, gaps, narrowed, listenerConnects atomic.Int64
 }
 
 // churnQuiet is how long no socket comes or goes before a burst of them is
@@ -337,7 +355,7 @@ func (h *Hub) Stats() Stats {
 		DropsQueueFull: s.dropsQueueFull.Load(), DropsTooLarge: s.dropsTooLarge.Load(),
 		DropsUnencodable: s.dropsUnencodable.Load(),
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
-		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(),
+		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(), ClosedBusy: s.closedBusy.Load(),
 		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.cfg.Releaser.Released(memfree.Connections),
 		ListenerConnects: s.listenerConnects.Load()}
 }

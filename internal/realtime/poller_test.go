@@ -348,7 +348,7 @@ func BenchmarkAckRead(b *testing.B) {
 		r := bufio.NewReaderSize(src, readBufferSize)
 		for b.Loop() {
 			src.b = frame
-			m, err := c.readMessage(r, 1<<20, time.Second)
+			m, err := c.readMessage(r, 1<<20, time.Second, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

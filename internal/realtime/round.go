@@ -55,20 +55,29 @@ func (sc *streamScanner) feed(p []byte) {
 // roundState accumulates a round's request stream (§8.7): the request is
 // complete when its END frame is consumed.
 type roundState struct {
-	buf        []byte
-	scan       streamScanner
-	checked    bool // the envelope header was validated
+	buf     []byte
+	scan    streamScanner
+	checked bool // the envelope header was validated
+	// taken is what buf's bytes past the free part took from the body
+	// budget (Config.Bodies), given back when the round is dropped.
+	taken      int64
 	responding bool
 }
 
 // roundChunk takes one 0x01 chunk from the client. It reports false when
 // the connection was closed for a protocol violation.
-func (s *session) roundChunk(chunk []byte) bool {
+//
+// taken is what the chunk's message took from the body budget; the round
+// keeps it, and takes what its whole request needs past the free part.
+func (s *session) roundChunk(chunk []byte, taken int64) bool {
 	h := s.hub
 	s.mu.Lock()
 	rs := s.round
 	if rs != nil && rs.responding {
 		s.mu.Unlock()
+		if taken > 0 {
+			h.cfg.Bodies.GiveBody(taken)
+		}
 		h.protocolClose(s, "pipelined sync round")
 		return false
 	}
@@ -76,20 +85,38 @@ func (s *session) roundChunk(chunk []byte) bool {
 		rs = &roundState{scan: newStreamScanner()}
 		s.round = rs
 	}
+	rs.taken += taken
 	if rs.buf == nil {
 		rs.buf = chunk // the reader allocated it for this message
 	} else {
 		rs.buf = append(rs.buf, chunk...)
 	}
 	if int64(len(rs.buf)) > h.cfg.MaxMessageBytes {
-		s.round = nil
+		s.dropRoundLocked()
 		s.mu.Unlock()
 		s.conn.closeWith(ws.StatusMessageTooBig, "sync round too large")
 		return false
 	}
+	if b := h.cfg.Bodies; b != nil {
+		switch need := int64(len(rs.buf)) - bodyFreeBytes - rs.taken; {
+		case need > 0:
+			if !b.TakeBody(need) {
+				s.dropRoundLocked()
+				s.mu.Unlock()
+				h.stats.closedBusy.Add(1)
+				s.conn.closeWith(statusTryAgainLater, "the server is at capacity; retry later")
+				return false
+			}
+			rs.taken += need
+		case need < 0 && rs.taken > 0:
+			give := min(-need, rs.taken)
+			b.GiveBody(give)
+			rs.taken -= give
+		}
+	}
 	if !rs.checked && len(rs.buf) >= 8 {
 		if !validRequestHeader(rs.buf[:8]) {
-			s.round = nil
+			s.dropRoundLocked()
 			s.mu.Unlock()
 			h.protocolClose(s, "not an SSP2 request stream")
 			return false
@@ -102,7 +129,7 @@ func (s *session) roundChunk(chunk []byte) bool {
 		return true
 	}
 	if rs.scan.past > 0 {
-		s.round = nil
+		s.dropRoundLocked()
 		s.mu.Unlock()
 		h.protocolClose(s, "bytes after the request's END frame")
 		return false
@@ -114,6 +141,16 @@ func (s *session) roundChunk(chunk []byte) bool {
 	s.mu.Unlock()
 	go s.runRound(body)
 	return true
+}
+
+// dropRoundLocked ends the round's request state and gives back what
+// it took from the body budget.
+func (s *session) dropRoundLocked() {
+	if rs := s.round; rs != nil && rs.taken > 0 {
+		s.hub.cfg.Bodies.GiveBody(rs.taken)
+		rs.taken = 0
+	}
+	s.round = nil
 }
 
 func validRequestHeader(h []byte) bool {
@@ -249,7 +286,8 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		// The response could not be completed (the socket failed, or the
 		// encoder refused a frame): the stream has no findable end.
 		s.mu.Lock()
-		s.round, s.roundActive = nil, false
+		s.dropRoundLocked()
+		s.roundActive = false
 		s.mu.Unlock()
 		switch {
 		case s.conn.isClosing():
@@ -300,7 +338,8 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		// chunk went out (§8.7), but after the reader parked the socket:
 		// pipelining, caught before the END that would make it legal.
 		s.mu.Lock()
-		s.round, s.roundActive = nil, false
+		s.dropRoundLocked()
+		s.roundActive = false
 		s.mu.Unlock()
 		h.protocolClose(s, "pipelined sync round")
 		return
@@ -311,13 +350,15 @@ func (s *session) endRound(w *roundWriter, next *regSet, epoch string, completed
 		if err := s.conn.send(*w.held); err != nil {
 			return err
 		}
-		s.round, s.roundActive = nil, false
+		s.dropRoundLocked()
+		s.roundActive = false
 		s.checkRoundMissedLocked()
 		return nil
 	})
 	if err != nil {
 		s.mu.Lock()
-		s.round, s.roundActive = nil, false
+		s.dropRoundLocked()
+		s.roundActive = false
 		s.mu.Unlock()
 		if errors.Is(err, errQueueFull) {
 			h.stats.closedSlow.Add(1)
