@@ -85,6 +85,17 @@ func RunBackfill(ctx context.Context, st store.Store, bf Backfill) (store.Checkp
 			if err != nil {
 				return cp, fmt.Errorf("read source commits: %w", err)
 			}
+			// The horizon, read after the commits: past the watermark, the
+			// read may have missed pruned commits, which the projection
+			// then never saw; advancing over them would let activation
+			// certify an incomplete projection.
+			part, err := st.Partition(ctx, bf.Partition)
+			if err != nil {
+				return cp, fmt.Errorf("read horizon: %w", err)
+			}
+			if part.HorizonSeq > watermark {
+				return cp, ErrBackfillUnverifiable
+			}
 			through := target
 			if len(commits) == bf.BatchCommits {
 				through = commits[len(commits)-1].Seq

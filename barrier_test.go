@@ -283,3 +283,52 @@ func TestMigrationBarrierFenceRefusalDetails(t *testing.T) {
 		}
 	})
 }
+
+// A backfill derives its projection from the source log: commits the log
+// no longer holds (pruned below the horizon) were never projected, so the
+// run must not advance its watermark over them and activate, but stop as
+// unverifiable, leaving the checkpoint incomplete.
+func TestBackfillRefusesPrunedSourceLog(t *testing.T) {
+	forEachBarrierDriver(t, func(t *testing.T, e *barrierEnv) {
+		ctx := context.Background()
+		v1, _ := windowSchemas(t)
+		st, url, err := e.server(v1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, body := post(t, url, pullReq(nil, 1))
+		m, _ := wire.DecodeMessage(body, wire.DecoderOptions{})
+		epoch := m.Frames[0].(*wire.RespHeader).LogEpoch
+		for _, id := range []string{"a", "b", "c", "d"} {
+			status, body := post(t, url, &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: 1, LogEpoch: &epoch},
+				Commits: []*wire.PushCommit{{ClientCommitID: id, Operations: []wire.Operation{{Table: "tasks", RowID: id, Op: wire.OpUpsert,
+					Payload: sparse(t, v1, wire.Value{Str: id}, wire.Value{Str: "p1"}, wire.Value{Str: "x"})}}}}})
+			if status != 200 {
+				t.Fatalf("push %s: %d %s", id, status, body)
+			}
+		}
+		if _, err := st.PruneThrough(ctx, "p", epoch, 2); err != nil {
+			t.Fatal(err)
+		}
+		b := st.(store.Barrier)
+		if _, err := b.DeclareCheckpoint(ctx, store.CheckpointDeclaration{Partition: "p", Name: "proj", SchemaVersion: 1}, 1); err != nil {
+			t.Fatal(err)
+		}
+		var projected []int64
+		cp, err := syncgo.RunBackfill(ctx, st, syncgo.Backfill{Partition: "p", Name: "proj", Sources: []string{"tasks"},
+			Project: func(_ context.Context, _ store.WriteTx, commits []store.Commit) (int64, error) {
+				for _, c := range commits {
+					projected = append(projected, c.Seq)
+				}
+				return int64(len(commits)), nil
+			}})
+		if !errors.Is(err, syncgo.ErrBackfillUnverifiable) {
+			t.Fatalf("RunBackfill over a log pruned through 2 = %+v, %v (projected commits %v); want ErrBackfillUnverifiable",
+				cp, err, projected)
+		}
+		cps, err := b.ReadCheckpoints(ctx, "p")
+		if err != nil || len(cps) != 1 || cps[0].State == store.CheckpointActivated {
+			t.Fatalf("checkpoints %+v, %v: want proj not activated", cps, err)
+		}
+	})
+}
