@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -329,6 +330,30 @@ func TestBackfillRefusesPrunedSourceLog(t *testing.T) {
 		cps, err := b.ReadCheckpoints(ctx, "p")
 		if err != nil || len(cps) != 1 || cps[0].State == store.CheckpointActivated {
 			t.Fatalf("checkpoints %+v, %v: want proj not activated", cps, err)
+		}
+	})
+}
+
+// A registered query (POST /operations) is a serve path like a pull: a
+// process whose serve gate is closed, here by a checkpoint at its running
+// version that it did not declare, answers sync.schema_not_ready instead of
+// rows read from a projection that is still being backfilled.
+func TestMigrationBarrierGatesRegisteredQueries(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		f := newOpsFixture(t, d)
+		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
+		if got := rowIDs(t, postOp(t, f.e2eEnv, "alice", query("w1", "tasksByProject", project("p1")))); !slices.Equal(got, []string{"t1"}) {
+			t.Fatalf("before the checkpoint: %v", got)
+		}
+		b := f.store.(store.Barrier)
+		if _, err := b.DeclareCheckpoint(context.Background(), store.CheckpointDeclaration{Partition: e2ePartition, Name: "proj", SchemaVersion: 1}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.srv.CheckReady(context.Background()); err == nil {
+			t.Fatal("CheckReady passes with an undeclared checkpoint pending")
+		}
+		if res := postOp(t, f.e2eEnv, "alice", query("w1", "tasksByProject", project("p1"))); res.code() != syncerr.CodeSchemaNotReady {
+			t.Fatalf("registered query with the serve gate closed = %v, want %s", res.msg, syncerr.CodeSchemaNotReady)
 		}
 	})
 }

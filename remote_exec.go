@@ -121,10 +121,19 @@ func (s *Server) runQuery(ctx context.Context, cq *compiledQuery, c Caller, rawP
 	if err != nil {
 		return nil, syncerr.Wrap(codeOpExecutionFailed, "the query could not be composed", err)
 	}
-	res, err := reg.querier.RemoteQuery(ctx, c.Partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args})
+	// The serve gate is read in the query's snapshot, as a pull's is: a
+	// migration or a checkpoint cannot land between the gate and the rows.
+	_, barrier := s.cfg.Store.(store.Barrier)
+	res, err := reg.querier.RemoteQuery(ctx, c.Partition, store.RemoteStatement{SQL: composed.SQL, Args: composed.Args,
+		ServeGate: barrier, Running: s.cfg.Schema.Version()})
 	if err != nil {
 		s.cfg.Logger.WarnContext(ctx, "registered query failed", "operation", cq.q.ID, "err", err)
 		return nil, syncerr.Wrap(codeOpQueryFailed, "the registered query failed", err)
+	}
+	if res.Gate != nil {
+		if err := s.eng.GateRefusal(*res.Gate); err != nil {
+			return nil, err
+		}
 	}
 	if len(res.Rows) > cq.q.MaxRows {
 		return nil, opError(codeOpResultTooLarge, fmt.Sprintf("the result exceeds %d rows", cq.q.MaxRows))

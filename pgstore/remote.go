@@ -38,13 +38,18 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 	defer conn.Release()
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	if rs.ServeGate {
+		// The transaction's first statement: it takes the snapshot the
+		// statement reads too.
+		b.Queue(sqlServeGate, partition, rs.Running)
+	}
 	if !rs.NoCommitSeq {
 		b.Queue("SELECT max_commit_seq FROM sync_partitions WHERE partition = $1", partition)
 	}
 	b.Queue(rs.SQL, rs.Args...)
 	b.Queue("COMMIT")
 	br := conn.SendBatch(ctx, b)
-	res, err := readRemote(br, !rs.NoCommitSeq)
+	res, err := readRemote(br, rs.ServeGate, !rs.NoCommitSeq)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -59,10 +64,17 @@ func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.Remo
 }
 
 // readRemote reads the results of RemoteQuery's pipeline.
-func readRemote(br pgx.BatchResults, commitSeq bool) (store.RemoteResult, error) {
+func readRemote(br pgx.BatchResults, gate, commitSeq bool) (store.RemoteResult, error) {
 	var res store.RemoteResult
 	if _, err := br.Exec(); err != nil {
 		return res, fmt.Errorf("remote query: %w", err) // the first failure of the pipeline: a parse error too
+	}
+	if gate {
+		g, err := readServeGate(br.QueryRow())
+		if err != nil {
+			return res, fmt.Errorf("remote query: %w", err)
+		}
+		res.Gate = &g
 	}
 	if commitSeq {
 		err := br.QueryRow().Scan(&res.MaxCommitSeq)

@@ -24,6 +24,13 @@ func (s *Store) RemoteTarget() store.RemoteTarget {
 func (s *Store) RemoteQuery(ctx context.Context, partition string, rs store.RemoteStatement) (store.RemoteResult, error) {
 	var res store.RemoteResult
 	err := s.readTx(ctx, func(c *conn) error {
+		if rs.ServeGate {
+			g, err := serveGateOn(c, partition, rs.Running)
+			if err != nil {
+				return err
+			}
+			res.Gate = &g
+		}
 		if !rs.NoCommitSeq {
 			err := c.queryRow("SELECT max_commit_seq FROM sync_partitions WHERE partition = ?", partition).Scan(&res.MaxCommitSeq)
 			if err != nil && !errors.Is(err, errNoRows) {

@@ -26,6 +26,13 @@ type RemoteStatement struct {
 	// NoCommitSeq skips the read of the partition's maxCommitSeq (the
 	// result's MaxCommitSeq is 0): for a caller that does not need it.
 	NoCommitSeq bool
+	// ServeGate also reads the partition's serve gate at the running
+	// schema version Running, in the same snapshot as the rows
+	// (RemoteResult.Gate): a caller that decides on it serves no row that
+	// the gate would refuse. A store without the migration barrier
+	// ignores it.
+	ServeGate bool
+	Running   int32
 }
 
 // RemoteResult is what a remote query read: the result's column names and
@@ -37,6 +44,9 @@ type RemoteResult struct {
 	// bool, and on Postgres whatever pgx decodes other types to.
 	Rows         [][]any
 	MaxCommitSeq int64
+	// Gate is the serve gate read with the rows (RemoteStatement.ServeGate);
+	// nil when not asked for.
+	Gate *ServeGate
 }
 
 // RemoteQuerier is implemented by stores that run the registered queries

@@ -61,6 +61,16 @@ type GateStatus struct {
 	Blocking *store.CheckpointRef
 }
 
+// GateRefusal decides on a serve gate read elsewhere (a registered
+// query reads it in its own snapshot): sync.schema_not_ready when this
+// process must not serve, nil otherwise.
+func (e *Engine) GateRefusal(g store.ServeGate) error {
+	if refusal := e.gateRefusal(g); refusal != nil {
+		return refusal
+	}
+	return nil
+}
+
 // ReadGateStatus reads the serve gate for a readiness probe (one query on
 // a store with the barrier; a read of the schema marker otherwise, so that
 // the call fails when the database does not answer).
