@@ -74,6 +74,19 @@ func (e *Engine) readGate(ctx context.Context, partition string) (*store.ServeGa
 	return &g, nil
 }
 
+// GateOpen reads the partition's serve gate and reports whether this
+// process may serve the partition now (always for a store without the
+// barrier). The realtime fan-out of commits other processes appended asks
+// it after reading them: a commit a newer schema's process appended is
+// in a layout this process does not serve.
+func (e *Engine) GateOpen(ctx context.Context, partition string) (bool, error) {
+	g, err := e.readGate(ctx, partition)
+	if err != nil || g == nil {
+		return err == nil, err
+	}
+	return e.gateRefusal(*g) == nil, nil
+}
+
 // entryGate runs the serve gate at request entry.
 func (r *request) entryGate(ctx context.Context) error {
 	var (

@@ -718,10 +718,14 @@ func (h *Hub) skipGap(p *partition) {
 	if hi > lo && hi-lo <= remoteBatch && !h.isClosed() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		commits, err := h.cfg.Store.ReadCommits(ctx, p.id, lo-1, hi-1, remoteBatch)
-		cancel()
 		if err != nil {
 			h.cfg.Logger.Warn("realtime: reading missing commits failed", "partition", p.id, "err", err)
+		} else if open, gerr := h.cfg.Engine.GateOpen(ctx, p.id); gerr != nil || !open {
+			// Read back, they may be another process's of a newer
+			// schema (listen.go): given up on, as unreadable ones.
+			commits = nil
 		}
+		cancel()
 		for _, c := range commits {
 			h.Notify(engine.CommitNotice{Partition: p.id, Seq: c.Seq, CreatedAtMs: c.CreatedAtMs,
 				ActorID: c.ActorID, Changes: c.Changes})

@@ -63,6 +63,18 @@ func (h *Hub) deliverRange(ctx context.Context, p *partition, after, through int
 		h.wakeAll(p, through)
 		return
 	}
+	// The serve gate, read after the commits: a commit another process
+	// appended after migrating to a newer schema (or while a checkpoint
+	// this process did not declare is pending) is not this process's to
+	// serve, and its rows may have a layout the sessions' clients cannot
+	// read. The sessions are woken instead: their pull meets the gate.
+	if open, err := h.cfg.Engine.GateOpen(ctx, p.id); err != nil || !open {
+		if err != nil {
+			h.cfg.Logger.Warn("realtime: reading the serve gate failed; waking sessions", "partition", p.id, "err", err)
+		}
+		h.wakeAll(p, through)
+		return
+	}
 	for _, c := range commits {
 		h.Notify(engine.CommitNotice{Partition: p.id, Seq: c.Seq, CreatedAtMs: c.CreatedAtMs, ActorID: c.ActorID, Changes: c.Changes})
 	}
