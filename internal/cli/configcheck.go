@@ -90,6 +90,11 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if cfg.SignedURLs.KeyFile != "" {
+		if _, _, err := readSigningKeys(cfg.SignedURLs); err != nil {
+			return nil, nil, err
+		}
+	}
 	if cfg.DBPasswordFile != "" {
 		if _, err := os.ReadFile(cfg.DBPasswordFile); err != nil {
 			return nil, nil, fmt.Errorf("db_password_file: %w", err)

@@ -87,6 +87,21 @@ func readKey(path string) ([]byte, error) {
 	return b, nil
 }
 
+// readSigningKeys reads the signing key and, when one is named, the
+// previous key of the signed URL settings (serve, and config check, which
+// reads them as serve does).
+func readSigningKeys(su config.SignedURLs) (key, previous []byte, err error) {
+	if key, err = readKey(su.KeyFile); err != nil {
+		return nil, nil, fmt.Errorf("signed_urls.key_file: %w", err)
+	}
+	if su.PreviousKeyFile != "" {
+		if previous, err = readKey(su.PreviousKeyFile); err != nil {
+			return nil, nil, fmt.Errorf("signed_urls.previous_key_file: %w", err)
+		}
+	}
+	return key, previous, nil
+}
+
 // openS3Blobs opens the object store of an s3:// blobs.store and checks
 // that its bucket is reachable.
 func openS3Blobs(b config.Blobs) (*blobs3.Store, error) {
@@ -165,18 +180,15 @@ func applySegmentConfig(sc *syncgo.Config, c config.Config, addr net.Addr, mount
 		}
 		return nil
 	}
-	key, err := readKey(su.KeyFile)
+	key, previous, err := readSigningKeys(su)
 	if err != nil {
 		return err
 	}
-	out := &syncgo.SignedURLConfig{Key: key, BaseURL: su.PublicURL, TTL: su.TTL}
+	out := &syncgo.SignedURLConfig{Key: key, PreviousKey: previous, BaseURL: su.PublicURL, TTL: su.TTL}
 	if out.BaseURL == "" {
 		out.BaseURL = "http://" + addr.String() + strings.TrimSuffix("/"+strings.Trim(mount, "/"), "/")
 	}
-	if su.PreviousKeyFile != "" {
-		if out.PreviousKey, err = readKey(su.PreviousKeyFile); err != nil {
-			return err
-		}
+	if previous != nil {
 		if out.PreviousKeyUntil, err = time.Parse(time.RFC3339, su.PreviousKeyUntil); err != nil {
 			return fmt.Errorf("signed_urls.previous_key_until %q: %w", su.PreviousKeyUntil, err)
 		}

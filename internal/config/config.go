@@ -565,6 +565,12 @@ func (c Config) Validate() error {
 	if c.DB == "" {
 		errs = append(errs, errors.New("db is empty"))
 	}
+	if err := checkMount(c.Mount); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateStorage(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.DBListen != "" && !IsPostgres(c.DBListen) {
 		errs = append(errs, errors.New("db_listen: want a Postgres URL or key=value DSN"))
 	}
@@ -642,6 +648,29 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// checkMount checks that a mount is a path prefix the routes can be
+// served under: segments of URL path characters (RFC 3986 pchar, no
+// percent-encoding), none empty, "." or "..". A brace or a space would
+// make the HTTP mux's pattern invalid (serve panicked registering it),
+// and the others a prefix that no cleaned request path reaches.
+func checkMount(m string) error {
+	p := strings.Trim(m, "/")
+	if p == "" {
+		return nil
+	}
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("mount %q: want a path such as /api/sync (no empty, . or .. segment)", m)
+		}
+		for _, r := range seg {
+			if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-._~!$&'()*+,;=:@", r)) {
+				return fmt.Errorf("mount %q: %q is not allowed in it; want a path such as /api/sync of letters, digits and -._~!$&'()*+,;=:@", m, r)
+			}
+		}
+	}
+	return nil
 }
 
 // SlogLevel returns the log level.

@@ -175,6 +175,43 @@ func validBucket(name string) bool {
 	return true
 }
 
+// MaxSignedURLTTL is the longest lifetime of a signed URL (§5.4).
+const MaxSignedURLTTL = 15 * time.Minute
+
+// validateStorage checks the forms of the segment store, blob store and
+// signed URL settings, as serve reads them, without reading files or
+// contacting a store: so that config check refuses what serve would.
+func (c Config) validateStorage() error {
+	var errs []error
+	switch st := c.Blobs.Store; {
+	case st == "" || st == "db" || st == "none" || c.Blobs.IsS3():
+	case strings.HasPrefix(st, "fs:") && len(st) > len("fs:"):
+	default:
+		errs = append(errs, fmt.Errorf(`blobs.store %q: want "db", "fs:<directory>", "s3://<bucket>[/<prefix>]" or "none"`, st))
+	}
+	if st := c.Segments.Store; st != "" && st != "db" && !strings.HasPrefix(st, "s3://") {
+		errs = append(errs, fmt.Errorf(`segments.store %q: want "db" or "s3://<bucket>[/<prefix>]" (with the blobs.s3 settings)`, st))
+	}
+	su := c.SignedURLs
+	if c.Blobs.Presign && su.KeyFile == "" {
+		errs = append(errs, errors.New("blobs.presign needs signed_urls.key_file"))
+	}
+	if su.PreviousKeyFile != "" {
+		if _, err := time.Parse(time.RFC3339, su.PreviousKeyUntil); err != nil {
+			errs = append(errs, fmt.Errorf("signed_urls.previous_key_until %q: want an RFC 3339 time (with previous_key_file)", su.PreviousKeyUntil))
+		}
+	}
+	if su.TTL < 0 || su.TTL > MaxSignedURLTTL {
+		errs = append(errs, fmt.Errorf("signed_urls.ttl %s: want 0 (the default, 15m) up to 15m (§5.4)", su.TTL))
+	}
+	if p := su.PublicURL; p != "" {
+		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, fmt.Errorf("signed_urls.public_url %q: want an absolute http(s) URL without query", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // storageRelativeTo makes the storage settings' relative paths relative
 // to dir.
 func (c *Config) storageRelativeTo(dir string) {

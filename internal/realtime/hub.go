@@ -426,8 +426,10 @@ func (h *Hub) allSessions() []*session {
 func (h *Hub) loop() {
 	defer h.wg.Done()
 	// Ticks at half the heartbeat interval: a socket gets a heartbeat at
-	// the second tick with no frame queued on it (wsConn.beatDue).
-	hb := time.NewTicker(h.cfg.Heartbeat / 2)
+	// the second tick with no frame queued on it (wsConn.beatDue). A
+	// heartbeat under 2 ms ticks every millisecond (half of 1ns is no
+	// interval, which NewTicker refuses with a panic).
+	hb := time.NewTicker(max(h.cfg.Heartbeat/2, time.Millisecond))
 	ack := time.NewTicker(h.cfg.AckFlush)
 	defer hb.Stop()
 	defer ack.Stop()
