@@ -24,7 +24,7 @@ type CORSConfig struct {
 	// every origin. Origins compare case-insensitively. Required.
 	AllowedOrigins []string
 	// AllowedMethods are the methods a cross-origin request may use.
-	// Default GET, POST, HEAD.
+	// Default GET, POST, PUT (a blob upload), HEAD.
 	AllowedMethods []string
 	// AllowedHeaders are the request headers a cross-origin request may
 	// send. Default: Authorization, Content-Type, Content-Encoding,
@@ -43,7 +43,9 @@ type CORSConfig struct {
 }
 
 // Default CORS lists.
-func defaultCORSMethods() []string { return []string{http.MethodGet, http.MethodPost, http.MethodHead} }
+func defaultCORSMethods() []string {
+	return []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodHead}
+}
 
 func defaultCORSHeaders() []string {
 	return []string{"Authorization", "Content-Type", "Content-Encoding", "X-Syncular-Scopes", "If-None-Match"}

@@ -43,7 +43,7 @@ func bindObserveFlags(fs *flag.FlagSet) func(c *config.Config) {
 	fs.BoolVar(&metrics, "metrics", d.Metrics.Enabled, "collect Prometheus metrics, served on the admin listener (metrics.enabled, SYNCGO_METRICS_ENABLED)")
 	fs.Var(&corsOrigins, "cors-origins", "comma-separated origins allowed to call the routes from a browser (https://app.example.com, "+
 		"https://*.example.com, or *); CORS is off when empty (cors.allowed_origins, SYNCGO_CORS_ALLOWED_ORIGINS)")
-	fs.Var(&corsMethods, "cors-methods", "comma-separated methods allowed cross-origin; default GET,POST,HEAD (cors.allowed_methods, SYNCGO_CORS_ALLOWED_METHODS)")
+	fs.Var(&corsMethods, "cors-methods", "comma-separated methods allowed cross-origin; default GET,POST,PUT,HEAD (cors.allowed_methods, SYNCGO_CORS_ALLOWED_METHODS)")
 	fs.Var(&corsHeaders, "cors-headers", "comma-separated request headers allowed cross-origin; default "+
 		"Authorization,Content-Type,Content-Encoding,X-Syncular-Scopes,If-None-Match (cors.allowed_headers, SYNCGO_CORS_ALLOWED_HEADERS)")
 	fs.Var(&corsExposed, "cors-expose", "comma-separated response headers a browser may read; default ETag,Retry-After,Content-Encoding "+
