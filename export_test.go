@@ -63,3 +63,7 @@ func (s *Server) GrantOneForTest(ctx context.Context, partition, actor string) m
 // BodyMemoryInUseForTest is the request body bytes counted against
 // MaxBodyMemory now.
 func (s *Server) BodyMemoryInUseForTest() int64 { return s.bodyMem.inUse() }
+
+// RealtimePartitionsForTest is the number of partitions the realtime hub
+// keeps state for.
+func (s *Server) RealtimePartitionsForTest() int { return s.hub.Partitions() }

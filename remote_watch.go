@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // watchWriteTimeout bounds one write to a watch socket; a client that
@@ -350,7 +350,14 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 	max := s.hub.s.ops.maxBytes
 	var msg []byte
 	inMessage := false
+	stall := s.hub.s.cfg.StallTimeout
 	for {
+		if inMessage {
+			// Inside a fragmented message the next frame must come
+			// within the stall timeout too: a client that stops between
+			// fragments holds no buffer for long either.
+			_ = s.conn.SetReadDeadline(time.Now().Add(stall))
+		}
 		h, err := ws.ReadHeader(br)
 		if err != nil {
 			return
@@ -364,10 +371,11 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 			return
 		}
 		// A frame once begun must arrive within the stall timeout: a
-		// client that stops mid-frame holds no buffer for long.
-		_ = s.conn.SetReadDeadline(time.Now().Add(s.hub.s.cfg.StallTimeout))
-		payload := make([]byte, h.Length)
-		if _, err := io.ReadFull(br, payload); err != nil {
+		// client that stops mid-frame holds no buffer for long (and the
+		// buffer grows as bytes arrive, not to the declared length).
+		_ = s.conn.SetReadDeadline(time.Now().Add(stall))
+		payload, err := wire.ReadGrowing(br, int(h.Length))
+		if err != nil {
 			return
 		}
 		_ = s.conn.SetReadDeadline(time.Time{})

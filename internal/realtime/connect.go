@@ -409,6 +409,9 @@ func (h *Hub) end(s *session) {
 	if s.expiry != nil {
 		s.expiry.Stop()
 	}
+	s.mu.Lock()
+	s.round.stopStall()
+	s.mu.Unlock()
 }
 
 // refuse answers an upgrade that arrived after Close with a going-away

@@ -360,6 +360,13 @@ func (h *Hub) Stats() Stats {
 		ListenerConnects: s.listenerConnects.Load()}
 }
 
+// Partitions is the number of partitions the hub keeps state for.
+func (h *Hub) Partitions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.parts)
+}
+
 func (h *Hub) part(id string, create bool) *partition {
 	h.mu.Lock()
 	defer h.mu.Unlock()

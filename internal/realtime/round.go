@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/gobwas/ws"
 
@@ -62,6 +63,49 @@ type roundState struct {
 	// budget (Config.Bodies), given back when the round is dropped.
 	taken      int64
 	responding bool
+	// stall ends the socket when the round's next chunk does not come
+	// within the stall timeout of the last one (at last).
+	stall *time.Timer
+	last  time.Time
+}
+
+// stopStall stops the round's stall timer (a round completed or dropped).
+func (rs *roundState) stopStall() {
+	if rs != nil && rs.stall != nil {
+		rs.stall.Stop()
+	}
+}
+
+// armRoundStallLocked (re)starts the stall timer of an unfinished round.
+// A socket may be silent between messages, but not inside a round split
+// over several: a round whose next chunk does not arrive within the stall
+// timeout ends the socket, so that the chunks it holds (up to
+// MaxMessageBytes) are not kept for as long as the socket stays open.
+// s.mu is held.
+func (s *session) armRoundStallLocked(rs *roundState) {
+	d := s.hub.cfg.StallTimeout
+	rs.last = time.Now()
+	if rs.stall == nil {
+		rs.stall = time.AfterFunc(d, func() { s.roundStalled(rs) })
+		return
+	}
+	rs.stall.Reset(d)
+}
+
+// roundStalled runs when a round's stall timer fires: a chunk that
+// arrived meanwhile re-armed it, otherwise the round is dropped and the
+// socket closed.
+func (s *session) roundStalled(rs *roundState) {
+	s.mu.Lock()
+	stalled := s.round == rs && !rs.responding && time.Since(rs.last) >= s.hub.cfg.StallTimeout
+	if stalled {
+		s.dropRoundLocked()
+	}
+	s.mu.Unlock()
+	if stalled {
+		s.hub.stats.closedProtocol.Add(1)
+		s.conn.closeWith(ws.StatusPolicyViolation, "sync round stalled")
+	}
 }
 
 // roundChunk takes one 0x01 chunk from the client. It reports false when
@@ -125,9 +169,11 @@ func (s *session) roundChunk(chunk []byte, taken int64) bool {
 	}
 	rs.scan.feed(chunk)
 	if !rs.scan.ended {
+		s.armRoundStallLocked(rs)
 		s.mu.Unlock()
 		return true
 	}
+	rs.stopStall()
 	if rs.scan.past > 0 {
 		s.dropRoundLocked()
 		s.mu.Unlock()
@@ -146,9 +192,12 @@ func (s *session) roundChunk(chunk []byte, taken int64) bool {
 // dropRoundLocked ends the round's request state and gives back what
 // it took from the body budget.
 func (s *session) dropRoundLocked() {
-	if rs := s.round; rs != nil && rs.taken > 0 {
-		s.hub.cfg.Bodies.GiveBody(rs.taken)
-		rs.taken = 0
+	if rs := s.round; rs != nil {
+		rs.stopStall()
+		if rs.taken > 0 {
+			s.hub.cfg.Bodies.GiveBody(rs.taken)
+			rs.taken = 0
+		}
 	}
 	s.round = nil
 }

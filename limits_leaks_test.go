@@ -1,0 +1,116 @@
+package syncgo_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// partialRound is the start of a socket round's request stream (§8.7):
+// a valid envelope header and the header of a frame declaring n payload
+// bytes, with k of them; END never comes.
+func partialRound(t *testing.T, n, k int) []byte {
+	t.Helper()
+	req := &wire.Request{Version: wire.Version3, Header: &wire.ReqHeader{ClientID: "c", SchemaVersion: 1},
+		Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}}
+	b, err := req.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte(nil), b[:8]...)
+	out = append(out, byte(wire.FrameReqHeader))
+	out = binary.LittleEndian.AppendUint32(out, uint32(n))
+	return append(out, make([]byte, k)...)
+}
+
+// A sync round split over several socket messages that stops arriving
+// after its first chunk is cut off after the stall timeout, like a
+// stalled message or request body: its bytes are not held for as long as
+// the socket stays open.
+func TestRealtimeStalledRoundTimesOut(t *testing.T) {
+	e := newRTEnv(t, func(c *syncgo.Config) { c.StallTimeout = 300 * time.Millisecond })
+	s := e.dial("mallory", "stall-round")
+	s.hello()
+	s.sendChunk(partialRound(t, 8<<20, 1<<20))
+	s.closed(rtWait)
+}
+
+// The same for an operation watch socket: a message whose first fragment
+// arrived and whose rest never comes is cut off after the stall timeout
+// (the socket's first fragment holds up to Operations.MaxRequestBytes).
+func TestWatchStalledFragmentTimesOut(t *testing.T) {
+	ops := syncgo.Operations{MaxRequestBytes: 64 << 10, Queries: []syncgo.Query{{ID: "q",
+		SQL:     "SELECT id FROM tasks ORDER BY id",
+		Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}}, MaxRows: 10,
+		Coverage: func(syncgo.Params) ([]syncgo.Coverage, error) {
+			return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {syncgo.AllAllowed}}}}, nil
+		}}}}
+	e := newOpsEnv(t, openSQLite(t), ops, func(c *syncgo.Config) { c.StallTimeout = 300 * time.Millisecond })
+	s := dialWatch(t, e, "mallory")
+	// The first fragment of a text message (FIN unset); the rest never
+	// comes.
+	payload := make([]byte, 60<<10)
+	h := ws.Header{Fin: false, OpCode: ws.OpText, Masked: true, Mask: ws.NewMask(), Length: int64(len(payload))}
+	s.mu.Lock()
+	if err := ws.WriteHeader(s.conn, h); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.conn.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
+	select {
+	case _, ok := <-s.msgs:
+		for ok {
+			_, ok = <-s.msgs
+		}
+	case <-time.After(rtWait):
+		t.Fatalf("the watch socket is still open %v after a fragment stalled (stall timeout 300ms)", rtWait)
+	}
+}
+
+// The realtime hub's per-partition state is kept while the partition has
+// sockets or notifications in flight, not for every partition that ever
+// had a socket or a commit: a multi-tenant server whose tenants come and
+// go keeps no state for the tenants gone.
+func TestRealtimePartitionsForgotten(t *testing.T) {
+	e := newRTEnv(t, func(c *syncgo.Config) {
+		c.Authenticate = func(r *http.Request) (syncgo.Auth, error) {
+			tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			actor, part, found := strings.Cut(tok, "@")
+			if !ok || !found {
+				return syncgo.Auth{}, errors.New("want a bearer token actor@partition")
+			}
+			return syncgo.Auth{ActorID: actor, Partition: part}, nil
+		}
+	})
+	const tenants = 40
+	for i := range tenants {
+		part := "tenant-" + strconv.Itoa(i)
+		// A tenant with a socket that pushes, then leaves.
+		s := e.dial("alice@"+part, "c")
+		s.hello()
+		e.peer("alice@"+part, "c").push("k"+strconv.Itoa(i), rtTask{id: "t", project: "p", title: "x"})
+		_ = s.nc.Close()
+		<-s.done
+		// A tenant that only pushes over HTTP, with no socket at all.
+		e.peer("bob@other-"+part, "d").push("k", rtTask{id: "t", project: "p", title: "x"})
+	}
+	eventually(t, "every socket detached", func() bool { return e.srv.RealtimeStats().Sessions == 0 })
+	deadline := time.Now().Add(rtWait)
+	for n := e.srv.RealtimePartitionsForTest(); n != 0; n = e.srv.RealtimePartitionsForTest() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the realtime hub keeps state for %d partitions after %d tenants came and went, want 0", n, 2*tenants)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
