@@ -61,9 +61,22 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 		}
 		return nil
 	}
-	p := h.part(c.Auth.Partition, true)
-	s := &session{hub: h, part: p, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
+	s := &session{hub: h, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
+	// The session joins its partition's state, created if the hub keeps
+	// none (forget), looked up again if it was forgotten meanwhile.
+	var p *partition
+	for {
+		p = h.part(c.Auth.Partition, true)
+		p.mu.Lock()
+		if !p.gone {
+			break
+		}
+		p.mu.Unlock()
+	}
+	s.part = p
+	p.addLocked(s)
+	p.mu.Unlock()
 	if h.poll != nil && wc.rc != nil {
 		// The hub takes the socket's descriptor over (adopt): from now on
 		// only its poller watches the socket, for the reader goroutines
@@ -71,19 +84,15 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 		if wc.adopt(c.NetConn) {
 			if !h.poll.add(s) {
 				wc.close()
+				h.leave(s)
 				return errors.New("realtime: the hub is closing")
 			}
 		}
 	}
-	p.mu.Lock()
-	p.addLocked(s)
-	p.mu.Unlock()
 	h.stats.sessions.Add(1)
 	h.churn.Add(1)
 	if err := h.start(ctx, s); err != nil {
-		p.mu.Lock()
-		p.removeLocked(s)
-		p.mu.Unlock()
+		h.leave(s)
 		h.stats.sessions.Add(-1)
 		if wc.fc != nil {
 			h.poll.remove(wc)
@@ -414,6 +423,18 @@ func (h *Hub) end(s *session) {
 	s.mu.Unlock()
 }
 
+// leave removes a session that did not start from its partition.
+func (h *Hub) leave(s *session) {
+	p := s.part
+	p.mu.Lock()
+	p.removeLocked(s)
+	idle := p.idleLocked()
+	p.mu.Unlock()
+	if idle {
+		h.forget(p)
+	}
+}
+
 // refuse answers an upgrade that arrived after Close with a going-away
 // close frame.
 func (h *Hub) refuse(wc *wsConn) {
@@ -631,12 +652,16 @@ func (h *Hub) detach(s *session) {
 	p.mu.Lock()
 	h.dropPresenceLocked(s)
 	p.removeLocked(s)
+	idle := p.idleLocked()
 	p.mu.Unlock()
 	s.mu.Lock()
 	if s.round != nil && !s.round.responding {
 		s.dropRoundLocked() // a request the client never finished
 	}
 	s.mu.Unlock()
+	if idle {
+		h.forget(p)
+	}
 	if a, ok := s.takeAck(h.cfg.Now()); ok {
 		_, _ = h.cfg.Store.AdvanceClientCursor(context.Background(), s.auth.Partition, a)
 	}

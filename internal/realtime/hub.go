@@ -320,6 +320,35 @@ type partition struct {
 	// sequence order whoever notified them.
 	outbox     []notified
 	delivering bool
+	// gone: the hub forgot the partition (forget); a goroutine that
+	// looked it up before looks it up again.
+	gone bool
+}
+
+// idleLocked reports whether the partition holds nothing: no session, no
+// notification waiting or being delivered, no presence. p.mu is held.
+func (p *partition) idleLocked() bool {
+	return len(p.sessions) == 0 && len(p.pending) == 0 && len(p.outbox) == 0 && !p.delivering &&
+		p.timer == nil && len(p.presence) == 0
+}
+
+// forget drops the state of a partition left idle, so that the hub keeps
+// state only for the partitions with sockets (or notifications in
+// flight), not for every partition that ever had one: a multi-tenant
+// server's tenants come and go. A partition forgotten starts over as one
+// never seen: its next socket takes the notification sequence from the
+// store when it starts, as its first one did, and a commit notified while
+// it has no socket concerns nobody.
+func (h *Hub) forget(p *partition) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone || !p.idleLocked() || h.parts[p.id] != p {
+		return
+	}
+	p.gone = true
+	delete(h.parts, p.id)
 }
 
 // NewHub returns a Hub and starts its heartbeat and ack flusher.
@@ -645,8 +674,20 @@ func (h *Hub) CloseActor(partitionID, actorID string) int {
 // which may reach them after their round ended, sends them no delta of
 // it (§8.7 interleaving). Notify never waits for a socket.
 func (h *Hub) Notify(cn engine.CommitNotice) {
-	p := h.part(cn.Partition, true)
-	p.mu.Lock()
+	// A partition without sockets has no state (forget): a socket that
+	// attaches later reads the log's position when it starts, after this
+	// commit was durable.
+	var p *partition
+	for {
+		if p = h.part(cn.Partition, false); p == nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.gone {
+			break
+		}
+		p.mu.Unlock()
+	}
 	n := notified{CommitNotice: cn, rounds: h.roundsLocked(p, cn)}
 	if p.next == 0 {
 		p.next = n.Seq // first notification seen
@@ -769,7 +810,11 @@ func (h *Hub) skipGap(p *partition) {
 // on return.
 func (h *Hub) drainLocked(p *partition) {
 	if p.delivering || len(p.outbox) == 0 {
+		idle := p.idleLocked()
 		p.mu.Unlock()
+		if idle {
+			h.forget(p)
+		}
 		return
 	}
 	p.delivering = true
@@ -805,7 +850,11 @@ func (h *Hub) drain(p *partition) {
 		p.mu.Lock()
 	}
 	p.delivering = false
+	idle := p.idleLocked()
 	p.mu.Unlock()
+	if idle {
+		h.forget(p)
+	}
 }
 
 // fanoutShare is the fewest sessions a fan-out goroutine takes: below it
