@@ -1,9 +1,11 @@
 package syncgo_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,10 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -112,5 +118,44 @@ func TestRealtimePartitionsForgotten(t *testing.T) {
 			t.Fatalf("the realtime hub keeps state for %d partitions after %d tenants came and went, want 0", n, 2*tenants)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestOperationsWatchAcrossServersBatch: on Postgres, one notification
+// announces a batch of commits (its newest sequence). The first one a
+// server's watch hub receives for a partition must rerun the watches of
+// every table the batch touched, not only the last commit's: here the
+// batch is a labels commit then a tasks commit, pushed in one request
+// through another server, and the labels watch must see the label.
+func TestOperationsWatchAcrossServersBatch(t *testing.T) {
+	url := pgtest.Schema(t, "syncgo_opsbatch", false)
+	open := func() store.Store {
+		s, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, MaxConns: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a := newOpsFixtureOn(t, open())
+	b := newOpsFixtureOn(t, open())
+	a.awaitWatchListener(t)
+	w := dialWatch(t, a.e2eEnv, "alice")
+	w.watch("labels", "labelsOf", project("p1"))
+	if got := snapshotIDs(t, w.next()); len(got) != 0 {
+		t.Fatalf("first snapshot %v", got)
+	}
+	c := b.client("alice", sspclient.Options{})
+	if _, err := c.Upsert("labels", label("l1", "p1", "red")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Upsert("tasks", taskRow("t1", "p1", "one")); err != nil {
+		t.Fatal(err)
+	}
+	syncQuiet(t, c)
+	seq := b.partitionState().MaxCommitSeq
+	m := w.next()
+	if !slices.Equal(snapshotIDs(t, m), []string{"l1"}) {
+		t.Fatalf("after a labels+tasks batch on the other server: %v (seq %d)", m, seq)
 	}
 }

@@ -168,14 +168,30 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 		h.mu.Unlock()
 		return
 	}
+	// A notification announces a write batch by its newest sequence; the
+	// batch follows the newest one handled before (after). The first
+	// notification since the partition's first watch does not know
+	// where its batch began: it reads from the oldest result the watches
+	// hold (commits through it are in every result). One too far from
+	// the last reruns every watch that has not read through it.
 	after := p.listened
-	if after == 0 || n.Seq-after > remoteWatchBatch {
-		after = max(n.Seq-1, 0)
+	first, far := after == 0, after > 0 && n.Seq-after > remoteWatchBatch
+	var sessions []*watchSession
+	if first {
+		for s := range p.sessions {
+			sessions = append(sessions, s)
+		}
 	}
 	foreign := false
-	for seq := after + 1; seq <= n.Seq; seq++ {
-		if _, ok := p.local[seq]; !ok {
-			foreign = true
+	if first || far {
+		// A batch is one process's: its newest commit says whose.
+		_, local := p.local[n.Seq]
+		foreign = !local
+	} else {
+		for seq := after + 1; seq <= n.Seq; seq++ {
+			if _, ok := p.local[seq]; !ok {
+				foreign = true
+			}
 		}
 	}
 	for seq := range p.local {
@@ -187,6 +203,26 @@ func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
 	h.mu.Unlock()
 	if !foreign {
 		return // this process's commits: notified already
+	}
+	if far {
+		h.dispatch(n.Partition, nil, n.Seq)
+		return
+	}
+	if first {
+		oldest := int64(-1)
+		for _, s := range sessions {
+			s.mu.Lock()
+			for _, w := range s.watches {
+				if oldest < 0 || w.seen < oldest {
+					oldest = w.seen
+				}
+			}
+			s.mu.Unlock()
+		}
+		if oldest < 0 {
+			return // no watch
+		}
+		after = max(oldest, n.Seq-remoteWatchBatch, 0)
 	}
 	commits, err := h.s.cfg.Store.ReadCommits(ctx, n.Partition, after, n.Seq, remoteWatchBatch)
 	if err != nil {
