@@ -201,6 +201,22 @@ func testMigrationBarrierServing(t *testing.T, e *barrierEnv) {
 	if status, body = post(t, urlB, pullReq(&epoch, 2)); status != 200 {
 		t.Fatalf("declaring process answers %d: %s", status, body)
 	}
+	// A declaration without a version is of the running one; one of
+	// another version could never cover the checkpoint, and is refused.
+	_, urlD, err := e.server(v2, store.CheckpointDeclaration{Partition: "p", Name: "proj"})
+	if err != nil {
+		t.Fatalf("process declaring without a version: %v", err)
+	}
+	if status, body = post(t, urlD, pullReq(&epoch, 2)); status != 200 {
+		t.Fatalf("process declaring without a version answers %d: %s", status, body)
+	}
+	_, err = syncgo.New(syncgo.Config{Store: e.open(), Schema: v2,
+		Declarations:  []store.CheckpointDeclaration{{Partition: "p", Name: "proj", SchemaVersion: 1}},
+		Authenticate:  func(*http.Request) (syncgo.Auth, error) { return syncgo.Auth{}, errors.New("none") },
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return nil, nil }})
+	if err == nil || !strings.Contains(err.Error(), "not the running version 2") {
+		t.Fatalf("New with a declaration of version 1 under schema 2 = %v, want a refusal", err)
+	}
 
 	// The backfill activates the checkpoint; every process serves again.
 	cp, err := syncgo.RunBackfill(context.Background(), e.open(), syncgo.Backfill{Partition: "p", Name: "proj", Sources: []string{"tasks"}})

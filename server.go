@@ -206,6 +206,8 @@ type Config struct {
 	// Declarations are the backfill checkpoints this process declares: it
 	// may serve while they are incomplete, and a schema bump installs them
 	// (§2.4). Other processes refuse to serve until they are activated.
+	// A declaration is of the running schema version (Schema.Version());
+	// a zero SchemaVersion means it, another is refused by New.
 	Declarations []store.CheckpointDeclaration
 	// Realtime tunes the realtime channel.
 	Realtime RealtimeConfig
@@ -463,6 +465,22 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Leases != nil && cfg.Leases.TTL <= 0 {
 		return nil, errors.New("syncgo: Config.Leases.TTL must be positive")
 	}
+	decls := make([]store.CheckpointDeclaration, len(cfg.Declarations))
+	for i, d := range cfg.Declarations {
+		switch {
+		case d.Partition == "" || d.Name == "":
+			return nil, fmt.Errorf("syncgo: Config.Declarations[%d]: partition and name are required", i)
+		case d.SchemaVersion == 0:
+			d.SchemaVersion = cfg.Schema.Version()
+		case d.SchemaVersion != cfg.Schema.Version():
+			// Such a declaration could never cover this process's
+			// checkpoint: it would refuse every request.
+			return nil, fmt.Errorf("syncgo: Config.Declarations[%d] (%s/%s): schema version %d is not the running version %d",
+				i, d.Partition, d.Name, d.SchemaVersion, cfg.Schema.Version())
+		}
+		decls[i] = d
+	}
+	cfg.Declarations = decls
 	for table, v := range cfg.Validators {
 		if _, ok := cfg.Schema.Table(table); !ok || v == nil {
 			return nil, fmt.Errorf("syncgo: Config.Validators: %q is not a table of the schema, or its validator is nil", table)
