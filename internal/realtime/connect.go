@@ -106,9 +106,18 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	// The socket closes when its credentials expire, at that moment
 	// rather than at the next heartbeat (which also checks).
 	if !c.ExpiresAt.IsZero() {
-		s.expiry = time.AfterFunc(time.Until(c.ExpiresAt), func() {
+		t := time.AfterFunc(time.Until(c.ExpiresAt), func() {
 			wc.closeWith(ws.StatusPolicyViolation, "credentials expired")
 		})
+		// The session may have ended already (its reader runs since
+		// start): then end found no timer to stop.
+		s.mu.Lock()
+		s.expiry = t
+		ended := s.ended
+		s.mu.Unlock()
+		if ended {
+			t.Stop()
+		}
 	}
 	if h.poll != nil && wc.rc != nil && len(c.Buffered) == 0 {
 		// Parked at once: the poller starts a reader when bytes arrive.
@@ -415,12 +424,14 @@ func (h *Hub) end(s *session) {
 	if h.poll != nil {
 		h.poll.remove(s.conn)
 	}
-	if s.expiry != nil {
-		s.expiry.Stop()
-	}
 	s.mu.Lock()
+	s.ended = true
+	expiry := s.expiry
 	s.round.stopStall()
 	s.mu.Unlock()
+	if expiry != nil {
+		expiry.Stop()
+	}
 }
 
 // leave removes a session that did not start from its partition.

@@ -52,11 +52,11 @@ type session struct {
 	auth     engine.Auth
 	clientID string
 	expires  time.Time
-	onClose  func()      // Conn.OnClose, called by detach
-	expiry   *time.Timer // closes the socket when its credentials expire
-
+	onClose  func() // Conn.OnClose, called by detach
 	mu       sync.Mutex
-	starting bool // attached, hello not sent yet: nothing is delivered
+	expiry   *time.Timer // closes the socket when its credentials expire
+	starting bool        // attached, hello not sent yet: nothing is delivered
+	ended    bool        // end ran: a timer set after it is stopped at once
 	epoch    string
 	version  uint16
 	regs     []registration
