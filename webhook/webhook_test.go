@@ -166,7 +166,7 @@ func TestDeliver(t *testing.T) {
 	defer srv.Close()
 	secret := "0123456789abcdef-secret"
 	_, handlers, err := Reactions([]Hook{{Name: "h", URL: srv.URL + "/in?k=1", Tables: []string{"todos"}, Secret: secret,
-		Headers: map[string]string{"X-Api-Key": "k1"}, Timeout: 300 * time.Millisecond}}, sc, nil)
+		Headers: map[string]string{"X-Api-Key": "k1"}, Timeout: 10 * time.Second}}, sc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +220,8 @@ func TestDeliver(t *testing.T) {
 	// retried.
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-r.Context().Done():
-		case <-time.After(time.Second):
+		case <-r.Context().Done(): // the delivery gave up
+		case <-time.After(10 * time.Second):
 		}
 	}))
 	defer slow.Close()
