@@ -202,6 +202,10 @@ type event struct {
 	ClientCommitID string   `json:"client_commit_id"`
 	Changes        []change `json:"changes"`
 	RowsOmitted    bool     `json:"rows_omitted,omitempty"`
+	// ChangesOmitted counts the changes left out of an event whose list
+	// of changes alone would pass the payload bound (the first ones are
+	// kept, in order).
+	ChangesOmitted int `json:"changes_omitted,omitempty"`
 }
 
 type change struct {
@@ -247,12 +251,44 @@ func plan(h *Hook, c *reaction.Commit) (reaction.Plan, bool, error) {
 			ev.Changes[i].Row = nil
 		}
 		ev.RowsOmitted = true
-		if payload, err = reaction.NormalizePayload(ev); err != nil {
-			return reaction.Plan{}, false, fmt.Errorf("webhook %s: %w", h.Name, err)
+		if payload, err = reaction.NormalizePayload(ev); err != nil || len(payload) > rowBudget {
+			// Even the list of changes is too large (hundreds of
+			// operations, a cascade's deletes): the event keeps the
+			// changes that fit and counts the others, rather than fail
+			// the commit's push for good.
+			if payload, err = truncateChanges(&ev); err != nil {
+				return reaction.Plan{}, false, fmt.Errorf("webhook %s: %w", h.Name, err)
+			}
 		}
 	}
 	return reaction.Plan{Key: "webhook:" + h.Name, Name: h.Name, Version: eventVersion,
 		Payload: json.RawMessage(payload), MaxAttempts: h.MaxAttempts}, true, nil
+}
+
+// truncateChanges keeps the leading changes of ev (rows already omitted)
+// that fit in rowBudget, records how many it dropped, and returns the
+// normalized payload.
+func truncateChanges(ev *event) ([]byte, error) {
+	all := ev.Changes
+	ev.Changes, ev.ChangesOmitted = []change{}, len(all)
+	base, err := reaction.NormalizePayload(ev)
+	if err != nil {
+		return nil, err
+	}
+	size, kept := len(base)+16, 0 // room for the count's digits
+	for i := range all {
+		c, err := reaction.NormalizePayload(all[i])
+		if err != nil {
+			return nil, err
+		}
+		if size+len(c)+1 > rowBudget {
+			break
+		}
+		size += len(c) + 1
+		kept++
+	}
+	ev.Changes, ev.ChangesOmitted = all[:kept], len(all)-kept
+	return reaction.NormalizePayload(ev)
 }
 
 // deliver POSTs one delivery.
