@@ -966,3 +966,62 @@ func TestE2EReactionPrune(t *testing.T) {
 		release.Store(true)
 	})
 }
+
+// A Stop whose context ends while a handler runs gives the reaction back
+// (pending, the attempt not counted) before it returns: the host closes
+// the store right after Stop (docs/reactions.md, "On Stop … their
+// reactions given back"; Server.Stop: "The store stays open; its owner
+// closes it"), and a release still under way then never lands: the
+// reaction would wait out its lease and count the attempt.
+func TestE2EReactionStopGivesBackBeforeReturning(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		db := newReactionDB(t, d)
+		e := reactionServer(t, db, fastReactions(&syncgo.ReactionConfig{Planner: taskPlanner("mail"), Workers: -1,
+			Handlers: map[string]reaction.Handler{"mail": func(context.Context, *reaction.Delivery) error { return nil }}}))
+		started := make(chan struct{}, 1)
+		handler := func(ctx context.Context, dl *reaction.Delivery) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			// A prompt return that still takes a moment (closing a
+			// connection, say).
+			time.Sleep(100 * time.Millisecond)
+			return ctx.Err()
+		}
+		st := db.open(t)
+		srv, err := syncgo.New(syncgo.Config{Store: st, Schema: e.schema, Authenticate: bearerAuth, ResolveScopes: e.resolve,
+			RetentionInterval: -1, Reactions: fastReactions(&syncgo.ReactionConfig{Workers: 1,
+				Handlers: map[string]reaction.Handler{"mail": handler}})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		if o := pushTasks(t, c, "p1", []string{"s1"}, []string{"stop"}); o.Status != wire.PushApplied {
+			t.Fatalf("push: %s", statusOf(o))
+		}
+		select {
+		case <-started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the handler did not start")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if err := srv.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop: %v; want its context's deadline", err)
+		}
+		// What a host does next.
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rs := reactionsIn(t, e.srv, store.ReactionQuery{})
+		if len(rs) != 1 || rs[0].State != store.ReactionPending || rs[0].Attempts != 0 {
+			for _, r := range rs {
+				t.Logf("reaction %s: %s, attempt %d, lease owner %q", r.IdempotencyKey, r.State, r.Attempts, r.LeaseOwner)
+			}
+			t.Fatal("after Stop and the store's Close: want the reaction pending again, its attempt not counted")
+		}
+	})
+}

@@ -689,8 +689,9 @@ func (s *Server) Drain() { s.stopping.Store(true) }
 // Stop closes the realtime sockets with a going-away close frame, stops
 // the background services and waits for them, or for ctx. The reaction
 // runner claims no more and its running handlers finish; when ctx ends
-// first, their contexts are cancelled and their leases given back. The
-// store stays open; its owner closes it.
+// first, their contexts are cancelled and their leases given back (Stop
+// waits up to 5 s more for those releases). The store stays open; its
+// owner closes it.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	defer s.eng.StopReadAhead() // its reads use the store, which the host closes next

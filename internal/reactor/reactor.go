@@ -122,9 +122,16 @@ func (r *Runner) Stats() Stats {
 		DeadLettered: r.dead.Load(), Released: r.released.Load(), LostLeases: r.lost.Load(), Running: r.running.Load()}
 }
 
+// stopGrace bounds how long Stop waits, once its context ended and the
+// handlers' contexts are cancelled, for the handlers to return and give
+// their leases back: the host closes the store after Stop, and a release
+// still under way then would never land.
+const stopGrace = 5 * time.Second
+
 // Stop stops claiming and waits for the running handlers to finish. When
-// ctx ends first, it cancels their contexts (each gives its lease back
-// once its handler returns) and returns ctx's error without waiting more.
+// ctx ends first, it cancels their contexts, waits (at most stopGrace)
+// for the handlers that return to give their leases back, and returns
+// ctx's error.
 func (r *Runner) Stop(ctx context.Context) error {
 	r.stopOnce.Do(func() { close(r.quit) })
 	done := make(chan struct{})
@@ -139,6 +146,12 @@ func (r *Runner) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		r.cancelHard(errStopping)
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+		}
 		return ctx.Err()
 	}
 }
