@@ -105,11 +105,16 @@ const rowBudget = reaction.MaxPayloadBytes - 4096
 // reservedHeaders are set by the delivery and cannot be configured.
 var reservedHeaders = []string{"Content-Type", "Content-Length", "Host", "Syncgo-Webhook", "Syncgo-Delivery", "Syncgo-Signature"}
 
-// Check checks hooks against a schema: unique valid names, absolute http
-// or https URLs, tables of the schema, known ops, headers that are valid
-// and not reserved, bounds.
+// Check checks hooks against a schema: at most reaction.MaxPerCommit
+// hooks, unique valid names, absolute http or https URLs, tables of the
+// schema, known ops, headers that are valid and not reserved, bounds.
 func Check(hooks []Hook, sc *schema.Compiled) error {
 	var errs []error
+	if len(hooks) > reaction.MaxPerCommit {
+		// A commit changing a table they all watch would plan more
+		// reactions than a commit may, and fail.
+		errs = append(errs, fmt.Errorf("%d webhooks: at most %d", len(hooks), reaction.MaxPerCommit))
+	}
 	seen := map[string]bool{}
 	for i, h := range hooks {
 		fail := func(format string, args ...any) {

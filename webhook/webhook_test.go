@@ -270,3 +270,31 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// More hooks than a commit may plan reactions would fail every push that
+// changes a table they all watch (the planner's plans past
+// reaction.MaxPerCommit fail the push with sync.internal_error): Check
+// refuses such a configuration instead.
+func TestCheckRefusesMoreHooksThanACommitPlans(t *testing.T) {
+	sc := testSchema(t)
+	hooks := make([]Hook, reaction.MaxPerCommit+1)
+	for i := range hooks {
+		hooks[i] = Hook{Name: "h" + strconv.Itoa(i), URL: "http://x/", Tables: []string{"todos"}}
+	}
+	planner, handlers, err := Reactions(hooks, sc, nil)
+	if err != nil {
+		if !strings.Contains(err.Error(), "webhooks") {
+			t.Fatalf("refused with %v; want the count of hooks named", err)
+		}
+		return
+	}
+	plans, err := planner(context.Background(), commit(validate.Operation{Op: wire.OpUpsert, Table: "todos", RowID: "t1",
+		Row: validate.Row{"id": "t1", "list_id": "l1", "title": "x"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = reaction.Prepare(plans, validate.Origin{Partition: "p", ClientID: "c", ClientCommitID: "cc"}, 1, 1,
+		func(name string) bool { return handlers[name] != nil })
+	t.Fatalf("%d hooks were accepted, and a commit on their table plans %d reactions (%v): every such push fails",
+		len(hooks), len(plans), err)
+}
