@@ -2,10 +2,12 @@ package syncgo_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"zombiezen.com/go/sqlite"
@@ -15,6 +17,7 @@ import (
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/validate"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -82,5 +85,71 @@ func TestE2EDamagedStoredRowIsInternal(t *testing.T) {
 		if !strings.Contains(err.Error(), "stored row tasks/a0 does not decode") {
 			t.Errorf("OnError got %v; want the stored row's decode failure", err)
 		}
+	}
+}
+
+// A storage failure under a validator's read fails the request whatever
+// the validator returns (docs/validators.md: "A storage failure under a
+// validator's read …: the request fails (sync.internal_error) and nothing
+// is recorded"): a validator that drops the read's error and accepts
+// judged a state it could not read. Here the row it reads is damaged.
+func TestE2EValidatorIgnoringAReadFailureFailsTheRequest(t *testing.T) {
+	for _, which := range []string{"row", "commit"} {
+		t.Run(which, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "sync.db")
+			drv := e2eDriver{name: "sqlite", open: func(t *testing.T) store.Store {
+				s, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: path})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = s.Close() })
+				return s
+			}}
+			var armed atomic.Bool
+			read := func(ctx context.Context, rd validate.Reader) {
+				if armed.Load() {
+					_, _, _ = rd.Row(ctx, "tasks", "a0") // the error is dropped
+				}
+			}
+			e := newE2EEnv(t, drv, func(c *syncgo.Config) {
+				if which == "row" {
+					c.Validators = map[string]validate.Validator{"tasks": func(ctx context.Context, w *validate.Write) error {
+						read(ctx, w.Tx)
+						return nil
+					}}
+				} else {
+					c.CommitValidator = func(ctx context.Context, cm *validate.Commit) error {
+						read(ctx, cm.Tx)
+						return nil
+					}
+				}
+			})
+			c := e.client("alice", sspclient.Options{ClientID: "writer"})
+			mustUpsert(t, c, taskRow("a0", "p1", "x"))
+			syncQuiet(t, c)
+			epoch, ok := c.LogEpoch()
+			if !ok {
+				t.Fatal("the client holds no log epoch")
+			}
+			conn, err := sqlite.OpenConn(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sqlitex.ExecuteTransient(conn, `UPDATE "tasks" SET _sync_payload = x'ff' WHERE _sync_row_id = 'a0'`, nil)
+			conn.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			req := &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "writer", SchemaVersion: 1, LogEpoch: &epoch},
+				Commits: []*wire.PushCommit{{ClientCommitID: "c-b1", Operations: []wire.Operation{e.upsertOp(t, taskRow("b1", "p1", "y"))}}}}
+			r := e.post(t, body(encodeRequest(t, req)), nil)
+			if r.status != http.StatusInternalServerError || !strings.Contains(string(r.body), `"sync.internal_error"`) {
+				t.Errorf("push under a %s validator whose read failed: HTTP %d; want 500 sync.internal_error", which, r.status)
+			}
+			if _, err := e.store.PushResult(context.Background(), e2ePartition, "writer", "c-b1"); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("a push result was recorded (%v); want nothing recorded", err)
+			}
+		})
 	}
 }

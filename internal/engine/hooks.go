@@ -59,7 +59,10 @@ func (a *applier) validateOp(ctx context.Context, i int, t *schema.CompiledTable
 	err := callHook(func() error { return v(ctx, w) })
 	rd.done = true
 	if err == nil {
-		return nil, nil
+		// A read that failed fails the request even when the validator
+		// dropped its error and accepted: it judged a state it could not
+		// read.
+		return nil, rd.failure()
 	}
 	return a.hookRejection(ctx, rd, i, err, msgValidatorFailed, false)
 }
@@ -86,7 +89,7 @@ func (a *applier) validateCommit(ctx context.Context, nOps int) (*rejection, err
 	err := callHook(func() error { return cv(ctx, c) })
 	rd.done = true
 	if err == nil {
-		return nil, nil
+		return nil, rd.failure()
 	}
 	rej, herr := a.hookRejection(ctx, rd, 0, err, msgCommitValidatorFailed, true)
 	if rej != nil && (rej.result.OpIndex < 0 || int(rej.result.OpIndex) >= nOps) {
@@ -104,8 +107,8 @@ func (a *applier) validateCommit(ctx context.Context, nOps int) (*rejection, err
 // whose request ended) fails the request instead: nothing is recorded and
 // the client retries.
 func (a *applier) hookRejection(ctx context.Context, rd *txReader, i int, err error, static string, commit bool) (*rejection, error) {
-	if rd.storeErr != nil {
-		return nil, fmt.Errorf("validator read: %w", rd.storeErr)
+	if err := rd.failure(); err != nil {
+		return nil, err
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		return nil, cerr
@@ -155,6 +158,14 @@ type txReader struct {
 }
 
 var errReaderDone = errors.New("validate: the reader was used after its validator returned")
+
+// failure is the request's error when a read of the callback failed.
+func (rd *txReader) failure() error {
+	if rd.storeErr != nil {
+		return fmt.Errorf("validator read: %w", rd.storeErr)
+	}
+	return nil
+}
 
 func (rd *txReader) query(ctx context.Context, q store.Query, agg store.Aggregate) (store.QueryResult, error) {
 	if rd.done {
