@@ -184,8 +184,12 @@ func newError(code string, details any, permanent bool) *Error {
 	return e
 }
 
-// Error implements error.
+// Error implements error. A nil *Error (returned as an error, it is not
+// a nil error) reads as a plain failure.
 func (e *Error) Error() string {
+	if e == nil {
+		return "reaction: failure (a nil *reaction.Error)"
+	}
 	if e.permanent {
 		return "reaction: permanent failure " + e.code
 	}

@@ -350,7 +350,7 @@ func (r *Runner) failure(err, cause error, rx store.Reaction) store.ReactionFail
 	permanent := false
 	var re *reaction.Error
 	switch {
-	case errors.As(err, &re):
+	case errors.As(err, &re) && re != nil: // a typed nil is a plain failure
 		f.Code, f.Details, permanent = re.Code(), re.DetailsJSON(), re.IsPermanent()
 	case errors.Is(cause, errTimeout):
 		f.Code = reaction.CodeHandlerTimeout

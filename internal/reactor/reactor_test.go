@@ -255,3 +255,29 @@ func TestStopDrainsThenReleases(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// A handler that returns a nil *reaction.Error as its error (a typed
+// nil, which is not a nil error) fails its attempt with the generic
+// code and is retried; the runner does not crash on it.
+func TestTypedNilErrorIsAFailure(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	enqueue(t, s, "typed-nil")
+	var calls atomic.Int64
+	r := newRunner(s, 5*time.Second, func(ctx context.Context, d *reaction.Delivery) error {
+		if calls.Add(1) == 1 {
+			var re *reaction.Error
+			return re
+		}
+		return nil
+	})
+	r.Start()
+	defer stop(t, r)
+	waitFor(t, "completion", func() bool { return get(t, s, "typed-nil").State == store.ReactionCompleted })
+	got := get(t, s, "typed-nil")
+	var f struct{ Code string }
+	_ = json.Unmarshal(got.LastFailure, &f)
+	if got.Attempts != 2 || f.Code != reaction.CodeHandlerFailed {
+		t.Errorf("%+v (%s); want completed at attempt 2 after a %s", got, got.LastFailure, reaction.CodeHandlerFailed)
+	}
+}
