@@ -778,11 +778,11 @@ func TestOperationsRegistry(t *testing.T) {
 	}
 }
 
-// TestOperationsWatchAcrossServers: on Postgres, a commit made through
-// another server process (here a second Server on its own pool and commit
-// listener) reruns a watch of this one, and an unrelated one does not.
-func TestOperationsWatchAcrossServers(t *testing.T) {
-	url := pgtest.Schema(t, "syncgo_opsmp", false)
+// twoOpsServers returns two server fixtures, each on its own pool (and
+// commit listener) of one Postgres schema, as two processes of a fleet.
+func twoOpsServers(t *testing.T, schemaName string) (a, b *opsFixture) {
+	t.Helper()
+	url := pgtest.Schema(t, schemaName, false)
 	open := func() store.Store {
 		s, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, MaxConns: 4})
 		if err != nil {
@@ -791,8 +791,14 @@ func TestOperationsWatchAcrossServers(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}
-	a := newOpsFixtureOn(t, open())
-	b := newOpsFixtureOn(t, open())
+	return newOpsFixtureOn(t, open()), newOpsFixtureOn(t, open())
+}
+
+// TestOperationsWatchAcrossServers: on Postgres, a commit made through
+// another server process (here a second Server on its own pool and commit
+// listener) reruns a watch of this one, and an unrelated one does not.
+func TestOperationsWatchAcrossServers(t *testing.T) {
+	a, b := twoOpsServers(t, "syncgo_opsmp")
 	a.awaitWatchListener(t)
 	w := dialWatch(t, a.e2eEnv, "alice")
 	w.watch("tasks", "tasksByProject", project("p1"))

@@ -52,15 +52,7 @@ func TestE2EDamagedStoredRowIsInternal(t *testing.T) {
 		t.Fatal("the client holds no log epoch")
 	}
 
-	conn, err := sqlite.OpenConn(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = sqlitex.ExecuteTransient(conn, `UPDATE "tasks" SET _sync_payload = x'ff' WHERE _sync_row_id = 'a0'`, nil)
-	conn.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	damageStoredRow(t, path, "a0")
 
 	for _, op := range []wire.Operation{
 		{Table: "tasks", RowID: "a0", Op: wire.OpDelete},
@@ -131,15 +123,7 @@ func TestE2EValidatorIgnoringAReadFailureFailsTheRequest(t *testing.T) {
 			if !ok {
 				t.Fatal("the client holds no log epoch")
 			}
-			conn, err := sqlite.OpenConn(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = sqlitex.ExecuteTransient(conn, `UPDATE "tasks" SET _sync_payload = x'ff' WHERE _sync_row_id = 'a0'`, nil)
-			conn.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+			damageStoredRow(t, path, "a0")
 			armed.Store(true)
 			req := &wire.Request{Version: 3, Header: &wire.ReqHeader{ClientID: "writer", SchemaVersion: 1, LogEpoch: &epoch},
 				Commits: []*wire.PushCommit{{ClientCommitID: "c-b1", Operations: []wire.Operation{e.upsertOp(t, taskRow("b1", "p1", "y"))}}}}
@@ -151,5 +135,21 @@ func TestE2EValidatorIgnoringAReadFailureFailsTheRequest(t *testing.T) {
 				t.Errorf("a push result was recorded (%v); want nothing recorded", err)
 			}
 		})
+	}
+}
+
+// damageStoredRow overwrites a tasks row's stored payload in the SQLite
+// file at path with bytes no row codec decodes (a damaged database).
+func damageStoredRow(t *testing.T, path, rowID string) {
+	t.Helper()
+	conn, err := sqlite.OpenConn(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sqlitex.ExecuteTransient(conn, `UPDATE "tasks" SET _sync_payload = x'ff' WHERE _sync_row_id = ?`,
+		&sqlitex.ExecOptions{Args: []any{rowID}})
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

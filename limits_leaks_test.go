@@ -1,7 +1,6 @@
 package syncgo_test
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"net/http"
@@ -14,10 +13,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo"
-	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
-	"github.com/syncgo/syncgo/pgstore"
-	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -128,17 +124,7 @@ func TestRealtimePartitionsForgotten(t *testing.T) {
 // batch is a labels commit then a tasks commit, pushed in one request
 // through another server, and the labels watch must see the label.
 func TestOperationsWatchAcrossServersBatch(t *testing.T) {
-	url := pgtest.Schema(t, "syncgo_opsbatch", false)
-	open := func() store.Store {
-		s, err := pgstore.Open(context.Background(), pgstore.Config{URL: url, MaxConns: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	a := newOpsFixtureOn(t, open())
-	b := newOpsFixtureOn(t, open())
+	a, b := twoOpsServers(t, "syncgo_opsbatch")
 	a.awaitWatchListener(t)
 	w := dialWatch(t, a.e2eEnv, "alice")
 	w.watch("labels", "labelsOf", project("p1"))
