@@ -48,6 +48,14 @@ func ValidateRejectionDetails(s string) error {
 		return fmt.Errorf("details: %v", err)
 	}
 	for k, v := range raw {
+		// encoding/json matches member names without regard to case:
+		// {"Reason":"…"} fills Reason but is not the member "reason",
+		// and would skip the checks below.
+		switch k {
+		case "fieldPaths", "reason", "requiredAction", "references":
+		default:
+			return fmt.Errorf("details member %q is not one of §6.3.1", k)
+		}
 		if bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
 			return fmt.Errorf("details member %q is null", k)
 		}
