@@ -1,7 +1,6 @@
 package syncgo
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -288,6 +287,38 @@ func writeJSONBody(w http.ResponseWriter, v any) {
 	_, _ = w.Write(b)
 }
 
+// errGrantRequest answers an upload-grant request body that is not the
+// grant object.
+func errGrantRequest() *syncerr.Error {
+	return syncerr.New(syncerr.CodeInvalidRequest, `the grant request must be {"byteLength": N, "mediaType"?: "..."}`)
+}
+
+// decodeBlobGrant reads an upload-grant request body: one JSON object
+// (nothing after it) whose member "byteLength", spelled exactly, is a
+// non-negative integer JSON number, and whose "mediaType", when present
+// and not null, is a string. Other members are ignored.
+func decodeBlobGrant(body []byte) (int64, *syncerr.Error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil || raw == nil {
+		return 0, errGrantRequest()
+	}
+	bl, ok := raw["byteLength"]
+	if !ok || len(bl) == 0 || (bl[0] != '-' && (bl[0] < '0' || bl[0] > '9')) {
+		return 0, errGrantRequest()
+	}
+	if mt, ok := raw["mediaType"]; ok && string(mt) != "null" {
+		var s string
+		if len(mt) == 0 || mt[0] != '"' || json.Unmarshal(mt, &s) != nil {
+			return 0, errGrantRequest()
+		}
+	}
+	n, err := json.Number(bl).Int64()
+	if err != nil || n < 0 {
+		return 0, syncerr.New(syncerr.CodeInvalidRequest, "byteLength must be a non-negative integer")
+	}
+	return n, nil
+}
+
 // maxGrantRequestBytes bounds an upload-grant request body.
 const maxGrantRequestBytes = 4 << 10
 
@@ -313,24 +344,16 @@ func (s *Server) handleBlobGrant(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, route, syncerr.New(syncerr.CodeBlobHashMismatch, `the blobId is not "sha256:" and 64 lowercase hex digits`))
 		return
 	}
-	var req struct {
-		ByteLength *json.Number `json:"byteLength"`
-		MediaType  *string      `json:"mediaType"`
-	}
 	body, releaseBody, err := s.readBody(w, r, maxGrantRequestBytes)
 	defer releaseBody()
 	if err != nil {
 		w.Header().Set("Connection", "close") // net/http would wait for the rest of the body
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err != nil || dec.Decode(&req) != nil || req.ByteLength == nil {
-		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, `the grant request must be {"byteLength": N, "mediaType"?: "..."}`))
+		s.writeError(w, route, errGrantRequest())
 		return
 	}
-	n, err := req.ByteLength.Int64()
-	if err != nil || n < 0 {
-		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidRequest, "byteLength must be a non-negative integer"))
+	n, perr := decodeBlobGrant(body)
+	if perr != nil {
+		s.writeError(w, route, perr)
 		return
 	}
 	if n > s.eng.Limits().MaxBlobBytes {
