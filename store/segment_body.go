@@ -34,13 +34,28 @@ func DecodeSegmentBody(enc string, body []byte, plainLength int64) ([]byte, erro
 		return nil, fmt.Errorf("segment body: %w", err)
 	}
 	defer d.Close()
-	out := make([]byte, plainLength+1)
-	n, err := io.ReadFull(d, out)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	out := make([]byte, plainLength)
+	if n, err := io.ReadFull(d, out); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("segment body: %d bytes decoded, %d stored", n, plainLength)
+		}
 		return nil, fmt.Errorf("segment body: %w", err)
 	}
-	if int64(n) != plainLength {
-		return nil, fmt.Errorf("segment body: %d bytes decoded, %d stored", n, plainLength)
+	// The frame must end cleanly right there: io.EOF, not more bytes and
+	// not a cut frame (which the decoder reports as io.ErrUnexpectedEOF,
+	// and which reading one byte past the length could not tell from the
+	// end).
+	var probe [1]byte
+	for range 100 {
+		n, err := d.Read(probe[:])
+		switch {
+		case n > 0:
+			return nil, fmt.Errorf("segment body: more than the %d bytes stored", plainLength)
+		case err == io.EOF:
+			return out, nil
+		case err != nil:
+			return nil, fmt.Errorf("segment body: %w", err)
+		}
 	}
-	return out[:n], nil
+	return nil, fmt.Errorf("segment body: %w", io.ErrNoProgress)
 }
