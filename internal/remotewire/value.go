@@ -70,12 +70,6 @@ func (e *DecodeError) Error() string { return "remote value: " + e.msg }
 
 func failf(format string, args ...any) error { return &DecodeError{msg: fmt.Sprintf(format, args...)} }
 
-// tagged is one encoded value before its payload is interpreted.
-type tagged struct {
-	T *string         `json:"t"`
-	V json.RawMessage `json:"v"`
-}
-
 // Decode decodes one encoded value from JSON text. Any malformation (not
 // JSON, an unknown tag, a payload of the wrong JSON type, a non-canonical
 // integer or base64 text, a duplicate object key, nesting deeper than
@@ -95,19 +89,27 @@ func decode(data []byte, depth int) (any, error) {
 	if len(data) == 0 || data[0] != '{' {
 		return nil, failf("a value must be a JSON object")
 	}
-	var tv tagged
-	if err := json.Unmarshal(data, &tv); err != nil {
+	// A map, not a struct: encoding/json matches struct fields without
+	// regard to case, and {"T":…,"V":…} is not a tagged value.
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(data, &members); err != nil {
 		return nil, failf("%v", err)
 	}
-	if tv.T == nil {
+	var tag *string // nil: absent or null
+	if rawT, ok := members["t"]; ok {
+		if err := json.Unmarshal(rawT, &tag); err != nil {
+			return nil, failf("%v", err)
+		}
+	}
+	if tag == nil {
 		return nil, failf("a value has no tag")
 	}
-	v := bytes.TrimSpace(tv.V)
+	v := bytes.TrimSpace(members["v"])
 	kind := byte(0)
 	if len(v) > 0 {
 		kind = v[0]
 	}
-	switch *tv.T {
+	switch *tag {
 	case "null":
 		return nil, nil
 	case "boolean":
@@ -194,7 +196,7 @@ func decode(data []byte, depth int) (any, error) {
 		}
 		return out, nil
 	}
-	return nil, failf("unknown tag %q", *tv.T)
+	return nil, failf("unknown tag %q", *tag)
 }
 
 func firstByte(b []byte) byte {

@@ -147,9 +147,65 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(again, v) {
 			t.Fatalf("re-encoded %s decodes to %#v, %v; want %#v", b, again, err, v)
 		}
-		_, _ = DecodeRequest(data)
-		_, _ = DecodeWatchMessage(data)
+		checkMessages(t, data)
 	})
+}
+
+// FuzzDecodeMessages: operation requests and watch messages are refused
+// with a *DecodeError (operation.invalid_request) or carry the fields
+// their kind requires, the params of the decoded value, and (watch
+// messages) the watchId WatchIDOf reads.
+func FuzzDecodeMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"t":"object","v":[["revision",{"t":"number","v":1}],["kind",{"t":"string","v":"command"}],["clientId",{"t":"string","v":"c1"}],["operationId",{"t":"string","v":"op"}],["requestId",{"t":"string","v":"r1"}],["params",{"t":"object","v":[["n",{"t":"integer","v":"5"}]]}]]}`,
+		`{"t":"object","v":[["revision",{"t":"integer","v":"1"}],["kind",{"t":"string","v":"query"}],["clientId",{"t":"string","v":"c"}],["operationId",{"t":"string","v":"q"}]]}`,
+		`{"t":"object","v":[["revision",{"t":"number","v":1}],["kind",{"t":"string","v":"watch"}],["watchId",{"t":"string","v":"w"}],["clientId",{"t":"string","v":"c"}],["operationId",{"t":"string","v":"q"}],["params",{"t":"null"}]]}`,
+		`{"t":"object","v":[["revision",{"t":"number","v":1}],["kind",{"t":"string","v":"unwatch"}],["watchId",{"t":"string","v":"w"}]]}`,
+		`{"t":"object","v":[["revision",{"t":"number","v":2}],["kind",{"t":"string","v":"query"}]]}`,
+		`{"T":"object","V":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(checkMessages)
+}
+
+func checkMessages(t *testing.T, data []byte) {
+	var de *DecodeError
+	v, verr := Decode(data)
+	var params any
+	if obj, ok := v.(Object); ok {
+		params, _ = obj.Get("params")
+	}
+	r, err := DecodeRequest(data)
+	if err != nil {
+		if !errors.As(err, &de) {
+			t.Fatalf("request error %v is not a *DecodeError", err)
+		}
+	} else {
+		if verr != nil || r.ClientID == "" || r.OperationID == "" || (r.Kind == KindCommand) != (r.RequestID != "") ||
+			(r.Kind != KindQuery && r.Kind != KindCommand) || !reflect.DeepEqual(r.Params, params) {
+			t.Fatalf("%q decodes as the request %+v", data, r)
+		}
+	}
+	m, err := DecodeWatchMessage(data)
+	if err != nil {
+		if !errors.As(err, &de) {
+			t.Fatalf("watch error %v is not a *DecodeError", err)
+		}
+		return
+	}
+	if verr != nil || m.WatchID == "" || m.WatchID != WatchIDOf(data) {
+		t.Fatalf("%q decodes as the watch message %+v (WatchIDOf %q)", data, m, WatchIDOf(data))
+	}
+	switch m.Kind {
+	case KindWatch:
+		if m.ClientID == "" || m.OperationID == "" || !reflect.DeepEqual(m.Params, params) {
+			t.Fatalf("%q decodes as the watch %+v", data, m)
+		}
+	case KindUnwatch:
+	default:
+		t.Fatalf("%q decodes as a watch message of kind %q", data, m.Kind)
+	}
 }
 
 // TestReferenceVector decodes a request that the reference codec
@@ -176,5 +232,18 @@ func TestReferenceVector(t *testing.T) {
 	const decodedByReference = `{"t":"object","v":[["revision",{"t":"number","v":1}],["kind",{"t":"string","v":"query"}],["operationId",{"t":"string","v":"q"}],["rows",{"t":"array","v":[{"t":"object","v":[["id",{"t":"string","v":"a"}],["n",{"t":"number","v":3}],["b",{"t":"bytes","v":"AQI="}],["x",{"t":"null"}]]}]}],["maxCommitSeq",{"t":"number","v":9}]]}`
 	if string(b) != decodedByReference {
 		t.Fatalf("encoded %s", b)
+	}
+}
+
+// TestDecodeMemberCase: the tag and payload members are "t" and "v"
+// exactly (encoding/json's struct matching took "T" and "V" too).
+func TestDecodeMemberCase(t *testing.T) {
+	for _, s := range []string{`{"T":"null"}`, `{"t":"string","V":"x"}`, `{"T":"string","v":"x"}`} {
+		if v, err := Decode([]byte(s)); err == nil {
+			t.Errorf("%s decodes as %#v", s, v)
+		}
+	}
+	if v, err := Decode([]byte(`{"t":"string","v":"x"}`)); err != nil || v != "x" {
+		t.Errorf("a string: %#v, %v", v, err)
 	}
 }
