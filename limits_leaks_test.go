@@ -13,6 +13,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -143,5 +144,60 @@ func TestOperationsWatchAcrossServersBatch(t *testing.T) {
 	m := w.next()
 	if !slices.Equal(snapshotIDs(t, m), []string{"l1"}) {
 		t.Fatalf("after a labels+tasks batch on the other server: %v (seq %d)", m, seq)
+	}
+}
+
+// A watch socket refuses frames RFC 6455 forbids without an extension:
+// reserved bits set, a fragmented control frame, a control frame over
+// 125 bytes. Each closes the socket; none is read as a message (a watch
+// sent with a reserved bit set gets no snapshot).
+func TestWatchRefusesBadFrames(t *testing.T) {
+	ops := syncgo.Operations{Queries: []syncgo.Query{{ID: "q",
+		SQL:     "SELECT id FROM tasks ORDER BY id",
+		Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}}, MaxRows: 10,
+		Coverage: func(syncgo.Params) ([]syncgo.Coverage, error) {
+			return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {syncgo.AllAllowed}}}}, nil
+		}}}}
+	e := newOpsEnv(t, openSQLite(t), ops)
+	watch, err := remotewire.Encode(nil, remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "watch"},
+		{Key: "watchId", Value: "w"}, {Key: "clientId", Value: "c1"}, {Key: "operationId", Value: "q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		h       ws.Header
+		payload []byte
+	}{
+		{"reserved bit", ws.Header{Fin: true, Rsv: ws.Rsv(true, false, false), OpCode: ws.OpText}, watch},
+		{"fragmented ping", ws.Header{Fin: false, OpCode: ws.OpPing}, []byte("x")},
+		{"ping over 125 bytes", ws.Header{Fin: true, OpCode: ws.OpPing}, make([]byte, 126)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := dialWatch(t, e, "alice")
+			h := c.h
+			h.Masked, h.Mask, h.Length = true, ws.NewMask(), int64(len(c.payload))
+			payload := slices.Clone(c.payload)
+			ws.Cipher(payload, h.Mask, 0)
+			s.mu.Lock()
+			if err := ws.WriteHeader(s.conn, h); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.conn.Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Unlock()
+			for {
+				select {
+				case m, ok := <-s.msgs:
+					if !ok {
+						return // closed
+					}
+					t.Fatalf("a message after the bad frame: %v", m)
+				case <-time.After(rtWait):
+					t.Fatalf("the watch socket is still open %v after the bad frame", rtWait)
+				}
+			}
+		})
 	}
 }

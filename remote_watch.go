@@ -406,6 +406,13 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 			s.closeWith(ws.StatusProtocolError, "client frames must be masked")
 			return
 		}
+		// RFC 6455 §5.2 and §5.5: no extension is negotiated, so the
+		// reserved bits are 0; a control frame is whole and at most 125
+		// bytes.
+		if h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
+			s.closeWith(ws.StatusProtocolError, "websocket protocol violation")
+			return
+		}
 		// A frame once begun must arrive within the stall timeout: a
 		// client that stops mid-frame holds no buffer for long (and the
 		// buffer grows as bytes arrive, not to the declared length).
