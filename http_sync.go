@@ -32,12 +32,14 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 		// compressed-size cap (http.MaxBytesReader) reports an oversized
 		// body exactly here, and reading it as EOF would answer a 413
 		// case as a truncated message (400).
+		// io.ReadFull: a Read that returns no byte and no error (which
+		// io.Reader allows) is not the end of the body.
 		var one [1]byte
-		n, err := l.r.Read(one[:])
+		n, err := io.ReadFull(l.r, one[:])
 		switch {
 		case n > 0:
 			return 0, errBodyTooLarge
-		case err == nil || errors.Is(err, io.EOF):
+		case errors.Is(err, io.EOF):
 			return 0, io.EOF
 		}
 		return 0, err

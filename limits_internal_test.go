@@ -163,3 +163,35 @@ func TestCompressorPoolBounded(t *testing.T) {
 		t.Fatalf("a burst of %d encoders left %d MiB in the heap", burst, grown>>20)
 	}
 }
+
+// stutterReader returns (0, nil) before each byte, as io.Reader allows.
+type stutterReader struct {
+	b     []byte
+	empty bool
+}
+
+func (r *stutterReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	if r.empty = !r.empty; r.empty {
+		return 0, nil
+	}
+	n := copy(p[:1], r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// A body one byte over the cap is too large even when the reader under
+// it returns an empty read (0, nil) where the extra byte is probed.
+func TestLimitedReaderProbeSeesPastEmptyRead(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want error
+	}{{"abc", nil}, {"abcd", errBodyTooLarge}} {
+		_, err := io.ReadAll(&limitedReader{r: &stutterReader{b: []byte(c.body)}, n: 3})
+		if !errors.Is(err, c.want) && err != c.want {
+			t.Errorf("%q under a cap of 3: %v, want %v", c.body, err, c.want)
+		}
+	}
+}
