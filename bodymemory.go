@@ -13,11 +13,6 @@ import (
 // read or held at once have taken the whole budget (Config.MaxBodyMemory).
 var errBodyMemory = errors.New("request bodies in memory are at their limit")
 
-// bodyFreeBytes is the part of each request body not counted against the
-// budget: a push+pull round's body is far smaller, so small requests are
-// never refused because large ones hold the budget.
-const bodyFreeBytes = 64 << 10
-
 // bodyMemory bounds the bytes of request bodies that the server reads
 // and holds at once. Bodies are read whole before a request is admitted
 // (admission bounds the requests served, not those being read), so
@@ -37,7 +32,7 @@ func newBodyMemory(max int64) *bodyMemory {
 	return &bodyMemory{max: max}
 }
 
-// reader counts r's bytes past bodyFreeBytes against the budget; release
+// reader counts r's bytes past realtime.BodyFreeBytes against the budget; release
 // gives them back once the request no longer holds its body.
 func (m *bodyMemory) reader(r io.Reader) *countedBody {
 	return &countedBody{r: r, m: m}
@@ -84,7 +79,7 @@ func (c *countedBody) Read(p []byte) (int, error) {
 	if c.m.max <= 0 {
 		return n, err
 	}
-	if over := c.read - bodyFreeBytes - c.taken; over > 0 {
+	if over := c.read - realtime.BodyFreeBytes - c.taken; over > 0 {
 		if !c.m.TakeBody(over) {
 			c.refused = true
 			return 0, errBodyMemory

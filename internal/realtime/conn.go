@@ -540,7 +540,7 @@ func (s *stallReader) Read(p []byte) (int, error) {
 // begun, each read must make progress within stall. Payload buffers grow
 // as bytes arrive, never to a declared length ahead of them.
 //
-// A data frame's bytes past the message's first bodyFreeBytes are taken
+// A data frame's bytes past the message's first BodyFreeBytes are taken
 // from budget (nil: unbounded) before they are read; when the budget is
 // spent the read fails with errBodyBudget, holding nothing.
 func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, budget BodyBudget) (_ message, err error) {
@@ -576,7 +576,7 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, b
 			return message{}, errProtocol
 		}
 		if budget != nil && !h.OpCode.IsControl() {
-			if need := int64(len(out.payload)) + h.Length - bodyFreeBytes - out.taken; need > 0 {
+			if need := int64(len(out.payload)) + h.Length - BodyFreeBytes - out.taken; need > 0 {
 				if !budget.TakeBody(need) {
 					return message{}, errBodyBudget
 				}
@@ -627,10 +627,11 @@ var errTooLarge = errors.New("message too large")
 // (Config.Bodies) is spent.
 var errBodyBudget = errors.New("request bodies in memory are at their limit")
 
-// bodyFreeBytes is the part of each message, and of each round's
-// request, not counted against the body budget: acks, presence and
-// ordinary rounds never wait on large requests.
-const bodyFreeBytes = 64 << 10
+// BodyFreeBytes is the part of each body (an HTTP request body; here
+// each message, and each round's request) not counted against the body
+// budget: acks, presence and ordinary rounds are never refused because
+// large requests hold it.
+const BodyFreeBytes = 64 << 10
 
 // binaryPending reports whether the bytes the client sent and nobody read
 // yet hold the start of a binary message (a sync round's chunk: §8.7); the

@@ -109,7 +109,7 @@ func FuzzReadMessage(f *testing.F) {
 			}
 			want := int64(0)
 			if m.op != ws.OpClose {
-				want = max(0, int64(len(m.payload))-bodyFreeBytes)
+				want = max(0, int64(len(m.payload))-BodyFreeBytes)
 			}
 			if m.taken != want {
 				t.Fatalf("a %d-byte %v message holds %d of the budget, want %d", len(m.payload), m.op, m.taken, want)

@@ -142,7 +142,7 @@ func (s *session) roundChunk(chunk []byte, taken int64) bool {
 		return false
 	}
 	if b := h.cfg.Bodies; b != nil {
-		switch need := int64(len(rs.buf)) - bodyFreeBytes - rs.taken; {
+		switch need := int64(len(rs.buf)) - BodyFreeBytes - rs.taken; {
 		case need > 0:
 			if !b.TakeBody(need) {
 				s.dropRoundLocked()
