@@ -30,14 +30,7 @@ import (
 // damage.
 func TestE2EDamagedStoredRowIsInternal(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sync.db")
-	drv := e2eDriver{name: "sqlite", open: func(t *testing.T) store.Store {
-		s, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: path})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}}
+	drv := sqliteFileDriver(path)
 	var mu sync.Mutex
 	var hooked []error
 	e := newE2EEnv(t, drv, func(c *syncgo.Config) {
@@ -89,14 +82,7 @@ func TestE2EValidatorIgnoringAReadFailureFailsTheRequest(t *testing.T) {
 	for _, which := range []string{"row", "commit"} {
 		t.Run(which, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "sync.db")
-			drv := e2eDriver{name: "sqlite", open: func(t *testing.T) store.Store {
-				s, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: path})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = s.Close() })
-				return s
-			}}
+			drv := sqliteFileDriver(path)
 			var armed atomic.Bool
 			read := func(ctx context.Context, rd validate.Reader) {
 				if armed.Load() {
@@ -152,4 +138,17 @@ func damageStoredRow(t *testing.T, path, rowID string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sqliteFileDriver is the SQLite driver on the file at path, so that a
+// test can reach the file behind the server's back.
+func sqliteFileDriver(path string) e2eDriver {
+	return e2eDriver{name: "sqlite", open: func(t *testing.T) store.Store {
+		s, err := sqlitestore.Open(context.Background(), sqlitestore.Config{Path: path})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}}
 }

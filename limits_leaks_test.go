@@ -51,26 +51,12 @@ func TestRealtimeStalledRoundTimesOut(t *testing.T) {
 // arrived and whose rest never comes is cut off after the stall timeout
 // (the socket's first fragment holds up to Operations.MaxRequestBytes).
 func TestWatchStalledFragmentTimesOut(t *testing.T) {
-	ops := syncgo.Operations{MaxRequestBytes: 64 << 10, Queries: []syncgo.Query{{ID: "q",
-		SQL:     "SELECT id FROM tasks ORDER BY id",
-		Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}}, MaxRows: 10,
-		Coverage: func(syncgo.Params) ([]syncgo.Coverage, error) {
-			return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {syncgo.AllAllowed}}}}, nil
-		}}}}
+	ops := syncgo.Operations{MaxRequestBytes: 64 << 10, Queries: []syncgo.Query{allTasksQuery()}}
 	e := newOpsEnv(t, openSQLite(t), ops, func(c *syncgo.Config) { c.StallTimeout = 300 * time.Millisecond })
 	s := dialWatch(t, e, "mallory")
 	// The first fragment of a text message (FIN unset); the rest never
 	// comes.
-	payload := make([]byte, 60<<10)
-	h := ws.Header{Fin: false, OpCode: ws.OpText, Masked: true, Mask: ws.NewMask(), Length: int64(len(payload))}
-	s.mu.Lock()
-	if err := ws.WriteHeader(s.conn, h); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.conn.Write(payload); err != nil {
-		t.Fatal(err)
-	}
-	s.mu.Unlock()
+	s.writeFrame(ws.Header{Fin: false, OpCode: ws.OpText}, make([]byte, 60<<10))
 	select {
 	case _, ok := <-s.msgs:
 		for ok {
@@ -152,12 +138,7 @@ func TestOperationsWatchAcrossServersBatch(t *testing.T) {
 // 125 bytes. Each closes the socket; none is read as a message (a watch
 // sent with a reserved bit set gets no snapshot).
 func TestWatchRefusesBadFrames(t *testing.T) {
-	ops := syncgo.Operations{Queries: []syncgo.Query{{ID: "q",
-		SQL:     "SELECT id FROM tasks ORDER BY id",
-		Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}}, MaxRows: 10,
-		Coverage: func(syncgo.Params) ([]syncgo.Coverage, error) {
-			return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {syncgo.AllAllowed}}}}, nil
-		}}}}
+	ops := syncgo.Operations{Queries: []syncgo.Query{allTasksQuery()}}
 	e := newOpsEnv(t, openSQLite(t), ops)
 	watch, err := remotewire.Encode(nil, remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "watch"},
 		{Key: "watchId", Value: "w"}, {Key: "clientId", Value: "c1"}, {Key: "operationId", Value: "q"}})
@@ -175,18 +156,7 @@ func TestWatchRefusesBadFrames(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := dialWatch(t, e, "alice")
-			h := c.h
-			h.Masked, h.Mask, h.Length = true, ws.NewMask(), int64(len(c.payload))
-			payload := slices.Clone(c.payload)
-			ws.Cipher(payload, h.Mask, 0)
-			s.mu.Lock()
-			if err := ws.WriteHeader(s.conn, h); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.conn.Write(payload); err != nil {
-				t.Fatal(err)
-			}
-			s.mu.Unlock()
+			s.writeFrame(c.h, c.payload)
 			for {
 				select {
 				case m, ok := <-s.msgs:
@@ -199,5 +169,31 @@ func TestWatchRefusesBadFrames(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// allTasksQuery is a query "q" of every task's id, over every scope.
+func allTasksQuery() syncgo.Query {
+	return syncgo.Query{ID: "q", SQL: "SELECT id FROM tasks ORDER BY id",
+		Columns: []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}}, MaxRows: 10,
+		Coverage: func(syncgo.Params) ([]syncgo.Coverage, error) {
+			return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {syncgo.AllAllowed}}}}, nil
+		}}
+}
+
+// writeFrame writes one client frame of h's kind carrying payload,
+// masked, as it is (a test's malformed or unfinished frame).
+func (s *watchSock) writeFrame(h ws.Header, payload []byte) {
+	s.t.Helper()
+	h.Masked, h.Mask, h.Length = true, ws.NewMask(), int64(len(payload))
+	masked := slices.Clone(payload)
+	ws.Cipher(masked, h.Mask, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ws.WriteHeader(s.conn, h); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.conn.Write(masked); err != nil {
+		s.t.Fatal(err)
 	}
 }
