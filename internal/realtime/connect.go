@@ -65,15 +65,7 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
 	// The session joins its partition's state, created if the hub keeps
 	// none (forget), looked up again if it was forgotten meanwhile.
-	var p *partition
-	for {
-		p = h.part(c.Auth.Partition, true)
-		p.mu.Lock()
-		if !p.gone {
-			break
-		}
-		p.mu.Unlock()
-	}
+	p := h.lockPart(c.Auth.Partition, true)
 	s.part = p
 	p.addLocked(s)
 	p.mu.Unlock()
@@ -424,10 +416,9 @@ func (h *Hub) end(s *session) {
 	if h.poll != nil {
 		h.poll.remove(s.conn)
 	}
-	s.mu.Lock()
+	s.mu.Lock() // detach dropped an unfinished round and its stall timer
 	s.ended = true
 	expiry := s.expiry
-	s.round.stopStall()
 	s.mu.Unlock()
 	if expiry != nil {
 		expiry.Stop()

@@ -409,6 +409,23 @@ func (h *Hub) part(id string, create bool) *partition {
 	return p
 }
 
+// lockPart returns the partition's state locked (p.mu held), created
+// when create is set and the hub keeps none, or nil. A partition
+// forgotten between the lookup and the lock (forget) is looked up again.
+func (h *Hub) lockPart(id string, create bool) *partition {
+	for {
+		p := h.part(id, create)
+		if p == nil {
+			return nil
+		}
+		p.mu.Lock()
+		if !p.gone {
+			return p
+		}
+		p.mu.Unlock()
+	}
+}
+
 // addLocked and removeLocked add a session to the partition and remove
 // it. p.mu is held.
 func (p *partition) addLocked(s *session) {
@@ -677,16 +694,9 @@ func (h *Hub) Notify(cn engine.CommitNotice) {
 	// A partition without sockets has no state (forget): a socket that
 	// attaches later reads the log's position when it starts, after this
 	// commit was durable.
-	var p *partition
-	for {
-		if p = h.part(cn.Partition, false); p == nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.gone {
-			break
-		}
-		p.mu.Unlock()
+	p := h.lockPart(cn.Partition, false)
+	if p == nil {
+		return
 	}
 	n := notified{CommitNotice: cn, rounds: h.roundsLocked(p, cn)}
 	if p.next == 0 {
