@@ -49,7 +49,9 @@ func fastReactions(rc *syncgo.ReactionConfig) *syncgo.ReactionConfig {
 // taskPlanner plans one reaction of name per upserted task, keyed by the
 // row id, with the task's id and title as its payload; a task titled
 // "planner-fails" fails the planner, "planner-invalid" makes it plan an
-// invalid reaction, "many:N" plans N reactions.
+// invalid reaction, "planner-nul" and "planner-tiny" a payload that
+// Postgres's jsonb refuses (U+0000, 1e-999999), "many:N" plans N
+// reactions.
 func taskPlanner(name string) reaction.Planner {
 	return func(ctx context.Context, c *reaction.Commit) ([]reaction.Plan, error) {
 		var out []reaction.Plan
@@ -63,6 +65,12 @@ func taskPlanner(name string) reaction.Planner {
 				return nil, errors.New("planner refuses")
 			case title == "planner-invalid":
 				out = append(out, reaction.Plan{Key: op.RowID, Name: "Not A Name"})
+				continue
+			case title == "planner-nul":
+				out = append(out, reaction.Plan{Key: op.RowID, Name: name, Payload: map[string]any{"s": "a\x00b"}})
+				continue
+			case title == "planner-tiny":
+				out = append(out, reaction.Plan{Key: op.RowID, Name: name, Payload: json.RawMessage(`{"n":1e-999999}`)})
 				continue
 			case strings.HasPrefix(title, "many:"):
 				var n int
@@ -380,10 +388,11 @@ func TestE2EReactionRolledBackCommitPlansNothing(t *testing.T) {
 		if o := pushTasks(t, c, "p1", []string{"r1", "r2"}, []string{"fine", "rejected"}); o.Status != wire.PushRejected {
 			t.Fatalf("push of a rejected commit: %s", statusOf(o))
 		}
-		// The planner fails, then plans an invalid reaction: the request
-		// fails with nothing recorded.
+		// The planner fails, then plans an invalid reaction, then payloads
+		// that one driver could not store: the request fails with nothing
+		// recorded, on both drivers alike.
 		before := e.partitionState().MaxCommitSeq
-		for _, title := range []string{"planner-fails", "planner-invalid"} {
+		for _, title := range []string{"planner-fails", "planner-invalid", "planner-nul", "planner-tiny"} {
 			epoch := e.partitionState().LogEpoch
 			req := encodeRequest(t, &wire.Request{Version: 3,
 				Header: &wire.ReqHeader{ClientID: "dev-f", SchemaVersion: 1, LogEpoch: &epoch},

@@ -8,10 +8,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/syncgo/syncgo/internal/jsonb"
 	"github.com/syncgo/syncgo/wire"
 )
 
-// jsonbHolds says what Postgres's own jsonb input says, for the values it
+// jsonb.Holds says what Postgres's own jsonb input says, for the values it
 // refuses (a NUL escape, lone surrogates, numbers past numeric's range)
 // and for those next to them that it takes.
 func TestJSONBHoldsAgreesWithPostgres(t *testing.T) {
@@ -44,8 +45,8 @@ func TestJSONBHoldsAgreesWithPostgres(t *testing.T) {
 			// Before Postgres 16: try the cast in a savepoint.
 			ok = castsToJSONB(t, conn, v)
 		}
-		if got := jsonbHolds(v); got != ok {
-			t.Errorf("jsonbHolds(%.60s) = %v; Postgres says %v", v, got, ok)
+		if got := jsonb.Holds(v); got != ok {
+			t.Errorf("jsonb.Holds(%.60s) = %v; Postgres says %v", v, got, ok)
 		}
 	}
 }
@@ -61,14 +62,14 @@ func castsToJSONB(t *testing.T, conn *pgx.Conn, v string) bool {
 	return tx.QueryRow(ctx, "SELECT length($1::jsonb::text)", v).Scan(&n) == nil
 }
 
-// jsonbHolds reads any text without panicking, whatever its escapes and
+// jsonb.Holds reads any text without panicking, whatever its escapes and
 // number shapes, and what it refuses the typed column stores as NULL.
 func FuzzJSONBHolds(f *testing.F) {
 	for _, s := range []string{`"\ud800\udc00"`, `"\ud800\`, `"\u12`, `1e-`, `-`, `0.e5`, `1e99999999999999999999999`, `"\\\u0000"`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ok := jsonbHolds(s)
+		ok := jsonb.Holds(s)
 		if v := projectValue(wire.TypeJSON, wire.Value{Str: s}); (v == nil) == ok {
 			t.Fatalf("projectValue(%q) = %v, jsonbHolds %v", s, v, ok)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/syncgo/syncgo/internal/jsonb"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
@@ -450,8 +451,10 @@ func sqlType(t wire.ColumnType) string {
 // typed columns are a queryable projection: the payload is the source of
 // truth, so a value that Postgres cannot hold (a NUL character in TEXT;
 // in JSONB a \u0000 escape, a lone surrogate's escape or a number outside
-// numeric's range: jsonbHolds) is projected as NULL rather than refusing
-// the row; the reference server does the same for JSON it cannot parse.
+// numeric's range: jsonb.Holds) is projected as NULL rather than refusing
+// the row, which would fail the commit, and every commit grouped with it,
+// again on every retry; the reference server does the same for JSON it
+// cannot parse.
 func (ts *tableSQL) typedArgs(vals []wire.Value) ([]any, error) {
 	if len(vals) != len(ts.typed) {
 		return nil, fmt.Errorf("table %q: row has %d values for %d columns", ts.name, len(vals), len(ts.typed))
@@ -479,7 +482,7 @@ func projectValue(t wire.ColumnType, v wire.Value) any {
 	case wire.TypeBytes, wire.TypeCRDT:
 		return nonNilBytes(v.Bytes)
 	case wire.TypeJSON:
-		if !jsonbHolds(v.Str) {
+		if !jsonb.Holds(v.Str) {
 			return nil
 		}
 	default:

@@ -56,6 +56,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/syncgo/syncgo/internal/jsonb"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/validate"
 )
@@ -459,7 +460,10 @@ func Prepare(plans []Plan, o validate.Origin, seq, createdAtMs int64, known func
 // NormalizePayload returns the stored form of a payload: v marshaled with
 // encoding/json (a json.RawMessage as is), parsed, checked (at most
 // MaxPayloadDepth levels) and written again compact with object keys
-// sorted bytewise and no HTML escaping; at most MaxPayloadBytes.
+// sorted bytewise and no HTML escaping; at most MaxPayloadBytes. Every
+// store keeps the text it returns: it refuses a string holding U+0000 and
+// a number outside Postgres's numeric range (such as 1e-999999), which a
+// jsonb column cannot hold.
 func NormalizePayload(v any) ([]byte, error) { return normalize(v, MaxPayloadBytes) }
 
 func normalize(v any, maxBytes int) ([]byte, error) {
@@ -500,6 +504,12 @@ func normalize(v any, maxBytes int) ([]byte, error) {
 	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(out) > maxBytes {
 		return nil, fmt.Errorf("the JSON exceeds %d bytes", maxBytes)
+	}
+	if !jsonb.Holds(string(out)) {
+		// SQLite would keep it; Postgres's jsonb refuses it, and the
+		// commit with it. Refused on both, a planner's mistake shows in
+		// development on either driver.
+		return nil, errors.New("the JSON holds a \\u0000 escape or a number outside Postgres's numeric range, which the stores do not all keep")
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncgo/syncgo/internal/jsonb"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/validate"
 )
@@ -79,6 +80,10 @@ func TestPrepareRefusesOutOfBounds(t *testing.T) {
 		{"too big", []Plan{{Key: "k", Name: "mail", Payload: big}}},
 		{"invalid raw JSON", []Plan{{Key: "k", Name: "mail", Payload: json.RawMessage(`{"a":`)}}},
 		{"trailing raw JSON", []Plan{{Key: "k", Name: "mail", Payload: json.RawMessage(`{} {}`)}}},
+		{"U+0000 in a string", []Plan{{Key: "k", Name: "mail", Payload: map[string]any{"s": "a\x00b"}}}},
+		{"U+0000 escaped", []Plan{{Key: "k", Name: "mail", Payload: json.RawMessage(`["\u0000"]`)}}},
+		{"U+0000 in a key", []Plan{{Key: "k", Name: "mail", Payload: json.RawMessage(`{"\u0000":1}`)}}},
+		{"scale past numeric's", []Plan{{Key: "k", Name: "mail", Payload: json.RawMessage(`{"n":1e-999999}`)}}},
 	} {
 		if rs, err := Prepare(tc.plans, origin, 1, 1, known); err == nil {
 			t.Errorf("%s: prepared %d reactions; want an error", tc.name, len(rs))
@@ -154,7 +159,7 @@ func TestConfigCheck(t *testing.T) {
 }
 
 // FuzzNormalizePayload: any input is refused or normalized to compact JSON
-// within the bounds, which normalizes to itself and means the same value.
+// within the bounds that Postgres's jsonb holds, which normalizes to itself and means the same value.
 func FuzzNormalizePayload(f *testing.F) {
 	for _, s := range []string{`{"b":1,"a":[true,null,"x"]}`, `"\u2028<>&"`, `1e400`, `[[[[]]]]`, `{"a":1,"a":2}`,
 		` 12.50 `, `{}`, `"\ud800"`, `-0`, `1E+2`} {
@@ -165,7 +170,7 @@ func FuzzNormalizePayload(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(out) > MaxPayloadBytes || !json.Valid(out) {
+		if len(out) > MaxPayloadBytes || !json.Valid(out) || !jsonb.Holds(string(out)) {
 			t.Fatalf("normalized %q to %q", in, out)
 		}
 		again, err := NormalizePayload(json.RawMessage(out))

@@ -1,4 +1,7 @@
-package pgstore
+// Package jsonb says which JSON texts Postgres's jsonb type accepts.
+// pgstore projects a json column value jsonb refuses as NULL; durable
+// reaction payloads, which both drivers store, must be texts jsonb holds.
+package jsonb
 
 // Postgres's jsonb is narrower than JSON: it refuses a \u0000 escape, a
 // \u escape of a lone UTF-16 surrogate, and a number outside numeric's
@@ -11,11 +14,8 @@ const (
 	numericMaxScale     = 16383
 )
 
-// jsonbHolds reports whether Postgres's jsonb accepts s, a valid JSON
-// text. A typed jsonb column projects a value it does not hold as NULL
-// (the payload keeps it whole); refusing the row instead would fail the
-// commit, and every commit grouped with it, again on every retry.
-func jsonbHolds(s string) bool {
+// Holds reports whether Postgres's jsonb accepts s, a valid JSON text.
+func Holds(s string) bool {
 	for i := 0; i < len(s); {
 		switch c := s[i]; {
 		case c == '"':
