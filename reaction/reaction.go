@@ -131,7 +131,10 @@ type Delivery struct {
 	IdempotencyKey string
 	Name           string
 	Version        int32
-	// Payload is the planned payload's normalized JSON.
+	// Payload is the planned payload's JSON: its normalized text on
+	// SQLite; on Postgres jsonb's rendering of the same value (a space
+	// after each colon and comma, shorter keys first, a number such as
+	// 1E+2 written 100). Parse it; do not compare or sign its bytes.
 	Payload json.RawMessage
 	// Attempt counts from 1; MaxAttempts is the last.
 	Attempt     int
