@@ -1,8 +1,10 @@
 package syncgo_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -195,5 +197,39 @@ func (s *watchSock) writeFrame(h ws.Header, payload []byte) {
 	}
 	if _, err := s.conn.Write(masked); err != nil {
 		s.t.Fatal(err)
+	}
+}
+
+// A watch socket whose queries never change still gets a frame every
+// heartbeat (a ping), as docs/deployment.md promises every socket, so a
+// proxy's idle timeout above the heartbeat keeps it open.
+func TestWatchSocketHeartbeat(t *testing.T) {
+	ops := syncgo.Operations{Queries: []syncgo.Query{allTasksQuery()}}
+	e := newOpsEnv(t, openSQLite(t), ops, func(c *syncgo.Config) { c.Realtime.Heartbeat = 50 * time.Millisecond })
+	u := "ws" + strings.TrimPrefix(e.url, "http") + "/operations/realtime"
+	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer alice"}})}
+	conn, br, _, err := d.Dial(context.Background(), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var r io.Reader = conn
+	if br != nil {
+		r = br
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(rtWait))
+	start := time.Now()
+	for pings := 0; pings < 3; {
+		h, err := ws.ReadHeader(r)
+		if err != nil {
+			t.Fatalf("after %d pings in %v: %v", pings, time.Since(start), err)
+		}
+		if _, err := io.CopyN(io.Discard, r, h.Length); err != nil {
+			t.Fatal(err)
+		}
+		if h.OpCode != ws.OpPing {
+			t.Fatalf("frame %v on an idle watch socket; want pings", h.OpCode)
+		}
+		pings++
 	}
 }

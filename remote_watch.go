@@ -371,6 +371,8 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 		t := time.AfterFunc(time.Until(auth.ExpiresAt), func() { sess.closeWith(ws.StatusPolicyViolation, "credentials expired") })
 		defer t.Stop()
 	}
+	stopBeat := sess.heartbeat(s.hub.Heartbeat())
+	defer stopBeat()
 	var br *bufio.Reader
 	if rw != nil {
 		br = rw.Reader
@@ -378,6 +380,37 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 		br = bufio.NewReader(conn)
 	}
 	sess.readLoop(br)
+}
+
+// heartbeat sends a WebSocket ping every interval, so that a proxy's idle
+// timeout above it keeps a socket open whose queries do not change (the
+// realtime sockets' heartbeat pace, docs/deployment.md), and a write to a
+// peer that is gone ends the socket. The client's pong is not awaited.
+// It returns the function that stops the pings.
+func (s *watchSession) heartbeat(every time.Duration) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	var beat func()
+	beat = func() {
+		s.write(ws.OpPing, nil)
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(every)
+		}
+	}
+	mu.Lock()
+	t = time.AfterFunc(every, beat)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
 }
 
 // readLoop reads client messages until the socket ends.

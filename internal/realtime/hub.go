@@ -239,6 +239,10 @@ const churnQuiet = 500 * time.Millisecond
 // bursts.
 func (h *Hub) AddChurn(n int64) { h.churn.Add(n) }
 
+// Heartbeat is the heartbeat interval in effect (Config.Heartbeat or its
+// default), for other sockets of the server that keep the same pace.
+func (h *Hub) Heartbeat() time.Duration { return h.cfg.Heartbeat }
+
 // pooledReaders is how many idle read buffers the hub keeps for the
 // reader goroutines of polled sockets.
 const pooledReaders = 64
