@@ -119,26 +119,31 @@ type regSet struct {
 func (h *Hub) newRegSet(regs []registration, version uint16, epoch string) regSet {
 	var keys []string
 	schema := h.cfg.Engine.Schema()
+	// Every field is written with its length first: ids and scope values
+	// may hold any byte but NUL, so a separator alone would let two
+	// different registration lists (one value "a\x02b" and the two values
+	// "a" and "b") share a signature, and with it a delta.
 	var sig strings.Builder
-	sig.WriteByte(byte(version))
-	sig.WriteString(epoch)
-	sig.WriteByte(0)
+	field := func(s string) {
+		sig.WriteString(strconv.Itoa(len(s)))
+		sig.WriteByte(':')
+		sig.WriteString(s)
+	}
+	field(strconv.Itoa(int(version)))
+	field(epoch)
+	field(strconv.Itoa(len(regs)))
 	for _, r := range regs {
-		sig.WriteString(r.id)
-		sig.WriteByte(0)
-		sig.WriteString(r.table)
-		sig.WriteByte(0)
-		sig.WriteString(strconv.Itoa(int(r.schemaVersion)))
-		sig.WriteByte(0)
+		field(r.id)
+		field(r.table)
+		field(strconv.Itoa(int(r.schemaVersion)))
+		field(strconv.Itoa(len(r.effective)))
 		for _, e := range r.effective {
-			sig.WriteString(e.Key)
-			sig.WriteByte(1)
+			field(e.Key)
+			field(strconv.Itoa(len(e.Values)))
 			for _, v := range e.Values {
-				sig.WriteString(v)
-				sig.WriteByte(2)
+				field(v)
 			}
 		}
-		sig.WriteByte(3)
 		if t, ok := schema.Table(r.table); ok {
 			for _, sc := range t.Scopes() {
 				for _, e := range r.effective {
