@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/syncgo/syncgo/wire"
 )
 
 // Scope isolation of realtime deltas: a socket receives the rows of its
@@ -55,6 +57,45 @@ func TestRealtimeDeltaCacheKeyTellsScopeValuesApart(t *testing.T) {
 			if rows, _ := rtDeltaRows(ys.delta()); !slices.Equal(rows, []string{y}) {
 				t.Fatalf("commit %d: yves (project %q only) got a delta of rows %v; want [%s] (row %s is in project a)", i, odd, rows, y, a)
 			}
+		}
+	})
+}
+
+// One commit writes rows of three projects; a socket that holds two of
+// them, each in its own subscription, gets one delta with a section per
+// subscription and only its own rows: never the row of the third.
+func TestRealtimeDeltaOfCommitAcrossScopes(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		g := &rtGrants{}
+		g.set("alice", "p1", "p3")
+		e := newGrantEnv(t, d.open(t), g)
+		e.peer("alice", "a1").pull(rtSub("s1", -1, "p1"), rtSub("s3", -1, "p3"))
+		s := e.dial("alice", "a1")
+		if h := s.hello(); h.RequiresSync {
+			t.Fatalf("hello %+v: the registrations did not load", h)
+		}
+		seq := e.peer("bob", "b1").push("c-all",
+			rtTask{id: "x1", project: "p1"}, rtTask{id: "x2", project: "p2"}, rtTask{id: "x3", project: "p3"})
+		m := s.delta()
+		rows, next := rtDeltaRows(m)
+		slices.Sort(rows)
+		if !slices.Equal(rows, []string{"x1", "x3"}) || len(next) != 2 || next["s1"] != seq || next["s3"] != seq {
+			t.Fatalf("delta rows %v, cursors %v; want x1 and x3 only, s1 and s3 at %d", rows, next, seq)
+		}
+		sections := map[string][]string{}
+		cur := ""
+		for _, f := range m.Frames {
+			switch f := f.(type) {
+			case *wire.SubStart:
+				cur = f.ID
+			case *wire.Commit:
+				for _, ch := range f.Changes {
+					sections[cur] = append(sections[cur], ch.RowID)
+				}
+			}
+		}
+		if !slices.Equal(sections["s1"], []string{"x1"}) || !slices.Equal(sections["s3"], []string{"x3"}) {
+			t.Fatalf("delta sections %v; want s1 [x1] and s3 [x3]", sections)
 		}
 	})
 }
