@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"hash/fnv"
 	"slices"
@@ -323,29 +324,42 @@ func (w *ClientWriteBehind) Close(ctx context.Context) error {
 // SubscriptionsDigest is a digest of a subscription list, in order: ids,
 // tables and scopes (keys sorted, values in order), never 0. Lists that
 // SubscriptionsEqual reports the same, whatever their schema versions,
-// have the same digest.
+// have the same digest. Every string and count is written with its length
+// first: values may hold any byte, and a separator alone would give lists
+// that split their values differently ("a\x02b" against "a", "b") one
+// digest.
 func SubscriptionsDigest(subs []SubscriptionRecord) uint64 {
 	h := fnv.New64a()
-	var keys []string
+	var (
+		keys []string
+		buf  []byte
+	)
+	field := func(s string) {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
+		h.Write(buf)
+		h.Write([]byte(s))
+	}
+	count := func(n int) {
+		buf = binary.AppendUvarint(buf[:0], uint64(n))
+		h.Write(buf)
+	}
+	count(len(subs))
 	for _, s := range subs {
-		h.Write([]byte(s.ID))
-		h.Write([]byte{0})
-		h.Write([]byte(s.Table))
-		h.Write([]byte{0})
+		field(s.ID)
+		field(s.Table)
 		keys = keys[:0]
 		for k := range s.Scopes {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
+		count(len(keys))
 		for _, k := range keys {
-			h.Write([]byte(k))
-			h.Write([]byte{1})
+			field(k)
+			count(len(s.Scopes[k]))
 			for _, v := range s.Scopes[k] {
-				h.Write([]byte(v))
-				h.Write([]byte{2})
+				field(v)
 			}
 		}
-		h.Write([]byte{3})
 	}
 	return h.Sum64() | 1
 }

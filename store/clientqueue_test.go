@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -45,3 +46,33 @@ func TestAdvanceManySettlesPending(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Subscription lists that differ only in how their values split (one
+// value holding the old separator bytes against two values, a key and a
+// value swapped across the boundary) have different digests; equal lists
+// have the same one.
+func TestSubscriptionsDigestTellsSplitsApart(t *testing.T) {
+	sub := func(id string, scopes map[string][]string) SubscriptionRecord {
+		return SubscriptionRecord{ID: id, Table: "tasks", Scopes: scopes}
+	}
+	lists := [][]SubscriptionRecord{
+		{sub("s", map[string][]string{"p": {"a\x02b"}})},
+		{sub("s", map[string][]string{"p": {"a", "b"}})},
+		{sub("s", map[string][]string{"p": {"ab"}})},
+		{sub("s\x00tasks", map[string][]string{"p": {"a"}})},
+		{sub("s", map[string][]string{"p\x01a": nil})},
+		{sub("s", map[string][]string{"p": {"a"}}), sub("t", nil)},
+		{sub("s", map[string][]string{"p": {"a\x03\x00t\x00tasks"}})},
+	}
+	seen := map[uint64]int{}
+	for i, l := range lists {
+		d := SubscriptionsDigest(l)
+		if j, ok := seen[d]; ok {
+			t.Errorf("lists %d and %d share digest %x", j, i, d)
+		}
+		seen[d] = i
+		if again := SubscriptionsDigest(slices.Clone(l)); again != d {
+			t.Errorf("list %d: digest %x, then %x", i, d, again)
+		}
+	}
+}
