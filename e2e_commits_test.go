@@ -87,6 +87,46 @@ func TestE2ECommitLevelRejections(t *testing.T) {
 	})
 }
 
+// An unversioned upsert over a deleted row answers sync.row_deleted only
+// to an actor allowed to write the payload (§6.2's table: absence is
+// disclosed after payload authorization); an actor without the scope gets
+// sync.forbidden, as for any other row it may not write, and never learns
+// that the row id was deleted.
+func TestE2ERowDeletedAfterPayloadAuthorization(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		e.allow("alice", map[string][]string{"project_id": {"p1"}})
+		e.allow("mallory", map[string][]string{"project_id": {"p2"}})
+		a := e.client("alice", sspclient.Options{})
+		mustUpsert(t, a, taskRow("t1", "p1", "doomed"))
+		syncQuiet(t, a)
+		if _, err := a.Delete("tasks", "t1"); err != nil {
+			t.Fatal(err)
+		}
+		syncQuiet(t, a)
+		m := e.client("mallory", sspclient.Options{})
+		syncQuiet(t, m)
+		probe := mustUpsert(t, m, taskRow("t1", "p1", "was t1 deleted?"))
+		res, err := m.Push(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := pushed(t, res, probe); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeForbidden {
+			t.Fatalf("unversioned upsert into another scope over a deleted row: %s, want rejected %s",
+				statusOf(o), syncerr.CodeForbidden)
+		}
+		again := mustUpsert(t, a, taskRow("t1", "p1", "alice did not see her own delete"))
+		res, err = a.Push(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o := pushed(t, res, again); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeRowDeleted {
+			t.Fatalf("unversioned upsert in the actor's own scope over a deleted row: %s, want rejected %s",
+				statusOf(o), syncerr.CodeRowDeleted)
+		}
+	})
+}
+
 // A delete beats a concurrent unversioned upsert (§6.2): B, which has not
 // seen A's delete, upserts the row without a baseVersion and is rejected
 // with sync.row_deleted; an explicit recreate (baseVersion 0) succeeds.

@@ -141,12 +141,14 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		}
 		tombstoned = ok
 	}
-	if base != nil && *base != 0 {
+	if (base != nil && *base != 0) || tombstoned {
 		// Any baseVersion but 0 names an update (a negative one too, §10's
-		// sync.row_missing): nothing to update here.
-		// Authorize the payload before saying the row is absent, partial
-		// or not, so that absence is disclosed only to actors with the
-		// scope; an absent scope column is a missing value: denied.
+		// sync.row_missing): nothing to update here. Without one, a
+		// tombstone rejects the upsert (sync.row_deleted).
+		// Authorize the payload before saying the row is absent or
+		// deleted, partial or not, so that absence and deletion are
+		// disclosed only to actors with the scope; an absent scope column
+		// is a missing value: denied.
 		vals := in.Values
 		if !full {
 			vals = make([]wire.Value, len(in.Values))
@@ -159,10 +161,10 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		if ss, err := t.StoredScopes(vals); err != nil || !authorized(ss, a.r.allowed) {
 			return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
 		}
+		if tombstoned {
+			return opError(i, syncerr.CodeRowDeleted, "the row was deleted"), nil
+		}
 		return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
-	}
-	if tombstoned {
-		return opError(i, syncerr.CodeRowDeleted, "the row was deleted"), nil
 	}
 	if !full {
 		return opError(i, syncerr.CodeRowMissing, "a partial row cannot create a row"), nil
