@@ -141,14 +141,22 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		}
 		tombstoned = ok
 	}
-	if (base != nil && *base != 0) || tombstoned {
+	if tombstoned {
+		// Without a baseVersion a tombstone rejects the upsert. Authorize
+		// the scope columns the payload names first, so that an actor
+		// learns of the deletion only for a row it may write; a patch
+		// that names none (a stale edit, §6.2) is answered as deleted.
+		if !presentScopesAuthorized(t, in, a.r.allowed) {
+			return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
+		}
+		return opError(i, syncerr.CodeRowDeleted, "the row was deleted"), nil
+	}
+	if base != nil && *base != 0 {
 		// Any baseVersion but 0 names an update (a negative one too, §10's
-		// sync.row_missing): nothing to update here. Without one, a
-		// tombstone rejects the upsert (sync.row_deleted).
-		// Authorize the payload before saying the row is absent or
-		// deleted, partial or not, so that absence and deletion are
-		// disclosed only to actors with the scope; an absent scope column
-		// is a missing value: denied.
+		// sync.row_missing): nothing to update here.
+		// Authorize the payload before saying the row is absent, partial
+		// or not, so that absence is disclosed only to actors with the
+		// scope; an absent scope column is a missing value: denied.
 		vals := in.Values
 		if !full {
 			vals = make([]wire.Value, len(in.Values))
@@ -160,9 +168,6 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 		}
 		if ss, err := t.StoredScopes(vals); err != nil || !authorized(ss, a.r.allowed) {
 			return opError(i, syncerr.CodeForbidden, "the actor may not write this row"), nil
-		}
-		if tombstoned {
-			return opError(i, syncerr.CodeRowDeleted, "the row was deleted"), nil
 		}
 		return opError(i, syncerr.CodeRowMissing, "the row does not exist"), nil
 	}
@@ -194,6 +199,22 @@ func (a *applier) insert(ctx context.Context, i int, t *schema.CompiledTable, op
 	}
 	row := store.Row{Table: t.Name(), RowID: op.RowID, ServerVersion: 1, Scopes: wireScopes(ss), Payload: payload}
 	return a.upsertRow(ctx, i, t, row, in.Values, in.Present)
+}
+
+// presentScopesAuthorized reports whether every scope column present in
+// the payload holds a value the actor may write (a NULL one may not).
+func presentScopesAuthorized(t *schema.CompiledTable, in wire.SparseRow, allowed map[string][]string) bool {
+	cols := t.Columns()
+	for _, sc := range t.Scopes() {
+		if sc.ColumnIndex >= len(in.Present) || !in.Present[sc.ColumnIndex] {
+			continue
+		}
+		v, ok := schema.RenderValue(cols[sc.ColumnIndex].Type, in.Values[sc.ColumnIndex])
+		if !ok || !authorized(schema.StoredScopes{{Variable: sc.Pattern.Variable, Value: v}}, allowed) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameValue(t wire.ColumnType, a, b wire.Value) bool {
