@@ -87,11 +87,12 @@ func TestE2ECommitLevelRejections(t *testing.T) {
 	})
 }
 
-// An unversioned upsert over a deleted row answers sync.row_deleted only
-// to an actor allowed to write the payload (§6.2's table: absence is
-// disclosed after payload authorization); an actor without the scope gets
-// sync.forbidden, as for any other row it may not write, and never learns
-// that the row id was deleted.
+// An unversioned upsert over a deleted row whose payload names a scope
+// the actor does not hold gets sync.forbidden, as any other row it may not
+// write, not sync.row_deleted (§6.2's table discloses absence after payload
+// authorization); in the actor's own scope it gets sync.row_deleted. (A
+// patch that names no scope column is answered sync.row_deleted, as the
+// catalog's delete-precedence scenarios expect.)
 func TestE2ERowDeletedAfterPayloadAuthorization(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
 		e := newE2EEnv(t, d)
