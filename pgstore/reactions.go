@@ -192,6 +192,21 @@ func (s *Store) ReleaseReaction(ctx context.Context, partition, key, owner strin
   attempts = greatest(attempts - 1, 0), lease_owner = NULL, lease_expires_at_ms = NULL`+leasedBy, partition, key, owner, nowMs)
 }
 
+// ReleaseClaim implements store.ReactionStore; the claim's leases are
+// found through sync_reactions_expiry (status, lease_expires_at_ms).
+func (s *Store) ReleaseClaim(ctx context.Context, owner string, leaseUntilMs, nowMs int64) (int64, error) {
+	if err := s.checkWrite(); err != nil {
+		return 0, err
+	}
+	tag, err := s.pool.Exec(ctx, `UPDATE sync_reactions SET status = 'pending', available_at_ms = $3,
+  attempts = greatest(attempts - 1, 0), lease_owner = NULL, lease_expires_at_ms = NULL
+WHERE status = 'leased' AND lease_expires_at_ms = $2 AND lease_owner = $1`, owner, leaseUntilMs, nowMs)
+	if err != nil {
+		return 0, fmt.Errorf("release claim: %w", storageFull(err))
+	}
+	return tag.RowsAffected(), nil
+}
+
 // RetryReaction implements store.ReactionStore.
 func (s *Store) RetryReaction(ctx context.Context, partition, key string, nowMs int64) (bool, error) {
 	return s.transition(ctx, "retry reaction", `UPDATE sync_reactions SET status = 'pending', attempts = 0,

@@ -166,6 +166,23 @@ func (s *Store) ReleaseReaction(ctx context.Context, partition, key, owner strin
   attempts = max(attempts - 1, 0), lease_owner = NULL, lease_expires_at_ms = NULL`+leasedBy, nowMs, partition, key, owner)
 }
 
+// ReleaseClaim implements store.ReactionStore; the claim's leases are
+// found through sync_reactions_expiry (status, lease_expires_at_ms).
+func (s *Store) ReleaseClaim(ctx context.Context, owner string, leaseUntilMs, nowMs int64) (int64, error) {
+	var n int64
+	err := s.w.do(ctx, func(_ context.Context, c *conn) error {
+		var err error
+		n, err = c.execChanges(`UPDATE sync_reactions SET status = 'pending', available_at_ms = ?,
+  attempts = max(attempts - 1, 0), lease_owner = NULL, lease_expires_at_ms = NULL
+WHERE status = 'leased' AND lease_expires_at_ms = ? AND lease_owner = ?`, nowMs, leaseUntilMs, owner)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("release claim: %w", err)
+	}
+	return n, nil
+}
+
 // RetryReaction implements store.ReactionStore.
 func (s *Store) RetryReaction(ctx context.Context, partition, key string, nowMs int64) (bool, error) {
 	return s.transition(ctx, "retry reaction", `UPDATE sync_reactions SET status = 'pending', attempts = 0, available_at_ms = ?,

@@ -154,6 +154,13 @@ type ReactionStore interface {
 	// ReleaseReaction gives a lease back without an outcome (its runner
 	// stops): pending again, due at nowMs, the attempt not counted.
 	ReleaseReaction(ctx context.Context, partition, key, owner string, nowMs int64) (bool, error)
+	// ReleaseClaim gives back, as ReleaseReaction does, every lease that
+	// a claim of owner took until leaseUntilMs, and returns how many. A
+	// runner calls it when ClaimReactions failed: the store may have
+	// applied the claim and lost only its answer (a timeout after the
+	// commit), and its reactions would wait out the lease and lose an
+	// attempt (the last one dead-letters undelivered).
+	ReleaseClaim(ctx context.Context, owner string, leaseUntilMs, nowMs int64) (int64, error)
 	// ReactionBacklog counts the reactions not completed.
 	ReactionBacklog(ctx context.Context, nowMs int64) (ReactionBacklog, error)
 	// ListReactions reads stored reactions.

@@ -212,11 +212,21 @@ func (r *Runner) loop() {
 func (r *Runner) claim(n int) (int, error) {
 	owner := r.cfg.Owner + ":" + randomToken()
 	now := r.cfg.Now()
+	until := now + r.rc.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(r.hard, recordTimeout)
 	defer cancel()
 	rs, err := r.cfg.Store.ClaimReactions(ctx, store.ReactionClaim{Owner: owner, Types: r.types, NowMs: now,
-		LeaseUntilMs: now + r.rc.LeaseDuration.Milliseconds(), Limit: n})
+		LeaseUntilMs: until, Limit: n})
 	if err != nil {
+		// The store may have applied the claim and lost only its answer:
+		// give back what it may have leased (its owner token is this
+		// claim's alone), so that those reactions neither wait out the
+		// lease nor lose an attempt.
+		rctx, rcancel := context.WithTimeout(r.hard, recordTimeout)
+		defer rcancel()
+		if _, rerr := r.cfg.Store.ReleaseClaim(rctx, owner, until, r.cfg.Now()); rerr != nil {
+			r.cfg.Logger.Warn("reaction claim release failed", "err", rerr)
+		}
 		return 0, err
 	}
 	for _, rx := range rs {

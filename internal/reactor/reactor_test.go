@@ -23,6 +23,17 @@ type flakyStore struct {
 	*sqlitestore.Store
 	failExtend atomic.Bool
 	extends    atomic.Int64
+	// loseClaims > 0 makes that many claims fail after the store applied
+	// them (an answer lost to a timeout after the commit).
+	loseClaims atomic.Int64
+}
+
+func (f *flakyStore) ClaimReactions(ctx context.Context, c store.ReactionClaim) ([]store.Reaction, error) {
+	rs, err := f.Store.ClaimReactions(ctx, c)
+	if err == nil && len(rs) > 0 && f.loseClaims.Add(-1) >= 0 {
+		return nil, errors.New("injected: the claim's answer was lost")
+	}
+	return rs, err
 }
 
 func (f *flakyStore) ExtendReactionLease(ctx context.Context, partition, key, owner string, untilMs int64) (bool, error) {
@@ -279,5 +290,36 @@ func TestTypedNilErrorIsAFailure(t *testing.T) {
 	_ = json.Unmarshal(got.LastFailure, &f)
 	if got.Attempts != 2 || f.Code != reaction.CodeHandlerFailed {
 		t.Errorf("%+v (%s); want completed at attempt 2 after a %s", got, got.LastFailure, reaction.CodeHandlerFailed)
+	}
+}
+
+// A claim the store applied but whose answer was lost leases reactions to
+// an owner that runs nothing. The runner gives them back: the reaction
+// runs at once (not after the lease), at its first attempt, and a
+// reaction allowed one attempt completes rather than dead-letter
+// undelivered when the lease ends.
+func TestLostClaimIsGivenBack(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	now := time.Now().UnixMilli()
+	err := s.Write(context.Background(), "p", func(ctx context.Context, tx store.WriteTx) error {
+		return tx.(store.ReactionTx).EnqueueReactions(ctx, []store.NewReaction{{IdempotencyKey: "once", Type: "job", Version: 1,
+			Payload: []byte(`{}`), SourceClientID: "c", SourceClientCommitID: "cc", SourceCommitSeq: 1, CreatedAtMs: now, MaxAttempts: 1}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.loseClaims.Store(1)
+	var calls atomic.Int64
+	r := newRunner(s, time.Hour, func(ctx context.Context, d *reaction.Delivery) error {
+		calls.Add(1)
+		return nil
+	})
+	r.Start()
+	defer stop(t, r)
+	waitFor(t, "completion", func() bool { return get(t, s, "once").State == store.ReactionCompleted })
+	if got := get(t, s, "once"); got.Attempts != 1 || calls.Load() != 1 || s.loseClaims.Load() >= 0 {
+		t.Errorf("%+v after %d handler calls (claims left to lose %d); want completed at attempt 1 after a lost claim",
+			got, calls.Load(), s.loseClaims.Load())
 	}
 }

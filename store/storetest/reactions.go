@@ -27,6 +27,7 @@ func RunReactions(t *testing.T, open Opener) {
 		{"ExpiredLeases", testReactionExpiredLeases},
 		{"BacklogListRetryDropPrune", testReactionOperator},
 		{"ConcurrentClaims", testReactionConcurrentClaims},
+		{"ReleaseClaim", testReactionReleaseClaim},
 	})
 }
 
@@ -172,6 +173,45 @@ func testReactionEnqueueAtomic(t *testing.T, open Opener) {
 	rest := e.list(store.ReactionQuery{Limit: 2, AfterPartition: page[1].Partition, AfterKey: page[1].IdempotencyKey})
 	if len(page) != 2 || len(rest) != 1 || rest[0].Partition != "q" {
 		t.Errorf("pages %v then %v", keysOf(page), keysOf(rest))
+	}
+}
+
+// ReleaseClaim gives back the leases of one claim (owner and lease end),
+// with their attempts, and nothing of another claim or of a lease since
+// extended.
+func testReactionReleaseClaim(t *testing.T, open Opener) {
+	e := newReactionEnv(t, open)
+	e.touch("p")
+	rs := newReactions("c", "mail", 4, 100)
+	e.enqueue("p", rs)
+	a := e.claim("w1", []string{"mail"}, 1000, 50_000, 3)
+	b := e.claim("w2", []string{"mail"}, 1000, 50_000, 3)
+	if len(a) != 3 || len(b) != 1 {
+		t.Fatalf("claims took %d and %d; want 3 and 1", len(a), len(b))
+	}
+	ok, err := e.rs.ExtendReactionLease(e.ctx, "p", a[2].IdempotencyKey, "w1", 60_000)
+	e.wantOK("ExtendReactionLease", ok, err, true)
+	if n, err := e.rs.ReleaseClaim(e.ctx, "w1", 40_000, 1100); err != nil || n != 0 {
+		t.Fatalf("ReleaseClaim of another lease end = %d, %v; want 0", n, err)
+	}
+	n, err := e.rs.ReleaseClaim(e.ctx, "w1", 50_000, 1100)
+	if err != nil || n != 2 {
+		t.Fatalf("ReleaseClaim = %d, %v; want the claim's 2 leases not extended since", n, err)
+	}
+	for _, r := range a[:2] {
+		if got := e.get("p", r.IdempotencyKey); got.State != store.ReactionPending || got.Attempts != 0 ||
+			got.AvailableAtMs != 1100 || got.LeaseOwner != "" || got.LeaseExpiresAtMs != 0 {
+			t.Errorf("released %s: %+v; want pending at 1100, attempt given back", r.IdempotencyKey, got)
+		}
+	}
+	if got := e.get("p", a[2].IdempotencyKey); got.State != store.ReactionLeased || got.LeaseOwner != "w1" {
+		t.Errorf("the extended lease: %+v; want still leased to w1", got)
+	}
+	if got := e.get("p", b[0].IdempotencyKey); got.State != store.ReactionLeased || got.LeaseOwner != "w2" {
+		t.Errorf("another claim's lease: %+v; want still leased to w2", got)
+	}
+	if got := e.claim("w3", []string{"mail"}, 1100, 90_000, 10); len(got) != 2 {
+		t.Errorf("a claim after the release took %d; want the 2 released", len(got))
 	}
 }
 
