@@ -120,12 +120,16 @@ func (r *request) pushGrouped(ctx context.Context, commits []*wire.PushCommit) (
 		}
 		return false, nil
 	}
+	// Every commit of the run is durable: each is announced even when
+	// the response can no longer be written (a client gone mid-response).
+	var werr error
 	for i, out := range outs {
-		if err := r.finishPush(commits[i].ClientCommitID, out); err != nil {
-			return true, err
+		if werr == nil {
+			werr = r.writePushResult(commits[i].ClientCommitID, out)
 		}
+		r.announcePush(out)
 	}
-	return true, nil
+	return true, werr
 }
 
 // pushCommit applies one PUSH_COMMIT (§6) and writes its PUSH_RESULT.
@@ -192,11 +196,19 @@ func (r *request) pushCommit(ctx context.Context, pc *wire.PushCommit) error {
 }
 
 // finishPush writes the PUSH_RESULT of a commit whose outcome is durable,
-// counts it and announces an appended commit.
+// counts it and announces an appended commit. The commit is announced
+// whether or not its result could be written: it is in the log either
+// way, and realtime would otherwise not deliver it until a later commit
+// of the partition showed the gap.
 func (r *request) finishPush(id string, out pushOutcome) error {
-	if err := r.writePushResult(id, out); err != nil {
-		return err
-	}
+	err := r.writePushResult(id, out)
+	r.announcePush(out)
+	return err
+}
+
+// announcePush counts a durable outcome and announces its commit (to
+// realtime, the reactions runner and the host's OnCommit).
+func (r *request) announcePush(out pushOutcome) {
 	r.e.notePush(out)
 	r.e.notePlanned(r.auth.Partition, out)
 	if out.record.Status == wire.PushApplied {
@@ -205,7 +217,6 @@ func (r *request) finishPush(id string, out pushOutcome) error {
 	if out.notice != nil && r.e.cfg.OnCommit != nil {
 		r.e.cfg.OnCommit(*out.notice)
 	}
-	return nil
 }
 
 // ownResult refuses a journal record another actor pushed: a replay is
