@@ -138,8 +138,21 @@ func (w *writer) submit(ctx context.Context, fn writeFunc, last bool) error {
 		return ctx.Err()
 	}
 	// Once queued, the request always gets an answer: the caller must not
-	// walk away from a write that may still commit.
-	return full(<-req.done)
+	// walk away from a write that may still commit. A request queued
+	// after the writer drained its queue at stop (the closed check above
+	// raced Close) is never taken: once the writer has ended, every
+	// request it took was answered, so one without an answer never ran.
+	select {
+	case err := <-req.done:
+		return full(err)
+	case <-w.ended:
+		select {
+		case err := <-req.done:
+			return full(err)
+		default:
+			return store.ErrClosed
+		}
+	}
 }
 
 // full marks a write that failed for lack of space (SQLITE_FULL: the disk
