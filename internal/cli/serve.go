@@ -23,11 +23,9 @@ import (
 	"github.com/syncgo/syncgo/internal/config"
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/pgstore"
-	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
-	"github.com/syncgo/syncgo/webhook"
 )
 
 //go:embed demo_schema.json
@@ -271,54 +269,11 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	if err != nil {
 		return fmt.Errorf("refusing to listen on %s: %w", ln.Addr(), err)
 	}
-	sc, err := loadSchema(cfg.Schema)
-	if err != nil {
-		return fmt.Errorf("schema: %w", err)
-	}
-	window, err := loadSchemaWindow(cfg.SchemaWindow, sc)
+	plan, err := planServe(cfg, mode, loopback, ln.Addr(), logger)
 	if err != nil {
 		return err
 	}
-	decls, err := declarations(cfg.Checkpoints, sc.Version())
-	if err != nil {
-		return err
-	}
-	if err := checkOperations(cfg.Operations, sc); err != nil {
-		return fmt.Errorf("operations: %w", err)
-	}
-	var (
-		authenticate  func(*http.Request) (syncgo.Auth, error)
-		resolveScopes func(context.Context, syncgo.ScopeRequest) (map[string][]string, error)
-		grantQueries  []syncgo.GrantQuery
-	)
-	switch mode {
-	case config.ModeJWT:
-		ac := cfg.Auth.Config
-		ac.Logger = logger
-		a, err := auth.New(ac, cfg.Scopes, sc)
-		if err != nil {
-			return fmt.Errorf("auth: %w", err)
-		}
-		defer a.Close()
-		for _, v := range a.Scopes().Unruled(sc) {
-			logger.Warn("scope variable " + v + " has no rule in scopes: no actor is granted it")
-		}
-		authenticate, resolveScopes, grantQueries = a.Authenticate, a.ResolveScopes, a.Scopes().GrantQueries()
-		logger.Info("JWT authentication", "algorithms", strings.Join(a.Algorithms(), ","), "issuer", cfg.Auth.Issuer,
-			"audience", strings.Join(cfg.Auth.Audience, ","), "token_sources", sourcesString(ac.TokenSources))
-	default:
-		if !loopback {
-			logger.Warn("DEVELOPMENT AUTHENTICATION ON A NON-LOOPBACK ADDRESS (-dev): anyone who can reach " +
-				ln.Addr().String() + " can read and write every scope")
-		}
-		logger.Warn("DEVELOPMENT AUTHENTICATION: 'Authorization: Bearer <actorId>' is trusted as is, " +
-			"every actor is in partition \"default\" and may read and write every scope. " +
-			"Configure JWT authentication (docs/auth.md) for production.")
-		if len(cfg.Scopes) > 0 {
-			logger.Warn("scopes are ignored under development authentication: every actor may use every scope")
-		}
-		authenticate, resolveScopes = devAuthenticate, devResolver(sc)
-	}
+	defer plan.close()
 	db, dbListen := cfg.DB, cfg.DBListen
 	if cfg.DBPasswordFile != "" {
 		pw, err := os.ReadFile(cfg.DBPasswordFile)
@@ -340,79 +295,8 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		return fmt.Errorf("open %s: %w", config.RedactDSN(cfg.DB), err)
 	}
 	defer st.Close()
-	l := cfg.Limits
-	validators, commitValidator, err := cfg.CompileValidators(sc)
+	scfg, err := plan.serverConfig(cfg, st, &obs, accessLog, ln.Addr(), logger)
 	if err != nil {
-		return err
-	}
-	scfg := syncgo.Config{
-		Validators:            validators,
-		CommitValidator:       commitValidator,
-		Store:                 st,
-		Schema:                sc,
-		SchemaWindow:          window,
-		Authenticate:          authenticate,
-		ResolveScopes:         resolveScopes,
-		GrantQueries:          grantQueries,
-		Logger:                logger,
-		Declarations:          decls,
-		Operations:            buildOperations(cfg.Operations),
-		MaxRequestBytes:       l.MaxRequestBytes,
-		MaxBodyMemory:         l.MaxBodyMemory,
-		MaxFrameBytes:         l.MaxFrameBytes,
-		StallTimeout:          l.StallTimeout,
-		WriteTimeout:          l.WriteTimeout,
-		MaxConcurrentRequests: l.MaxConcurrentRequests,
-		MaxQueuedRequests:     l.MaxQueuedRequests,
-		QueueTimeout:          l.QueueTimeout,
-		Limits: syncgo.Limits{
-			MaxOperationsPerRequest:    l.MaxOperationsPerRequest,
-			MaxSubscriptionsPerRequest: l.MaxSubscriptionsPerRequest,
-			InlineSegmentMaxBytes:      l.InlineSegmentMaxBytes,
-			SegmentTTL:                 l.SegmentTTL,
-			MaxCRDTBytes:               l.MaxCRDTBytes,
-			CatchUpBootstrapAfter:      l.CatchUpBootstrapAfter,
-		},
-		Realtime: syncgo.RealtimeConfig{
-			Heartbeat:         cfg.Realtime.Heartbeat,
-			ReresolveInterval: cfg.Realtime.ReresolveInterval,
-			QueueMessages:     cfg.Realtime.QueueMessages,
-			QueueBytes:        cfg.Realtime.QueueBytes,
-			MaxDeltaBytes:     cfg.Realtime.MaxDeltaBytes,
-			MaxPresenceBytes:  cfg.Realtime.MaxPresenceBytes,
-			ReleaseAfterChurn: cfg.Realtime.ReleaseAfterChurn,
-		},
-		RetentionInterval: cfg.Retention.Interval,
-		Retention: syncgo.RetentionPolicy{
-			ActiveWindow:       cfg.Retention.ActiveWindow,
-			AgeForce:           cfg.Retention.AgeForce,
-			MinRetainedCommits: cfg.Retention.MinRetainedCommits,
-		},
-	}
-	if len(cfg.Webhooks) > 0 {
-		hooks, err := cfg.Hooks(sc)
-		if err != nil {
-			return err
-		}
-		planner, handlers, err := webhook.Reactions(hooks, sc, nil)
-		if err != nil {
-			return err
-		}
-		scfg.Reactions = &syncgo.ReactionConfig{Planner: planner, Handlers: handlers, OnEvent: func(ev reaction.Event) {
-			if p := ev.Prune; p != nil {
-				logger.Debug(ev.Type, "completed", p.Completed, "dead_lettered", p.DeadLettered, "may_have_more", p.MayHaveMore)
-				return
-			}
-			logger.Debug(ev.Type, "partition", ev.Partition, "reaction", ev.IdempotencyKey, "name", ev.Name,
-				"attempt", ev.Attempt, "code", ev.Code)
-		}}
-		for _, h := range hooks {
-			logger.Info("webhook", "name", h.Name, "url", h.Endpoint(), "tables", strings.Join(h.Tables, ","), "signed", h.Secret != "")
-		}
-	}
-	obs.apply(&scfg, accessLog)
-	applyLimitConfig(&scfg, cfg) // serve_limits.go
-	if err := applySegmentConfig(&scfg, cfg, ln.Addr(), cfg.Mount); err != nil {
 		return err
 	}
 	srv, err := syncgo.New(scfg)
