@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -156,6 +157,15 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		if cfg.Auth.Configured() {
 			mode = config.ModeJWT
 		} else {
+			// serve refuses the development authentication on an address
+			// other hosts reach: so does the check.
+			loopback, err := listenLoopback(cfg.Listen)
+			if err != nil {
+				return nil, nil, err
+			}
+			if _, err := cfg.AuthMode(loopback); err != nil {
+				return nil, nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+			}
 			summary = append(summary, "auth: none configured: development authentication, on a loopback listen address only")
 			warnings = append(warnings, "no authentication is configured (docs/auth.md)")
 			return summary, warnings, nil
@@ -220,4 +230,15 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// listenLoopback reports whether serve's listener on listen would be on a
+// loopback address, resolving a host name as net.Listen does, without
+// listening: an empty host is every interface.
+func listenLoopback(listen string) (bool, error) {
+	addr, err := net.ResolveTCPAddr("tcp", listen)
+	if err != nil {
+		return false, fmt.Errorf("listen %q: %w", listen, err)
+	}
+	return addr.IP.IsLoopback(), nil
 }
