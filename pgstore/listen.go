@@ -71,14 +71,21 @@ func (s *Store) NotifyGrants(ctx context.Context, partition, actorID string) err
 	if err := s.check(); err != nil {
 		return err
 	}
-	payload := grantsPrefix + s.dbSchema + ":" + strconv.Itoa(len(partition)) + ":" + partition + actorID
-	if len(payload) > maxNotifyPayload {
-		payload = grantsPrefix + s.dbSchema
-	}
-	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload); err != nil {
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, grantsPayload(s.dbSchema, partition, actorID)); err != nil {
 		return fmt.Errorf("pgstore: notify grants: %w", err)
 	}
 	return nil
+}
+
+// grantsPayload is the grant notification of an actor's grants in a
+// partition of a schema, or of every grant of the schema when that would
+// reach the payload limit.
+func grantsPayload(schema, partition, actorID string) string {
+	payload := grantsPrefix + schema + ":" + strconv.Itoa(len(partition)) + ":" + partition + actorID
+	if len(payload) > maxNotifyPayload {
+		payload = grantsPrefix + schema
+	}
+	return payload
 }
 
 // parseGrants decodes a grant notification of the store's schema.
