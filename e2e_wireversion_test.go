@@ -1,0 +1,113 @@
+package syncgo_test
+
+import (
+	"encoding/binary"
+	"net/http"
+	"testing"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// withWireVersion returns a copy of an encoded message with another
+// wireVersion in its envelope.
+func withWireVersion(b []byte, v uint16) []byte {
+	out := append([]byte(nil), b...)
+	binary.LittleEndian.PutUint16(out[4:6], v)
+	return out
+}
+
+// The wire version is negotiated by the request envelope alone: versions
+// 1 to 3 are answered in their own version (a version 1 header without a
+// log epoch), every other one (0, 4, 99, 0xffff, "negative" -1) is
+// sync.invalid_request with HTTP 400 and writes nothing; a version 1 or 2
+// push whose payload is a version 3 sparse row is refused whole, not half
+// applied.
+func TestE2EWireVersionNegotiation(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		seed := e.client("alice", sspclient.Options{})
+		mustSubscribe(t, seed, "tasks-p1", "p1")
+		mustUpsert(t, seed, taskRow("t1", "p1", "seed"))
+		syncQuiet(t, seed)
+		epoch := e.partitionState().LogEpoch
+		pull := &wire.PullHeader{Accept: wire.AcceptInlineRows | wire.AcceptExternalRows}
+		sub := &wire.Subscription{ID: "s", Table: "tasks", Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}
+		valid := encodeRequest(t, &wire.Request{Version: wire.Version3, Header: &wire.ReqHeader{ClientID: hostileClient, SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{{ClientCommitID: hostileCommit, Operations: []wire.Operation{e.upsertOp(t, taskRow("h1", "p1", "x"))}}}})
+
+		before := e.snapshot(t, hostileClient, hostileCommit)
+		for _, v := range []uint16{0, 4, 99, 0xffff} {
+			r := e.post(t, body(withWireVersion(valid, v)), nil)
+			wantJSONError(t, r, http.StatusBadRequest, syncerr.CodeInvalidRequest)
+			if after := e.snapshot(t, hostileClient, hostileCommit); !after.equal(before) {
+				t.Fatalf("wire version %d changed the database:\nbefore %+v\nafter  %+v", v, before, after)
+			}
+		}
+
+		// A sparse (version 3) payload of some columns, sent as version 1
+		// and 2, where a payload is the full row.
+		partial := e.upsertOp(t, map[string]any{"id": "t1", "title": "partial"})
+		for _, v := range []uint16{wire.Version1, wire.Version2} {
+			h := &wire.ReqHeader{ClientID: hostileClient, SchemaVersion: 1}
+			if v >= wire.Version2 {
+				h.LogEpoch = &epoch
+			}
+			m := decodeResponse(t, e.post(t, body(encodeRequest(t, &wire.Request{Version: v, Header: h,
+				Commits: []*wire.PushCommit{{ClientCommitID: hostileCommit, Operations: []wire.Operation{partial}}}})), nil))
+			if m.Version != v {
+				t.Fatalf("a version %d push answered in version %d", v, m.Version)
+			}
+			pr, ok := m.Frames[1].(*wire.PushResult)
+			if !ok || pr.Status != wire.PushRejected || len(pr.Results) != 1 || pr.Results[0].Code != syncerr.CodeInvalidRequest {
+				t.Fatalf("version %d push of a sparse payload answered %+v; want rejected, sync.invalid_request", v, m.Frames[1])
+			}
+			if after := e.snapshot(t, hostileClient, hostileCommit); after.maxSeq != before.maxSeq || after.rows["t1"] != before.rows["t1"] {
+				t.Fatalf("version %d push of a sparse payload changed the log or the row:\nbefore %+v\nafter  %+v", v, before, after)
+			}
+
+			// A pull of the same version is answered in it: a version 1
+			// header carries no log epoch, a version 2 one the live one.
+			m = decodeResponse(t, e.post(t, body(encodeRequest(t, &wire.Request{Version: v, Header: h, Pull: pull,
+				Subscriptions: []*wire.Subscription{sub}})), nil))
+			rh, ok := m.Frames[0].(*wire.RespHeader)
+			if m.Version != v || !ok || rh.ResetRequired || (v == wire.Version1) != (rh.LogEpoch == "") || (v == wire.Version2 && rh.LogEpoch != epoch) {
+				t.Fatalf("version %d pull answered version %d, header %+v", v, m.Version, m.Frames[0])
+			}
+		}
+	})
+}
+
+// A socket round whose envelope names a wire version the server does not
+// speak closes the socket as a protocol error (§8.7 failures: an invalid
+// request header is connection-fatal); versions 1 to 3 are served.
+func TestRealtimeUnsupportedWireVersionCloses(t *testing.T) {
+	e := newRTEnv(t)
+	a := e.peer("alice", "a1")
+	a.acquireEpoch()
+	req := a.encode(&wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
+		Subscriptions: []*wire.Subscription{rtSub("s1", -1, "p1")}})
+	for _, v := range []uint16{0, 4, 99, 0xffff} {
+		s := e.dial("alice", "a1")
+		s.hello()
+		s.sendRound(withWireVersion(req, v))
+		s.wantClose(ws.StatusProtocolError)
+	}
+	for _, v := range []uint16{wire.Version1, wire.Version2, wire.Version3} {
+		s := e.dial("alice", "a1")
+		s.hello()
+		h := &wire.ReqHeader{ClientID: "a1", SchemaVersion: 1}
+		if v >= wire.Version2 {
+			h.LogEpoch = a.epoch
+		}
+		m := s.round(a, &wire.Request{Version: v, Header: h, Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
+			Subscriptions: []*wire.Subscription{rtSub("s1", -1, "p1")}})
+		if m.Version != v {
+			t.Fatalf("a version %d socket round answered in version %d", v, m.Version)
+		}
+		_ = s.nc.Close()
+	}
+}
