@@ -380,7 +380,7 @@ func TestBuildErrors(t *testing.T) {
 }
 
 // withDB opens a copy of an image read-write.
-func withDB(t *testing.T, img []byte, fn func(db *sql.DB)) []byte {
+func withDB(t testing.TB, img []byte, fn func(db *sql.DB)) []byte {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "image.sqlite")
 	if err := os.WriteFile(path, img, 0o600); err != nil {
@@ -401,7 +401,7 @@ func withDB(t *testing.T, img []byte, fn func(db *sql.DB)) []byte {
 	return out
 }
 
-func mutate(t *testing.T, img []byte, stmts ...string) []byte {
+func mutate(t testing.TB, img []byte, stmts ...string) []byte {
 	t.Helper()
 	return withDB(t, img, func(db *sql.DB) {
 		for _, s := range stmts {
