@@ -19,7 +19,7 @@ import (
 // request, and GET /segments/{id} from a map, so that the client's
 // handling of exact responses can be checked without a real server.
 type fakeServer struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *httptest.Server
 	respond func(req *wire.Request) []wire.Frame
 	// cutTail, when positive, drops that many bytes from the end of the
@@ -33,7 +33,7 @@ type fakeServer struct {
 	scopesHeader string
 }
 
-func newFakeServer(t *testing.T, respond func(req *wire.Request) []wire.Frame) *fakeServer {
+func newFakeServer(t testing.TB, respond func(req *wire.Request) []wire.Frame) *fakeServer {
 	f := &fakeServer{t: t, respond: respond, segments: map[string][]byte{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sync", f.sync)
@@ -123,7 +123,7 @@ func (f *fakeServer) request(i int) (*wire.Request, int) {
 
 // fakeSchema is a one-table schema: notes(id, project, body) scoped by
 // project.
-func fakeSchema(t *testing.T) *schema.Compiled {
+func fakeSchema(t testing.TB) *schema.Compiled {
 	t.Helper()
 	c, err := schema.New(1).
 		Table("notes", "id", schema.String("id"), schema.String("project"), schema.String("body").Null()).
@@ -136,7 +136,7 @@ func fakeSchema(t *testing.T) *schema.Compiled {
 }
 
 // note encodes a full notes row.
-func note(t *testing.T, s *schema.Compiled, id, project, body string) []byte {
+func note(t testing.TB, s *schema.Compiled, id, project, body string) []byte {
 	t.Helper()
 	tbl, _ := s.Table("notes")
 	b, err := tbl.RowCodec().AppendRow(nil, []wire.Value{{Str: id}, {Str: project}, {Str: body}})
@@ -147,7 +147,7 @@ func note(t *testing.T, s *schema.Compiled, id, project, body string) []byte {
 }
 
 // segmentOf encodes a rows segment of notes rows at version 1.
-func segmentOf(t *testing.T, s *schema.Compiled, rows ...[]byte) []byte {
+func segmentOf(t testing.TB, s *schema.Compiled, rows ...[]byte) []byte {
 	t.Helper()
 	tbl, _ := s.Table("notes")
 	var buf bytes.Buffer
