@@ -256,15 +256,31 @@ func FuzzRedactDSN(f *testing.F) {
 	})
 }
 
-// Any file either loads or fails with an error: never a panic.
+// Any file either loads or fails with an error, never a panic; a file
+// that validates has an auth mode on a loopback address, and its log
+// settings make a level (what serve builds first). The whole path from a
+// file that config check passes to the server serve builds is
+// FuzzConfigCheckServes (internal/cli).
 func FuzzLoad(f *testing.F) {
 	f.Add([]byte("listen: x\nauth:\n  audience: [a]\nscopes:\n  v:\n    - claim: c\n"))
 	f.Add([]byte("db: ${X}\n"))
+	f.Add([]byte("auth:\n  mode: jwt\nlog:\n  level: DEBUG+2\n  format: Json\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := Default()
-		if err := decode(data, &c); err == nil {
-			_ = expand(reflect.ValueOf(&c).Elem(), "", env(map[string]string{"X": "y"}))
-			_ = c.Validate()
+		if err := decode(data, &c); err != nil {
+			return
+		}
+		if err := expand(reflect.ValueOf(&c).Elem(), "", env(map[string]string{"X": "y"})); err != nil {
+			return
+		}
+		if c.Validate() != nil {
+			return
+		}
+		if _, err := c.AuthMode(true); err != nil {
+			t.Fatalf("a valid config has no auth mode on loopback: %v", err)
+		}
+		if _, err := c.Log.SlogLevel(); err != nil {
+			t.Fatalf("a valid config's log level: %v", err)
 		}
 	})
 }
