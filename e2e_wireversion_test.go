@@ -1,7 +1,9 @@
 package syncgo_test
 
 import (
+	"context"
 	"encoding/binary"
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -110,4 +112,50 @@ func TestRealtimeUnsupportedWireVersionCloses(t *testing.T) {
 		}
 		_ = s.nc.Close()
 	}
+}
+
+// A client of wire version 1 or 2 that pulled over HTTP gets its deltas
+// in its own version (a version 1 header without a log epoch), and its
+// acks move the stored cursor without changing the stored wire version
+// (§8.2: an ack preserves the registration fields).
+func TestRealtimeOldWireVersionDeltas(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newGrantEnv(t, d.open(t), &rtGrants{})
+		bob := e.peer("bob", "b1")
+		bob.push("c0", rtTask{id: "t0", project: "p1"})
+		for _, v := range []uint16{wire.Version1, wire.Version2} {
+			id := fmt.Sprintf("old-v%d", v)
+			a := e.peer("alice", id)
+			h := &wire.ReqHeader{ClientID: id, SchemaVersion: 1}
+			if v == wire.Version2 {
+				a.post(&wire.Request{Version: v, Header: h, Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}})
+				h.LogEpoch = a.epoch
+			}
+			cur := rtCursors(t, a.post(&wire.Request{Version: v, Header: h, Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows},
+				Subscriptions: []*wire.Subscription{rtSub("s", -1, "p1")}}))["s"]
+			if cur < 1 {
+				t.Fatalf("v%d: pull cursor %d", v, cur)
+			}
+			s := e.dial("alice", id)
+			s.hello()
+			seq := bob.push(fmt.Sprintf("c-%d", v), rtTask{id: fmt.Sprintf("t-%d", v), project: "p1"})
+			m := s.delta()
+			rh, ok := m.Frames[0].(*wire.RespHeader)
+			if m.Version != v || !ok || (v == wire.Version1) != (rh.LogEpoch == "") || (v == wire.Version2 && rh.LogEpoch != *a.epoch) {
+				t.Fatalf("v%d client's delta: version %d, header %+v", v, m.Version, m.Frames[0])
+			}
+			if _, next := rtDeltaRows(m); next["s"] != seq {
+				t.Fatalf("v%d client's delta moves s to %v, want %d", v, next, seq)
+			}
+			s.ack(seq)
+			eventually(t, "the ack stored", func() bool {
+				rec, err := e.store.Client(context.Background(), rtPartition, id)
+				return err == nil && rec.Cursor == seq
+			})
+			if rec, err := e.store.Client(context.Background(), rtPartition, id); err != nil || rec.WireVersion != v {
+				t.Fatalf("v%d client's record after an ack: %+v, %v", v, rec, err)
+			}
+			_ = s.nc.Close()
+		}
+	})
 }
