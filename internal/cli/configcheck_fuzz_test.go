@@ -103,3 +103,28 @@ func FuzzConfigCheckServes(f *testing.F) {
 		}
 	})
 }
+
+// Without authentication configured, config check refuses a listen
+// address other hosts reach, as serve does, and accepts a loopback one or
+// the development mode acknowledged.
+func TestCheckConfigDevAuthListen(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		listen, mode string
+		ok           bool
+	}{
+		{"127.0.0.1:8787", "", true},
+		{"localhost:8787", "", true},
+		{"[::1]:8787", "", true},
+		{"0.0.0.0:8787", "", false},
+		{":8787", "", false},
+		{"0.0.0.0:8787", config.ModeDev, true},
+	} {
+		cfg := config.Default()
+		cfg.Listen, cfg.Auth.Mode = tc.listen, tc.mode
+		_, _, err := checkConfig(cfg)
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "loopback")) {
+			t.Errorf("listen %s, auth.mode %q: config check %v; want ok %t (a refusal names loopback)", tc.listen, tc.mode, err, tc.ok)
+		}
+	}
+}
