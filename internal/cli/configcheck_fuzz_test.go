@@ -27,12 +27,21 @@ func FuzzConfigCheckServes(f *testing.F) {
 		"listen: 0.0.0.0:8787\n",
 		"listen: ':8787'\n",
 		"listen: 0.0.0.0:8787\nauth:\n  mode: dev\n",
-		"listen: 0.0.0.0:8787\nauth:\n  hs256_secret: 0123456789abcdef0123456789abcdef\n  audience: [a]\nscopes:\n  user_id:\n    - claim: sub\n",
+		"listen: 0.0.0.0:8787\nauth:\n  hs256_secret: 0123456789abcdef0123456789abcdef\n  audience: [a]\nscopes:\n  project_id:\n    - claim: projects\n",
 		"cors:\n  allowed_origins: ['https://*.example.com']\n  max_age: 1m\nlog:\n  format: JSON\n  level: debug\n",
 		"mount: /api/sync\nlimits:\n  max_request_bytes: 1024\n  rate_per_actor: 2\nrealtime:\n  max_sockets: 4\n",
 		"blobs:\n  store: fs:blobs\n  max_bytes: 10\nsegments:\n  forget_after: 1h\n",
 		"tracing:\n  endpoint: http://127.0.0.1:4318\n  sample_ratio: 0.5\n",
-		"checkpoint: [p/one]\nretention:\n  interval: -1s\n",
+		"checkpoints: [p/one]\nretention:\n  interval: -1s\n",
+		"webhooks:\n  - name: task-events\n    url: https://hooks.example.com/x\n    tables: [tasks]\n    ops: [insert, delete]\n" +
+			"    secret: 0123456789abcdef0123\n    timeout: 3s\n    max_attempts: 4\n",
+		"validators:\n  - table: tasks\n    rule: {kind: maxLength, column: title, max: 200, code: app.title_too_long}\n" +
+			"  - table: tasks\n    rule: {kind: immutableWhen, column: title, guard_column: done, guard_value: true, code: app.task_closed}\n",
+		"operations:\n  max_watches: 4\n  queries:\n    - id: openTasks\n" +
+			"      sql: \"SELECT id, title FROM tasks WHERE project_id = :project AND done = false ORDER BY id\"\n" +
+			"      params:\n        - {name: project, type: string}\n      columns:\n        - {name: id, type: string}\n        - {name: title, type: string}\n" +
+			"      coverage:\n        - table: tasks\n          scopes: {project_id: [\":project\"]}\n      max_rows: 500\n",
+		"signed_urls:\n  public_url: https://sync.example.com/api\n  ttl: 5m\ncors:\n  allowed_origins: ['*']\n  allowed_methods: [get, post]\n",
 	} {
 		f.Add([]byte(s))
 	}
