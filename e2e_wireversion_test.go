@@ -9,7 +9,9 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -156,6 +158,43 @@ func TestRealtimeOldWireVersionDeltas(t *testing.T) {
 				t.Fatalf("v%d client's record after an ack: %+v, %v", v, rec, err)
 			}
 			_ = s.nc.Close()
+		}
+	})
+}
+
+// A declared reference (§6.11 of wire version 3) that rejects a write of a
+// wire version 1 or 2 client answers the code of its closed catalog for a
+// server-side foreign-key failure, sync.constraint_violation (version 2
+// §10.2, §10.3: a sync. code outside it is neither a protocol code the
+// client knows nor a host code); a version 3 client gets
+// sync.reference_violation. The details are the same.
+func TestE2EReferenceViolationOldWireVersions(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		sc, err := schema.New(1).
+			Table("lists", "id", schema.String("id"), schema.String("project_id")).Scope("project:{project_id}").
+			Table("items", "id", schema.String("id"), schema.String("project_id"), schema.String("list_id"), schema.String("title")).
+			Scope("project:{project_id}").Reference("list_id", "lists", "RESTRICT").Index("items_list", "list_id").
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Schema = sc })
+		e.schema = sc
+		for _, v := range []uint16{wire.Version1, wire.Version2, wire.Version3} {
+			c := e.client("alice", sspclient.Options{WireVersion: v})
+			syncQuiet(t, c)
+			id, err := c.Upsert("items", map[string]any{"id": fmt.Sprintf("i%d", v), "project_id": "p1", "list_id": "absent", "title": "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := pushed(t, syncQuiet(t, c)[0], id)
+			want := syncerr.CodeConstraintViolation
+			if v == wire.Version3 {
+				want = syncerr.CodeReferenceViolation
+			}
+			if o.Status != wire.PushRejected || o.ErrorCode() != want || len(o.Details) != 1 {
+				t.Errorf("v%d: a write to an absent parent answered %s, %d details; want rejected %s with its details", v, statusOf(o), len(o.Details), want)
+			}
 		}
 	})
 }

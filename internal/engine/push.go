@@ -331,10 +331,16 @@ func (r *request) writePushResult(id string, out pushOutcome) error {
 		pr.Status = wire.PushCached
 	}
 	if r.req.Version < wire.Version3 {
+		// Versions 1 and 2 have no conflictColumns and no declared
+		// references: their closed catalog answers a foreign-key failure
+		// with sync.constraint_violation (version 2 §10.2).
 		results := make([]wire.OpResult, len(rec.Results))
 		copy(results, rec.Results)
 		for i := range results {
 			results[i].ConflictColumns = nil
+			if results[i].Code == syncerr.CodeReferenceViolation {
+				results[i].Code = syncerr.CodeConstraintViolation
+			}
 		}
 		pr.Results = results
 	}
