@@ -41,6 +41,9 @@ func (h *Hub) remote(ctx context.Context, partition string, seq int64) {
 	if p == nil {
 		return
 	}
+	if h.coverStarting(p, seq) {
+		return
+	}
 	p.mu.Lock()
 	next, idle := p.next, len(p.sessions) == 0
 	p.mu.Unlock()
@@ -48,6 +51,27 @@ func (h *Hub) remote(ctx context.Context, partition string, seq int64) {
 		return
 	}
 	h.deliverRange(ctx, p, next-1, seq)
+}
+
+// coverStarting handles a remote commit through seq for a partition whose
+// sessions are all still starting (its fan-out has no position yet): their
+// read of the partition may have come before the commit, so their hello
+// is made to cover it, as a local Notify's fan-out does. It reports
+// whether the partition was in that state.
+func (h *Hub) coverStarting(p *partition, seq int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.next != 0 || len(p.sessions) == 0 {
+		return false
+	}
+	for s := range p.sessions {
+		s.mu.Lock()
+		if s.starting {
+			s.observed = max(s.observed, seq)
+		}
+		s.mu.Unlock()
+	}
+	return true
 }
 
 // deliverRange reads (after, through] and notifies it, or wakes every
@@ -93,15 +117,23 @@ func (h *Hub) catchUpAll(ctx context.Context) {
 		p.mu.Lock()
 		next, idle := p.next, len(p.sessions) == 0
 		p.mu.Unlock()
-		if idle || next == 0 {
+		if idle {
 			continue
 		}
 		st, err := h.cfg.Store.Partition(ctx, p.id)
 		if err != nil {
-			h.wakeAll(p, next)
+			if next != 0 {
+				h.wakeAll(p, next)
+			}
 			continue
 		}
-		if st.MaxCommitSeq >= next {
+		if h.coverStarting(p, st.MaxCommitSeq) {
+			continue // their hello covers what the outage hid
+		}
+		p.mu.Lock()
+		next = p.next // set meanwhile by a session's start, maybe
+		p.mu.Unlock()
+		if next != 0 && st.MaxCommitSeq >= next {
 			h.deliverRange(ctx, p, next-1, st.MaxCommitSeq)
 		}
 	}
