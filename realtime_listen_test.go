@@ -2,8 +2,12 @@ package syncgo_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,13 +31,19 @@ func rtFleetAuth(r *http.Request) (syncgo.Auth, error) {
 
 // rtPostgresPair starts two servers over real HTTP, each with a store of
 // its own on one fresh Postgres schema (two processes of a fleet); their
-// ResolveScopes is resolve, when set, and otherwise each one's own.
-func rtPostgresPair(t *testing.T, resolve func(b *rtEnv) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error)) (a, b *rtEnv) {
+// ResolveScopes is resolve, when set, and otherwise each one's own. listen,
+// when set, turns the database URL into the second one's ListenURL.
+func rtPostgresPair(t *testing.T, resolve func(b *rtEnv) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error),
+	listen func(db string) string) (a, b *rtEnv) {
 	t.Helper()
 	db := pgtest.Schema(t, "syncgo_rt_fleet", false)
 	envs := make([]*rtEnv, 2)
 	for i := range envs {
-		st, err := pgstore.Open(context.Background(), pgstore.Config{URL: db, MaxConns: 4})
+		cfg := pgstore.Config{URL: db, MaxConns: 4}
+		if i == 1 && listen != nil {
+			cfg.ListenURL = listen(db)
+		}
+		st, err := pgstore.Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,17 +62,11 @@ func rtPostgresPair(t *testing.T, resolve func(b *rtEnv) func(context.Context, s
 	return envs[0], envs[1]
 }
 
-// A commit appended by another process while a socket of this one is
-// starting (between its read of the partition and its hello), on a
-// partition this process had no socket of, must still reach the socket:
-// as a delta, a wake-up, or a hello that asks for a sync. The listener
-// used to drop the notification (the partition had no fan-out position
-// yet), and the hello, built on the older read, told the client it was
-// current: the commit reached it only with the partition's next one.
-func TestRealtimeRemoteCommitWhileSocketStarts(t *testing.T) {
-	t.Parallel()
-	entered := make(chan struct{}, 1)
-	a, b := rtPostgresPair(t, func(e *rtEnv) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+// rtGatedResolver is a ResolveScopes of e that signals entered each time
+// it resolves c1 (it keeps one signal), then resolves as e does (c1 waits
+// for its gate, when set).
+func rtGatedResolver(entered chan struct{}) func(e *rtEnv) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+	return func(e *rtEnv) func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
 		return func(ctx context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
 			if req.ClientID == "c1" {
 				select {
@@ -72,40 +76,34 @@ func TestRealtimeRemoteCommitWhileSocketStarts(t *testing.T) {
 			}
 			return e.resolve(ctx, req)
 		}
-	})
+	}
+}
 
-	// A started socket on partition q of b: its deltas show how far b's
-	// listener has got (it handles notifications one at a time, in order).
-	b.peer("q-bob", "cq").pull(rtSub("s", -1, "p1"))
-	sockQ := b.dial("q-bob", "cq")
-	sockQ.hello()
-	qWriter := a.peer("q-bob", "wq")
-	qWriter.push("q-warm", rtTask{"qw", "p1", "warm", ""})
-	sockQ.delta()
-
-	// c1 is subscribed on b and current; its socket's start waits in
-	// ResolveScopes, after it read the partition.
+// rtStartingSocket subscribes c1 on b (current at the partition's head),
+// then opens its socket, whose start waits in ResolveScopes after it read
+// the partition, until release.
+func rtStartingSocket(t *testing.T, b *rtEnv, entered chan struct{}) (sock *rtSock, release func()) {
+	t.Helper()
 	b.peer("alice", "c1").pull(rtSub("s", -1, "p1"))
 	select {
 	case <-entered:
 	default:
 	}
-	release := b.gate("c1")
-	defer release()
-	sock := b.dial("alice", "c1")
+	release = b.gate("c1")
+	t.Cleanup(release)
+	sock = b.dial("alice", "c1")
 	select {
 	case <-entered:
 	case <-time.After(rtWait):
 		t.Fatal("the socket's start never called ResolveScopes")
 	}
+	return sock, release
+}
 
-	// a appends a commit c1 subscribes to, then one of partition q: once
-	// q's delta arrives, b's listener has handled the first.
-	seq := a.peer("alice", "w1").push("x", rtTask{"t1", "p1", "one", ""})
-	qWriter.push("q-after", rtTask{"qa", "p1", "after", ""})
-	sockQ.delta()
-
-	release()
+// rtWantCovered checks that commit seq reaches a socket whose hello is
+// next: a hello that asks for a sync up to it, or a delta or a wake-up.
+func rtWantCovered(t *testing.T, sock *rtSock, seq int64) {
+	t.Helper()
 	h := sock.hello()
 	if h.RequiresSync && h.LatestCursor >= seq {
 		return // the client pulls the commit
@@ -128,4 +126,158 @@ func TestRealtimeRemoteCommitWhileSocketStarts(t *testing.T) {
 		}
 	}
 	t.Fatalf("hello %+v, then a delta %v without commit %d", h, rtFrameTypes(d), seq)
+}
+
+// A commit appended by another process while a socket of this one is
+// starting (between its read of the partition and its hello), on a
+// partition this process had no socket of, must still reach the socket:
+// as a delta, a wake-up, or a hello that asks for a sync. The listener
+// used to drop the notification (the partition had no fan-out position
+// yet), and the hello, built on the older read, told the client it was
+// current: the commit reached it only with the partition's next one.
+func TestRealtimeRemoteCommitWhileSocketStarts(t *testing.T) {
+	t.Parallel()
+	entered := make(chan struct{}, 1)
+	a, b := rtPostgresPair(t, rtGatedResolver(entered), nil)
+
+	// A started socket on partition q of b: its deltas show how far b's
+	// listener has got (it handles notifications one at a time, in order).
+	b.peer("q-bob", "cq").pull(rtSub("s", -1, "p1"))
+	sockQ := b.dial("q-bob", "cq")
+	sockQ.hello()
+	qWriter := a.peer("q-bob", "wq")
+	qWriter.push("q-warm", rtTask{"qw", "p1", "warm", ""})
+	sockQ.delta()
+
+	sock, release := rtStartingSocket(t, b, entered)
+
+	// a appends a commit c1 subscribes to, then one of partition q: once
+	// q's delta arrives, b's listener has handled the first.
+	seq := a.peer("alice", "w1").push("x", rtTask{"t1", "p1", "one", ""})
+	qWriter.push("q-after", rtTask{"qa", "p1", "after", ""})
+	sockQ.delta()
+
+	release()
+	rtWantCovered(t, sock, seq)
+}
+
+// The same while the listen connection is down: a commit another process
+// appends during the outage, while a socket is starting, reaches the
+// socket once the listener is back. The catch-up after the reconnect used
+// to skip a partition whose sessions were all starting.
+func TestRealtimeListenerOutageWhileSocketStarts(t *testing.T) {
+	t.Parallel()
+	var proxy *tcpProxy
+	entered := make(chan struct{}, 1)
+	a, b := rtPostgresPair(t, rtGatedResolver(entered), func(db string) string {
+		u, err := url.Parse(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy = newTCPProxy(t, u.Host)
+		u.Host = proxy.addr()
+		return u.String()
+	})
+	sock, release := rtStartingSocket(t, b, entered)
+
+	// b's listen connection (through the proxy) is cut and stays down
+	// while a appends.
+	proxy.cut()
+	seq := a.peer("alice", "w1").push("x", rtTask{"t1", "p1", "one", ""})
+	connects := b.srv.RealtimeStats().ListenerConnects
+	proxy.restore()
+	eventually(t, "the listener reconnects and catches up", func() bool {
+		return b.srv.RealtimeStats().ListenerConnects > connects
+	})
+
+	release()
+	rtWantCovered(t, sock, seq)
+}
+
+// tcpProxy forwards TCP connections to a target until cut, which closes
+// them and refuses new ones until restore: a network outage between a
+// process and Postgres.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+	})
+	go p.serve()
+	return p
+}
+
+func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *tcpProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(c)
+	}
+}
+
+func (p *tcpProxy) forward(c net.Conn) {
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		_ = c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		_ = c.Close()
+		_ = up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+}
+
+// cut closes every forwarded connection and refuses new ones.
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// restore forwards new connections again.
+func (p *tcpProxy) restore() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
 }
