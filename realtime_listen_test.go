@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
@@ -360,5 +361,72 @@ func TestPostgresOutageRecovers(t *testing.T) {
 				return
 			}
 		}
+	}
+}
+
+// Stop called while Start is still migrating (a SIGTERM during a slow
+// start, in a host that runs Start on its own goroutine) must leave the
+// server stopped: Start then fails rather than start the background
+// services after Stop returned. It used to start them all (the commit
+// listener among them, holding a Postgres connection) with nothing left
+// to stop them.
+func TestStopDuringStart(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Schema(t, "syncgo_stopstart", false)
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: db, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rtWait)
+	defer cancel()
+
+	// Another process holds the migration lock: Start waits for it.
+	conn, err := pgx.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('syncgo.migrate:' || current_schema(), 0))`); err != nil {
+		t.Fatal(err)
+	}
+
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	srv, err := syncgo.New(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	go func() { started <- srv.Start(ctx) }()
+	eventually(t, "Start waits for the migration lock", func() bool {
+		var n int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&n)
+		return err == nil && n > 0
+	})
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil { // the lock is released
+		t.Fatal(err)
+	}
+	err = <-started
+	defer srv.Stop(context.Background())
+	if err == nil {
+		t.Error("Start completed after Stop returned, and reported no error")
+	}
+	if srv.Ready() {
+		t.Error("the server is ready after Stop")
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if n := srv.RealtimeStats().ListenerConnects; n > 0 {
+			t.Fatalf("the commit listener connected after Stop returned (%d connects)", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

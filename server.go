@@ -433,6 +433,12 @@ type Server struct {
 
 	startOnce sync.Once
 	startErr  error
+	// life orders Start's launch of the background services with Stop:
+	// stopped is set by Stop, and a Start that completes its migration
+	// after it starts nothing. stop, done and listening are written
+	// under it.
+	life      sync.Mutex
+	stopped   bool
 	stop      context.CancelFunc
 	done      chan struct{}
 	listening chan struct{}
@@ -639,6 +645,16 @@ func (s *Server) Start(ctx context.Context) error {
 			s.failed.Store(re)
 			return
 		}
+		s.life.Lock()
+		defer s.life.Unlock()
+		if s.stopped {
+			// Stop ran while the storage was prepared: nothing may
+			// start now that nobody would stop.
+			re := &ReadinessError{Phase: PhaseStopping, Err: errors.New("syncgo: Stop was called before Start completed")}
+			s.startErr = re
+			s.failed.Store(re)
+			return
+		}
 		s.ready.Store(true)
 		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.stop, s.done = cancel, make(chan struct{})
@@ -691,19 +707,25 @@ func (s *Server) Drain() { s.stopping.Store(true) }
 // runner claims no more and its running handlers finish; when ctx ends
 // first, their contexts are cancelled and their leases given back (Stop
 // waits up to 5 s more for those releases). The store stays open; its
-// owner closes it.
+// owner closes it. A Start still preparing the storage when Stop is
+// called (or called after it) starts nothing and returns a
+// *ReadinessError in phase PhaseStopping.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopping.Store(true)
 	defer s.eng.StopReadAhead() // its reads use the store, which the host closes next
 	s.hub.Close()
 	s.releaser.Close()
 	s.watch.close()
+	s.life.Lock()
+	s.stopped = true
+	stop, done, listening := s.stop, s.done, s.listening
+	s.life.Unlock()
 	rerr := s.stopReactions(ctx)
-	if s.stop == nil {
+	if stop == nil {
 		return rerr
 	}
-	s.stop()
-	for _, ch := range []chan struct{}{s.done, s.listening} {
+	stop()
+	for _, ch := range []chan struct{}{done, listening} {
 		if ch == nil {
 			continue
 		}
