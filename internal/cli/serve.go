@@ -355,7 +355,13 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		// The wait is over: connections still busy (a slow client's
+		// upload) are cut, and the stop is still a clean one.
+		logger.Warn("connections still busy 10 s after the stop signal were closed")
+		_ = hs.Close()
 	}
 	return nil
 }
