@@ -352,6 +352,9 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 		case <-time.After(cfg.ShutdownDelay):
 		}
 	}
+	// Not ready from here on (the probes on the admin listener answer
+	// while the main listener, closed now, waits for its requests).
+	srv.Drain()
 	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
