@@ -205,6 +205,7 @@ type tcpProxy struct {
 
 	mu    sync.Mutex
 	down  bool
+	hole  bool // while down: new connections are accepted and never answered
 	conns map[net.Conn]struct{}
 }
 
@@ -237,8 +238,15 @@ func (p *tcpProxy) serve() {
 
 func (p *tcpProxy) forward(c net.Conn) {
 	p.mu.Lock()
-	down := p.down
+	down, hole := p.down, p.hole
+	if down && hole {
+		p.conns[c] = struct{}{}
+	}
 	p.mu.Unlock()
+	if down && hole {
+		_, _ = io.Copy(io.Discard, c) // until cut or restore closes it
+		return
+	}
 	if down {
 		_ = c.Close()
 		return
@@ -277,10 +285,24 @@ func (p *tcpProxy) cut() {
 	}
 }
 
+// blackHole closes every forwarded connection and accepts new ones that
+// it never answers: a Postgres that hangs, or a balancer in front of one
+// that is gone.
+func (p *tcpProxy) blackHole() {
+	p.cut()
+	p.mu.Lock()
+	p.hole = true
+	p.mu.Unlock()
+}
+
 // restore forwards new connections again.
 func (p *tcpProxy) restore() {
 	p.mu.Lock()
-	p.down = false
+	p.down, p.hole = false, false
+	for c := range p.conns { // the black hole's
+		_ = c.Close()
+		delete(p.conns, c)
+	}
 	p.mu.Unlock()
 }
 
@@ -428,5 +450,59 @@ func TestStopDuringStart(t *testing.T) {
 			t.Fatalf("the commit listener connected after Stop returned (%d connects)", n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A Postgres that accepts connections and never answers (hung, or a
+// balancer in front of one that is gone) must not hold requests forever:
+// a push is answered with an error within the connect timeout, and the
+// server serves again once Postgres answers. A connection the pool opened
+// then waited without a bound for the server's first message.
+func TestPostgresBlackHoleAnswered(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Schema(t, "syncgo_blackhole", false)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr()
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	writer := e.peer("alice", "w1")
+	writer.push("before", rtTask{"t0", "p1", "before", ""})
+
+	proxy.blackHole()
+	type answer struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan answer, 1)
+	start := time.Now()
+	go func() {
+		_, err := writer.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("during", rtTask{"t1", "p1", "during", ""})}})
+		done <- answer{err, time.Since(start)}
+	}()
+	const bound = 45 * time.Second // two connect timeouts (a read, then the write) and room
+	select {
+	case a := <-done:
+		if a.err == nil {
+			t.Fatal("a push succeeded while Postgres did not answer")
+		}
+		t.Logf("push while Postgres does not answer: %v (after %v)", a.err, a.took)
+	case <-time.After(bound):
+		proxy.restore() // lets the request end
+		t.Fatalf("a push was not answered within %v while Postgres accepted connections and did not answer", bound)
+	}
+
+	proxy.restore()
+	seq := writer.push("after", rtTask{"t2", "p1", "after", ""})
+	if seq < 2 {
+		t.Fatalf("push after the outage: commit %d", seq)
 	}
 }

@@ -17,6 +17,10 @@ type Config struct {
 	// leads to a connection pooler (PgBouncer and the like, found by the
 	// backend's process id, pooler.go), the pool sends unnamed statements
 	// (pgx's cache_describe), which a transaction-mode pooler needs.
+	// Without connect_timeout, making a connection (TCP, TLS and
+	// authentication) gives up after 10 s, so that a Postgres that
+	// accepts connections and never answers fails the requests that need
+	// one instead of holding them.
 	URL string
 	// Pool, when set, is used as is: Open neither configures it nor closes
 	// it on Close. Its connections' search_path selects the schema.
@@ -88,7 +92,10 @@ type Config struct {
 
 // Defaults of [Config].
 const (
-	minDefaultMaxConns       = 6
+	minDefaultMaxConns = 6
+	// defaultConnectTimeout bounds the making of a pool connection when
+	// URL sets no connect_timeout.
+	defaultConnectTimeout    = 10 * time.Second
 	maxChangesPerStatement   = 4096
 	defaultWindowPageCommits = 1024
 	defaultMaxBatch          = 32

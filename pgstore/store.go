@@ -123,6 +123,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if !strings.Contains(cfg.URL, "pool_min_conns") {
 			pc.MinConns = min(max(cfg.MinConns, 0), pc.MaxConns)
 		}
+		if pc.ConnConfig.ConnectTimeout <= 0 {
+			// A server that accepts the connection and never answers
+			// would hold the request that needed it without a bound.
+			pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
+		}
 		pooled := false
 		if !strings.Contains(cfg.URL, "default_query_exec_mode") {
 			if pooled, err = detectPooler(ctx, pc.ConnConfig); err != nil {
