@@ -1,6 +1,9 @@
 package cli_test
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -9,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/binarytest"
@@ -97,5 +103,50 @@ func TestBinarySIGTERMWithSlowRequestExitsZero(t *testing.T) {
 	}
 	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM with a slow request in flight, want 0; stderr:\n%s", code, p.Stderr)
+	}
+}
+
+// On SIGTERM an open realtime socket gets a going-away close frame (1001)
+// and the process exits 0.
+func TestBinarySIGTERMClosesSocketsGoingAway(t *testing.T) {
+	bin := binarytest.Build(t)
+	p := binarytest.Serve(t, bin, binarytest.Options{}, "-listen", "127.0.0.1:0",
+		"-db", filepath.Join(t.TempDir(), "sock.db"))
+	d := ws.Dialer{Timeout: 10 * time.Second, Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer alice"}})}
+	conn, br, _, err := d.Dial(context.Background(), "ws"+strings.TrimPrefix(p.URL, "http")+"/realtime?clientId=c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	expectHello(t, conn, br)
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var r io.Reader = conn
+	if br != nil {
+		r = br
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	for {
+		_, _, err := wsutil.ReadServerData(struct {
+			io.Reader
+			io.Writer
+		}{r, conn})
+		if err == nil {
+			continue // a heartbeat
+		}
+		var closed wsutil.ClosedError
+		if !errors.As(err, &closed) || closed.Code != ws.StatusGoingAway {
+			t.Fatalf("socket after SIGTERM: %v, want a close frame 1001", err)
+		}
+		break
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the process did not stop within 20 s of SIGTERM")
+	}
+	if code := p.Cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
 	}
 }
