@@ -25,6 +25,7 @@ import (
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
@@ -101,13 +102,13 @@ func projectCoverage(p syncgo.Params) ([]syncgo.Coverage, error) {
 	return []syncgo.Coverage{{Table: "tasks", Scopes: map[string][]string{"project_id": {p["project"].(string)}}}}, nil
 }
 
-func newOpsFixture(t *testing.T, d e2eDriver) *opsFixture {
+func newOpsFixture(t *testing.T, d e2eDriver, tweak ...func(*syncgo.Config)) *opsFixture {
 	t.Helper()
-	return newOpsFixtureOn(t, d.open(t))
+	return newOpsFixtureOn(t, d.open(t), tweak...)
 }
 
 // newOpsFixtureOn is newOpsFixture on a given store.
-func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
+func newOpsFixtureOn(t *testing.T, st store.Store, tweak ...func(*syncgo.Config)) *opsFixture {
 	t.Helper()
 	f := &opsFixture{metrics: prometheus.NewRegistry()}
 	taskCols := []syncgo.ResultColumn{{Name: "id", Type: wire.TypeString}, {Name: "title", Type: wire.TypeString},
@@ -174,7 +175,7 @@ func newOpsFixtureOn(t *testing.T, st store.Store) *opsFixture {
 				Run:       func(context.Context, *syncgo.CommandContext, any) ([]syncgo.Mutation, error) { return nil, nil }},
 		},
 	}
-	f.e2eEnv = newOpsEnv(t, st, ops, func(c *syncgo.Config) { c.Metrics = f.metrics })
+	f.e2eEnv = newOpsEnv(t, st, ops, append([]func(*syncgo.Config){func(c *syncgo.Config) { c.Metrics = f.metrics }}, tweak...)...)
 	return f
 }
 
@@ -549,6 +550,40 @@ func TestOperationsCommandCommit(t *testing.T) {
 		}
 		if want := `["remote-command","worker","job-runner"]`; commits[0].ClientID != want || commits[0].ClientCommitID != `["createTask","req-1"]` {
 			t.Fatalf("commit identity %q %q", commits[0].ClientID, commits[0].ClientCommitID)
+		}
+	})
+}
+
+// A command whose commit plans reactions announces them as a client's
+// push does: a reaction.queued event, and a wake-up of the runner, which
+// runs the reaction at once rather than at its next poll (an hour here).
+func TestOperationsCommandPlansReactions(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var queued atomic.Int64
+		ran := make(chan string, 4)
+		f := newOpsFixture(t, d, func(c *syncgo.Config) {
+			c.Reactions = &syncgo.ReactionConfig{Planner: taskPlanner("mail"), PollInterval: time.Hour,
+				Handlers: map[string]reaction.Handler{"mail": func(_ context.Context, dl *reaction.Delivery) error {
+					ran <- dl.IdempotencyKey
+					return nil
+				}},
+				OnEvent: func(ev reaction.Event) {
+					if ev.Type == reaction.EventQueued {
+						queued.Add(1)
+					}
+				}}
+		})
+		in := remotewire.Object{{Key: "id", Value: "t5"}, {Key: "project", Value: "p1"}, {Key: "title", Value: "from a worker"}}
+		if r := postOp(t, f.e2eEnv, "alice", command("worker", "createTask", "r1", in)); r.status != 200 {
+			t.Fatalf("command: %d %s", r.status, r.code())
+		}
+		select {
+		case <-ran:
+		case <-time.After(rtWait):
+			t.Fatalf("the command's reaction did not run within %v: the runner was not woken", rtWait)
+		}
+		if n := queued.Load(); n != 1 {
+			t.Errorf("%d reaction.queued events; want 1", n)
 		}
 	})
 }

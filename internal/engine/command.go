@@ -13,7 +13,7 @@ import (
 // commit whose operations the server builds inside the push transaction.
 // It goes through the push path of a client commit (§6): the idempotency
 // journal, the serve gate, scope authorization, conflicts, references,
-// the commit log and OnCommit.
+// the commit log, its reactions' announcement and OnCommit.
 type Command struct {
 	Auth Auth
 	// ClientID and ClientCommitID are the commit's idempotency identity;
@@ -80,6 +80,7 @@ func (e *Engine) RunCommand(ctx context.Context, c Command) (CommandOutcome, err
 	if out.cacheMiss {
 		return CommandOutcome{Status: wire.PushRejected, Results: []wire.OpResult{cacheMissResult()}}, nil
 	}
+	e.notePlanned(c.Auth.Partition, out)
 	if out.notice != nil && e.cfg.OnCommit != nil {
 		e.cfg.OnCommit(*out.notice)
 	}
