@@ -196,6 +196,26 @@ func TestRealtimeListenerOutageWhileSocketStarts(t *testing.T) {
 	rtWantCovered(t, sock, seq)
 }
 
+// rtProxiedPostgres starts a server on a Postgres schema of its own that
+// it reaches through a tcpProxy, which the test can cut or black-hole.
+func rtProxiedPostgres(t *testing.T, schemaName string) (*rtEnv, *tcpProxy) {
+	t.Helper()
+	u, err := url.Parse(pgtest.Schema(t, schemaName, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr()
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	return e, proxy
+}
+
 // tcpProxy forwards TCP connections to a target until cut, which closes
 // them and refuses new ones until restore: a network outage between a
 // process and Postgres.
@@ -313,20 +333,7 @@ func (p *tcpProxy) restore() {
 // reconnects) and a socket opened before the outage gets later commits.
 func TestPostgresOutageRecovers(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Schema(t, "syncgo_outage", false)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr()
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
-	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	e, proxy := rtProxiedPostgres(t, "syncgo_outage")
 	eventually(t, "the commit listener connects", func() bool { return e.srv.RealtimeStats().ListenerConnects >= 1 })
 	probe := httptest.NewServer(e.srv.ReadyzHandler())
 	t.Cleanup(probe.Close)
@@ -350,7 +357,7 @@ func TestPostgresOutageRecovers(t *testing.T) {
 
 	proxy.cut()
 	start := time.Now()
-	_, err = writer.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("during", rtTask{"t1", "p1", "during", ""})}})
+	_, err := writer.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("during", rtTask{"t1", "p1", "during", ""})}})
 	if err == nil {
 		t.Fatal("a push during the outage succeeded")
 	}
@@ -460,20 +467,7 @@ func TestStopDuringStart(t *testing.T) {
 // then waited without a bound for the server's first message.
 func TestPostgresBlackHoleAnswered(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Schema(t, "syncgo_blackhole", false)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr()
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
-	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	e, proxy := rtProxiedPostgres(t, "syncgo_blackhole")
 	writer := e.peer("alice", "w1")
 	writer.push("before", rtTask{"t0", "p1", "before", ""})
 

@@ -18,7 +18,7 @@ import (
 	"github.com/syncgo/syncgo/wire"
 )
 
-// TestRealtimeRoundClosedMidResponseFansOut over POST /sync: a client that sends a push and stops reading
+// Over POST /sync: a client that sends a push and stops reading
 // is cut off by the write timeout while its results are written, and the
 // commit that applied in the request still reaches a subscriber's socket.
 // 63 commits conflict with a row of 128 KiB before it (8 MB of results,
