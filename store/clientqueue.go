@@ -2,9 +2,7 @@ package store
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -329,39 +327,55 @@ func (w *ClientWriteBehind) Close(ctx context.Context) error {
 // that split their values differently ("a\x02b" against "a", "b") one
 // digest.
 func SubscriptionsDigest(subs []SubscriptionRecord) uint64 {
-	h := fnv.New64a()
-	var (
-		keys []string
-		buf  []byte
-	)
-	field := func(s string) {
-		buf = binary.AppendUvarint(buf[:0], uint64(len(s)))
-		h.Write(buf)
-		h.Write([]byte(s))
-	}
-	count := func(n int) {
-		buf = binary.AppendUvarint(buf[:0], uint64(n))
-		h.Write(buf)
-	}
-	count(len(subs))
+	d := digest(fnvOffset64)
+	var keys []string
+	d.count(len(subs))
 	for _, s := range subs {
-		field(s.ID)
-		field(s.Table)
+		d.field(s.ID)
+		d.field(s.Table)
 		keys = keys[:0]
 		for k := range s.Scopes {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		count(len(keys))
+		d.count(len(keys))
 		for _, k := range keys {
-			field(k)
-			count(len(s.Scopes[k]))
+			d.field(k)
+			d.count(len(s.Scopes[k]))
 			for _, v := range s.Scopes[k] {
-				field(v)
+				d.field(v)
 			}
 		}
 	}
-	return h.Sum64() | 1
+	return uint64(d) | 1
+}
+
+// digest is a 64-bit FNV-1a hash of uvarint lengths and strings.
+type digest uint64
+
+const (
+	fnvOffset64 = 14695981039346656037
+	fnvPrime64  = 1099511628211
+)
+
+func (d *digest) count(n int) {
+	for u := uint64(n); ; u >>= 7 {
+		b := byte(u & 0x7f)
+		if u >= 0x80 {
+			b |= 0x80
+		}
+		*d = (*d ^ digest(b)) * fnvPrime64
+		if u < 0x80 {
+			return
+		}
+	}
+}
+
+func (d *digest) field(s string) {
+	d.count(len(s))
+	for i := 0; i < len(s); i++ {
+		*d = (*d ^ digest(s[i])) * fnvPrime64
+	}
 }
 
 // StoredSubscriptionsMatch reports whether an advance applies to a record
