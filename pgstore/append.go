@@ -11,13 +11,14 @@ import (
 // AppendCommit appends c to the partition's log with the next sequence,
 // which the transaction knows from the partition lock (batch.seq): the
 // commit row (the fence trigger runs here), the changes, their scope index
-// entries and the delete tombstones as unnest arrays, and the commit
-// notification (pg_notify, delivered at COMMIT; see ListenCommits), in one
-// statement (sqlAppendCommit), or, past MaxChangesPerStatement elements,
-// in statements of at most that many each. The statements are deferred: they travel with the next statement that has
-// an answer, at the latest with the end of the enclosing Candidate or
-// commit, whose error a failure of theirs (the writer fence) then is. The
-// partition's max_commit_seq is written back once, at COMMIT.
+// entries and the delete tombstones as unnest arrays, in one statement
+// (sqlAppendCommit), or, past MaxChangesPerStatement elements, in
+// statements of at most that many each. The statements are deferred: they
+// travel with the next statement that has an answer, at the latest with
+// the end of the enclosing Candidate or commit, whose error a failure of
+// theirs (the writer fence) then is. The
+// partition's max_commit_seq is written back once, at COMMIT; the batch's
+// commit notification follows its COMMIT (sqlNotifyCommit, ListenCommits).
 func (t *writeTx) AppendCommit(ctx context.Context, c store.NewCommit) (int64, error) {
 	if t.st == nil {
 		return 0, store.ErrNoSchema
