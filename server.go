@@ -431,8 +431,10 @@ type Server struct {
 	reactor   *reactor.Runner
 	reactorOn atomic.Bool
 
-	startOnce sync.Once
-	startErr  error
+	// startMu serializes Start; started is set once a Start succeeded.
+	// A Start that failed leaves it unset, and the next one tries again.
+	startMu sync.Mutex
+	started bool
 	// life orders Start's launch of the background services with Stop:
 	// stopped is set by Stop, and a Start that completes its migration
 	// after it starts nothing. stop, done and listening are written
@@ -630,61 +632,92 @@ func New(cfg Config) (*Server, error) {
 
 // Start prepares the storage for the schema (creating or checking its
 // tables) and starts the background services (retention). It is safe to
-// call more than once.
+// call more than once: after a success it does nothing; after a failure
+// (a *ReadinessError, such as a database that did not answer while the
+// host booted) the next call prepares the storage again, so a host may
+// retry Start on the same Server. After Stop, Start starts nothing and
+// returns a *ReadinessError in phase PhaseStopping.
 func (s *Server) Start(ctx context.Context) error {
-	s.startOnce.Do(func() {
-		var err error
-		if b, ok := s.cfg.Store.(store.Barrier); ok {
-			err = b.EnsureSchemaWith(ctx, s.cfg.Schema, s.cfg.Declarations)
-		} else {
-			err = s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema)
-		}
-		if err != nil {
-			re := &ReadinessError{Phase: readinessPhase(err), Err: err}
-			s.startErr = re
-			s.failed.Store(re)
-			return
-		}
-		s.life.Lock()
-		defer s.life.Unlock()
-		if s.stopped {
-			// Stop ran while the storage was prepared: nothing may
-			// start now that nobody would stop.
-			re := &ReadinessError{Phase: PhaseStopping, Err: errors.New("syncgo: Stop was called before Start completed")}
-			s.startErr = re
-			s.failed.Store(re)
-			return
-		}
-		s.ready.Store(true)
-		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		s.stop, s.done = cancel, make(chan struct{})
-		var services sync.WaitGroup
-		if s.cfg.RetentionInterval > 0 {
-			services.Go(func() { s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention) })
-		}
-		if s.cfg.SegmentSweepInterval > 0 {
-			services.Go(func() { s.eng.RunSegmentSweeps(bg, s.cfg.SegmentSweepInterval) })
-		}
-		if s.cfg.BlobSweepInterval > 0 && s.cfg.Blobs != nil {
-			services.Go(func() { s.eng.RunBlobSweeps(bg, s.cfg.BlobSweepInterval) })
-		}
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if err := s.stoppedError(); err != nil {
+		return err
+	}
+	if s.started {
+		return nil
+	}
+	var err error
+	if b, ok := s.cfg.Store.(store.Barrier); ok {
+		err = b.EnsureSchemaWith(ctx, s.cfg.Schema, s.cfg.Declarations)
+	} else {
+		err = s.cfg.Store.EnsureSchema(ctx, s.cfg.Schema)
+	}
+	if err != nil {
+		re := &ReadinessError{Phase: readinessPhase(err), Err: err}
+		s.failed.Store(re)
+		return re
+	}
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.stopped {
+		// Stop ran while the storage was prepared: nothing may
+		// start now that nobody would stop.
+		return s.stoppedErrorLocked()
+	}
+	s.started = true
+	s.failed.Store(nil)
+	s.ready.Store(true)
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop, s.done = cancel, make(chan struct{})
+	var services sync.WaitGroup
+	if s.cfg.RetentionInterval > 0 {
+		services.Go(func() { s.eng.RunRetention(bg, s.cfg.RetentionInterval, s.cfg.Retention) })
+	}
+	if s.cfg.SegmentSweepInterval > 0 {
+		services.Go(func() { s.eng.RunSegmentSweeps(bg, s.cfg.SegmentSweepInterval) })
+	}
+	if s.cfg.BlobSweepInterval > 0 && s.cfg.Blobs != nil {
+		services.Go(func() { s.eng.RunBlobSweeps(bg, s.cfg.BlobSweepInterval) })
+	}
+	go func() {
+		defer close(s.done)
+		services.Wait()
+	}()
+	s.watch.start(bg)
+	s.startReactions()
+	if l, ok := s.cfg.Store.(store.CommitListener); ok {
+		s.listening = make(chan struct{})
 		go func() {
-			defer close(s.done)
-			services.Wait()
+			defer close(s.listening)
+			if err := s.hub.Listen(bg, l); err != nil && bg.Err() == nil {
+				s.cfg.Logger.Error("commit listener stopped", "err", err)
+			}
 		}()
-		s.watch.start(bg)
-		s.startReactions()
-		if l, ok := s.cfg.Store.(store.CommitListener); ok {
-			s.listening = make(chan struct{})
-			go func() {
-				defer close(s.listening)
-				if err := s.hub.Listen(bg, l); err != nil && bg.Err() == nil {
-					s.cfg.Logger.Error("commit listener stopped", "err", err)
-				}
-			}()
-		}
-	})
-	return s.startErr
+	}
+	return nil
+}
+
+// stoppedError is Start's error once Stop was called, or nil; s.startMu
+// is held.
+func (s *Server) stoppedError() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if !s.stopped {
+		return nil
+	}
+	return s.stoppedErrorLocked()
+}
+
+// stoppedErrorLocked returns Start's error after Stop, and records it as
+// the readiness error of a server that never started; s.startMu and
+// s.life are held.
+func (s *Server) stoppedErrorLocked() error {
+	if s.started {
+		return &ReadinessError{Phase: PhaseStopping, Err: errors.New("syncgo: Stop was called")}
+	}
+	re := &ReadinessError{Phase: PhaseStopping, Err: errors.New("syncgo: Stop was called before Start completed")}
+	s.failed.Store(re)
+	return re
 }
 
 // onCommit fans a durable commit out to the realtime sockets and the

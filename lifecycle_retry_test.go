@@ -1,0 +1,98 @@
+package syncgo_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/pgstore"
+)
+
+// A Start that failed because Postgres was unreachable (a short outage
+// while the host boots) may be called again: once Postgres answers, the
+// second Start prepares the storage, the server serves and its commit
+// listener runs, and Stop stops it. Start used to run its work once, so
+// the server stayed not ready for the life of the process.
+func TestStartRetriedAfterOutage(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Schema(t, "syncgo_startretry", false)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	u.Host = proxy.addr()
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	srv, err := syncgo.New(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, e.hs = srv, httptest.NewServer(srv.Handler())
+	e.url = e.hs.URL
+	t.Cleanup(func() {
+		_ = srv.Stop(context.Background())
+		e.hs.Close()
+	})
+	probe := httptest.NewServer(srv.ReadyzHandler())
+	t.Cleanup(probe.Close)
+	ready := func() (int, string) {
+		resp, err := http.Get(probe.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	proxy.cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*rtWait)
+	defer cancel()
+	err = srv.Start(ctx)
+	var re *syncgo.ReadinessError
+	if !errors.As(err, &re) {
+		t.Fatalf("Start while Postgres is unreachable: %v, want a *ReadinessError", err)
+	}
+	if status, body := ready(); status != http.StatusServiceUnavailable || !strings.Contains(body, `"phase":"storage_migration"`) {
+		t.Fatalf("/readyz after the failed Start: %d %s", status, body)
+	}
+
+	proxy.restore()
+	if err := srv.Start(ctx); err != nil {
+		t.Fatalf("Start again once Postgres answers: %v", err)
+	}
+	if !srv.Ready() {
+		t.Fatal("the server is not ready after the second Start succeeded")
+	}
+	if status, body := ready(); status != http.StatusOK {
+		t.Fatalf("/readyz after the second Start: %d %s", status, body)
+	}
+	eventually(t, "the commit listener connects", func() bool { return srv.RealtimeStats().ListenerConnects >= 1 })
+	if seq := e.peer("alice", "w1").push("c1", rtTask{"t1", "p1", "after", ""}); seq < 1 {
+		t.Fatalf("push after the second Start: commit %d", seq)
+	}
+	if err := srv.Start(ctx); err != nil { // a third call is a no-op
+		t.Fatalf("Start after success: %v", err)
+	}
+	if n := srv.RealtimeStats().ListenerConnects; n != 1 {
+		t.Fatalf("%d listener connects after three Starts, want 1 (services started once)", n)
+	}
+	if err := srv.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := srv.Start(ctx); err == nil {
+		t.Fatal("Start after Stop succeeded")
+	}
+}
