@@ -39,6 +39,11 @@ type readyReport struct {
 	Projection           string `json:"projection,omitempty"`
 	StoredSchemaVersion  int32  `json:"storedSchemaVersion,omitempty"`
 	RunningSchemaVersion int32  `json:"runningSchemaVersion,omitempty"`
+	// CommitListener is, on a shared store (Postgres) once started,
+	// whether the realtime commit listener is "listening" or "down".
+	// Readiness does not depend on it: a listen connection that every
+	// instance lost would otherwise take them all out at once.
+	CommitListener string `json:"commitListener,omitempty"`
 
 	gate *engine.GateStatus
 	err  error
@@ -53,6 +58,18 @@ func notReadyReport(phase, reason string, err error) readyReport {
 // checkpoint this process did not declare is pending (the serve gate that
 // every request passes, read without a partition).
 func (s *Server) readiness(ctx context.Context) readyReport {
+	rep := s.readinessOf(ctx)
+	if _, ok := s.cfg.Store.(store.CommitListener); ok && s.ready.Load() {
+		rep.CommitListener = "down"
+		if s.hub.Stats().ListenerUp {
+			rep.CommitListener = "listening"
+		}
+	}
+	return rep
+}
+
+// readinessOf is readiness without the commit listener's state.
+func (s *Server) readinessOf(ctx context.Context) readyReport {
 	if s.stopping.Load() {
 		return notReadyReport(PhaseStopping, "the server is stopping", errors.New("Stop was called"))
 	}

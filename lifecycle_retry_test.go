@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/pgstore"
@@ -94,5 +96,93 @@ func TestStartRetriedAfterOutage(t *testing.T) {
 	}
 	if err := srv.Start(ctx); err == nil {
 		t.Fatal("Start after Stop succeeded")
+	}
+}
+
+// gatheredGauge is the value of the gauge of name whose label k is v in
+// reg, and whether reg has that series.
+func gatheredGauge(t *testing.T, reg *prometheus.Registry, name, k, v string) (float64, bool) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == k && l.GetValue() == v {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
+}
+
+// A listen connection that cannot reach Postgres (a wrong db_listen, a
+// network cut of that connection only) leaves the server ready, since
+// failing readiness could take every instance out at once, but says so:
+// /readyz's body has "commitListener":"down" and the gauge
+// syncgo_commit_listener_up{listener="realtime"} is 0, until the
+// connection is back. Before, only a log line said it.
+func TestListenerDownObservable(t *testing.T) {
+	t.Parallel()
+	db := pgtest.Schema(t, "syncgo_listendown", false)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, u.Host)
+	proxy.cut()
+	u.Host = proxy.addr()
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: db, ListenURL: u.String(), MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	reg := prometheus.NewRegistry()
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1, Metrics: reg})
+	probe := httptest.NewServer(e.srv.ReadyzHandler())
+	t.Cleanup(probe.Close)
+	ready := func() (int, string) {
+		resp, err := http.Get(probe.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	up := func() (float64, bool) {
+		return gatheredGauge(t, reg, "syncgo_commit_listener_up", "listener", "realtime")
+	}
+
+	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"down"`) {
+		t.Fatalf("/readyz while the listen connection cannot connect: %d %s, want 200 and \"commitListener\":\"down\"", status, body)
+	}
+	if v, ok := up(); !ok || v != 0 {
+		t.Fatalf("syncgo_commit_listener_up{listener=realtime} = %v (present %v), want 0", v, ok)
+	}
+
+	proxy.restore()
+	eventually(t, "the listen connection connects", func() bool {
+		v, ok := up()
+		return ok && v == 1
+	})
+	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"listening"`) {
+		t.Fatalf("/readyz once the listen connection is up: %d %s", status, body)
+	}
+
+	proxy.cut()
+	eventually(t, "the lost listen connection is seen", func() bool {
+		v, ok := up()
+		return ok && v == 0
+	})
+	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"down"`) {
+		t.Fatalf("/readyz after the listen connection was cut: %d %s", status, body)
 	}
 }

@@ -21,6 +21,7 @@ type serverCollector struct {
 
 	socketsOpen, deltas, wakes, drops, closes, gaps, narrowed   *prometheus.Desc
 	memoryReleases, memoryReleaseSeconds, listenerConnects      *prometheus.Desc
+	listenerUp                                                  *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits   *prometheus.Desc
 	storeRecentWindows, storeSharedReads                        *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds        *prometheus.Desc
@@ -51,6 +52,9 @@ func newServerCollector(s *Server) *serverCollector {
 		listenerConnects: d("syncgo_commit_listener_connects_total", "Times a commit listener of a shared store (Postgres) began "+
 			"listening, its first connect and each reconnect, by listener (realtime, watches): each one checks for commits of other "+
 			"instances missed while it was not listening.", "listener"),
+		listenerUp: d("syncgo_commit_listener_up", "Whether a commit listener of a shared store (Postgres) is connected and listening now "+
+			"(1) or not (0), by listener (realtime, watches). While it is 0, commits of other instances reach this instance's "+
+			"sockets only when their clients pull; readiness does not fail for it.", "listener"),
 
 		storeWrites:      d("syncgo_store_writes_total", "Store writes that committed: one per pushed commit, or one per run of up to 64 commits of one request."),
 		storeWriteErrors: d("syncgo_store_write_errors_total", "Store write transactions that failed."),
@@ -99,7 +103,7 @@ func newServerCollector(s *Server) *serverCollector {
 
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects,
+	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects, c.listenerUp,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused,
@@ -137,8 +141,10 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.memoryReleaseSeconds, prometheus.CounterValue, s.releaser.Spent().Seconds())
 	if _, ok := s.cfg.Store.(store.CommitListener); ok {
 		counter(c.listenerConnects, rt.ListenerConnects, "realtime")
+		gauge(c.listenerUp, boolGauge(rt.ListenerUp), "realtime")
 		if s.watch.listening() {
 			counter(c.listenerConnects, s.watch.listenerConnects.Load(), "watches")
+			gauge(c.listenerUp, boolGauge(s.watch.listenerUp.Load()), "watches")
 		}
 	}
 
@@ -207,4 +213,12 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.schemaVersion, float64(rep.gate.Gate.StoredSchemaVersion), "stored")
 		gauge(c.pending, float64(len(rep.gate.Gate.Pending)))
 	}
+}
+
+// boolGauge is a gauge's value of b: 1 or 0.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -40,6 +40,8 @@ type watchHub struct {
 	// first connect and each reconnect), each handled by a rerun of
 	// every watch.
 	listenerConnects atomic.Int64
+	// listenerUp: the listener is connected and listening now.
+	listenerUp atomic.Bool
 }
 
 type watchPartition struct {
@@ -143,6 +145,13 @@ func (h *watchHub) notify(n CommitNotice) {
 
 // listened handles a notification of the commit listener.
 func (h *watchHub) listened(ctx context.Context, n store.CommitNotification) {
+	if n.Lost {
+		h.listenerUp.Store(false)
+		return
+	}
+	if n.Reconnected {
+		h.listenerUp.Store(true)
+	}
 	if n.Grants || n.Reconnected {
 		// Grants change what AllAllowed covers; after a reconnect commits
 		// may have been missed: rerun the watches concerned.

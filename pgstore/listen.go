@@ -166,6 +166,7 @@ func (s *Store) ListenCommits(ctx context.Context, fn func(store.CommitNotificat
 		if ctx.Err() != nil {
 			return nil
 		}
+		fn(store.CommitNotification{Lost: true})
 		if up >= listenStable {
 			delay = listenBackoffMin
 		}

@@ -291,7 +291,8 @@ type CommitListener interface {
 	// have been missed: fn then receives one with Reconnected set, and the
 	// listener must check the partitions it serves for gaps. A driver may
 	// send one at other times too (on its first connect, or for a commit
-	// whose partition it cannot name).
+	// whose partition it cannot name). Each failure to connect or to stay
+	// connected is reported to fn with Lost set.
 	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
 }
 
@@ -301,6 +302,9 @@ type CommitNotification struct {
 	Partition   string
 	Seq         int64
 	Reconnected bool
+	// Lost reports that the driver lost its listen connection, or could
+	// not make it: no notification comes until one with Reconnected set.
+	Lost bool
 	// Grants announces a GrantNotifier call: the receiver resolves the
 	// scopes of the actor's sockets in the partition again. An empty
 	// ActorID means every actor of the partition, an empty Partition every

@@ -223,11 +223,17 @@ type Stats struct {
 	// the partitions with sessions were checked for commits missed
 	// meanwhile.
 	ListenerConnects int64
+	// ListenerUp is whether that commit listener is connected and
+	// listening now: while it is not, commits of other instances reach
+	// this one's sockets only on their clients' next pull.
+	ListenerUp bool
 }
 
 type counters struct {
 	sessions, deltas, wakes, dropsQueueFull, dropsTooLarge, dropsUnencodable, dropsBehind, dropsInRound,
 	closedSlow, closedProtocol, closedBusy, gaps, narrowed, listenerConnects atomic.Int64
+	// listenerUp: the commit listener is connected (Listen).
+	listenerUp atomic.Bool
 }
 
 // churnQuiet is how long no socket comes or goes before a burst of them is
@@ -390,7 +396,7 @@ func (h *Hub) Stats() Stats {
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(), ClosedBusy: s.closedBusy.Load(),
 		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.cfg.Releaser.Released(memfree.Connections),
-		ListenerConnects: s.listenerConnects.Load()}
+		ListenerConnects: s.listenerConnects.Load(), ListenerUp: s.listenerUp.Load()}
 }
 
 // Partitions is the number of partitions the hub keeps state for.

@@ -23,7 +23,12 @@ func (h *Hub) Listen(ctx context.Context, l store.CommitListener) error {
 			go h.Reresolve(ctx, n.Partition, n.ActorID)
 			return
 		}
+		if n.Lost {
+			h.stats.listenerUp.Store(false)
+			return
+		}
 		if n.Reconnected {
+			h.stats.listenerUp.Store(true)
 			h.catchUpAll(ctx)
 			h.stats.listenerConnects.Add(1)
 			// Grant notifications may have been missed too.
