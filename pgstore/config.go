@@ -20,7 +20,11 @@ type Config struct {
 	// Without connect_timeout, making a connection (TCP, TLS and
 	// authentication) gives up after 10 s, so that a Postgres that
 	// accepts connections and never answers fails the requests that need
-	// one instead of holding them.
+	// one instead of holding them. The connections are closed when data
+	// sent stays unacknowledged for 60 s (tcp_user_timeout, in ms) or 3
+	// keepalive probes, 10 s apart after 30 s of silence, go unanswered
+	// (keepalives_idle, keepalives_interval, keepalives_count, keepalives):
+	// a silent network fails the request instead of holding it.
 	URL string
 	// Pool, when set, is used as is: Open neither configures it nor closes
 	// it on Close. Its connections' search_path selects the schema.

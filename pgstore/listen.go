@@ -193,6 +193,9 @@ func (s *Store) listenConfig() (*pgx.ConnConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse ListenURL: %w", err)
 		}
+		if err := setTCP(&c.Config); err != nil {
+			return nil, fmt.Errorf("ListenURL: %w", err)
+		}
 		cfg = c
 	} else {
 		cfg = s.pool.Config().ConnConfig.Copy()

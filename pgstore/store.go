@@ -128,6 +128,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			// would hold the request that needed it without a bound.
 			pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
 		}
+		if err := setTCP(&pc.ConnConfig.Config); err != nil {
+			return nil, fmt.Errorf("pgstore: open: url: %w", err)
+		}
 		pooled := false
 		if !strings.Contains(cfg.URL, "default_query_exec_mode") {
 			if pooled, err = detectPooler(ctx, pc.ConnConfig); err != nil {
