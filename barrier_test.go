@@ -83,6 +83,13 @@ func (e *barrierEnv) open() store.Store {
 
 func (e *barrierEnv) server(sc *schema.Compiled, decls ...store.CheckpointDeclaration) (store.Store, string, error) {
 	e.t.Helper()
+	st, _, url, err := e.serverOf(sc, decls...)
+	return st, url, err
+}
+
+// serverOf is server that also returns the Server.
+func (e *barrierEnv) serverOf(sc *schema.Compiled, decls ...store.CheckpointDeclaration) (store.Store, *syncgo.Server, string, error) {
+	e.t.Helper()
 	st := e.open()
 	srv, err := syncgo.New(syncgo.Config{
 		Store: st, Schema: sc, Declarations: decls, RetentionInterval: -1,
@@ -104,7 +111,7 @@ func (e *barrierEnv) server(sc *schema.Compiled, decls ...store.CheckpointDeclar
 	e.t.Cleanup(func() { srv.Stop(context.Background()) })
 	hs := httptest.NewServer(srv.Handler())
 	e.t.Cleanup(hs.Close)
-	return st, hs.URL, startErr
+	return st, srv, hs.URL, startErr
 }
 
 // post sends a request and returns the status and body.
@@ -178,7 +185,7 @@ func testMigrationBarrierServing(t *testing.T, e *barrierEnv) {
 
 	// A new process that does not declare it refuses to start, in the
 	// backfill_checkpoint phase; requests to it answer with that phase.
-	_, urlC, err := e.server(v2)
+	_, srvC, urlC, err := e.serverOf(v2)
 	var re *syncgo.ReadinessError
 	if !errors.As(err, &re) || re.Phase != syncgo.PhaseBackfillCheckpoint {
 		t.Fatalf("Start = %v, want a readiness error in phase backfill_checkpoint", err)
@@ -225,6 +232,14 @@ func testMigrationBarrierServing(t *testing.T, e *barrierEnv) {
 	}
 	if status, body = post(t, urlA, pullReq(&epoch, 2)); status != 200 {
 		t.Fatalf("after activation: %d %s", status, body)
+	}
+	// The process that refused to start starts when its host calls Start
+	// again, without a new Server, and serves.
+	if err := srvC.Start(context.Background()); err != nil {
+		t.Fatalf("Start again after the activation: %v", err)
+	}
+	if status, body = post(t, urlC, pullReq(&epoch, 2)); status != 200 {
+		t.Fatalf("the process started again answers %d: %s", status, body)
 	}
 }
 
