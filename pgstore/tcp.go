@@ -33,17 +33,15 @@ const (
 	defaultKeepAliveCount    = 3
 )
 
-// tcpParams are the URL parameters read by setTCP. They are libpq's
-// names; pgx passes parameters it does not know to Postgres as settings,
-// which Postgres (or a pooler) would refuse, so setTCP removes them.
-var tcpParams = [...]string{"tcp_user_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count"}
-
 // setTCP makes cc, parsed from a URL, dial with TCP keepalives and a TCP
 // user timeout: the defaults above, or the URL's parameters (removed from
 // the settings sent to Postgres).
 func setTCP(cc *pgconn.Config) error {
+	// The URL parameters read here are libpq's names; pgx passes the
+	// parameters it does not know to Postgres as settings, which Postgres
+	// (or a pooler) would refuse, so they are removed.
 	params := map[string]string{}
-	for _, k := range tcpParams {
+	for _, k := range []string{"tcp_user_timeout", "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count"} {
 		if v, ok := cc.RuntimeParams[k]; ok {
 			params[k] = v
 			delete(cc.RuntimeParams, k)
