@@ -6,15 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncgo/syncgo"
-	"github.com/syncgo/syncgo/internal/pgtest"
-	"github.com/syncgo/syncgo/pgstore"
 )
 
 // A Start that failed because Postgres was unreachable (a short outage
@@ -24,18 +21,7 @@ import (
 // the server stayed not ready for the life of the process.
 func TestStartRetriedAfterOutage(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Schema(t, "syncgo_startretry", false)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
-	u.Host = proxy.addr()
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st, proxy := proxiedPostgresStore(t, "syncgo_startretry", false)
 	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
 	srv, err := syncgo.New(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
 	if err != nil {
@@ -130,19 +116,8 @@ func gatheredGauge(t *testing.T, reg *prometheus.Registry, name, k, v string) (f
 // connection is back. Before, only a log line said it.
 func TestListenerDownObservable(t *testing.T) {
 	t.Parallel()
-	db := pgtest.Schema(t, "syncgo_listendown", false)
-	u, err := url.Parse(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := newTCPProxy(t, u.Host)
+	st, proxy := proxiedPostgresStore(t, "syncgo_listendown", true)
 	proxy.cut()
-	u.Host = proxy.addr()
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: db, ListenURL: u.String(), MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
 	reg := prometheus.NewRegistry()
 	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
 	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1, Metrics: reg})

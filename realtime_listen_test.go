@@ -200,20 +200,34 @@ func TestRealtimeListenerOutageWhileSocketStarts(t *testing.T) {
 // it reaches through a tcpProxy, which the test can cut or black-hole.
 func rtProxiedPostgres(t *testing.T, schemaName string) (*rtEnv, *tcpProxy) {
 	t.Helper()
-	u, err := url.Parse(pgtest.Schema(t, schemaName, false))
+	st, proxy := proxiedPostgresStore(t, schemaName, false)
+	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
+	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
+	return e, proxy
+}
+
+// proxiedPostgresStore opens a store on a Postgres schema of its own
+// through a tcpProxy: every connection when listenOnly is false, else
+// only the listen connection (ListenURL).
+func proxiedPostgresStore(t *testing.T, schemaName string, listenOnly bool) (*pgstore.Store, *tcpProxy) {
+	t.Helper()
+	db := pgtest.Schema(t, schemaName, false)
+	u, err := url.Parse(db)
 	if err != nil {
 		t.Fatal(err)
 	}
 	proxy := newTCPProxy(t, u.Host)
 	u.Host = proxy.addr()
-	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), MaxConns: 4})
+	cfg := pgstore.Config{URL: u.String(), MaxConns: 4}
+	if listenOnly {
+		cfg.URL, cfg.ListenURL = db, u.String()
+	}
+	st, err := pgstore.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	e := &rtEnv{t: t, store: st, schema: rtSchema(t), gates: map[string]chan struct{}{}}
-	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1})
-	return e, proxy
+	return st, proxy
 }
 
 // tcpProxy forwards TCP connections to a target until cut, which closes
