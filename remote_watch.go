@@ -402,8 +402,7 @@ func (s *watchSession) heartbeat(every time.Duration) (stop func()) {
 		stopped bool
 		t       *time.Timer
 	)
-	var beat func()
-	beat = func() {
+	beat := func() {
 		s.write(ws.OpPing, nil)
 		mu.Lock()
 		defer mu.Unlock()
