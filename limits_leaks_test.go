@@ -1,6 +1,7 @@
 package syncgo_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -184,18 +185,22 @@ func allTasksQuery() syncgo.Query {
 }
 
 // writeFrame writes one client frame of h's kind carrying payload,
-// masked, as it is (a test's malformed or unfinished frame).
+// masked, as it is (a test's malformed or unfinished frame), in one write:
+// a server that closes the socket on the header alone must not fail the
+// payload's write.
 func (s *watchSock) writeFrame(h ws.Header, payload []byte) {
 	s.t.Helper()
 	h.Masked, h.Mask, h.Length = true, ws.NewMask(), int64(len(payload))
 	masked := slices.Clone(payload)
 	ws.Cipher(masked, h.Mask, 0)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := ws.WriteHeader(s.conn, h); err != nil {
+	var frame bytes.Buffer
+	if err := ws.WriteHeader(&frame, h); err != nil {
 		s.t.Fatal(err)
 	}
-	if _, err := s.conn.Write(masked); err != nil {
+	frame.Write(masked)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.conn.Write(frame.Bytes()); err != nil {
 		s.t.Fatal(err)
 	}
 }

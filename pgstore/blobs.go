@@ -369,7 +369,12 @@ func (t *writeTx) SetBlobRefs(_ context.Context, table, rowID string, blobIDs []
 // (DeleteUnreferencedBlob), and skips a blob a push holds. Neither waits
 // for anything else while it holds the lock, so the lock closes no cycle
 // with the partition's row lock that a push holds from its first
-// statement.
+// statement. Advisory locks are database-wide and the key names no
+// schema: deployments in other schemas of one database that push the
+// same blob id in the same partition name can make a sweep skip a blob,
+// which the next sweep takes. (Adding the schema to the key would let a
+// process of the older key and one of the newer miss each other during
+// a deploy.)
 const (
 	sqlLockBlobShared = `SELECT pg_advisory_xact_lock_shared(hashtextextended('syncgo.blob:' || $1 || '/' || $2, 0))`
 	sqlTryLockBlob    = `SELECT pg_try_advisory_xact_lock(hashtextextended('syncgo.blob:' || $1 || '/' || $2, 0))`
