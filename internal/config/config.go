@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -561,6 +562,13 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.Listen == "" {
 		errs = append(errs, errors.New("listen is empty"))
+	} else if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: want host:port (or :port): %v", c.Listen, err))
+	}
+	if c.Admin.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
+			errs = append(errs, fmt.Errorf("admin.listen %q: want host:port (or :port): %v", c.Admin.Listen, err))
+		}
 	}
 	if c.DB == "" {
 		errs = append(errs, errors.New("db is empty"))
