@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
@@ -79,6 +80,13 @@ func (f *opsFixture) awaitWatchListener(t *testing.T) {
 // in reg, or 0 when it has no such series.
 func gatheredCounter(t *testing.T, reg *prometheus.Registry, name, k, v string) float64 {
 	t.Helper()
+	m := gatheredSeries(t, reg, name, k, v)
+	return m.GetCounter().GetValue() // 0 for a nil m
+}
+
+// gatheredSeries is the series of name whose label k is v in reg, or nil.
+func gatheredSeries(t *testing.T, reg *prometheus.Registry, name, k, v string) *dto.Metric {
+	t.Helper()
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -90,12 +98,12 @@ func gatheredCounter(t *testing.T, reg *prometheus.Registry, name, k, v string) 
 		for _, m := range fam.GetMetric() {
 			for _, l := range m.GetLabel() {
 				if l.GetName() == k && l.GetValue() == v {
-					return m.GetCounter().GetValue()
+					return m
 				}
 			}
 		}
 	}
-	return 0
+	return nil
 }
 
 func projectCoverage(p syncgo.Params) ([]syncgo.Coverage, error) {

@@ -89,23 +89,8 @@ func TestStartRetriedAfterOutage(t *testing.T) {
 // reg, and whether reg has that series.
 func gatheredGauge(t *testing.T, reg *prometheus.Registry, name, k, v string) (float64, bool) {
 	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, fam := range fams {
-		if fam.GetName() != name {
-			continue
-		}
-		for _, m := range fam.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == k && l.GetValue() == v {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	m := gatheredSeries(t, reg, name, k, v)
+	return m.GetGauge().GetValue(), m != nil
 }
 
 // A listen connection that cannot reach Postgres (a wrong db_listen, a
