@@ -27,7 +27,10 @@ type Config struct {
 	// a silent network fails the request instead of holding it.
 	URL string
 	// Pool, when set, is used as is: Open neither configures it nor closes
-	// it on Close. Its connections' search_path selects the schema.
+	// it on Close, and gives its connections none of URL's defaults above
+	// (connect timeout, keepalives, TCP user timeout): set them in its
+	// ConnConfig (ConnectTimeout, DialFunc) when a silent network must not
+	// hold requests. Its connections' search_path selects the schema.
 	// Through a transaction-mode pooler its ConnConfig needs a
 	// DefaultQueryExecMode without named statements (cache_describe);
 	// Open logs a warning when it finds a pooler and the statement cache.
