@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"github.com/syncgo/syncgo/internal/conformance"
 )
@@ -16,6 +17,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "loopback address to listen on; the port is announced as READY <port>")
+	postgres := fs.String("postgres", os.Getenv("SYNCGO_CONFORMANCE_POSTGRES"),
+		"URL of a Postgres database to run every instance in, on schemas of its own, instead of SQLite files (default $SYNCGO_CONFORMANCE_POSTGRES)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -24,8 +27,8 @@ func runConformance(ctx context.Context, args []string, stdout, stderr io.Writer
 		return 2
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	logger.Warn("CONFORMANCE MODE: a test facility with trusted bearer actors and throw-away in-memory instances; never run it in production")
-	if err := conformance.Run(ctx, conformance.Config{Listen: *listen, Stdout: stdout, Logger: logger}); err != nil {
+	logger.Warn("CONFORMANCE MODE: a test facility with trusted bearer actors and throw-away instances; never run it in production")
+	if err := conformance.Run(ctx, conformance.Config{Listen: *listen, Stdout: stdout, Logger: logger, Postgres: *postgres}); err != nil {
 		fmt.Fprintln(stderr, "syncgo conformance:", err)
 		return 1
 	}

@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
-	// The SQLite library sqlitestore uses; captureBackup opens its own
+	// The SQLite library sqlitestore uses; a backup opens its own
 	// connection.
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
@@ -21,38 +22,63 @@ import (
 	"github.com/syncgo/syncgo/sqlitestore"
 )
 
-// openStore opens a database file of the instance directory: a new empty
-// one when from is empty, else a copy of from. It is a throw-away database
-// like sqlitestore.MemoryPath (synchronous off, removed with the
-// instance), at a path the instance knows so that it can be backed up.
-func (in *instance) openStore(ctx context.Context, from string) (*sqlitestore.Store, error) {
-	in.generation++
-	path := filepath.Join(in.dir, "sync-"+strconv.Itoa(in.generation)+".db")
+// databases makes an instance's databases and their backups: SQLite files
+// (sqliteDatabases) or Postgres schemas (pgDatabases).
+type databases interface {
+	// open opens a new database: an empty one when from is empty, else a
+	// copy of the backup that backup named from. The caller closes it.
+	open(ctx context.Context, from string) (backing, error)
+	// backup snapshots everything committed to the database that open
+	// returned last and names the snapshot.
+	backup(ctx context.Context) (string, error)
+	// remove deletes every database and backup made, once all are closed.
+	remove() error
+}
+
+// sqliteDatabases keeps an instance's databases as files of a directory of
+// its own. They are throw-away databases like sqlitestore.MemoryPath
+// (synchronous off, removed with the instance), at paths the instance
+// knows so that they can be backed up.
+type sqliteDatabases struct {
+	logger     *slog.Logger
+	dir        string
+	generation int    // database files opened so far
+	live       string // the file open returned last
+}
+
+func newSQLiteDatabases(logger *slog.Logger) (*sqliteDatabases, error) {
+	dir, err := os.MkdirTemp("", "syncgo-conformance-")
+	if err != nil {
+		return nil, err
+	}
+	return &sqliteDatabases{logger: logger, dir: dir}, nil
+}
+
+func (d *sqliteDatabases) open(ctx context.Context, from string) (backing, error) {
+	d.generation++
+	path := filepath.Join(d.dir, "sync-"+strconv.Itoa(d.generation)+".db")
 	if from != "" {
 		if err := copyFile(from, path); err != nil {
 			return nil, fmt.Errorf("restore backup: %w", err)
 		}
 	}
-	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Logger: in.logger, Synchronous: "OFF"})
+	st, err := sqlitestore.Open(ctx, sqlitestore.Config{Path: path, Logger: d.logger, Synchronous: "OFF"})
 	if err != nil {
 		return nil, err
 	}
-	in.livePath = path
+	d.live = path
 	return st, nil
 }
 
-// captureBackup snapshots the current database: VACUUM INTO writes a
-// consistent copy of everything committed so far.
-func (in *instance) captureBackup(ctx context.Context) error {
-	in.backupMu.Lock()
-	defer in.backupMu.Unlock()
-	dst := filepath.Join(in.dir, "backup.db")
+// backup writes a consistent copy of the live file with VACUUM INTO.
+func (d *sqliteDatabases) backup(ctx context.Context) (string, error) {
+	dst := filepath.Join(d.dir, "backup.db")
 	if err := os.Remove(dst); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return "", err
 	}
-	conn, err := sqlite.OpenConn(in.livePath, sqlite.OpenReadWrite)
+	conn, err := sqlite.OpenConn(d.live, sqlite.OpenReadWrite)
 	if err != nil {
-		return fmt.Errorf("capture backup: %w", err)
+		return "", err
 	}
 	defer conn.Close()
 	conn.SetBusyTimeout(5 * time.Second)
@@ -61,9 +87,22 @@ func (in *instance) captureBackup(ctx context.Context) error {
 		defer conn.SetInterrupt(nil)
 	}
 	if err := sqlitex.Execute(conn, "VACUUM INTO ?", &sqlitex.ExecOptions{Args: []any{dst}}); err != nil {
+		return "", err
+	}
+	return dst, nil
+}
+
+func (d *sqliteDatabases) remove() error { return os.RemoveAll(d.dir) }
+
+// captureBackup snapshots the current database.
+func (in *instance) captureBackup(ctx context.Context) error {
+	in.backupMu.Lock()
+	defer in.backupMu.Unlock()
+	name, err := in.dbs.backup(ctx)
+	if err != nil {
 		return fmt.Errorf("capture backup: %w", err)
 	}
-	in.backupPath = dst
+	in.backupName = name
 	return nil
 }
 
@@ -73,10 +112,10 @@ func (in *instance) captureBackup(ctx context.Context) error {
 func (in *instance) restoreBackup(ctx context.Context) error {
 	in.backupMu.Lock()
 	defer in.backupMu.Unlock()
-	if in.backupPath == "" {
+	if in.backupName == "" {
 		return &callError{status: http.StatusConflict, msg: "captureBackup must run before restoreBackup"}
 	}
-	st, err := in.openStore(ctx, in.backupPath)
+	st, err := in.dbs.open(ctx, in.backupName)
 	if err != nil {
 		return err
 	}

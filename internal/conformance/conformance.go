@@ -35,6 +35,10 @@ type Config struct {
 	Stdout io.Writer
 	// Logger receives instance and request events. Default: discard.
 	Logger *slog.Logger
+	// Postgres, when set, is the URL of a Postgres database in which every
+	// instance runs on schemas of its own (NewPostgres) instead of SQLite
+	// files.
+	Postgres string
 }
 
 // Run serves conformance mode on cfg.Listen until ctx ends, then closes
@@ -48,6 +52,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	h := New(cfg.Logger)
+	if cfg.Postgres != "" {
+		h, err = NewPostgres(ctx, cfg.Logger, cfg.Postgres)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	defer h.Close()
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)

@@ -74,46 +74,47 @@ func TestCreateRefusesBadRequests(t *testing.T) {
 
 func TestPushThroughMountAndReadRows(t *testing.T) {
 	t.Parallel()
-	h := startHarness(t)
-	id, mount := h.create()
-	if mount != "/i/"+id {
-		t.Fatalf("mount = %q, want /i/%s", mount, id)
-	}
-	h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
-	a := h.client(mount, "actor-a", "client-a")
-	a.acquireEpoch()
-	if pr := a.push("c1", task("t1", "p1", "hello", []byte{0x00, 0xAB, 0xff})); pr.Status != wire.PushApplied || pr.CommitSeq != 1 {
-		t.Fatalf("push: %+v", pr)
-	}
-	var rows []map[string]any
-	h.call(id, &rows, "readRows", "tasks")
-	want := []map[string]any{{"rowId": "t1", "version": 1.0,
-		"values": map[string]any{"id": "t1", "project_id": "p1", "title": "hello", "body": map[string]any{"$bytes": "00abff"},
-			"meta": `{"k":[1,2]}`, "n": 42.0, "done": true},
-		"scopes": map[string]any{"project_id": "p1"}}}
-	if got, _ := json.Marshal(rows); string(got) != mustJSON(t, want) {
-		t.Errorf("readRows = %s\nwant        %s", got, mustJSON(t, want))
-	}
-	var maxSeq int64
-	h.call(id, &maxSeq, "getMaxCommitSeq")
-	if maxSeq != 1 {
-		t.Errorf("getMaxCommitSeq = %d, want 1", maxSeq)
-	}
-	if code, msg := h.callFails(id, "readRows", "nope"); code != http.StatusBadRequest || !strings.Contains(msg, "unknown table") {
-		t.Errorf("readRows of an unknown table: %d %q", code, msg)
-	}
+	eachDriver(t, func(t *testing.T, h *harness) {
+		id, mount := h.create()
+		if mount != "/i/"+id {
+			t.Fatalf("mount = %q, want /i/%s", mount, id)
+		}
+		h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
+		a := h.client(mount, "actor-a", "client-a")
+		a.acquireEpoch()
+		if pr := a.push("c1", task("t1", "p1", "hello", []byte{0x00, 0xAB, 0xff})); pr.Status != wire.PushApplied || pr.CommitSeq != 1 {
+			t.Fatalf("push: %+v", pr)
+		}
+		var rows []map[string]any
+		h.call(id, &rows, "readRows", "tasks")
+		want := []map[string]any{{"rowId": "t1", "version": 1.0,
+			"values": map[string]any{"id": "t1", "project_id": "p1", "title": "hello", "body": map[string]any{"$bytes": "00abff"},
+				"meta": `{"k":[1,2]}`, "n": 42.0, "done": true},
+			"scopes": map[string]any{"project_id": "p1"}}}
+		if got, _ := json.Marshal(rows); string(got) != mustJSON(t, want) {
+			t.Errorf("readRows = %s\nwant        %s", got, mustJSON(t, want))
+		}
+		var maxSeq int64
+		h.call(id, &maxSeq, "getMaxCommitSeq")
+		if maxSeq != 1 {
+			t.Errorf("getMaxCommitSeq = %d, want 1", maxSeq)
+		}
+		if code, msg := h.callFails(id, "readRows", "nope"); code != http.StatusBadRequest || !strings.Contains(msg, "unknown table") {
+			t.Errorf("readRows of an unknown table: %d %q", code, msg)
+		}
 
-	// Without a bearer token the instance answers the §10.1 JSON shape.
-	resp, err := http.Post(h.url+mount+"/sync", "application/vnd.syncular.sync.v2", strings.NewReader(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var perr struct{ Code string }
-	json.NewDecoder(resp.Body).Decode(&perr)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || perr.Code != "sync.auth_required" {
-		t.Errorf("unauthenticated sync: %d %q, want 401 sync.auth_required", resp.StatusCode, perr.Code)
-	}
+		// Without a bearer token the instance answers the §10.1 JSON shape.
+		resp, err := http.Post(h.url+mount+"/sync", "application/vnd.syncular.sync.v2", strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var perr struct{ Code string }
+		json.NewDecoder(resp.Body).Decode(&perr)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || perr.Code != "sync.auth_required" {
+			t.Errorf("unauthenticated sync: %d %q, want 401 sync.auth_required", resp.StatusCode, perr.Code)
+		}
+	})
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -161,102 +162,111 @@ func TestAllowedScopesDecideWhatASubscriptionReceives(t *testing.T) {
 
 func TestAdvanceClockStampsCommits(t *testing.T) {
 	t.Parallel()
-	h := startHarness(t)
-	id, mount := h.create()
-	h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
-	a := h.client(mount, "actor-a", "client-a")
-	a.acquireEpoch()
-	cursor := a.pull(-1).nextCursor
-	var now int64
-	h.call(id, &now, "nowMs")
-	if now != startMs {
-		t.Fatalf("nowMs = %d, want %d", now, startMs)
-	}
-	a.push("c1", task("t1", "p1", "one", nil))
-	h.call(id, nil, "advanceClock", 5000)
-	a.push("c2", task("t2", "p1", "two", nil))
-	s := a.pull(cursor)
-	if len(s.commits) != 2 || s.commits[0].CreatedAtMs != startMs || s.commits[1].CreatedAtMs != startMs+5000 {
-		t.Fatalf("commits %+v, want createdAtMs %d and %d", s.commits, startMs, startMs+5000)
-	}
-	h.call(id, &now, "nowMs")
-	if now != startMs+5000 {
-		t.Errorf("nowMs = %d, want %d", now, startMs+5000)
-	}
-	if code, _ := h.callFails(id, "advanceClock", -1); code != http.StatusBadRequest {
-		t.Errorf("advanceClock(-1): %d, want 400", code)
-	}
+	eachDriver(t, func(t *testing.T, h *harness) {
+		id, mount := h.create()
+		h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
+		a := h.client(mount, "actor-a", "client-a")
+		a.acquireEpoch()
+		cursor := a.pull(-1).nextCursor
+		var now int64
+		h.call(id, &now, "nowMs")
+		if now != startMs {
+			t.Fatalf("nowMs = %d, want %d", now, startMs)
+		}
+		a.push("c1", task("t1", "p1", "one", nil))
+		h.call(id, nil, "advanceClock", 5000)
+		a.push("c2", task("t2", "p1", "two", nil))
+		s := a.pull(cursor)
+		if len(s.commits) != 2 || s.commits[0].CreatedAtMs != startMs || s.commits[1].CreatedAtMs != startMs+5000 {
+			t.Fatalf("commits %+v, want createdAtMs %d and %d", s.commits, startMs, startMs+5000)
+		}
+		h.call(id, &now, "nowMs")
+		if now != startMs+5000 {
+			t.Errorf("nowMs = %d, want %d", now, startMs+5000)
+		}
+		if code, _ := h.callFails(id, "advanceClock", -1); code != http.StatusBadRequest {
+			t.Errorf("advanceClock(-1): %d, want 400", code)
+		}
+	})
 }
 
 func TestPruneAdvancesTheHorizon(t *testing.T) {
 	t.Parallel()
-	h := startHarness(t)
-	id, mount := h.create()
-	var horizon int64
-	h.call(id, &horizon, "prune")
-	if horizon != 0 {
-		t.Fatalf("prune before any request = %d, want 0", horizon)
-	}
-	h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
-	a := h.client(mount, "actor-a", "client-a")
-	a.acquireEpoch()
-	a.push("c1", task("t1", "p1", "one", nil))
-	reader := h.client(mount, "actor-a", "client-r")
-	reader.acquireEpoch()
-	cursor := reader.pull(-1).nextCursor // an active cursor at 1
-	a.push("c2", task("t2", "p1", "two", nil))
-	a.push("c3", task("t3", "p1", "three", nil))
+	eachDriver(t, func(t *testing.T, h *harness) {
+		id, mount := h.create()
+		var horizon int64
+		h.call(id, &horizon, "prune")
+		if horizon != 0 {
+			t.Fatalf("prune before any request = %d, want 0", horizon)
+		}
+		h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
+		a := h.client(mount, "actor-a", "client-a")
+		a.acquireEpoch()
+		a.push("c1", task("t1", "p1", "one", nil))
+		reader := h.client(mount, "actor-a", "client-r")
+		reader.acquireEpoch()
+		cursor := reader.pull(-1).nextCursor // an active cursor at 1
+		a.push("c2", task("t2", "p1", "two", nil))
+		a.push("c3", task("t3", "p1", "three", nil))
 
-	h.call(id, &horizon, "prune")
-	if horizon != 0 {
-		t.Errorf("prune with the defaults (1000 retained) = %d, want 0", horizon)
-	}
-	h.call(id, &horizon, "prune", map[string]any{"minRetainedCommits": 0})
-	if horizon != cursor {
-		t.Errorf("prune held by the active cursor = %d, want %d", horizon, cursor)
-	}
-	h.call(id, nil, "advanceClock", 2000)
-	h.call(id, &horizon, "prune", map[string]any{"minRetainedCommits": 0, "activeWindowMs": 1000})
-	if horizon != 3 {
-		t.Errorf("prune past the active window = %d, want 3", horizon)
-	}
-	var got int64
-	h.call(id, &got, "getHorizonSeq")
-	if got != 3 {
-		t.Errorf("getHorizonSeq = %d, want 3", got)
-	}
-	if s := reader.pull(cursor); s.start.Status != wire.SubReset || s.start.ReasonCode != "sync.cursor_expired" {
-		t.Errorf("pull behind the horizon: %v %q, want reset sync.cursor_expired", s.start.Status, s.start.ReasonCode)
-	}
-	if code, _ := h.callFails(id, "prune", map[string]any{"ageForceMs": -1}); code != http.StatusBadRequest {
-		t.Errorf("negative retention: %d, want 400", code)
-	}
+		h.call(id, &horizon, "prune")
+		if horizon != 0 {
+			t.Errorf("prune with the defaults (1000 retained) = %d, want 0", horizon)
+		}
+		h.call(id, &horizon, "prune", map[string]any{"minRetainedCommits": 0})
+		if horizon != cursor {
+			t.Errorf("prune held by the active cursor = %d, want %d", horizon, cursor)
+		}
+		h.call(id, nil, "advanceClock", 2000)
+		h.call(id, &horizon, "prune", map[string]any{"minRetainedCommits": 0, "activeWindowMs": 1000})
+		if horizon != 3 {
+			t.Errorf("prune past the active window = %d, want 3", horizon)
+		}
+		var got int64
+		h.call(id, &got, "getHorizonSeq")
+		if got != 3 {
+			t.Errorf("getHorizonSeq = %d, want 3", got)
+		}
+		if s := reader.pull(cursor); s.start.Status != wire.SubReset || s.start.ReasonCode != "sync.cursor_expired" {
+			t.Errorf("pull behind the horizon: %v %q, want reset sync.cursor_expired", s.start.Status, s.start.ReasonCode)
+		}
+		if code, _ := h.callFails(id, "prune", map[string]any{"ageForceMs": -1}); code != http.StatusBadRequest {
+			t.Errorf("negative retention: %d, want 400", code)
+		}
+	})
 }
 
 func TestDeleteClosesTheInstance(t *testing.T) {
 	t.Parallel()
-	h := startHarness(t)
-	id, mount := h.create()
-	h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
-	h.client(mount, "actor-a", "client-a").acquireEpoch()
-	var out map[string]any
-	if code := h.do("DELETE", "/__conformance/instances/"+id, nil, &out); code != http.StatusOK || len(out) != 0 {
-		t.Fatalf("delete: %d %v, want 200 {}", code, out)
-	}
-	resp, err := http.Post(h.url+mount+"/sync", "application/vnd.syncular.sync.v2", strings.NewReader(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("sync after delete: %d, want 404", resp.StatusCode)
-	}
-	if code := h.do("POST", "/__conformance/instances/"+id+"/call", map[string]any{"method": "nowMs"}, nil); code != http.StatusNotFound {
-		t.Errorf("call after delete: %d, want 404", code)
-	}
-	if code := h.do("DELETE", "/__conformance/instances/"+id, nil, nil); code != http.StatusNotFound {
-		t.Errorf("second delete: %d, want 404", code)
-	}
+	eachDriver(t, func(t *testing.T, h *harness) {
+		id, mount := h.create()
+		h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
+		h.client(mount, "actor-a", "client-a").acquireEpoch()
+		h.call(id, nil, "captureBackup")
+		h.call(id, nil, "restoreBackup")
+		gone := h.databasesGone(id)
+		var out map[string]any
+		if code := h.do("DELETE", "/__conformance/instances/"+id, nil, &out); code != http.StatusOK || len(out) != 0 {
+			t.Fatalf("delete: %d %v, want 200 {}", code, out)
+		}
+		if left := gone(); left != "" {
+			t.Errorf("after delete, the instance's databases are still there: %s", left)
+		}
+		resp, err := http.Post(h.url+mount+"/sync", "application/vnd.syncular.sync.v2", strings.NewReader(""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("sync after delete: %d, want 404", resp.StatusCode)
+		}
+		if code := h.do("POST", "/__conformance/instances/"+id+"/call", map[string]any{"method": "nowMs"}, nil); code != http.StatusNotFound {
+			t.Errorf("call after delete: %d, want 404", code)
+		}
+		if code := h.do("DELETE", "/__conformance/instances/"+id, nil, nil); code != http.StatusNotFound {
+			t.Errorf("second delete: %d, want 404", code)
+		}
+	})
 }
 
 func TestListenRefusesNonLoopback(t *testing.T) {

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,10 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncgo/syncgo/schema"
 )
 
 // capabilities are the optional features of conformance-mode.md that work
@@ -23,6 +28,10 @@ const maxControlBody = 16 << 20
 type Harness struct {
 	logger *slog.Logger
 	mux    *http.ServeMux
+	// dbs makes an instance's databases; admin, when set, is the Postgres
+	// pool they are made with, closed by Close.
+	dbs   func(*schema.Compiled, *slog.Logger) (databases, error)
+	admin *pgxpool.Pool
 
 	mu        sync.Mutex
 	instances map[string]*instance
@@ -30,12 +39,46 @@ type Harness struct {
 	closed    bool
 }
 
-// New returns a Harness with no instances.
+// New returns a Harness with no instances, whose instances each run on
+// SQLite files of their own.
 func New(logger *slog.Logger) *Harness {
+	return newHarness(logger, func(_ *schema.Compiled, l *slog.Logger) (databases, error) {
+		return newSQLiteDatabases(l)
+	})
+}
+
+// NewPostgres returns a Harness with no instances, whose instances each
+// run on schemas of their own in the Postgres database at url (the
+// connecting role creates and drops them). It checks the database first.
+func NewPostgres(ctx context.Context, logger *slog.Logger, url string) (*Harness, error) {
+	base, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	adminCfg := base.Copy()
+	adminCfg.MaxConns = 2
+	admin, err := pgxpool.NewWithConfig(ctx, adminCfg)
+	if err == nil {
+		err = admin.Ping(ctx)
+		if err != nil {
+			admin.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	h := newHarness(logger, func(sc *schema.Compiled, l *slog.Logger) (databases, error) {
+		return newPGDatabases(admin, base, sc, l)
+	})
+	h.admin = admin
+	return h, nil
+}
+
+func newHarness(logger *slog.Logger, dbs func(*schema.Compiled, *slog.Logger) (databases, error)) *Harness {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Harness{logger: logger, mux: http.NewServeMux(), instances: map[string]*instance{}}
+	h := &Harness{logger: logger, mux: http.NewServeMux(), dbs: dbs, instances: map[string]*instance{}}
 	h.mux.HandleFunc("GET /__conformance/info", h.handleInfo)
 	h.mux.HandleFunc("POST /__conformance/instances", h.handleCreate)
 	h.mux.HandleFunc("DELETE /__conformance/instances/{id}", h.handleDelete)
@@ -56,6 +99,9 @@ func (h *Harness) Close() error {
 	var errs []error
 	for _, in := range insts {
 		errs = append(errs, in.close())
+	}
+	if h.admin != nil {
+		h.admin.Close()
 	}
 	return errors.Join(errs...)
 }
@@ -85,7 +131,7 @@ func (h *Harness) handleCreate(w http.ResponseWriter, r *http.Request) {
 	h.nextID++
 	id := "inst-" + strconv.Itoa(h.nextID)
 	h.mu.Unlock()
-	in, status, err := newInstance(r.Context(), id, "http://"+r.Host, req, h.logger.With("instance", id))
+	in, status, err := newInstance(r.Context(), id, "http://"+r.Host, req, h.dbs, h.logger.With("instance", id))
 	if err != nil {
 		writeError(w, status, err.Error())
 		return

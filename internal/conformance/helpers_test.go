@@ -3,12 +3,19 @@ package conformance
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -31,11 +38,32 @@ const startMs = int64(1750000000000)
 type harness struct {
 	t   *testing.T
 	url string
+	srv *Harness
 }
 
-func startHarness(t *testing.T) *harness {
+func startHarness(t *testing.T) *harness { return startHarnessOn(t, "sqlite") }
+
+// eachDriver runs fn in a parallel subtest per storage driver, each with
+// a harness of its own; the Postgres one runs on the test database
+// (pgtest.URL: skipped without it, except under CI).
+func eachDriver(t *testing.T, fn func(t *testing.T, h *harness)) {
+	for _, driver := range []string{"sqlite", "postgres"} {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			fn(t, startHarnessOn(t, driver))
+		})
+	}
+}
+
+func startHarnessOn(t *testing.T, driver string) *harness {
 	t.Helper()
 	h := New(nil)
+	if driver == "postgres" {
+		var err error
+		if h, err = NewPostgres(t.Context(), nil, pgtest.URL(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
 		ts.Close()
@@ -43,7 +71,7 @@ func startHarness(t *testing.T) *harness {
 			t.Errorf("close harness: %v", err)
 		}
 	})
-	return &harness{t: t, url: ts.URL}
+	return &harness{t: t, url: ts.URL, srv: h}
 }
 
 // do sends a JSON request and decodes the JSON answer into out (if not nil).
@@ -265,4 +293,43 @@ func (c *sspClient) pull(cursor int64) section {
 		c.t.Fatal("pull: no SUB_START")
 	}
 	return s
+}
+
+// databasesGone returns a check that reports what is left of the
+// databases instance id has made so far (its SQLite files or its
+// Postgres schemas, backups included), or "" when nothing is.
+func (h *harness) databasesGone(id string) func() string {
+	h.t.Helper()
+	in := h.srv.lookup(id)
+	if in == nil {
+		h.t.Fatalf("no instance %q", id)
+	}
+	switch d := in.dbs.(type) {
+	case *sqliteDatabases:
+		dir := d.dir
+		return func() string {
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				return fmt.Sprintf("directory %s (stat: %v)", dir, err)
+			}
+			return ""
+		}
+	case *pgDatabases:
+		prefix := d.prefix
+		if len(d.schemas) < 3 {
+			h.t.Fatalf("instance %s made schemas %v, want its first database, a backup and a restored one", id, d.schemas)
+		}
+		return func() string {
+			var left []string
+			rows, err := h.srv.admin.Query(h.t.Context(), "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1) ORDER BY 1", prefix)
+			if err == nil {
+				left, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				h.t.Fatal(err)
+			}
+			return strings.Join(left, ", ")
+		}
+	}
+	h.t.Fatalf("instance %s: databases of type %T", id, in.dbs)
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -111,7 +110,6 @@ type instance struct {
 	partition string
 	schema    *schema.Compiled
 	logger    *slog.Logger
-	dir       string // the instance's database files
 	store     *instanceStore
 	srv       *syncgo.Server
 	handler   http.Handler
@@ -132,10 +130,9 @@ type instance struct {
 
 	rules rules // installValidators, installCommitValidator
 
+	dbs        databases  // where the instance's databases live
 	backupMu   sync.Mutex // serializes captureBackup and restoreBackup
-	livePath   string     // the current database file
-	backupPath string     // empty until captureBackup
-	generation int        // database files opened so far
+	backupName string     // empty until captureBackup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -143,7 +140,7 @@ type instance struct {
 
 // newInstance builds and starts an instance. On failure it returns the
 // HTTP status to answer with.
-func newInstance(ctx context.Context, id, origin string, req createRequest, logger *slog.Logger) (*instance, int, error) {
+func newInstance(ctx context.Context, id, origin string, req createRequest, dbs func(*schema.Compiled, *slog.Logger) (databases, error), logger *slog.Logger) (*instance, int, error) {
 	if len(req.Schema) == 0 || string(req.Schema) == "null" {
 		return nil, http.StatusBadRequest, errors.New("schema is required")
 	}
@@ -173,25 +170,25 @@ func newInstance(ctx context.Context, id, origin string, req createRequest, logg
 	} else {
 		in.nowMs.Store(time.Now().UnixMilli())
 	}
-	if in.dir, err = os.MkdirTemp("", "syncgo-conformance-"); err != nil {
+	if in.dbs, err = dbs(sc, logger); err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
-	st, err := in.openStore(ctx, "")
+	st, err := in.dbs.open(ctx, "")
 	if err != nil {
-		os.RemoveAll(in.dir)
+		in.dbs.remove()
 		return nil, http.StatusInternalServerError, err
 	}
 	in.store = newInstanceStore(st)
 	limits, rt, err := req.Limits.serverLimits()
 	if err != nil {
 		in.store.Close()
-		os.RemoveAll(in.dir)
+		in.dbs.remove()
 		return nil, http.StatusBadRequest, err
 	}
 	signed, err := req.SignedURLs.config(origin + in.mount)
 	if err != nil {
 		in.store.Close()
-		os.RemoveAll(in.dir)
+		in.dbs.remove()
 		return nil, http.StatusBadRequest, err
 	}
 	in.signedURLs = signed != nil
@@ -200,7 +197,7 @@ func newInstance(ctx context.Context, id, origin string, req createRequest, logg
 	if signed == nil {
 		if signed, err = (&createSignedURLs{}).config(origin + in.mount); err != nil {
 			in.store.Close()
-			os.RemoveAll(in.dir)
+			in.dbs.remove()
 			return nil, http.StatusInternalServerError, err
 		}
 		signed.NoSegmentURLs = true
@@ -316,7 +313,9 @@ func (in *instance) close() error {
 		if in.store != nil {
 			errs = append(errs, in.store.closeAll())
 		}
-		errs = append(errs, os.RemoveAll(in.dir))
+		if in.dbs != nil {
+			errs = append(errs, in.dbs.remove())
+		}
 		in.closeErr = errors.Join(errs...)
 	})
 	return in.closeErr

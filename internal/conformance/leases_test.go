@@ -38,51 +38,52 @@ func leaseOf(frames []wire.Frame) *wire.Lease {
 // after recovery.
 func TestLeasesLifecycle(t *testing.T) {
 	t.Parallel()
-	h := startHarness(t)
-	const ttl = 900_000
-	id, mount := h.createWithLeases(ttl)
-	h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
-	a := h.client(mount, "actor-a", "client-a")
-	a.acquireEpoch()
-	pull := &wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}, Subscriptions: []*wire.Subscription{{ID: "tasks",
-		Table: "tasks", Cursor: -1, Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}}}}
-	l1 := leaseOf(a.roundTrip(pull))
-	if l1 == nil || l1.ExpiresAtMs != startMs+ttl {
-		t.Fatalf("first lease %+v, want one expiring at %d", l1, startMs+ttl)
-	}
-	h.call(id, nil, "advanceClock", 60_000)
-	l2 := leaseOf(a.roundTrip(pull))
-	if l2 == nil || l2.LeaseID != l1.LeaseID || l2.ExpiresAtMs != startMs+60_000+ttl {
-		t.Fatalf("refreshed lease %+v, want %s sliding", l2, l1.LeaseID)
-	}
+	eachDriver(t, func(t *testing.T, h *harness) {
+		const ttl = 900_000
+		id, mount := h.createWithLeases(ttl)
+		h.call(id, nil, "setAllowedScopes", "actor-a", map[string][]string{"project_id": {"p1"}})
+		a := h.client(mount, "actor-a", "client-a")
+		a.acquireEpoch()
+		pull := &wire.Request{Pull: &wire.PullHeader{Accept: wire.AcceptInlineRows}, Subscriptions: []*wire.Subscription{{ID: "tasks",
+			Table: "tasks", Cursor: -1, Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}}}}
+		l1 := leaseOf(a.roundTrip(pull))
+		if l1 == nil || l1.ExpiresAtMs != startMs+ttl {
+			t.Fatalf("first lease %+v, want one expiring at %d", l1, startMs+ttl)
+		}
+		h.call(id, nil, "advanceClock", 60_000)
+		l2 := leaseOf(a.roundTrip(pull))
+		if l2 == nil || l2.LeaseID != l1.LeaseID || l2.ExpiresAtMs != startMs+60_000+ttl {
+			t.Fatalf("refreshed lease %+v, want %s sliding", l2, l1.LeaseID)
+		}
 
-	h.call(id, nil, "setResolverOutage", true)
-	if pr := a.push("c1", task("t1", "p1", "offline", nil)); pr.Status != wire.PushApplied {
-		t.Fatalf("push on the lease: %+v", pr)
-	}
-	frames := a.roundTrip(pull)
-	if leaseOf(frames) != nil {
-		t.Error("a lease-authorized round refreshed the lease")
-	}
-	h.call(id, nil, "advanceClock", ttl)
-	if code, body := a.roundTripStatus(pull); code != http.StatusUnauthorized && code != http.StatusForbidden || !jsonHasCode(body, "sync.auth_lease_required") {
-		t.Fatalf("round on an expired lease: %d %s", code, body)
-	}
-	h.call(id, nil, "setResolverOutage", false)
-	l3 := leaseOf(a.roundTrip(pull))
-	if l3 == nil || l3.LeaseID != l1.LeaseID {
-		t.Fatalf("lease after recovery %+v", l3)
-	}
-	h.call(id, nil, "revokeLease", l3.LeaseID)
-	h.call(id, nil, "setResolverOutage", true)
-	if code, body := a.roundTripStatus(pull); !jsonHasCode(body, "sync.auth_lease_revoked") {
-		t.Fatalf("round on a revoked lease: %d %s", code, body)
-	}
-	h.call(id, nil, "setResolverOutage", false)
-	l4 := leaseOf(a.roundTrip(pull))
-	if l4 == nil || l4.LeaseID == l3.LeaseID {
-		t.Fatalf("lease after revocation and recovery %+v, want a fresh id", l4)
-	}
+		h.call(id, nil, "setResolverOutage", true)
+		if pr := a.push("c1", task("t1", "p1", "offline", nil)); pr.Status != wire.PushApplied {
+			t.Fatalf("push on the lease: %+v", pr)
+		}
+		frames := a.roundTrip(pull)
+		if leaseOf(frames) != nil {
+			t.Error("a lease-authorized round refreshed the lease")
+		}
+		h.call(id, nil, "advanceClock", ttl)
+		if code, body := a.roundTripStatus(pull); code != http.StatusUnauthorized && code != http.StatusForbidden || !jsonHasCode(body, "sync.auth_lease_required") {
+			t.Fatalf("round on an expired lease: %d %s", code, body)
+		}
+		h.call(id, nil, "setResolverOutage", false)
+		l3 := leaseOf(a.roundTrip(pull))
+		if l3 == nil || l3.LeaseID != l1.LeaseID {
+			t.Fatalf("lease after recovery %+v", l3)
+		}
+		h.call(id, nil, "revokeLease", l3.LeaseID)
+		h.call(id, nil, "setResolverOutage", true)
+		if code, body := a.roundTripStatus(pull); !jsonHasCode(body, "sync.auth_lease_revoked") {
+			t.Fatalf("round on a revoked lease: %d %s", code, body)
+		}
+		h.call(id, nil, "setResolverOutage", false)
+		l4 := leaseOf(a.roundTrip(pull))
+		if l4 == nil || l4.LeaseID == l3.LeaseID {
+			t.Fatalf("lease after revocation and recovery %+v, want a fresh id", l4)
+		}
+	})
 }
 
 func jsonHasCode(body []byte, code string) bool {

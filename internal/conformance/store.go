@@ -8,40 +8,52 @@ import (
 	"sync/atomic"
 
 	"github.com/syncgo/syncgo/schema"
-	"github.com/syncgo/syncgo/sqlitestore"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
+// backing is what an instance's database offers, on either driver
+// (sqlitestore.Store and pgstore.Store).
+type backing interface {
+	store.Store
+	store.LeaseStore
+	store.BlobRefIndex
+	SegmentStore() store.SegmentStore
+	BlobStore() store.BlobStore
+}
+
+// current holds the database an instanceStore forwards to.
+type current struct{ b backing }
+
 // instanceStore is the store an instance's server runs on: it forwards to
-// the current SQLite database, which restoreBackup replaces, and injects
-// the idempotency fault.
+// the current database, which restoreBackup replaces, and injects the
+// idempotency fault.
 type instanceStore struct {
-	cur atomic.Pointer[sqlitestore.Store]
+	cur atomic.Pointer[current]
 	// failPushResult makes the next PushResult lookup find an unreadable
 	// record (failNextIdempotencyLookup).
 	failPushResult atomic.Bool
 
 	mu      sync.Mutex
-	retired []*sqlitestore.Store // replaced by a restore; closed with the instance
+	retired []backing // replaced by a restore; closed with the instance
 }
 
 var _ store.Store = (*instanceStore)(nil)
 
-func newInstanceStore(st *sqlitestore.Store) *instanceStore {
+func newInstanceStore(st backing) *instanceStore {
 	s := &instanceStore{}
-	s.cur.Store(st)
+	s.cur.Store(&current{st})
 	return s
 }
 
-func (s *instanceStore) current() *sqlitestore.Store { return s.cur.Load() }
+func (s *instanceStore) current() backing { return s.cur.Load().b }
 
 // swap makes st the current database. The replaced one stays open, so
 // that a request still running on it finishes, until closeAll.
-func (s *instanceStore) swap(st *sqlitestore.Store) {
-	old := s.cur.Swap(st)
+func (s *instanceStore) swap(st backing) {
+	old := s.cur.Swap(&current{st})
 	s.mu.Lock()
-	s.retired = append(s.retired, old)
+	s.retired = append(s.retired, old.b)
 	s.mu.Unlock()
 }
 
