@@ -409,4 +409,34 @@ func TestRealtimeAcrossProcessesThroughPooler(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Its listener hears nothing through the pooler: it reports itself
+	// down rather than listening.
+	for {
+		body := mpGet(t, third.URL+"/readyz")
+		if strings.Contains(body, `"commitListener":"down"`) && strings.Contains(third.Stderr.String(), "delivers no notifications") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a listen connection through the pooler: /readyz %s; stderr:\n%s", body, third.Stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if body := mpGet(t, first.URL+"/readyz"); !strings.Contains(body, `"commitListener":"listening"`) {
+		t.Fatalf("first's /readyz = %s; want its direct listener listening", body)
+	}
+}
+
+// mpGet returns the body of a GET of url.
+func mpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -2,6 +2,9 @@ package pgstore
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -55,6 +58,13 @@ import (
 // actor of the partition. One that would reach the payload limit is sent
 // as "grants:<schema>", every partition and actor. Listeners of older
 // builds ignore these payloads (they do not start with a sequence).
+// probePrefix starts the payload of a delivery probe (probeDelivery).
+const probePrefix = "probe:"
+
+// errListenNoDelivery is why a listen connection through a pooler that
+// does not deliver notifications is given up.
+var errListenNoDelivery = errors.New("the listen connection delivers no notifications")
+
 const (
 	notifyChannel      = "syncgo_commits"
 	notifyPayloadLimit = "8000"
@@ -120,8 +130,12 @@ const (
 	// listenProbeAfter is how long the connection may stay silent before
 	// it is pinged, so that a dead peer (no RST) is noticed.
 	listenProbeAfter = 30 * time.Second
-	// listenTimeout bounds a connect, the LISTEN, a ping and the close.
+	// listenTimeout bounds a connect, the LISTEN and its delivery probe,
+	// a ping and the close.
 	listenTimeout = 15 * time.Second
+	// listenDeliveryWaitDefault is how long a delivery probe waits for
+	// its notification (probeDelivery).
+	listenDeliveryWaitDefault = 5 * time.Second
 )
 
 var _ store.CommitListener = (*Store)(nil)
@@ -224,18 +238,21 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, fn func(sto
 		defer cancel()
 		_ = conn.Close(ctx)
 	}()
-	if !s.listenPooled.Load() { // once warned, reconnects skip the check
-		pooled, err := behindPooler(cctx, conn)
-		if err != nil {
-			return 0, err
-		}
-		if pooled && !s.listenPooled.Swap(true) {
-			s.log.WarnContext(ctx, "pgstore: the listen connection reaches Postgres through a connection pooler: other processes' commits are announced to this one only if that pooler runs in session mode. Behind a transaction-mode pooler, point db_listen (pgstore.Config.ListenURL) at Postgres directly",
-				"host", cfg.Host, "port", cfg.Port)
-		}
+	pooled, err := behindPooler(cctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	if pooled && !s.listenPooled.Swap(true) {
+		s.log.WarnContext(ctx, "pgstore: the listen connection reaches Postgres through a connection pooler: other processes' commits are announced to this one only if that pooler runs in session mode. Behind a transaction-mode pooler, point db_listen (pgstore.Config.ListenURL) at Postgres directly",
+			"host", cfg.Host, "port", cfg.Port)
 	}
 	if _, err := conn.Exec(cctx, "LISTEN "+notifyChannel); err != nil {
 		return 0, fmt.Errorf("listen: %w", err)
+	}
+	if pooled {
+		if err := s.probeDelivery(cctx, conn); err != nil {
+			return 0, err
+		}
 	}
 	start := time.Now()
 	s.log.DebugContext(ctx, "pgstore: listening for commits", "pid", conn.PgConn().PID(), "schema", s.dbSchema)
@@ -264,6 +281,40 @@ func (s *Store) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, fn func(sto
 			}
 		default:
 			return time.Since(start), err
+		}
+	}
+}
+
+// probeDelivery checks that conn, which listens through a connection
+// pooler, receives notifications: it sends one through the pool and waits
+// for it. A transaction-mode pooler takes LISTEN and hands the server
+// connection that ran it to other clients, so nothing reaches conn;
+// listening on it would report the listener up while no other process's
+// commit is announced. Notifications other than the probe that arrive
+// meanwhile are dropped: the Reconnected that follows covers them.
+//
+// The payload, "probe:<schema>:<random>", is ignored by every listener
+// (it does not start with a sequence).
+func (s *Store) probeDelivery(ctx context.Context, conn *pgx.Conn) error {
+	var b [8]byte
+	_, _ = crand.Read(b[:])
+	payload := probePrefix + s.dbSchema + ":" + hex.EncodeToString(b[:])
+	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload); err != nil {
+		return fmt.Errorf("delivery probe: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.listenDeliveryWait)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(wctx)
+		switch {
+		case err == nil && n.Payload == payload:
+			return nil
+		case err == nil:
+		case wctx.Err() != nil && ctx.Err() == nil:
+			return fmt.Errorf("%w: no notification arrived within %v on a connection through a pooler (a transaction-mode pooler does not deliver them; point db_listen, pgstore.Config.ListenURL, at Postgres directly or at a session-mode pooler)",
+				errListenNoDelivery, s.listenDeliveryWait)
+		default:
+			return fmt.Errorf("delivery probe: %w", err)
 		}
 	}
 }

@@ -179,3 +179,62 @@ func TestGivenPoolThroughPooler(t *testing.T) {
 		pool.Close()
 	}
 }
+
+// TestListenThroughPooler: a listen connection through a transaction-mode
+// pooler takes LISTEN and delivers no notification, so the listener
+// reports itself lost instead of listening; through a session-mode
+// pooler it listens and delivers.
+func TestListenThroughPooler(t *testing.T) {
+	for _, c := range []struct {
+		mode     string
+		delivers bool
+	}{{"transaction", false}, {"session", true}} {
+		t.Run(c.mode, func(t *testing.T) {
+			via := pgtest.Bouncer(t, testURL(t), c.mode, 2)
+			s := openIn(t, newSchema(t), Config{ListenURL: via})
+			ensure(t, s, testSchema(t, 1))
+			ctx, cancel := context.WithCancel(context.Background())
+			got := make(chan store.CommitNotification, 64)
+			done := make(chan error, 1)
+			go func() {
+				done <- s.ListenCommits(ctx, func(n store.CommitNotification) {
+					select {
+					case got <- n:
+					default:
+					}
+				})
+			}()
+			t.Cleanup(func() { cancel(); <-done })
+			var first store.CommitNotification
+			select {
+			case first = <-got:
+			case <-time.After(listenWait + 10*time.Second):
+				t.Fatal("the listener reported nothing")
+			}
+			if !c.delivers {
+				if !first.Lost {
+					t.Fatalf("first notification through a %s pooler = %+v; want Lost", c.mode, first)
+				}
+				return
+			}
+			if !first.Reconnected {
+				t.Fatalf("first notification through a %s pooler = %+v; want Reconnected", c.mode, first)
+			}
+			prefix := uniq("pooled-")
+			seq := applyTask(t, s, prefix, "t1")
+			for {
+				select {
+				case n := <-got:
+					if n.Lost || n.Reconnected {
+						t.Fatalf("notification %+v; want %s at %d", n, prefix, seq)
+					}
+					if n.Partition == prefix && n.Seq == seq {
+						return
+					}
+				case <-time.After(listenWait):
+					t.Fatalf("no notification of %s through a %s pooler", prefix, c.mode)
+				}
+			}
+		})
+	}
+}

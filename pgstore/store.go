@@ -48,6 +48,9 @@ type Store struct {
 	// listenPooled is set once the listen connection was found to go
 	// through a connection pooler (warned about once).
 	listenPooled atomic.Bool
+	// listenDeliveryWait bounds a delivery probe through a pooler
+	// (listenDeliveryWaitDefault).
+	listenDeliveryWait time.Duration
 	// shortWindow is the longest range of the log a commit window reads
 	// in one round trip, without its candidate walk (shortWindowCommits;
 	// 0 in tests of the paged reads).
@@ -105,7 +108,7 @@ var _ store.Store = (*Store)(nil)
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	urlSizesPool := cfg.MaxConns <= 0 && strings.Contains(cfg.URL, "pool_max_conns")
 	cfg = cfg.withDefaults()
-	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
+	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, listenDeliveryWait: listenDeliveryWaitDefault, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
 		groups: groups{m: map[string]*group{}}}
 	if s.pool == nil {
 		if cfg.URL == "" {
