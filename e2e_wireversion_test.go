@@ -198,3 +198,87 @@ func TestE2EReferenceViolationOldWireVersions(t *testing.T) {
 		}
 	})
 }
+
+// fullRowOp returns a tasks upsert whose payload is a full row, as wire
+// versions 1 and 2 carry it.
+func (e *e2eEnv) fullRowOp(t *testing.T, values map[string]any, base *int64) wire.Operation {
+	t.Helper()
+	tbl, _ := e.schema.Table("tasks")
+	vals := make([]wire.Value, len(tbl.Columns()))
+	for i, c := range tbl.Columns() {
+		v, err := sspclient.WireValue(c.Type, values[c.Name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals[i] = v
+	}
+	payload, err := tbl.RowCodec().AppendRow(nil, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wire.Operation{Table: "tasks", RowID: values["id"].(string), Op: wire.OpUpsert, BaseVersion: base, Payload: payload}
+}
+
+// A push result is replayed from the journal in the wire version of the
+// retry, not of the request that recorded it: a commit rejected with
+// sync.row_deleted (new in wire version 3) and retried by the same client
+// at version 1 or 2 gets a code of their closed catalog (§10.2 of version
+// 2: sync.row_missing, the not-found code of an upsert whose row is
+// absent), and at version 3 again sync.row_deleted. The reverse holds
+// too: a conflict recorded from a version 2 push and retried at version 3
+// carries its conflictColumns, and at version 2 none.
+func TestE2EPushReplayAcrossWireVersions(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		a := e.client("alice", sspclient.Options{})
+		mustUpsert(t, a, taskRow("t1", "p1", "doomed"))
+		mustUpsert(t, a, taskRow("t2", "p1", "kept"))
+		syncQuiet(t, a)
+		if _, err := a.Delete("tasks", "t1"); err != nil {
+			t.Fatal(err)
+		}
+		mustUpsert(t, a, taskRow("t2", "p1", "kept, edited"))
+		syncQuiet(t, a)
+		epoch := e.partitionState().LogEpoch
+
+		push := func(v uint16, commit string, op wire.Operation) *wire.PushResult {
+			t.Helper()
+			m := decodeResponse(t, e.post(t, body(encodeRequest(t, &wire.Request{Version: v, Header: oldHeader(v, "replayer", epoch),
+				Commits: []*wire.PushCommit{{ClientCommitID: commit, Operations: []wire.Operation{op}}}})), nil))
+			if m.Version != v || len(m.Frames) < 2 {
+				t.Fatalf("a version %d push answered version %d, %d frames", v, m.Version, len(m.Frames))
+			}
+			pr, ok := m.Frames[1].(*wire.PushResult)
+			if !ok || pr.ClientCommitID != commit || pr.Status != wire.PushRejected || len(pr.Results) != 1 {
+				t.Fatalf("a version %d push of %s answered %+v; want one rejected result", v, commit, m.Frames[1])
+			}
+			return pr
+		}
+
+		row := taskRow("t1", "p1", "did not see the delete")
+		if r := push(wire.Version3, "c-deleted", e.upsertOp(t, row)).Results[0]; r.Code != syncerr.CodeRowDeleted {
+			t.Fatalf("unversioned upsert over a delete: %+v; want %s", r, syncerr.CodeRowDeleted)
+		}
+		for _, v := range []uint16{wire.Version1, wire.Version2, wire.Version3} {
+			want := syncerr.CodeRowMissing
+			if v == wire.Version3 {
+				want = syncerr.CodeRowDeleted
+			}
+			if r := push(v, "c-deleted", e.fullRowOp(t, row, nil)).Results[0]; r.Status != wire.OpError || r.Code != want || r.Retryable {
+				t.Errorf("v%d: the replay of a sync.row_deleted rejection answered %+v; want error %s", v, r, want)
+			}
+		}
+
+		stale := int64(1)
+		op := e.fullRowOp(t, taskRow("t2", "p1", "stale edit"), &stale)
+		if r := push(wire.Version2, "c-conflict", op).Results[0]; r.Status != wire.OpConflict || r.ConflictColumns != nil {
+			t.Fatalf("a version 2 stale edit answered %+v; want a conflict without conflictColumns", r)
+		}
+		if r := push(wire.Version3, "c-conflict", op).Results[0]; r.Status != wire.OpConflict || r.Code != syncerr.CodeVersionConflict || len(r.ConflictColumns) == 0 {
+			t.Errorf("the version 3 replay of a version 2 conflict answered %+v; want a conflict with conflictColumns", r)
+		}
+		if r := push(wire.Version2, "c-conflict", op).Results[0]; r.Status != wire.OpConflict || r.ConflictColumns != nil || r.ServerVersion != 2 {
+			t.Errorf("the version 2 replay of a conflict answered %+v; want a conflict at server version 2 without conflictColumns", r)
+		}
+	})
+}

@@ -333,13 +333,20 @@ func (r *request) writePushResult(id string, out pushOutcome) error {
 	if r.req.Version < wire.Version3 {
 		// Versions 1 and 2 have no conflictColumns and no declared
 		// references: their closed catalog answers a foreign-key failure
-		// with sync.constraint_violation (version 2 §10.2).
+		// with sync.constraint_violation (version 2 §10.2). Nor have they
+		// sync.row_deleted, which a version 3 push recorded and a retry of
+		// the same commit at an older version replays from the journal:
+		// it is the not-found code of an upsert whose row is absent,
+		// sync.row_missing.
 		results := make([]wire.OpResult, len(rec.Results))
 		copy(results, rec.Results)
 		for i := range results {
 			results[i].ConflictColumns = nil
-			if results[i].Code == syncerr.CodeReferenceViolation {
+			switch results[i].Code {
+			case syncerr.CodeReferenceViolation:
 				results[i].Code = syncerr.CodeConstraintViolation
+			case syncerr.CodeRowDeleted:
+				results[i].Code = syncerr.CodeRowMissing
 			}
 		}
 		pr.Results = results
