@@ -13,8 +13,9 @@ import (
 
 // The client's decoders against any bytes, over real HTTP: a /sync answer
 // the codec does not decode as a response is a failed round, never one
-// that succeeds; a delta applies only whole sections, and what ApplyDelta
-// reports applied is the subscription's cursor, or nothing moved.
+// that succeeds; a delta applies whole or not at all (an error applies
+// nothing), and what ApplyDelta reports applied is the subscription's
+// cursor, or nothing moved.
 func FuzzClientDecoders(f *testing.F) {
 	s := fakeSchema(f)
 	encode := func(frames ...wire.Frame) []byte {
@@ -101,6 +102,8 @@ func FuzzClientDecoders(f *testing.F) {
 		applied, err := c.ApplyDelta(in)
 		st, _ := c.Subscription("s")
 		switch {
+		case err != nil && applied != -1:
+			t.Fatalf("a delta that failed (%v) reported %d applied", err, applied)
 		case applied == -1:
 			if st.Cursor != 5 || len(c.Rows("notes")) != len(before) {
 				t.Fatalf("nothing applied (%v), but the cursor is %d and %d rows are held", err, st.Cursor, len(c.Rows("notes")))

@@ -196,7 +196,10 @@ var ErrCatchingUp = fmt.Errorf("%w: the pulls since an earlier dropped delta hav
 // no bootstrap pending, and only when its nextCursor advances the
 // subscription's cursor (an older or equal one is a duplicate). It
 // returns the highest nextCursor applied, or -1 when nothing applied. A
-// delta of another log epoch applies nothing.
+// delta of another log epoch applies nothing, and so does one that does
+// not decode whole (a corrupt or cut-short message, a row the codec
+// refuses, an ERROR frame): it is decoded to its end before any section
+// applies.
 func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 	if !c.roundMu.TryLock() {
 		c.markDropped(payload)
@@ -218,20 +221,28 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 		del    bool
 		scopes wire.StoredScopes
 	}
-	var (
-		open    *subscription
+	// section is a subscription's part of the delta, applied once the
+	// whole message decoded: a delta whose later bytes are corrupt or cut
+	// short applies nothing.
+	type section struct {
+		sub     *subscription
+		next    int64
 		changes []staged
-		applied int64 = -1
+	}
+	var (
+		open     *subscription
+		changes  []staged
+		sections []section
 	)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
 		f, err := d.Next()
 		if err == io.EOF {
-			return applied, nil
+			break
 		}
 		if err != nil {
-			return applied, fmt.Errorf("sspclient: delta: %w", err)
+			return -1, fmt.Errorf("sspclient: delta: %w", err)
 		}
 		switch f := f.(type) {
 		case *wire.RespHeader:
@@ -239,7 +250,7 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 				return -1, nil
 			}
 		case *wire.SubStart:
-			open, changes = nil, changes[:0]
+			open, changes = nil, nil
 			if s := c.sub(f.ID); s != nil && f.Status == wire.SubActive && s.status == wire.SubActive &&
 				s.cursor >= 0 && s.bootstrapState == nil {
 				open = s
@@ -254,27 +265,37 @@ func (c *Client) ApplyDelta(payload []byte) (int64, error) {
 				if !st.del {
 					t, ok := c.schema.Table(name)
 					if !ok {
-						return applied, fmt.Errorf("sspclient: delta changes unknown table %q", name)
+						return -1, fmt.Errorf("sspclient: delta changes unknown table %q", name)
 					}
 					if st.row.Values, err = t.RowCodec().DecodeRow(ch.Row); err != nil {
-						return applied, fmt.Errorf("sspclient: delta row %s: %w", ch.RowID, err)
+						return -1, fmt.Errorf("sspclient: delta row %s: %w", ch.RowID, err)
 					}
 				}
 				changes = append(changes, st)
 			}
 		case *wire.SubEnd:
-			if open != nil && f.NextCursor > open.cursor {
-				for _, ch := range changes {
-					c.applyChange(ch.table, ch.seq, ch.row, ch.del, ch.scopes)
-				}
-				open.cursor = f.NextCursor
-				applied = max(applied, f.NextCursor)
+			if open != nil {
+				sections = append(sections, section{sub: open, next: f.NextCursor, changes: changes})
 			}
-			open, changes = nil, changes[:0]
+			open, changes = nil, nil
 		case *wire.ErrorFrame:
-			return applied, fmt.Errorf("sspclient: delta carries an error: %s", f.Code)
+			return -1, fmt.Errorf("sspclient: delta carries an error: %s", f.Code)
 		}
 	}
+	applied := int64(-1)
+	for _, sec := range sections {
+		// In order, as at each SUB_END: a later section of the same
+		// subscription is compared with the cursor the earlier one set.
+		if sec.next <= sec.sub.cursor {
+			continue
+		}
+		for _, ch := range sec.changes {
+			c.applyChange(ch.table, ch.seq, ch.row, ch.del, ch.scopes)
+		}
+		sec.sub.cursor = sec.next
+		applied = max(applied, sec.next)
+	}
+	return applied, nil
 }
 
 // AckFloor returns the ack point after a pull round (§8.2): the minimum
