@@ -412,7 +412,8 @@ func TestRealtimeAcrossProcessesThroughPooler(t *testing.T) {
 	// Its listener hears nothing through the pooler: it reports itself
 	// down rather than listening.
 	for {
-		body := mpGet(t, third.URL+"/readyz")
+		_, _, b := fetchURL(t, third.URL+"/readyz")
+		body := string(b)
 		if strings.Contains(body, `"commitListener":"down"`) && strings.Contains(third.Stderr.String(), "delivers no notifications") {
 			break
 		}
@@ -421,22 +422,7 @@ func TestRealtimeAcrossProcessesThroughPooler(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if body := mpGet(t, first.URL+"/readyz"); !strings.Contains(body, `"commitListener":"listening"`) {
+	if _, _, body := fetchURL(t, first.URL+"/readyz"); !strings.Contains(string(body), `"commitListener":"listening"`) {
 		t.Fatalf("first's /readyz = %s; want its direct listener listening", body)
 	}
-}
-
-// mpGet returns the body of a GET of url.
-func mpGet(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
 }
