@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -151,6 +153,11 @@ type coreStep struct {
 	line string
 	sql  string
 	args []any
+	// concurrently, when set, builds the step's index without the
+	// migration locks (CREATE INDEX CONCURRENTLY, outside a transaction):
+	// a plain index of a table that exists already, whose build under the
+	// locks would hold every writer for as long as it reads the table.
+	concurrently string
 }
 
 // stepLines are the descriptions of steps.
@@ -258,7 +265,11 @@ func planCore(ctx context.Context, q querier) ([]coreStep, error) {
 		case "table", "index":
 			rel, exists := cat.relations[o.name]
 			if !exists {
-				steps = append(steps, coreStep{line: "create " + o.kind + " " + o.name, sql: o.sql})
+				step := coreStep{line: "create " + o.kind + " " + o.name, sql: o.sql}
+				if _, tableExists := cat.relations[o.table]; o.kind == "index" && tableExists {
+					step.concurrently = concurrentIndexSQL(o.sql)
+				}
+				steps = append(steps, step)
 				continue
 			}
 			want := "r"
@@ -341,6 +352,13 @@ func (s *Store) migrateCore(ctx context.Context) ([]string, error) {
 	if err != nil || len(steps) == 0 {
 		return nil, err
 	}
+	built := s.buildIndexesConcurrently(ctx, steps)
+	if len(built) > 0 {
+		s.log.InfoContext(ctx, "pgstore: core indexes built concurrently", "steps", built)
+		if steps, err = planCore(ctx, s.pool); err != nil || len(steps) == 0 {
+			return built, err
+		}
+	}
 	var done []string
 	err = s.withMigrationLock(ctx, "core tables", func(ctx context.Context, tx pgx.Tx) error {
 		steps, err := planCore(ctx, tx)
@@ -359,5 +377,54 @@ func (s *Store) migrateCore(ctx context.Context) ([]string, error) {
 	if len(done) > 0 {
 		s.log.InfoContext(ctx, "pgstore: core tables migrated", "steps", done)
 	}
-	return done, nil
+	return append(built, done...), nil
+}
+
+// concurrentIndexSQL returns the CREATE INDEX CONCURRENTLY form of a
+// plain index's statement, or "" for a unique one (a concurrent build
+// that fails on a duplicate leaves an invalid index behind).
+func concurrentIndexSQL(stmt string) string {
+	const plain = "CREATE INDEX IF NOT EXISTS "
+	if !strings.HasPrefix(stmt, plain) {
+		return ""
+	}
+	return "CREATE INDEX CONCURRENTLY IF NOT EXISTS " + strings.TrimPrefix(stmt, plain)
+}
+
+// sqlstateDuplicateTable is a concurrent build that met another
+// process's build of the same index (as sqlstateUniqueViolation, on the
+// catalog).
+const sqlstateDuplicateTable = "42P07"
+
+// buildIndexesConcurrently builds the indexes of steps that can be built
+// without the migration locks (coreStep.concurrently), each in a
+// statement of its own outside any transaction: the processes already
+// running on the database keep writing while the table is read (a build
+// waits for their open transactions, it does not hold them back). It
+// returns the steps built. A build that fails is dropped again (a failed
+// concurrent build leaves an invalid index) and left to the locked
+// migration, which builds it as before.
+func (s *Store) buildIndexesConcurrently(ctx context.Context, steps []coreStep) []string {
+	var built []string
+	for _, st := range steps {
+		if st.concurrently == "" {
+			continue
+		}
+		if _, err := s.pool.Exec(ctx, st.concurrently); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
+				// Another process started the same build at the same
+				// moment: its index is left to it.
+				continue
+			}
+			s.log.WarnContext(ctx, "pgstore: concurrent index build failed; building it under the migration lock", "step", st.line, "err", err)
+			name := strings.TrimPrefix(st.line, "create index ")
+			if _, derr := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+quoteIdent(name)); derr != nil {
+				s.log.WarnContext(ctx, "pgstore: dropping the failed concurrent index build", "index", name, "err", derr)
+			}
+			continue
+		}
+		built = append(built, st.line)
+	}
+	return built
 }

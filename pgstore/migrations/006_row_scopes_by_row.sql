@@ -2,8 +2,9 @@
 -- entries, which every upsert and delete of the row cleans up. The primary
 -- key leads with the scope variable and value, so without it the cleanup
 -- read every entry of the table in the partition (10 ms per row at 70,000
--- rows). A database that lacks it gets it at Open (core.go), which holds
--- the writers (the migration locks) while it is built.
+-- rows). A database that lacks it gets it at Open (core.go), built
+-- concurrently (CREATE INDEX CONCURRENTLY): the running writers are not
+-- held while it is built.
 --
 -- row_id is indexed under the database's default collation, not the
 -- column's "C" (equality is the same: bytewise), and the cleanup compares
