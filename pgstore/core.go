@@ -348,6 +348,9 @@ func applySteps(ctx context.Context, tx pgx.Tx, steps []coreStep) error {
 // (lock.go), the steps that the catalog read again under the lock still
 // calls for. It returns what it did.
 func (s *Store) migrateCore(ctx context.Context) ([]string, error) {
+	if err := s.dropAbandonedIndexes(ctx); err != nil {
+		return nil, err
+	}
 	steps, err := planCore(ctx, s.pool)
 	if err != nil || len(steps) == 0 {
 		return nil, err
@@ -427,4 +430,44 @@ func (s *Store) buildIndexesConcurrently(ctx context.Context, steps []coreStep) 
 		built = append(built, st.line)
 	}
 	return built
+}
+
+// sqlAbandonedIndexes lists the core indexes ($1) that are invalid and
+// that no session is building: what a concurrent build leaves when its
+// process dies during it. Postgres never uses such an index, and the
+// catalog plan would take it for built.
+const sqlAbandonedIndexes = `SELECT n.name FROM unnest($1::text[]) AS n(name)
+  JOIN pg_index i ON i.indexrelid = to_regclass(quote_ident(n.name))
+  WHERE NOT i.indisvalid
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)`
+
+// dropAbandonedIndexes drops the core indexes a concurrent build left
+// invalid (sqlAbandonedIndexes), concurrently, so that the plan builds
+// them again.
+func (s *Store) dropAbandonedIndexes(ctx context.Context) error {
+	objects, err := coreObjects()
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, o := range objects {
+		if o.kind == "index" && concurrentIndexSQL(o.sql) != "" {
+			names = append(names, o.name)
+		}
+	}
+	rows, err := s.pool.Query(ctx, sqlAbandonedIndexes, names)
+	if err != nil {
+		return fmt.Errorf("read invalid indexes: %w", err)
+	}
+	abandoned, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("read invalid indexes: %w", err)
+	}
+	for _, name := range abandoned {
+		s.log.InfoContext(ctx, "pgstore: dropping an index an interrupted build left invalid", "index", name)
+		if _, err := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+quoteIdent(name)); err != nil {
+			return fmt.Errorf("drop invalid index %s: %w", name, err)
+		}
+	}
+	return nil
 }

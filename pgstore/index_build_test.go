@@ -107,3 +107,27 @@ WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace
 		t.Fatalf("%d valid sync_row_scopes_by_row after concurrent Opens, want 1", valid)
 	}
 }
+
+// TestAbandonedIndexBuildRebuiltAtOpen: an index that a concurrent build
+// left invalid (its process died during the build) is not taken for
+// built: the next Open drops and builds it, and it is valid.
+func TestAbandonedIndexBuildRebuiltAtOpen(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	ensure(t, s, testSchema(t, 1))
+	// What an interrupted CREATE INDEX CONCURRENTLY leaves: the index in
+	// the catalog, marked invalid.
+	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+".sync_row_scopes_by_row'::regclass")
+	valid := func() int64 {
+		return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace AND i.indisvalid`, name)
+	}
+	if valid() != 0 {
+		t.Fatal("the index is still valid")
+	}
+	openIn(t, name, Config{})
+	if valid() != 1 {
+		t.Fatal("Open left sync_row_scopes_by_row invalid")
+	}
+}
