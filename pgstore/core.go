@@ -436,9 +436,17 @@ func (s *Store) buildIndexesConcurrently(ctx context.Context, steps []coreStep) 
 // that no session is building: what a concurrent build leaves when its
 // process dies during it. Postgres never uses such an index, and the
 // catalog plan would take it for built.
-const sqlAbandonedIndexes = `SELECT n.name FROM unnest($1::text[]) AS n(name)
+const sqlAbandonedIndexes = `SELECT quote_ident(n.name) FROM unnest($1::text[]) AS n(name)
   JOIN pg_index i ON i.indexrelid = to_regclass(quote_ident(n.name))
   WHERE NOT i.indisvalid
+    AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)`
+
+// sqlAbandonedOwnedIndexes is sqlAbandonedIndexes for the owned (declared)
+// indexes, named with the prefix $2, of the app tables $1.
+const sqlAbandonedOwnedIndexes = `SELECT quote_ident(c.relname) FROM unnest($1::text[]) AS n(name)
+  JOIN pg_index i ON i.indrelid = to_regclass(quote_ident(n.name))
+  JOIN pg_class c ON c.oid = i.indexrelid
+  WHERE starts_with(c.relname, $2) AND NOT i.indisvalid
     AND NOT EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)`
 
 // dropAbandonedIndexes drops the core indexes a concurrent build left
@@ -455,7 +463,13 @@ func (s *Store) dropAbandonedIndexes(ctx context.Context) error {
 			names = append(names, o.name)
 		}
 	}
-	rows, err := s.pool.Query(ctx, sqlAbandonedIndexes, names)
+	return s.dropAbandoned(ctx, sqlAbandonedIndexes, names)
+}
+
+// dropAbandoned drops, concurrently, the indexes that query (with args)
+// lists, quoted: invalid ones that no session is building.
+func (s *Store) dropAbandoned(ctx context.Context, query string, args ...any) error {
+	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
 		return fmt.Errorf("read invalid indexes: %w", err)
 	}
@@ -465,7 +479,7 @@ func (s *Store) dropAbandonedIndexes(ctx context.Context) error {
 	}
 	for _, name := range abandoned {
 		s.log.InfoContext(ctx, "pgstore: dropping an index an interrupted build left invalid", "index", name)
-		if _, err := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+quoteIdent(name)); err != nil {
+		if _, err := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+name); err != nil {
 			return fmt.Errorf("drop invalid index %s: %w", name, err)
 		}
 	}

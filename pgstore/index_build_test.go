@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/syncgo/syncgo/schema"
 )
 
 // TestMissingIndexBuiltWithoutHoldingWriters: a database that lacks
@@ -129,5 +131,54 @@ WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace
 	openIn(t, name, Config{})
 	if valid() != 1 {
 		t.Fatal("Open left sync_row_scopes_by_row invalid")
+	}
+}
+
+// TestDeclaredIndexBuiltBeforeBumpLocks: a schema bump that declares a new
+// index on a table and columns that exist builds it concurrently before
+// it takes the migration locks, which hold every writer of every
+// partition: when the locks are taken the index is there and valid, and
+// the bump under them has nothing of it left to build. An index the bump
+// left invalid (an interrupted concurrent build) is built again.
+func TestDeclaredIndexBuiltBeforeBumpLocks(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	ensure(t, s, testSchema(t, 1))
+	admin(t, testURL(t), "INSERT INTO "+name+`.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
+SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM generate_series(1, 50000) i`)
+	v2 := func(version int32) *schema.Compiled {
+		c, err := schema.New(version).
+			Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("owner_id"),
+				schema.String("title").Null(), schema.Integer("rank").Null(), schema.JSON("meta").Null(),
+				schema.Boolean("done").Null(), schema.Float("score").Null(), schema.Bytes("blob").Null()).
+			Scope("project:{project_id}").Scope("owner:{owner_id}").
+			UniqueIndex("tasks_by_title", "title").Index("tasks_by_rank", "rank").Index("tasks_by_owner", "owner_id").
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ix, _ := v2(2).Table("tasks")
+	physical := ix.Indexes()[2].PhysicalName
+	valid := func() int64 {
+		return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, physical, name)
+	}
+	var atLock []int64
+	b := openIn(t, name, Config{migrationLocked: func() { atLock = append(atLock, valid()) }})
+	ensure(t, b, v2(2))
+	if len(atLock) == 0 || atLock[0] != 1 {
+		t.Fatalf("valid %s when the bump took the migration locks: %v; want 1 (built before them)", physical, atLock)
+	}
+
+	// An interrupted concurrent build leaves the index invalid: the next
+	// bump drops it and builds it again.
+	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+"."+physical+"'::regclass")
+	c := openIn(t, name, Config{})
+	ensure(t, c, v2(3))
+	if valid() != 1 {
+		t.Fatalf("after the next bump, %s is not valid", physical)
 	}
 }

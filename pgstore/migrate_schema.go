@@ -2,12 +2,14 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -87,6 +89,81 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 		s.log.InfoContext(ctx, "pgstore: schema migrated", "from", p.marker.SchemaVersion, "to", c.Version(), "checkpoints", len(decls))
 		return nil
 	})
+}
+
+// prebuildIndexes builds, before a schema bump takes the migration locks,
+// the declared indexes the bump would create on tables and columns that
+// exist already, each with CREATE INDEX CONCURRENTLY in a statement of its
+// own: the processes already running keep writing while the table is read
+// (the build waits for their open transactions, it does not hold them
+// back), and the bump finds the index built. Under the locks, the build of
+// an index on a large table held every writer of every partition for as
+// long as it took. Left to the bump, as before: unique indexes (a
+// concurrent build that meets a duplicate leaves an invalid index behind,
+// and the bump reports the duplicate), indexes of new tables or columns,
+// an owned index whose declaration changed, and a build that fails (it is
+// dropped again). First, owned indexes that an interrupted concurrent
+// build left invalid, and that no session is building, are dropped: the
+// catalog would take them for built.
+func (s *Store) prebuildIndexes(ctx context.Context, c *schema.Compiled) error {
+	if err := s.dropAbandoned(ctx, sqlAbandonedOwnedIndexes, tableNames(c), schema.IndexPrefix); err != nil {
+		return err
+	}
+	type build struct{ name, sql string }
+	var builds []build
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		cols, err := physicalColumns(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		owned, err := ownedIndexes(ctx, tx, c)
+		if err != nil {
+			return err
+		}
+		for _, t := range c.Tables() {
+			have, exists := cols[t.Name()]
+			if !exists {
+				continue
+			}
+			for _, d := range declaredIndexes(t) {
+				taken := slices.ContainsFunc(owned[t.Name()], func(o ownedIndex) bool { return o.name == d.name })
+				present := !slices.ContainsFunc(d.columns, func(col string) bool { _, ok := have[col]; return !ok })
+				if d.unique || taken || !present {
+					continue
+				}
+				builds = append(builds, build{quoteIdent(d.name), concurrentIndexSQL(d.createSQL(quoteIdent(t.Name())))})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("plan index builds: %w", err)
+	}
+	for _, b := range builds {
+		name := b.name
+		if _, err := s.pool.Exec(ctx, b.sql); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
+				continue // another process is building it
+			}
+			s.log.WarnContext(ctx, "pgstore: concurrent index build failed; the schema bump builds it under the migration lock", "index", name, "err", err)
+			if _, derr := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+name); derr != nil {
+				s.log.WarnContext(ctx, "pgstore: dropping the failed concurrent index build", "index", name, "err", derr)
+			}
+			continue
+		}
+		s.log.InfoContext(ctx, "pgstore: declared index built concurrently before the schema bump", "index", name)
+	}
+	return nil
+}
+
+// tableNames are the names of c's tables.
+func tableNames(c *schema.Compiled) []string {
+	names := make([]string, len(c.Tables()))
+	for i, t := range c.Tables() {
+		names[i] = t.Name()
+	}
+	return names
 }
 
 // schemaDDL returns the statements that bring the app tables of c to

@@ -157,6 +157,9 @@ func (s *Store) actOn(ctx context.Context, p schemaPlan, c *schema.Compiled, dec
 	if s.cfg.ReadOnly {
 		return fmt.Errorf("the schema would be %sd (version %d): %w", p.action, c.Version(), ErrReadOnly)
 	}
+	if err := s.prebuildIndexes(ctx, c); err != nil {
+		return err
+	}
 	return s.migrateSchema(ctx, c, decls)
 }
 
