@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // Error is a protocol error. Category, Retryable, Action and HTTPStatus are
@@ -34,6 +35,11 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// LogValue renders the error in a log record as its text, cause included.
+// Without it a JSON slog handler would marshal the error with MarshalJSON:
+// the client's body ("internal server error"), which drops the cause.
+func (e *Error) LogValue() slog.Value { return slog.StringValue(e.Error()) }
 
 // Entry returns the catalog entry of the error's code.
 func (e *Error) Entry() Entry {
