@@ -1,7 +1,9 @@
 package syncgo
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/syncgo/syncgo/syncerr"
@@ -9,17 +11,14 @@ import (
 
 // writeError answers a request-level failure as the §10.1 JSON shape with
 // the catalog's HTTP status. Non-catalog failures are reported to OnError
-// and answered as sync.internal_error.
+// and answered as sync.internal_error, unless the client went away.
 func (s *Server) writeError(w http.ResponseWriter, route string, err error) {
 	pe := syncerr.As(err)
 	if pe == nil {
 		pe = syncerr.Internal(err)
 	}
 	if pe.Code == syncerr.CodeInternalError {
-		s.cfg.Logger.Error("request failed", "route", route, "err", err)
-		if s.cfg.OnError != nil {
-			s.cfg.OnError(err, route)
-		}
+		s.reportFailure(route, "request failed", err)
 	}
 	body, merr := json.Marshal(pe)
 	if merr != nil {
@@ -33,3 +32,24 @@ func (s *Server) writeError(w http.ResponseWriter, route string, err error) {
 	w.WriteHeader(pe.Status())
 	_, _ = w.Write(body)
 }
+
+// reportFailure logs a failure of the server at ERROR and reports it to
+// OnError, except a failure caused by the client going away (§10.2 keeps
+// the answer sync.internal_error, which nobody reads): a warning, since
+// operators page on errors and a lost connection is no server fault.
+func (s *Server) reportFailure(route, msg string, err error) {
+	if clientWentAway(err) {
+		s.cfg.Logger.Warn(msg+": the client went away", "route", route, "err", err)
+		return
+	}
+	s.cfg.Logger.Error(msg, "route", route, "err", err)
+	if s.cfg.OnError != nil {
+		s.cfg.OnError(err, route)
+	}
+}
+
+// clientWentAway reports a failure caused by the end of a request's
+// context: net/http cancels it when the client's connection closes. The
+// server cancels no request's context of its own (Stop lets requests
+// finish), so context.Canceled in a request's failure is the client's.
+func clientWentAway(err error) bool { return errors.Is(err, context.Canceled) }

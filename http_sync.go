@@ -104,10 +104,7 @@ func (s *Server) handleSync(w http.ResponseWriter, r *http.Request) {
 			err = cerr
 		}
 		if err != nil && syncerr.As(err) == nil {
-			s.cfg.Logger.Error("sync response failed", "err", err)
-			if s.cfg.OnError != nil {
-				s.cfg.OnError(err, route)
-			}
+			s.reportFailure(route, "sync response failed", err)
 		}
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -36,6 +37,105 @@ func logRecords(t *testing.T, log string) []logRecord {
 		out = append(out, r)
 	}
 	return out
+}
+
+// stallStore makes row scans wait, on demand, until their request's
+// context ends, as a slow query does when its client goes away.
+type stallStore struct {
+	store.Store
+	stall   atomic.Bool
+	entered chan struct{}
+}
+
+func (s *stallStore) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	if s.stall.Load() {
+		s.entered <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Store.ScanRows(ctx, partition, q)
+}
+
+// A client that goes away while its request is being served (its context
+// ends, as when a mobile client loses its connection) is no server fault:
+// nothing is logged at ERROR and the host's error hook is not called,
+// whether the request was still before its response (here in the scope
+// resolver, which reads with the request's context) or in it (a
+// bootstrap's row scan). A warning says it.
+func TestClientGoneIsNotAnError(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var server, access lockedBuffer
+		entered := make(chan struct{}, 1)
+		onError := make(chan string, 8)
+		var e *e2eEnv
+		var ss *stallStore
+		e = newE2EEnv(t, d, func(c *syncgo.Config) {
+			c.Logger = slog.New(slog.NewJSONHandler(&server, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.AccessLog = slog.New(slog.NewJSONHandler(&access, nil))
+			c.OnError = func(err error, route string) { onError <- route + ": " + err.Error() }
+			ss = &stallStore{Store: c.Store, entered: entered}
+			c.Store = ss
+			c.ResolveScopes = func(ctx context.Context, req syncgo.ScopeRequest) (map[string][]string, error) {
+				if req.ActorID != "leaver" {
+					return e.resolve(ctx, req)
+				}
+				entered <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+		})
+		w := e.client("writer", sspclient.Options{})
+		mustUpsert(t, w, taskRow("a1", "p1", "a1"))
+		syncQuiet(t, w)
+
+		for _, tc := range []struct{ name, actor string }{
+			{"before the response", "leaver"},
+			{"in the response", "reader"},
+		} {
+			ss.stall.Store(tc.actor == "reader")
+			c := e.client(tc.actor, sspclient.Options{})
+			mustSubscribe(t, c, "s", "p1")
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.SyncUntilQuiet(ctx, 5)
+				done <- err
+			}()
+			select {
+			case <-entered:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%s: the request never stalled", tc.name)
+			}
+			answered := strings.Count(access.String(), `"route":"sync"`)
+			logged := len(logRecords(t, server.String()))
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatalf("%s: the cancelled round succeeded", tc.name)
+			}
+			ss.stall.Store(false)
+			// The handler has returned once its access log line is written.
+			eventually(t, "the cancelled request's access log line", func() bool {
+				return strings.Count(access.String(), `"route":"sync"`) > answered
+			})
+			warned := false
+			for _, r := range logRecords(t, server.String())[logged:] {
+				if r.Level == "ERROR" {
+					t.Errorf("%s: a client that went away was logged at ERROR: %s %s", tc.name, r.Msg, r.Err)
+				}
+				if r.Level == "WARN" && strings.Contains(r.Msg, "went away") {
+					warned = true
+				}
+			}
+			if !warned {
+				t.Errorf("%s: no WARN record says the client went away:\n%s", tc.name, server.String())
+			}
+			select {
+			case got := <-onError:
+				t.Errorf("%s: a client that went away reached OnError: %s", tc.name, got)
+			default:
+			}
+		}
+	})
 }
 
 // bindFaultStore fails BindClient on demand: a storage failure before

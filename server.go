@@ -196,7 +196,9 @@ type Config struct {
 	// segment TTL).
 	Limits Limits
 	// OnError observes every failure answered as sync.internal_error,
-	// with the route it happened on.
+	// with the route it happened on, except those caused by the client
+	// going away (its request's context cancelled), which are logged as
+	// warnings only.
 	OnError func(err error, route string)
 	// OnCommit is called after each applied commit.
 	OnCommit func(CommitNotice)
