@@ -590,7 +590,7 @@ func (c Config) Validate() error {
 	}
 	if e := c.Tracing.Endpoint; e != "" {
 		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("tracing.endpoint %q: want an http:// or https:// URL", e))
+			errs = append(errs, fmt.Errorf("tracing.endpoint %q: want an http:// or https:// URL", RedactURL(e)))
 		}
 	}
 	if c.DBPasswordFile != "" && !IsPostgres(c.DB) {

@@ -51,6 +51,22 @@ func RedactDSN(db string) string {
 	return kvPassword.ReplaceAllString(db, "${1}"+redacted)
 }
 
+// urlPassword matches the password of a URL's user info ("//user:pass@",
+// or "user:pass@" at the start of a bare host), up to the last "@" before
+// a space: a password with "/" or "@" in it is hidden whole.
+var urlPassword = regexp.MustCompile(`(//[^/@\s:]*:)\S*@`)
+var barePassword = regexp.MustCompile(`^([^/@\s:]*:)\S*@`)
+
+// RedactURL hides the password of a URL's user info, for an error that
+// names a refused URL setting.
+func RedactURL(s string) string {
+	re := urlPassword
+	if !strings.Contains(s, "//") {
+		re = barePassword
+	}
+	return re.ReplaceAllString(s, "${1}"+redacted+"@")
+}
+
 // DSNPassword returns the password a Postgres DSN carries, if any.
 func DSNPassword(db string) string {
 	if !IsPostgres(db) {

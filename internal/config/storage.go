@@ -122,12 +122,12 @@ func (b Blobs) S3Location() (BlobS3Location, error) {
 		u, err := url.Parse(ep)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" ||
 			u.RawQuery != "" || u.User != nil {
-			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port] and nothing more", ep)
+			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port] and nothing more", RedactURL(ep))
 		}
 		loc.Endpoint, loc.Insecure = u.Host, u.Scheme == "http"
 	default:
 		if strings.ContainsAny(ep, "/?@ ") {
-			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port]", ep)
+			return BlobS3Location{}, fmt.Errorf("blobs.s3.endpoint %q: want http(s)://host[:port]", RedactURL(ep))
 		}
 		loc.Endpoint = ep
 	}
@@ -206,7 +206,7 @@ func (c Config) validateStorage() error {
 	}
 	if p := su.PublicURL; p != "" {
 		if u, err := url.Parse(p); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-			errs = append(errs, fmt.Errorf("signed_urls.public_url %q: want an absolute http(s) URL without query", p))
+			errs = append(errs, fmt.Errorf("signed_urls.public_url %q: want an absolute http(s) URL without query", RedactURL(p)))
 		}
 	}
 	return errors.Join(errs...)
