@@ -97,14 +97,12 @@ func (s *Server) handleOperation(w http.ResponseWriter, r *http.Request) {
 }
 
 // reportOperationFailure logs an operation that failed in the server
-// (not the caller's fault) and reports it to OnError.
+// (not the caller's fault) and reports it to OnError (reportFailure: a
+// caller that went away is a warning).
 func (s *Server) reportOperationFailure(route string, pe *syncerr.Error) {
 	switch pe.Code {
 	case codeOpExecutionFailed, codeOpQueryFailed, syncerr.CodeInternalError:
-		s.cfg.Logger.Error("operation failed", "route", route, "code", pe.Code, "err", pe)
-		if s.cfg.OnError != nil {
-			s.cfg.OnError(pe, route)
-		}
+		s.reportFailure(route, "operation failed", pe)
 	}
 }
 

@@ -2,15 +2,18 @@ package syncgo_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/store"
 )
@@ -207,6 +210,73 @@ func TestServerFaultLoggedWithCause(t *testing.T) {
 			if len(faults) != 1 || !strings.Contains(string(faults[0].Err), errInjected.Error()) {
 				t.Errorf("%s: want one ERROR record naming the cause %q, got %d:\n%s", tc.name, errInjected, len(faults), server.String())
 			}
+		}
+	})
+}
+
+// A remote operation whose caller goes away while it runs (a command
+// reading with the request's context) is no server fault either.
+func TestOperationClientGoneIsNotAnError(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var server, access lockedBuffer
+		entered := make(chan struct{}, 1)
+		onError := make(chan string, 8)
+		ops := syncgo.Operations{Commands: []syncgo.Command{{ID: "slow",
+			Authorize: func(context.Context, syncgo.Caller, any) (bool, error) { return true, nil },
+			Run: func(ctx context.Context, _ *syncgo.CommandContext, _ any) ([]syncgo.Mutation, error) {
+				entered <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}}}}
+		e := newOpsEnv(t, d.open(t), ops, func(c *syncgo.Config) {
+			c.Logger = slog.New(slog.NewJSONHandler(&server, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.AccessLog = slog.New(slog.NewJSONHandler(&access, nil))
+			c.OnError = func(err error, route string) { onError <- route + ": " + err.Error() }
+		})
+		body, err := remotewire.Encode(nil, command("w1", "slow", "r1", remotewire.Object{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		hr, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/operations", bytes.NewReader(body))
+		hr.Header.Set("Content-Type", remotewire.ContentType)
+		hr.Header.Set("Authorization", "Bearer alice")
+		done := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(hr)
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the command never ran")
+		}
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the cancelled operation was answered")
+		}
+		eventually(t, "the cancelled operation's access log line", func() bool {
+			return strings.Contains(access.String(), `"route":"operations"`)
+		})
+		warned := false
+		for _, r := range logRecords(t, server.String()) {
+			if r.Level == "ERROR" {
+				t.Errorf("a caller that went away was logged at ERROR: %s %s", r.Msg, r.Err)
+			}
+			if r.Level == "WARN" && strings.Contains(r.Msg, "went away") {
+				warned = true
+			}
+		}
+		if !warned {
+			t.Errorf("no WARN record says the caller went away:\n%s", server.String())
+		}
+		select {
+		case got := <-onError:
+			t.Errorf("a caller that went away reached OnError: %s", got)
+		default:
 		}
 	})
 }
