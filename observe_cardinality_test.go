@@ -123,3 +123,45 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 		t.Logf("%d series", n2)
 	})
 }
+
+// syncgo_push_commits_total counts each pushed commit once by the status
+// the client was answered: a request of two commits applied, its retry
+// answered from the journal (cached), and a commit into a scope the actor
+// may not write (rejected, no conflict).
+func TestMetricsPushStatusesExact(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newMetricsEnv(t, d)
+		seed := e.client("alice", sspclient.Options{})
+		mustUpsert(t, seed, taskRow("t0", "p1", "seed"))
+		syncQuiet(t, seed)
+		epoch := e.partitionState().LogEpoch
+		e.allow("bob", map[string][]string{"project_id": {"p1"}})
+		before := e.scrape()
+		body := encodeRequest(t, &wire.Request{Version: 3,
+			Header: &wire.ReqHeader{ClientID: "bob-device", SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: []*wire.PushCommit{
+				{ClientCommitID: "c1", Operations: []wire.Operation{e.upsertOp(t, taskRow("t1", "p1", "one"))}},
+				{ClientCommitID: "c2", Operations: []wire.Operation{e.upsertOp(t, taskRow("t2", "p1", "two"))}},
+				{ClientCommitID: "c3", Operations: []wire.Operation{e.upsertOp(t, taskRow("t3", "p2", "not bob's"))}},
+			}})
+		for i := range 2 {
+			if r := e.post(t, bytes.NewReader(body), map[string]string{"Authorization": "Bearer bob"}); r.status != http.StatusOK {
+				t.Fatalf("push %d: HTTP %d %s", i, r.status, r.body)
+			}
+		}
+		after := e.scrape()
+		for _, want := range []struct {
+			status string
+			n      float64
+		}{{"applied", 2}, {"cached", 2}, {"rejected", 2}} {
+			got := after.must(t, "syncgo_push_commits_total", "status", want.status) -
+				before.must(t, "syncgo_push_commits_total", "status", want.status)
+			if got != want.n {
+				t.Errorf("%s pushes counted %v, want %v", want.status, got, want.n)
+			}
+		}
+		if v := after.must(t, "syncgo_push_conflicts_total") - before.must(t, "syncgo_push_conflicts_total"); v != 0 {
+			t.Errorf("conflicts counted %v, want 0", v)
+		}
+	})
+}
