@@ -57,14 +57,36 @@ func spanRoute(rt route, path string) string {
 	return ""
 }
 
+// methodOther is the http.request.method of a method HTTP does not
+// define.
+const methodOther = "_OTHER"
+
+// spanMethod is a request method as a span names it: one of the methods
+// HTTP defines (case-sensitive), or methodOther, so that the span names
+// of requests form a small, fixed set whatever clients send.
+func spanMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return methodOther
+}
+
 // start opens the request's server span, a child of the caller's trace
 // when the request carries a traceparent, and returns the request with
 // the span in its context.
 func (t *requestTracer) start(r *http.Request, rt route) (*http.Request, trace.Span) {
 	ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-	name := r.Method
 	attrs := make([]attribute.KeyValue, 0, 12)
-	attrs = append(attrs, attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path))
+	name := spanMethod(r.Method)
+	attrs = append(attrs, attribute.String("http.request.method", name), attribute.String("url.path", r.URL.Path))
+	if name == methodOther {
+		// The method is whatever the client sent: kept as an attribute,
+		// never in the span's name (OpenTelemetry HTTP conventions).
+		name = "HTTP"
+		attrs = append(attrs, attribute.String("http.request.method_original", r.Method))
+	}
 	if tmpl := spanRoute(rt, r.URL.Path); tmpl != "" {
 		name += " " + tmpl
 		attrs = append(attrs, attribute.String("http.route", tmpl))
