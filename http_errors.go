@@ -34,12 +34,12 @@ func (s *Server) writeError(w http.ResponseWriter, route string, err error) {
 }
 
 // reportFailure logs a failure of the server at ERROR and reports it to
-// OnError, except a failure caused by the client going away (§10.2 keeps
-// the answer sync.internal_error, which nobody reads): a warning, since
-// operators page on errors and a lost connection is no server fault.
+// OnError, except a failure caused by the client (§10.2 keeps the answer
+// sync.internal_error, which nobody reads): a warning, since operators
+// page on errors and a lost or stalled connection is no server fault.
 func (s *Server) reportFailure(route, msg string, err error) {
 	if clientWentAway(err) {
-		s.cfg.Logger.Warn(msg+": the client went away", "route", route, "err", err)
+		s.cfg.Logger.Warn(msg+": the client went away or stopped reading", "route", route, "err", err)
 		return
 	}
 	s.cfg.Logger.Error(msg, "route", route, "err", err)
@@ -48,8 +48,12 @@ func (s *Server) reportFailure(route, msg string, err error) {
 	}
 }
 
-// clientWentAway reports a failure caused by the end of a request's
-// context: net/http cancels it when the client's connection closes. The
-// server cancels no request's context of its own (Stop lets requests
-// finish), so context.Canceled in a request's failure is the client's.
-func clientWentAway(err error) bool { return errors.Is(err, context.Canceled) }
+// clientWentAway reports a failure caused by the client: the end of its
+// request's context (net/http cancels it when the client's connection
+// closes; the server cancels no request's context of its own, Stop lets
+// requests finish), or a write of the response to its connection that
+// failed (clientWriteError).
+func clientWentAway(err error) bool {
+	var cw clientWriteError
+	return errors.Is(err, context.Canceled) || errors.As(err, &cw)
+}

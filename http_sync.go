@@ -523,6 +523,14 @@ func (b *stallBody) Read(p []byte) (int, error) {
 
 func (b *stallBody) Close() error { return b.r.Close() }
 
+// clientWriteError is a write of a response to the client's connection
+// that failed: the client stopped reading (the write deadline passed) or
+// its connection broke. It is the client's doing, not a server fault.
+type clientWriteError struct{ err error }
+
+func (e clientWriteError) Error() string { return e.err.Error() }
+func (e clientWriteError) Unwrap() error { return e.err }
+
 // writeChunk is the largest write a deadlineWriter passes on under one
 // deadline.
 const writeChunk = 32 << 10
@@ -545,7 +553,7 @@ func (d *deadlineWriter) Write(p []byte) (int, error) {
 		m, err := d.w.Write(c)
 		n += m
 		if err != nil {
-			return n, err
+			return n, clientWriteError{err}
 		}
 		p = p[m:]
 	}

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +19,7 @@ import (
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // logRecord is one server log line as JSON.
@@ -276,6 +280,80 @@ func TestOperationClientGoneIsNotAnError(t *testing.T) {
 		select {
 		case got := <-onError:
 			t.Errorf("a caller that went away reached OnError: %s", got)
+		default:
+		}
+	})
+}
+
+// smallBufferListener gives each accepted connection a small send
+// buffer, so that a client that stops reading blocks the server's writes
+// after a few KiB instead of after the kernel's default megabytes.
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+// A client that stops reading its response is cut off after the write
+// timeout (Config.WriteTimeout): that is the client's doing, a warning,
+// not an ERROR and not OnError.
+func TestStalledReaderIsNotAnError(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var server lockedBuffer
+		onError := make(chan string, 8)
+		e := newE2EEnv(t, d, func(c *syncgo.Config) {
+			c.Logger = slog.New(slog.NewJSONHandler(&server, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			c.OnError = func(err error, route string) { onError <- route + ": " + err.Error() }
+			c.WriteTimeout = 300 * time.Millisecond
+		})
+		w := e.client("writer", sspclient.Options{})
+		for i := range 300 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("t%03d", i), "p1", strings.Repeat("x", 1000)))
+		}
+		syncQuiet(t, w)
+		epoch := e.partitionState().LogEpoch
+
+		hs := httptest.NewUnstartedServer(e.srv.Handler())
+		hs.Listener = smallBufferListener{hs.Listener}
+		hs.Start()
+		t.Cleanup(hs.Close)
+		body := encodeRequest(t, &wire.Request{Version: 3,
+			Header: &wire.ReqHeader{ClientID: "slow-reader", SchemaVersion: 1, LogEpoch: &epoch},
+			Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows},
+			Subscriptions: []*wire.Subscription{{ID: "s", Table: "tasks",
+				Scopes: wire.ScopeMap{{Key: "project_id", Values: []string{"p1"}}}, Cursor: -1}}})
+		nc, err := net.Dial("tcp", hs.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		_ = nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+		fmt.Fprintf(nc, "POST /sync HTTP/1.1\r\nHost: x\r\nContent-Type: %s\r\nAuthorization: Bearer alice\r\n"+
+			"Accept-Encoding: identity\r\nContent-Length: %d\r\n\r\n", sspclient.ContentType, len(body))
+		if _, err := nc.Write(body); err != nil {
+			t.Fatal(err)
+		}
+		// And never read.
+		eventually(t, "the stalled response to be given up", func() bool {
+			return strings.Contains(server.String(), "sync response")
+		})
+		warned := false
+		for _, r := range logRecords(t, server.String()) {
+			if r.Level == "ERROR" {
+				t.Errorf("a client that stopped reading was logged at ERROR: %s %s", r.Msg, r.Err)
+			}
+			warned = warned || (r.Level == "WARN" && strings.Contains(r.Msg, "stopped reading"))
+		}
+		if !warned {
+			t.Errorf("no WARN record says the client stopped reading:\n%s", server.String())
+		}
+		select {
+		case got := <-onError:
+			t.Errorf("a client that stopped reading reached OnError: %s", got)
 		default:
 		}
 	})

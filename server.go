@@ -197,8 +197,9 @@ type Config struct {
 	Limits Limits
 	// OnError observes every failure answered as sync.internal_error,
 	// with the route it happened on, except those caused by the client
-	// going away (its request's context cancelled), which are logged as
-	// warnings only.
+	// (its request's context cancelled as its connection closed, or a
+	// response write that failed or timed out because it stopped
+	// reading), which are logged as warnings only.
 	OnError func(err error, route string)
 	// OnCommit is called after each applied commit.
 	OnCommit func(CommitNotice)
