@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -37,11 +38,13 @@ func (s scraped) seriesCount() (int, map[string]int) {
 // content type and error creates no series. A first round of hostile
 // traffic makes whatever series such traffic can make (a status code
 // outside the pre-created ones, say); a second round of as many new
-// values must not add one.
+// values must not add one. None of these bad requests is logged at ERROR.
 func TestMetricsCardinalityBounded(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var server lockedBuffer
 		e := newMetricsEnv(t, d, func(c *syncgo.Config) {
 			c.Limits.MaxOperationsPerRequest = 10
+			c.Logger = slog.New(slog.NewJSONHandler(&server, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		})
 		seed := e.client("alice", sspclient.Options{})
 		mustSubscribe(t, seed, "s", "p1")
@@ -118,6 +121,12 @@ func TestMetricsCardinalityBounded(t *testing.T) {
 		for _, v := range []string{"r1-0", "r2-59", "part-", "t-r", "op-r", "seg-r", "blob-r"} {
 			if strings.Contains(string(second), v) {
 				t.Fatalf("the scrape carries a request's value %q", v)
+			}
+		}
+		// Bad requests are the client's: none is logged at ERROR.
+		for _, r := range logRecords(t, server.String()) {
+			if r.Level == "ERROR" {
+				t.Errorf("a hostile request was logged at ERROR: %s %s", r.Msg, r.Err)
 			}
 		}
 		t.Logf("%d series", n2)
