@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -121,8 +122,12 @@ type keySet struct {
 // cfg.JWKSRefresh until ctx ends, and a refresh when a token names an
 // unknown key id, at most once per cfg.JWKSMinRefresh.
 func newJWKS(ctx context.Context, cfg Config) (jwkset.Storage, error) {
+	shown := cfg.JWKSURL
+	if u, err := url.Parse(shown); err == nil {
+		shown = u.Redacted() // the user info's password, if any, as xxxxx
+	}
 	onError := func(ctx context.Context, err error) {
-		cfg.Logger.Warn("auth: fetching the JWKS failed", "url", cfg.JWKSURL, "err", err)
+		cfg.Logger.Warn("auth: fetching the JWKS failed", "url", shown, "err", err)
 	}
 	st, err := jwkset.NewStorageFromHTTP(cfg.JWKSURL, jwkset.HTTPClientStorageOptions{
 		Client:                    cfg.HTTPClient,

@@ -191,7 +191,7 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 		keys = append(keys, fmt.Sprintf("%d static key(s)", n))
 	}
 	if cfg.Auth.JWKSURL != "" {
-		keys = append(keys, "JWKS "+cfg.Auth.JWKSURL+" (not fetched by check)")
+		keys = append(keys, "JWKS "+config.RedactURL(cfg.Auth.JWKSURL)+" (not fetched by check)")
 	}
 	summary = append(summary, "auth jwt: "+strings.Join(keys, ", "),
 		fmt.Sprintf("  issuer %q, audience %q, actor claim %q, token sources: %s",
