@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -325,7 +326,7 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	// WriteTimeout here, which would cut off a slow mobile client that is
 	// making progress, and a socket's life.
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: cfg.IdleTimeout,
-		ConnState: srv.ConnState}
+		ConnState: srv.ConnState, ErrorLog: httpErrorLog(logger)}
 	scheme := "http"
 	if certs != nil { // serve_tls.go
 		hs.TLSConfig = certs.tlsConfig()
@@ -397,4 +398,26 @@ func devResolver(sc *schema.Compiled) func(context.Context, syncgo.ScopeRequest)
 		all[v] = []string{"*"}
 	}
 	return func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) { return all, nil }
+}
+
+// httpErrorLog is the main listener's http.Server.ErrorLog: what net/http
+// reports about connections goes to the process log, in its format and
+// through its redaction, instead of to the standard logger's raw lines.
+// A handler's panic is an error of the server; the rest (a client's
+// failed TLS handshake, a connection it broke) is the client's doing: a
+// warning.
+func httpErrorLog(logger *slog.Logger) *log.Logger {
+	return log.New(httpErrorWriter{logger}, "", 0)
+}
+
+type httpErrorWriter struct{ log *slog.Logger }
+
+func (w httpErrorWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	level := slog.LevelWarn
+	if strings.HasPrefix(msg, "http: panic serving") {
+		level = slog.LevelError
+	}
+	w.log.Log(context.Background(), level, msg)
+	return len(p), nil
 }
