@@ -294,6 +294,11 @@ func bindRow(stmt *sqlite.Stmt, at int, cols []wire.Column, r Row) (int64, error
 			if math.IsNaN(v.Float) {
 				return 0, fmt.Errorf("column %s: %w (NaN)", cols[i].Name, ErrUnrepresentable)
 			}
+			if v.Float == 0 && math.Signbit(v.Float) {
+				// SQLite writes an integral REAL as an integer, and
+				// reads it back as +0.
+				return 0, fmt.Errorf("column %s: %w (negative zero)", cols[i].Name, ErrUnrepresentable)
+			}
 			stmt.BindFloat(p, v.Float)
 		case wire.TypeBytes, wire.TypeCRDT:
 			// A nil slice is an empty blob, not NULL: BindBytes binds a

@@ -83,7 +83,8 @@ var (
 	// ErrTooLarge reports an image over the builder's MaxBytes.
 	ErrTooLarge = errors.New("sqlite image: over the size limit")
 	// ErrUnrepresentable reports a value SQLite cannot store as it is: a
-	// NaN float, which SQLite would turn into NULL.
+	// NaN float, which SQLite would turn into NULL, or a negative zero,
+	// which it would read back as +0.
 	ErrUnrepresentable = errors.New("sqlite image: value not representable in SQLite")
 )
 

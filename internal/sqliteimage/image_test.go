@@ -320,6 +320,8 @@ func TestBuildErrors(t *testing.T) {
 	boom := errors.New("scan failed")
 	nan := allTypesRows()
 	nan[0].Values[2] = float(math.NaN())
+	negZero := allTypesRows()
+	negZero[3].Values[2] = float(math.Copysign(0, -1))
 	nullKey := allTypesRows()
 	nullKey[0].Values[8] = null
 	cancelled, cancel := context.WithCancel(ctx)
@@ -341,6 +343,7 @@ func TestBuildErrors(t *testing.T) {
 			}
 		}, want: boom},
 		{name: "NaN", rows: batches(nan, 10), want: sqliteimage.ErrUnrepresentable},
+		{name: "negative zero", rows: batches(negZero, 10), want: sqliteimage.ErrUnrepresentable},
 		{name: "too large by values", rows: batches(allTypesRows(), 1), max: 64, want: sqliteimage.ErrTooLarge},
 		{name: "too large by file", rows: batches(allTypesRows(), 10), max: 4096, want: sqliteimage.ErrTooLarge},
 		{name: "NULL in NOT NULL", rows: batches(nullKey, 10), match: "NOT NULL"},
