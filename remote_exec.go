@@ -194,8 +194,15 @@ func resultValue(c ResultColumn, v any) (any, error) {
 	case wire.TypeFloat:
 		switch x := v.(type) {
 		case float64:
+			if math.IsInf(x, 0) || math.IsNaN(x) {
+				// REMOTE.md §4 has finite numbers only.
+				return nil, fmt.Errorf("%v is not a finite number", x)
+			}
 			return x, nil
 		case float32:
+			if math.IsInf(float64(x), 0) || math.IsNaN(float64(x)) {
+				return nil, fmt.Errorf("%v is not a finite number", x)
+			}
 			return float64(x), nil
 		case string:
 			f, err := strconv.ParseFloat(x, 64)
