@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/syncgo/syncgo/store"
@@ -89,14 +91,17 @@ func readRemote(br pgx.BatchResults, gate, commitSeq bool) (store.RemoteResult, 
 	for _, fd := range rows.FieldDescriptions() {
 		res.Columns = append(res.Columns, fd.Name)
 	}
+	fds := rows.FieldDescriptions()
+	tm := rows.Conn().TypeMap()
 	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			rows.Close()
-			return res, err
-		}
-		for i, v := range vals {
-			if vals[i], err = plainValue(v); err != nil {
+		raw := rows.RawValues()
+		vals := make([]any, len(fds))
+		for i := range fds {
+			v, err := remoteValue(tm, &fds[i], raw[i])
+			if err == nil {
+				vals[i], err = plainValue(v)
+			}
+			if err != nil {
 				rows.Close()
 				return res, fmt.Errorf("remote query: column %s: %w", res.Columns[i], err)
 			}
@@ -111,6 +116,39 @@ func readRemote(br pgx.BatchResults, gate, commitSeq bool) (store.RemoteResult, 
 		return res, fmt.Errorf("remote query: commit: %w", err)
 	}
 	return res, nil
+}
+
+// remoteValue decodes one field of a result row as rows.Values does,
+// except a json or jsonb document, which is its text (a jsonb's without
+// the spaces Postgres writes after ':' and ','): decoding it into Go
+// values would turn a JSON string into the bare string, JSON null into
+// NULL, and round numbers to float64 (or fail on one beyond float64's
+// range).
+func remoteValue(tm *pgtype.Map, fd *pgconn.FieldDescription, raw []byte) (any, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	if fd.DataTypeOID == pgtype.JSONOID || fd.DataTypeOID == pgtype.JSONBOID {
+		var s string
+		if err := tm.Scan(fd.DataTypeOID, fd.Format, raw, &s); err != nil {
+			return nil, err
+		}
+		if fd.DataTypeOID == pgtype.JSONBOID {
+			var b bytes.Buffer
+			if err := json.Compact(&b, []byte(s)); err != nil {
+				return nil, err
+			}
+			s = b.String()
+		}
+		return s, nil
+	}
+	if dt, ok := tm.TypeForOID(fd.DataTypeOID); ok {
+		return dt.Codec.DecodeValue(tm, fd.DataTypeOID, fd.Format, raw)
+	}
+	if fd.Format == pgtype.TextFormatCode {
+		return string(raw), nil
+	}
+	return bytes.Clone(raw), nil
 }
 
 // plainValue converts what pgx decodes to the values of

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -52,6 +53,14 @@ func TestRemoteQueryValues(t *testing.T) {
 	}
 	if _, err := s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: "CREATE TABLE remote_write_probe(x int)", NoCommitSeq: true}); err == nil {
 		t.Fatal("a remote query without the commit sequence wrote")
+	}
+	// A JSON document is its text, whatever its top-level value: not the
+	// Go value it decodes to (a bare string, NULL, a float64).
+	res, err = s.RemoteQuery(ctx, "p", store.RemoteStatement{SQL: `SELECT '"42"'::jsonb, '"x"'::jsonb, 'null'::jsonb,
+		'12345678901234567890'::jsonb, '[1e400, 2.50]'::jsonb, '{"b" : "a b",  "a":1}'::jsonb, ' "x" '::json, NULL::jsonb`})
+	want = []any{`"42"`, `"x"`, `null`, `12345678901234567890`, `[` + "1" + strings.Repeat("0", 400) + `,2.50]`, `{"a":1,"b":"a b"}`, ` "x" `, nil}
+	if err != nil || len(res.Rows) != 1 || !reflect.DeepEqual(res.Rows[0], want) {
+		t.Fatalf("JSON documents: %#v %v; want %#v", res.Rows, err, want)
 	}
 	if st := s.pool.Stat(); st.AcquiredConns() != 0 {
 		t.Fatalf("%d connections still acquired", st.AcquiredConns())
