@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/syncgo/syncgo/internal/jsonb"
@@ -454,7 +455,8 @@ func sqlType(t wire.ColumnType) string {
 // numeric's range: jsonb.Holds) is projected as NULL rather than refusing
 // the row, which would fail the commit, and every commit grouped with it,
 // again on every retry; the reference server does the same for JSON it
-// cannot parse.
+// cannot parse. A NaN float is projected as NULL too, as SQLite's REAL
+// stores it, so that both drivers' projections agree.
 func (ts *tableSQL) typedArgs(vals []wire.Value) ([]any, error) {
 	if len(vals) != len(ts.typed) {
 		return nil, fmt.Errorf("table %q: row has %d values for %d columns", ts.name, len(vals), len(ts.typed))
@@ -476,6 +478,9 @@ func projectValue(t wire.ColumnType, v wire.Value) any {
 	case wire.TypeInteger:
 		return v.Int
 	case wire.TypeFloat:
+		if math.IsNaN(v.Float) {
+			return nil
+		}
 		return v.Float
 	case wire.TypeBoolean:
 		return v.Bool
