@@ -583,3 +583,71 @@ func sameJSONValue(a, b any) bool {
 	}
 	return reflect.DeepEqual(a, b)
 }
+
+// A scope value is at most 512 bytes (docs/schema.md), whatever the scope
+// column's type: a json scope column's value over it is refused with
+// sync.invalid_request on both drivers, nothing written. It used to be
+// checked for string columns only: SQLite stored a longer json scope
+// value, and Postgres failed the commit (its scope index refuses an entry
+// over about 2.7 KB) with HTTP 500 sync.internal_error, retryable, on
+// every retry.
+func TestE2EJSONScopeValueLimit(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		sc, err := schema.New(1).
+			Table("docs", "id", schema.String("id"), schema.JSON("tag"), schema.String("body").Null()).
+			Scope("tag:{tag}").Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Schema = sc })
+		e.schema = sc
+		e.allow("alice", map[string][]string{"tag": {"*"}})
+		c := e.client("alice", sspclient.Options{})
+		// An incompressible JSON string of n bytes.
+		tag := func(n int) string {
+			var b strings.Builder
+			b.WriteByte('"')
+			for i := 0; b.Len() < n-1; i++ {
+				b.WriteRune(rune(0x4e00 + (i*7919)%20000)) // 3 bytes each
+			}
+			s := b.String()[:n-1-((n-2)%3)]
+			return s + strings.Repeat("x", n-1-len(s)) + `"`
+		}
+		for _, tc := range []struct {
+			n    int
+			want wire.PushStatus
+		}{{512, wire.PushApplied}, {513, wire.PushRejected}, {4000, wire.PushRejected}} {
+			v := tag(tc.n)
+			if len(v) != tc.n || !json.Valid([]byte(v)) {
+				t.Fatalf("tag of %d bytes: %d bytes, valid %v", tc.n, len(v), json.Valid([]byte(v)))
+			}
+			id := fmt.Sprintf("d%d", tc.n)
+			cid, err := c.Upsert("docs", map[string]any{"id": id, "tag": v, "body": "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.SyncUntilQuiet(context.Background(), 5); err != nil {
+				t.Fatalf("scope value of %d bytes: %v", tc.n, err)
+			}
+			o, _ := c.Outcome(cid)
+			if o.Status != tc.want || (tc.want == wire.PushRejected && o.ErrorCode() != "sync.invalid_request") {
+				t.Errorf("scope value of %d bytes: %s; want %v", tc.n, statusOf(o), tc.want)
+			}
+			_, err = e.store.PushResult(context.Background(), e2ePartition, c.ClientID(), cid)
+			if err != nil {
+				t.Fatalf("push result of %s: %v", cid, err)
+			}
+			rows, err := e.store.ListRows(context.Background(), e2ePartition, "docs", nil, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored := false
+			for _, r := range rows {
+				stored = stored || r.RowID == id
+			}
+			if stored != (tc.want == wire.PushApplied) {
+				t.Errorf("scope value of %d bytes: row stored %v", tc.n, stored)
+			}
+		}
+	})
+}

@@ -124,7 +124,9 @@ func valueProblem(t *schema.CompiledTable, in wire.SparseRow) string {
 		if !ok || i >= len(in.Values) || (i < len(in.Present) && !in.Present[i]) || in.Values[i].Null {
 			continue
 		}
-		if cols[i].Type == wire.TypeString && len(in.Values[i].Str) > MaxIdentifierBytes {
+		// A scope value is the column's string form: the text of a
+		// string, json or blob_ref value (integers and booleans are short).
+		if len(in.Values[i].Str) > MaxIdentifierBytes {
 			return fmt.Sprintf("scope column %s is %d bytes long, over the %d-byte limit", cols[i].Name, len(in.Values[i].Str), MaxIdentifierBytes)
 		}
 	}
