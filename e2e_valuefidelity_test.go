@@ -24,7 +24,8 @@ import (
 
 // Value fidelity: every edge value a client can push comes back the same
 // through every path a client reads it, on both drivers, or is refused at
-// push with sync.invalid_request and nothing written. The paths: the
+// push with sync.invalid_request and nothing written. Values are pushed at
+// wire versions 1 to 3, also as row ids. The paths: the
 // bootstrap (rows segments) and the incremental pull (COMMIT frames) at
 // wire versions 1, 2 and 3, a realtime delta, the SQLite image lane (§5.3)
 // and a remote query (REMOTE.md) over the typed projection.
@@ -263,10 +264,10 @@ func TestE2EValueFidelity(t *testing.T) {
 		rt := dialInSync(ctx, t, live)
 		defer rt.Close()
 
-		// Every accepted value, pushed at wire versions 2 (full rows) and 3
-		// (sparse rows), each in one commit.
+		// Every accepted value, pushed at wire versions 1 and 2 (full rows)
+		// and 3 (sparse rows), each in one commit.
 		want := map[string][]wire.Value{}
-		for _, wv := range []uint16{2, 3} {
+		for _, wv := range []uint16{1, 2, 3} {
 			w := e.client("writer", sspclient.Options{WireVersion: wv})
 			cid, err := w.Mutate(func(tx *sspclient.Tx) error {
 				for _, c := range fidelityAccepted() {
@@ -278,6 +279,20 @@ func TestE2EValueFidelity(t *testing.T) {
 					}
 					if err := tx.Upsert("vals", m); err != nil {
 						return fmt.Errorf("%s: %w", id, err)
+					}
+					want[id] = vals
+				}
+				// Row ids that differ by a trailing space, case, Unicode
+				// normalization, or sort apart in UTF-8 and UTF-16.
+				for _, special := range []string{"😀", "\u2028", "\uFFFF", "\uE000", "\U0010FFFF", "é", "e\u0301", "A", "a", "a ", " "} {
+					id := fmt.Sprintf("v%d-id-%s", wv, special)
+					vals := fidelityRow(tbl, id, "s", wire.Value{Str: special})
+					m := map[string]any{}
+					for i, col := range cols {
+						m[col.Name] = vals[i]
+					}
+					if err := tx.Upsert("vals", m); err != nil {
+						return fmt.Errorf("%q: %w", id, err)
 					}
 					want[id] = vals
 				}
