@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/jsonb"
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sqliteimage"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -89,6 +90,8 @@ func fidelityAccepted() []fidelityCase {
 		{"j-big-int", "j", wire.Value{Str: `12345678901234567890`}},
 		{"j-precise", "j", wire.Value{Str: `0.1000000000000000055511151231257827`}},
 		{"j-beyond-float64", "j", wire.Value{Str: `[1e400,-0,1.0]`}},
+		{"j-lone-surrogate", "j", wire.Value{Str: `"\ud800"`}},
+		{"j-zero-huge-exponent", "j", wire.Value{Str: `[0e99999999999999999999]`}},
 		{"j-key-order", "j", wire.Value{Str: `{"b":1,"a":[1,2.50,"x"]}`}},
 		{"j-dup-keys", "j", wire.Value{Str: `{"a":1,"a":2}`}},
 		{"j-space", "j", wire.Value{Str: " [ 1 , {\"k\" : \"v\"} ]\n"}},
@@ -427,6 +430,11 @@ func TestE2EValueFidelity(t *testing.T) {
 				w = slices.Clone(w)
 				w[fi] = wire.Value{Float: 0}
 			}
+			if ji, _ := tbl.ColumnIndex("j"); d.name == "postgres" && !w[ji].Null && !jsonb.Holds(w[ji].Str) {
+				// A document jsonb refuses is projected as NULL.
+				w = slices.Clone(w)
+				w[ji] = wire.Value{Null: true}
+			}
 			if r.code() != "" {
 				t.Errorf("remote query of %s: %s %v", id, r.code(), r.msg["message"])
 				continue
@@ -557,6 +565,9 @@ func remoteMismatch(t wire.ColumnType, got any, want wire.Value) string {
 // by their members (the last of duplicate keys), numbers by their decimal
 // value (Postgres's jsonb writes 1e400 in full and has no -0).
 func sameJSON(a, b string) bool {
+	if a == b {
+		return true
+	}
 	parse := func(s string) (any, bool) {
 		d := json.NewDecoder(strings.NewReader(s))
 		d.UseNumber()

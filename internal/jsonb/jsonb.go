@@ -3,6 +3,8 @@
 // reaction payloads, which both drivers store, must be texts jsonb holds.
 package jsonb
 
+import "math"
+
 // Postgres's jsonb is narrower than JSON: it refuses a \u0000 escape, a
 // \u escape of a lone UTF-16 surrogate, and a number outside numeric's
 // range. The limits below are numeric's: at most 131,072 digits before
@@ -12,6 +14,7 @@ package jsonb
 const (
 	numericMaxIntDigits = 131072
 	numericMaxScale     = 16383
+	numericMaxExponent  = math.MaxInt32 / 2
 )
 
 // Holds reports whether Postgres's jsonb accepts s, a valid JSON text.
@@ -134,6 +137,11 @@ func jsonbNumber(s string, i int) (int, bool) {
 		if neg {
 			exp = -exp
 		}
+	}
+	// numeric's input refuses an exponent of INT_MAX/2 or more in
+	// magnitude before it looks at the digits, so also for a zero.
+	if exp >= numericMaxExponent || exp <= -numericMaxExponent {
+		return i, false
 	}
 	if int64(len(frac))-exp > numericMaxScale {
 		return i, false
