@@ -746,3 +746,23 @@ func TestE2EValueFidelitySparseUpdates(t *testing.T) {
 		}
 	})
 }
+
+// A remote query's string parameter holding a NUL character is
+// operation.invalid_request on both drivers. It used to run: SQLite
+// answered no rows and Postgres, whose text cannot hold the character,
+// operation.query_failed.
+func TestE2ERemoteParamNUL(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e, _ := newFidelityEnv(t, d)
+		for _, p := range []string{"a\x00b", "\x00"} {
+			q := postOp(t, e, "reader", query("ops-client", "byID", remotewire.Object{{Key: "id", Value: p}}))
+			if q.code() != "operation.invalid_request" {
+				t.Errorf("param %q: HTTP %d %v; want operation.invalid_request", p, q.status, q.msg)
+			}
+		}
+		q := postOp(t, e, "reader", query("ops-client", "byID", remotewire.Object{{Key: "id", Value: "a\u2028😀"}}))
+		if rows, ok := q.msg["rows"].([]any); q.code() != "" || !ok || len(rows) != 0 {
+			t.Errorf("param without NUL: %v; want no rows", q.msg)
+		}
+	})
+}

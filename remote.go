@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/syncgo/syncgo/internal/remotesql"
 	"github.com/syncgo/syncgo/schema"
@@ -439,6 +440,10 @@ func (cq *compiledQuery) decodeParams(raw any) (Params, error) {
 		x, ok := paramValue(decl.Type, v)
 		if !ok {
 			return nil, opError(codeOpInvalidRequest, fmt.Sprintf("param %s must be of type %s", name, decl.Type))
+		}
+		if s, isText := x.(string); isText && strings.IndexByte(s, 0) >= 0 {
+			// Postgres text cannot hold it: refused on both drivers alike.
+			return nil, opError(codeOpInvalidRequest, "param "+name+" contains a NUL character")
 		}
 		p[name] = x
 	}
