@@ -26,10 +26,10 @@ import (
 // Value fidelity: every edge value a client can push comes back the same
 // through every path a client reads it, on both drivers, or is refused at
 // push with sync.invalid_request and nothing written. Values are pushed at
-// wire versions 1 to 3, also as row ids. The paths: the
-// bootstrap (rows segments) and the incremental pull (COMMIT frames) at
-// wire versions 1, 2 and 3, a realtime delta, the SQLite image lane (§5.3)
-// and a remote query (REMOTE.md) over the typed projection.
+// wire versions 1 to 3, also as row ids. The paths: the bootstrap (rows
+// segments inline and by reference), the incremental pull (COMMIT frames)
+// and realtime deltas, each at wire versions 1 to 3, the SQLite image lane
+// (§5.3) and a remote query (REMOTE.md) over the typed projection.
 
 // fidelitySchema has one nullable column of each plain type.
 func fidelitySchema(t *testing.T) *schema.Compiled {
@@ -241,13 +241,18 @@ func TestE2EValueFidelity(t *testing.T) {
 			syncQuiet(t, c)
 			incr[v] = c
 		}
-		live := e.client("reader", sspclient.Options{})
-		if err := live.Subscribe("s", "vals", map[string][]string{"project_id": fidelityProjects}); err != nil {
-			t.Fatal(err)
+		live := map[uint16]*sspclient.Client{}
+		sockets := map[uint16]*sspclient.Realtime{}
+		for _, v := range []uint16{1, 2, 3} {
+			c := e.client("reader", sspclient.Options{WireVersion: v})
+			if err := c.Subscribe("s", "vals", map[string][]string{"project_id": fidelityProjects}); err != nil {
+				t.Fatal(err)
+			}
+			syncQuiet(t, c)
+			rt := dialInSync(ctx, t, c)
+			defer rt.Close()
+			live[v], sockets[v] = c, rt
 		}
-		syncQuiet(t, live)
-		rt := dialInSync(ctx, t, live)
-		defer rt.Close()
 
 		// Every accepted value, pushed at wire versions 1 and 2 (full rows)
 		// and 3 (sparse rows), each in one commit.
@@ -290,17 +295,15 @@ func TestE2EValueFidelity(t *testing.T) {
 			if o, ok := w.Outcome(cid); !ok || o.Status != wire.PushApplied {
 				t.Fatalf("wire version %d push of the accepted values: %s; want applied", wv, statusOf(o))
 			}
-			// The realtime reader gets the commit as a delta.
-			var delta []byte
-			for delta == nil {
+			// The realtime readers get the commit as a delta.
+			for v, rt := range sockets {
 				m := nextMessage(t, rt)
 				if m.Delta == nil {
-					t.Fatalf("wire version %d commit: a wake-up instead of a delta", wv)
+					t.Fatalf("wire version %d commit: a wake-up instead of a delta for the v%d socket", wv, v)
 				}
-				delta = m.Delta
-			}
-			if _, err := live.ApplyDelta(delta); err != nil {
-				t.Fatalf("apply delta: %v", err)
+				if _, err := live[v].ApplyDelta(m.Delta); err != nil {
+					t.Fatalf("v%d socket: apply delta: %v", v, err)
+				}
 			}
 		}
 
@@ -362,7 +365,9 @@ func TestE2EValueFidelity(t *testing.T) {
 			syncQuiet(t, c)
 			checkRows(t, fmt.Sprintf("incremental pull v%d", v), tbl, clientValues(c), want)
 		}
-		checkRows(t, "realtime delta", tbl, clientValues(live), want)
+		for v, c := range live {
+			checkRows(t, fmt.Sprintf("realtime delta v%d", v), tbl, clientValues(c), want)
+		}
 		// The server's stored rows.
 		stored := map[string][]wire.Value{}
 		rows, err := e.store.ListRows(ctx, e2ePartition, "vals", nil, 1000)
