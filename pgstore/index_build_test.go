@@ -181,4 +181,15 @@ WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, ph
 	if valid() != 1 {
 		t.Fatalf("after the next bump, %s is not valid", physical)
 	}
+
+	// One that turns invalid after the pre-build looked (another
+	// process's build of it that died) is built again under the locks.
+	invalidate := func() {
+		admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+"."+physical+"'::regclass")
+	}
+	d := openIn(t, name, Config{migrationLocked: invalidate})
+	ensure(t, d, v2(4))
+	if valid() != 1 {
+		t.Fatalf("an index invalid when the bump took its locks is still invalid after it: %s", physical)
+	}
 }

@@ -200,14 +200,19 @@ func schemaDDL(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[stri
 				}
 			}
 		}
+		// An invalid owned index (a concurrent build that did not finish)
+		// counts as missing: CREATE INDEX IF NOT EXISTS would keep it.
 		declared := declaredIndexes(t)
+		built := func(d ownedIndex) bool {
+			return slices.ContainsFunc(owned[t.Name()], func(o ownedIndex) bool { return o.valid && o.equal(d) })
+		}
 		for _, o := range owned[t.Name()] {
-			if !slices.ContainsFunc(declared, o.equal) {
+			if !o.valid || !slices.ContainsFunc(declared, o.equal) {
 				out = append(out, "DROP INDEX IF EXISTS "+quoteIdent(o.name))
 			}
 		}
 		for _, d := range declared {
-			if !slices.ContainsFunc(owned[t.Name()], d.equal) {
+			if !built(d) {
 				out = append(out, d.createSQL(q))
 			}
 		}
@@ -220,6 +225,10 @@ type ownedIndex struct {
 	name    string
 	unique  bool
 	columns []string
+	// valid is pg_index.indisvalid: false for an index a concurrent build
+	// has not finished (or left when its process died). Not compared by
+	// equal.
+	valid bool
 }
 
 func (o ownedIndex) equal(p ownedIndex) bool {
@@ -253,7 +262,7 @@ func (o ownedIndex) createSQL(table string) string {
 	return "CREATE " + unique + "INDEX IF NOT EXISTS " + quoteIdent(o.name) + " ON " + table + " (" + strings.Join(quoted, ", ") + ")"
 }
 
-const sqlOwnedIndexes = `SELECT n.name, c.relname, i.indisunique,
+const sqlOwnedIndexes = `SELECT n.name, c.relname, i.indisunique, i.indisvalid,
        array(SELECT a.attname::text
                FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
@@ -276,7 +285,7 @@ func ownedIndexes(ctx context.Context, tx pgx.Tx, c *schema.Compiled) (map[strin
 	out := map[string][]ownedIndex{}
 	var table string
 	var o ownedIndex
-	_, err = pgx.ForEachRow(rows, []any{&table, &o.name, &o.unique, &o.columns}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&table, &o.name, &o.unique, &o.valid, &o.columns}, func() error {
 		out[table] = append(out[table], o)
 		return nil
 	})
