@@ -236,6 +236,23 @@ func TestRedactingWriter(t *testing.T) {
 	if s := c.Secrets(); !slices.Contains(s, "hook-secret-0123456") || !slices.Contains(s, "hook-file-secret-0123") || !slices.Contains(s, "Bearer hook-token") {
 		t.Errorf("secrets with webhooks %q", s)
 	}
+	// The object store's key and the passwords of URLs' user info.
+	s3file := filepath.Join(t.TempDir(), "s3.secret")
+	if err := os.WriteFile(s3file, []byte("s3-file-secret-key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Blobs.S3.SecretAccessKey = "s3-secret-key"
+	c.Blobs.S3.SecretAccessKeyFile = s3file
+	c.Auth.JWKSURL = "https://svc:jwks-pass@idp.example.com/jwks.json"
+	c.Blobs.S3.Endpoint = "https://AKIA:endpoint-pass@s3.example.com"
+	c.SignedURLs.PublicURL = "https://u:public-pass@sync.example.com"
+	c.Tracing.Endpoint = "https://u:otlp-pass@otel.example.com/v1/traces"
+	s := c.Secrets()
+	for _, want := range []string{"s3-secret-key", "s3-file-secret-key", "jwks-pass", "endpoint-pass", "public-pass", "otlp-pass"} {
+		if !slices.Contains(s, want) {
+			t.Errorf("secrets %q lack %q", s, want)
+		}
+	}
 }
 
 // The password never survives redaction: whatever the DSN, what

@@ -67,6 +67,16 @@ func RedactURL(s string) string {
 	return re.ReplaceAllString(s, "${1}"+redacted+"@")
 }
 
+// userInfoPassword returns the password of a URL's user info, if any.
+func userInfoPassword(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	p, _ := u.User.Password()
+	return p
+}
+
 // DSNPassword returns the password a Postgres DSN carries, if any.
 func DSNPassword(db string) string {
 	if !IsPostgres(db) {
@@ -128,7 +138,11 @@ func (c Config) Secrets() []string {
 	add(DSNPassword(c.DB))
 	add(DSNPassword(c.DBListen))
 	add(c.Auth.HS256Secret)
-	files := []string{c.DBPasswordFile, c.Auth.HS256SecretFile}
+	add(c.Blobs.S3.SecretAccessKey)
+	for _, u := range []string{c.Auth.JWKSURL, c.Blobs.S3.Endpoint, c.SignedURLs.PublicURL, c.Tracing.Endpoint} {
+		add(userInfoPassword(u))
+	}
+	files := []string{c.DBPasswordFile, c.Auth.HS256SecretFile, c.Blobs.S3.SecretAccessKeyFile}
 	for _, h := range c.Webhooks {
 		add(h.Secret)
 		for _, v := range h.Headers {
