@@ -60,8 +60,7 @@ func TestMissingIndexBuiltWithoutHoldingWriters(t *testing.T) {
 	openIn(t, name, Config{})
 	stop.Store(true)
 	wg.Wait()
-	exists := queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace AND i.indisvalid`, name)
+	exists := validIndexes(t, s, name, "sync_row_scopes_by_row")
 	if exists != 1 {
 		t.Fatal("Open did not build a valid sync_row_scopes_by_row")
 	}
@@ -103,8 +102,7 @@ func TestMissingIndexBuiltByConcurrentOpens(t *testing.T) {
 			t.Errorf("Open %d: %v", i, err)
 		}
 	}
-	valid := queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace AND i.indisvalid`, name)
+	valid := validIndexes(t, s, name, "sync_row_scopes_by_row")
 	if valid != 1 {
 		t.Fatalf("%d valid sync_row_scopes_by_row after concurrent Opens, want 1", valid)
 	}
@@ -122,8 +120,7 @@ func TestAbandonedIndexBuildRebuiltAtOpen(t *testing.T) {
 	// the catalog, marked invalid.
 	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+".sync_row_scopes_by_row'::regclass")
 	valid := func() int64 {
-		return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE c.relname = 'sync_row_scopes_by_row' AND c.relnamespace = $1::regnamespace AND i.indisvalid`, name)
+		return validIndexes(t, s, name, "sync_row_scopes_by_row")
 	}
 	if valid() != 0 {
 		t.Fatal("the index is still valid")
@@ -163,8 +160,7 @@ SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM gene
 	ix, _ := v2(2).Table("tasks")
 	physical := ix.Indexes()[2].PhysicalName
 	valid := func() int64 {
-		return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, physical, name)
+		return validIndexes(t, s, name, physical)
 	}
 	var atLock []int64
 	b := openIn(t, name, Config{migrationLocked: func() { atLock = append(atLock, valid()) }})
@@ -192,4 +188,12 @@ WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, ph
 	if valid() != 1 {
 		t.Fatalf("an index invalid when the bump took its locks is still invalid after it: %s", physical)
 	}
+}
+
+// validIndexes counts the valid indexes named index in schema schemaName
+// (0 or 1).
+func validIndexes(t *testing.T, s *Store, schemaName, index string) int64 {
+	t.Helper()
+	return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, index, schemaName)
 }
