@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -144,19 +145,7 @@ func TestDeclaredIndexBuiltBeforeBumpLocks(t *testing.T) {
 	ensure(t, s, testSchema(t, 1))
 	admin(t, testURL(t), "INSERT INTO "+name+`.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
 SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM generate_series(1, 50000) i`)
-	v2 := func(version int32) *schema.Compiled {
-		c, err := schema.New(version).
-			Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("owner_id"),
-				schema.String("title").Null(), schema.Integer("rank").Null(), schema.JSON("meta").Null(),
-				schema.Boolean("done").Null(), schema.Float("score").Null(), schema.Bytes("blob").Null()).
-			Scope("project:{project_id}").Scope("owner:{owner_id}").
-			UniqueIndex("tasks_by_title", "title").Index("tasks_by_rank", "rank").Index("tasks_by_owner", "owner_id").
-			Compile()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	v2 := func(version int32) *schema.Compiled { return ownerIndexSchema(t, version) }
 	ix, _ := v2(2).Table("tasks")
 	physical := ix.Indexes()[2].PhysicalName
 	valid := func() int64 {
@@ -196,4 +185,99 @@ func validIndexes(t *testing.T, s *Store, schemaName, index string) int64 {
 	t.Helper()
 	return queryInt(t, s, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace AND i.indisvalid`, index, schemaName)
+}
+
+// TestBumpWaitsForAnotherProcessIndexBuild: a bump that finds a declared
+// index another process is still building concurrently (a second new
+// process started during the first one's build) waits for that build
+// without any lock, and then neither drops nor rebuilds it under the
+// migration locks: the index valid when the locks are taken is the one
+// the other process built.
+func TestBumpWaitsForAnotherProcessIndexBuild(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	ensure(t, s, testSchema(t, 1))
+	admin(t, testURL(t), "INSERT INTO "+name+`.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
+SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM generate_series(1, 20000) i`)
+	c := ownerIndexSchema(t, 2)
+	tbl, _ := c.Table("tasks")
+	physical := tbl.Indexes()[2].PhysicalName
+
+	ctx := context.Background()
+	connect := func() *pgx.Conn {
+		conn, err := pgx.Connect(ctx, testURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close(ctx) })
+		if _, err := conn.Exec(ctx, "SET search_path = "+name); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	// The other process's build: a concurrent build held in progress by
+	// an open transaction with a snapshot (repeatable read keeps it),
+	// which it waits for.
+	holder := connect()
+	hold, err := holder.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, "SELECT count(*) FROM tasks"); err != nil {
+		t.Fatal(err)
+	}
+	builder := connect()
+	built := make(chan error, 1)
+	go func() {
+		_, err := builder.Exec(ctx, "CREATE INDEX CONCURRENTLY IF NOT EXISTS "+physical+" ON tasks (_sync_partition, owner_id)")
+		built <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for queryInt(t, s, `SELECT count(*) FROM pg_stat_progress_create_index p JOIN pg_class c ON c.oid = p.index_relid
+WHERE c.relname = $1 AND c.relnamespace = $2::regnamespace`, physical, name) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the other build did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	oid := queryInt(t, s, "SELECT $1::regclass::oid::bigint", name+"."+physical)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		// Holding time, not synchronization: the other build stays in
+		// progress while the bump starts.
+		time.Sleep(time.Second)
+		_ = hold.Rollback(ctx)
+	}()
+	defer func() { <-released }()
+	var atLock []int64
+	b := openIn(t, name, Config{migrationLocked: func() { atLock = append(atLock, validIndexes(t, s, name, physical)) }})
+	ensure(t, b, c)
+	if err := <-built; err != nil {
+		t.Fatalf("the other process's build: %v", err)
+	}
+	if len(atLock) == 0 || atLock[0] != 1 {
+		t.Fatalf("valid %s when the bump took its locks: %v; want 1 (the other build waited for)", physical, atLock)
+	}
+	if now := queryInt(t, s, "SELECT $1::regclass::oid::bigint", name+"."+physical); now != oid {
+		t.Fatalf("%s was rebuilt (oid %d, the other process built %d)", physical, now, oid)
+	}
+}
+
+// ownerIndexSchema is testSchema at version with one more plain index,
+// on owner_id.
+func ownerIndexSchema(t *testing.T, version int32) *schema.Compiled {
+	t.Helper()
+	c, err := schema.New(version).
+		Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("owner_id"),
+			schema.String("title").Null(), schema.Integer("rank").Null(), schema.JSON("meta").Null(),
+			schema.Boolean("done").Null(), schema.Float("score").Null(), schema.Bytes("blob").Null()).
+		Scope("project:{project_id}").Scope("owner:{owner_id}").
+		UniqueIndex("tasks_by_title", "title").Index("tasks_by_rank", "rank").Index("tasks_by_owner", "owner_id").
+		Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -106,9 +106,65 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 // build left invalid, and that no session is building, are dropped: the
 // catalog would take them for built.
 func (s *Store) prebuildIndexes(ctx context.Context, c *schema.Compiled) error {
+	// Another process's concurrent build (a second new process started
+	// during the first one's) is waited for, holding no lock: under the
+	// locks the bump would take the unfinished index for missing and
+	// drop and build it again, holding the writers for the build.
+	if err := s.waitIndexBuilds(ctx, c); err != nil {
+		return err
+	}
 	if err := s.dropAbandoned(ctx, sqlAbandonedOwnedIndexes, tableNames(c), schema.IndexPrefix); err != nil {
 		return err
 	}
+	if err := s.buildDeclaredIndexes(ctx, c); err != nil {
+		return err
+	}
+	// A build ours skipped (CREATE INDEX CONCURRENTLY IF NOT EXISTS of an
+	// index another process began meanwhile) is waited for too.
+	return s.waitIndexBuilds(ctx, c)
+}
+
+// sqlOwnedIndexBuilds counts the owned indexes (named with the prefix $2)
+// of the app tables $1 that a session is building.
+const sqlOwnedIndexBuilds = `SELECT count(*) FROM unnest($1::text[]) AS n(name)
+  JOIN pg_index i ON i.indrelid = to_regclass(quote_ident(n.name))
+  JOIN pg_class c ON c.oid = i.indexrelid
+  WHERE starts_with(c.relname, $2) AND NOT i.indisvalid
+    AND EXISTS (SELECT 1 FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)`
+
+// indexBuildPoll is how often waitIndexBuilds looks again.
+const indexBuildPoll = 100 * time.Millisecond
+
+// waitIndexBuilds returns once no session is building an owned index of
+// c's tables, or when ctx ends.
+func (s *Store) waitIndexBuilds(ctx context.Context, c *schema.Compiled) error {
+	names := tableNames(c)
+	logged := false
+	for {
+		var n int64
+		if err := s.pool.QueryRow(ctx, sqlOwnedIndexBuilds, names, schema.IndexPrefix).Scan(&n); err != nil {
+			return fmt.Errorf("read index builds: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if !logged {
+			s.log.InfoContext(ctx, "pgstore: waiting for another process's concurrent index build before the schema bump", "builds", n)
+			logged = true
+		}
+		t := time.NewTimer(indexBuildPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// buildDeclaredIndexes builds the plain declared indexes missing on tables
+// and columns that exist, concurrently (prebuildIndexes).
+func (s *Store) buildDeclaredIndexes(ctx context.Context, c *schema.Compiled) error {
 	type build struct{ name, sql string }
 	var builds []build
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
