@@ -3,7 +3,6 @@ package syncgo_test
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -35,15 +34,7 @@ func TestStartRetriedAfterOutage(t *testing.T) {
 	})
 	probe := httptest.NewServer(srv.ReadyzHandler())
 	t.Cleanup(probe.Close)
-	ready := func() (int, string) {
-		resp, err := http.Get(probe.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return readyz(t, probe.URL) }
 
 	proxy.cut()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*rtWait)
@@ -108,22 +99,18 @@ func TestListenerDownObservable(t *testing.T) {
 	e.start(syncgo.Config{Store: st, Schema: e.schema, Authenticate: rtAuth, ResolveScopes: e.resolve, RetentionInterval: -1, Metrics: reg})
 	probe := httptest.NewServer(e.srv.ReadyzHandler())
 	t.Cleanup(probe.Close)
-	ready := func() (int, string) {
-		resp, err := http.Get(probe.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return readyz(t, probe.URL) }
 	up := func() (float64, bool) {
 		return gatheredGauge(t, reg, "syncgo_commit_listener_up", "listener", "realtime")
 	}
 
-	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"down"`) {
-		t.Fatalf("/readyz while the listen connection cannot connect: %d %s, want 200 and \"commitListener\":\"down\"", status, body)
+	wantListener := func(state, when string) {
+		t.Helper()
+		if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"`+state+`"`) {
+			t.Fatalf("/readyz %s: %d %s, want 200 and \"commitListener\":%q", when, status, body, state)
+		}
 	}
+	wantListener("down", "while the listen connection cannot connect")
 	if v, ok := up(); !ok || v != 0 {
 		t.Fatalf("syncgo_commit_listener_up{listener=realtime} = %v (present %v), want 0", v, ok)
 	}
@@ -133,16 +120,12 @@ func TestListenerDownObservable(t *testing.T) {
 		v, ok := up()
 		return ok && v == 1
 	})
-	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"listening"`) {
-		t.Fatalf("/readyz once the listen connection is up: %d %s", status, body)
-	}
+	wantListener("listening", "once the listen connection is up")
 
 	proxy.cut()
 	eventually(t, "the lost listen connection is seen", func() bool {
 		v, ok := up()
 		return ok && v == 0
 	})
-	if status, body := ready(); status != http.StatusOK || !strings.Contains(body, `"commitListener":"down"`) {
-		t.Fatalf("/readyz after the listen connection was cut: %d %s", status, body)
-	}
+	wantListener("down", "after the listen connection was cut")
 }

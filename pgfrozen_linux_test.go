@@ -15,7 +15,6 @@ import (
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/pgstore"
-	"github.com/syncgo/syncgo/wire"
 )
 
 // freezeProxy forwards TCP connections to a target until freeze: then it
@@ -218,26 +217,8 @@ func TestPostgresFrozenConnectionAnswered(t *testing.T) {
 	}
 	proxy.freeze()
 	restore := dropPort(t, port)
-	type answer struct {
-		err  error
-		took time.Duration
-	}
-	done := make(chan answer, 1)
-	start := time.Now()
-	go func() {
-		_, err := writer.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("during", rtTask{"t1", "p1", "during", ""})}})
-		done <- answer{err, time.Since(start)}
-	}()
-	const bound = 40 * time.Second
-	select {
-	case a := <-done:
-		if a.err == nil {
-			t.Fatal("a push succeeded while the connection to Postgres was silent")
-		}
-		t.Logf("push over a silent connection: %v (after %v)", a.err, a.took)
-	case <-time.After(bound):
+	e.pushFailsWithin(writer, 40*time.Second, "the connection to Postgres was silent", func() {
 		restore() // lets the request end
 		proxy.thaw()
-		t.Fatalf("a push over a silent Postgres connection was not answered within %v", bound)
-	}
+	})
 }

@@ -351,15 +351,7 @@ func TestPostgresOutageRecovers(t *testing.T) {
 	eventually(t, "the commit listener connects", func() bool { return e.srv.RealtimeStats().ListenerConnects >= 1 })
 	probe := httptest.NewServer(e.srv.ReadyzHandler())
 	t.Cleanup(probe.Close)
-	ready := func() (int, string) {
-		resp, err := http.Get(probe.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	ready := func() (int, string) { return readyz(t, probe.URL) }
 
 	reader := e.peer("alice", "c1")
 	reader.pull(rtSub("s", -1, "p1"))
@@ -486,6 +478,30 @@ func TestPostgresBlackHoleAnswered(t *testing.T) {
 	writer.push("before", rtTask{"t0", "p1", "before", ""})
 
 	proxy.blackHole()
+	// Two connect timeouts (a read, then the write) and room.
+	e.pushFailsWithin(writer, 45*time.Second, "Postgres accepted connections and did not answer", proxy.restore)
+
+	proxy.restore()
+	seq := writer.push("after", rtTask{"t2", "p1", "after", ""})
+	if seq < 2 {
+		t.Fatalf("push after the outage: commit %d", seq)
+	}
+}
+
+// readyz GETs a readiness endpoint and returns its status and body.
+func readyz(t *testing.T, url string) (int, string) {
+	t.Helper()
+	status, _, body := fetchURL(t, url)
+	return status, string(body)
+}
+
+// pushFailsWithin pushes a commit from writer while the database cannot
+// serve it (what says how): the push must fail, and be answered within
+// bound. On a timeout, release runs (it lets the request end) before the
+// test fails.
+func (e *rtEnv) pushFailsWithin(writer *rtPeer, bound time.Duration, what string, release func()) {
+	t := e.t
+	t.Helper()
 	type answer struct {
 		err  error
 		took time.Duration
@@ -496,21 +512,14 @@ func TestPostgresBlackHoleAnswered(t *testing.T) {
 		_, err := writer.tryPost(&wire.Request{Commits: []*wire.PushCommit{e.pushCommit("during", rtTask{"t1", "p1", "during", ""})}})
 		done <- answer{err, time.Since(start)}
 	}()
-	const bound = 45 * time.Second // two connect timeouts (a read, then the write) and room
 	select {
 	case a := <-done:
 		if a.err == nil {
-			t.Fatal("a push succeeded while Postgres did not answer")
+			t.Fatalf("a push succeeded while %s", what)
 		}
-		t.Logf("push while Postgres does not answer: %v (after %v)", a.err, a.took)
+		t.Logf("push while %s: %v (after %v)", what, a.err, a.took)
 	case <-time.After(bound):
-		proxy.restore() // lets the request end
-		t.Fatalf("a push was not answered within %v while Postgres accepted connections and did not answer", bound)
-	}
-
-	proxy.restore()
-	seq := writer.push("after", rtTask{"t2", "p1", "after", ""})
-	if seq < 2 {
-		t.Fatalf("push after the outage: commit %d", seq)
+		release()
+		t.Fatalf("a push was not answered within %v while %s", bound, what)
 	}
 }
