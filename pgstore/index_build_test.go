@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,18 +24,10 @@ func TestMissingIndexBuiltWithoutHoldingWriters(t *testing.T) {
 	name := newSchema(t)
 	s := openIn(t, name, Config{})
 	ensure(t, s, testSchema(t, 1))
-	admin(t, testURL(t), "DROP INDEX "+name+".sync_row_scopes_by_row")
-	admin(t, testURL(t), "INSERT INTO "+name+".sync_row_scopes SELECT 'bulk', 'tasks', 'project_id', 'p' || (i % 100), 'r' || i FROM generate_series(1, 300000) i")
+	withoutRowScopesByRow(t, name, 300000)
 
 	ctx := context.Background()
-	probe, err := pgx.Connect(ctx, testURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer probe.Close(ctx)
-	if _, err := probe.Exec(ctx, "SET search_path = "+name); err != nil {
-		t.Fatal(err)
-	}
+	probe := connectIn(t, name)
 	var (
 		stop            atomic.Bool
 		probes, refused int
@@ -82,8 +75,7 @@ func TestMissingIndexBuiltByConcurrentOpens(t *testing.T) {
 	name := newSchema(t)
 	s := openIn(t, name, Config{})
 	ensure(t, s, testSchema(t, 1))
-	admin(t, testURL(t), "DROP INDEX "+name+".sync_row_scopes_by_row")
-	admin(t, testURL(t), "INSERT INTO "+name+".sync_row_scopes SELECT 'bulk', 'tasks', 'project_id', 'p' || (i % 100), 'r' || i FROM generate_series(1, 50000) i")
+	withoutRowScopesByRow(t, name, 50000)
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
@@ -119,7 +111,7 @@ func TestAbandonedIndexBuildRebuiltAtOpen(t *testing.T) {
 	ensure(t, s, testSchema(t, 1))
 	// What an interrupted CREATE INDEX CONCURRENTLY leaves: the index in
 	// the catalog, marked invalid.
-	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+".sync_row_scopes_by_row'::regclass")
+	invalidateIndex(t, name+".sync_row_scopes_by_row")
 	valid := func() int64 {
 		return validIndexes(t, s, name, "sync_row_scopes_by_row")
 	}
@@ -143,8 +135,7 @@ func TestDeclaredIndexBuiltBeforeBumpLocks(t *testing.T) {
 	name := newSchema(t)
 	s := openIn(t, name, Config{})
 	ensure(t, s, testSchema(t, 1))
-	admin(t, testURL(t), "INSERT INTO "+name+`.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
-SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM generate_series(1, 50000) i`)
+	bulkTasks(t, name, 50000)
 	v2 := func(version int32) *schema.Compiled { return ownerIndexSchema(t, version) }
 	ix, _ := v2(2).Table("tasks")
 	physical := ix.Indexes()[2].PhysicalName
@@ -160,7 +151,7 @@ SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM gene
 
 	// An interrupted concurrent build leaves the index invalid: the next
 	// bump drops it and builds it again.
-	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+"."+physical+"'::regclass")
+	invalidateIndex(t, name+"."+physical)
 	c := openIn(t, name, Config{})
 	ensure(t, c, v2(3))
 	if valid() != 1 {
@@ -169,10 +160,7 @@ SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM gene
 
 	// One that turns invalid after the pre-build looked (another
 	// process's build of it that died) is built again under the locks.
-	invalidate := func() {
-		admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+name+"."+physical+"'::regclass")
-	}
-	d := openIn(t, name, Config{migrationLocked: invalidate})
+	d := openIn(t, name, Config{migrationLocked: func() { invalidateIndex(t, name+"."+physical) }})
 	ensure(t, d, v2(4))
 	if valid() != 1 {
 		t.Fatalf("an index invalid when the bump took its locks is still invalid after it: %s", physical)
@@ -198,28 +186,16 @@ func TestBumpWaitsForAnotherProcessIndexBuild(t *testing.T) {
 	name := newSchema(t)
 	s := openIn(t, name, Config{})
 	ensure(t, s, testSchema(t, 1))
-	admin(t, testURL(t), "INSERT INTO "+name+`.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
-SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM generate_series(1, 20000) i`)
+	bulkTasks(t, name, 20000)
 	c := ownerIndexSchema(t, 2)
 	tbl, _ := c.Table("tasks")
 	physical := tbl.Indexes()[2].PhysicalName
 
 	ctx := context.Background()
-	connect := func() *pgx.Conn {
-		conn, err := pgx.Connect(ctx, testURL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close(ctx) })
-		if _, err := conn.Exec(ctx, "SET search_path = "+name); err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
 	// The other process's build: a concurrent build held in progress by
 	// an open transaction with a snapshot (repeatable read keeps it),
 	// which it waits for.
-	holder := connect()
+	holder := connectIn(t, name)
 	hold, err := holder.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +203,7 @@ SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i % 50), 1, '{}', '\x' FROM gene
 	if _, err := hold.Exec(ctx, "SELECT count(*) FROM tasks"); err != nil {
 		t.Fatal(err)
 	}
-	builder := connect()
+	builder := connectIn(t, name)
 	built := make(chan error, 1)
 	go func() {
 		_, err := builder.Exec(ctx, "CREATE INDEX CONCURRENTLY IF NOT EXISTS "+physical+" ON tasks (_sync_partition, owner_id)")
@@ -280,4 +256,45 @@ func ownerIndexSchema(t *testing.T, version int32) *schema.Compiled {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// withoutRowScopesByRow drops sync_row_scopes_by_row from schema name and
+// fills sync_row_scopes with n entries, as a database of the reference (or
+// of a syncgo before the index) with a large table would be.
+func withoutRowScopesByRow(t *testing.T, name string, n int) {
+	t.Helper()
+	admin(t, testURL(t), "DROP INDEX "+name+".sync_row_scopes_by_row")
+	admin(t, testURL(t), fmt.Sprintf("INSERT INTO %s.sync_row_scopes SELECT 'bulk', 'tasks', 'project_id', 'p' || (i %% 100), 'r' || i FROM generate_series(1, %d) i", name, n))
+}
+
+// bulkTasks inserts n rows into the tasks table of schema name (partition
+// bulk, 50 owners) straight into its columns: rows an index is built
+// over, not rows the driver reads.
+func bulkTasks(t *testing.T, name string, n int) {
+	t.Helper()
+	admin(t, testURL(t), fmt.Sprintf(`INSERT INTO %s.tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
+SELECT 'bulk', 'r' || i, 'r' || i, 'p', 'o' || (i %% 50), 1, '{}', '\x' FROM generate_series(1, %d) i`, name, n))
+}
+
+// invalidateIndex marks the schema-qualified index invalid, as an
+// interrupted CREATE INDEX CONCURRENTLY leaves it.
+func invalidateIndex(t *testing.T, qualified string) {
+	t.Helper()
+	admin(t, testURL(t), "UPDATE pg_index SET indisvalid = false WHERE indexrelid = '"+qualified+"'::regclass")
+}
+
+// connectIn opens a connection of its own whose statements run in schema
+// name, closed at cleanup.
+func connectIn(t *testing.T, name string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	if _, err := conn.Exec(ctx, "SET search_path = "+name); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
