@@ -413,23 +413,34 @@ func (s *Store) buildIndexesConcurrently(ctx context.Context, steps []coreStep) 
 		if st.concurrently == "" {
 			continue
 		}
-		if _, err := s.pool.Exec(ctx, st.concurrently); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
-				// Another process started the same build at the same
-				// moment: its index is left to it.
-				continue
-			}
-			s.log.WarnContext(ctx, "pgstore: concurrent index build failed; building it under the migration lock", "step", st.line, "err", err)
-			name := strings.TrimPrefix(st.line, "create index ")
-			if _, derr := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+quoteIdent(name)); derr != nil {
-				s.log.WarnContext(ctx, "pgstore: dropping the failed concurrent index build", "index", name, "err", derr)
-			}
+		if !s.buildConcurrently(ctx, quoteIdent(strings.TrimPrefix(st.line, "create index ")), st.concurrently) {
 			continue
 		}
 		built = append(built, st.line)
 	}
 	return built
+}
+
+// buildConcurrently runs stmt, a CREATE INDEX CONCURRENTLY of the index
+// quoted (a statement of its own, outside any transaction), and reports
+// whether it built the index. When another process builds the same index
+// at the same moment, the build is left to it. A build that fails
+// otherwise is dropped again (it leaves an invalid index behind) and left
+// to the migration under the locks, which builds it as before.
+func (s *Store) buildConcurrently(ctx context.Context, quoted, stmt string) bool {
+	_, err := s.pool.Exec(ctx, stmt)
+	if err == nil {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
+		return false
+	}
+	s.log.WarnContext(ctx, "pgstore: concurrent index build failed; the migration builds it under its lock", "index", quoted, "err", err)
+	if _, derr := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+quoted); derr != nil {
+		s.log.WarnContext(ctx, "pgstore: dropping the failed concurrent index build", "index", quoted, "err", derr)
+	}
+	return false
 }
 
 // sqlAbandonedIndexes lists the core indexes ($1) that are invalid and

@@ -2,14 +2,12 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -196,19 +194,9 @@ func (s *Store) buildDeclaredIndexes(ctx context.Context, c *schema.Compiled) er
 		return fmt.Errorf("plan index builds: %w", err)
 	}
 	for _, b := range builds {
-		name := b.name
-		if _, err := s.pool.Exec(ctx, b.sql); err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
-				continue // another process is building it
-			}
-			s.log.WarnContext(ctx, "pgstore: concurrent index build failed; the schema bump builds it under the migration lock", "index", name, "err", err)
-			if _, derr := s.pool.Exec(ctx, "DROP INDEX CONCURRENTLY IF EXISTS "+name); derr != nil {
-				s.log.WarnContext(ctx, "pgstore: dropping the failed concurrent index build", "index", name, "err", derr)
-			}
-			continue
+		if s.buildConcurrently(ctx, b.name, b.sql) {
+			s.log.InfoContext(ctx, "pgstore: declared index built concurrently before the schema bump", "index", b.name)
 		}
-		s.log.InfoContext(ctx, "pgstore: declared index built concurrently before the schema bump", "index", name)
 	}
 	return nil
 }
@@ -330,11 +318,7 @@ const sqlOwnedIndexes = `SELECT n.name, c.relname, i.indisunique, i.indisvalid,
 
 // ownedIndexes reads the owned indexes of c's tables, by table.
 func ownedIndexes(ctx context.Context, tx pgx.Tx, c *schema.Compiled) (map[string][]ownedIndex, error) {
-	names := make([]string, len(c.Tables()))
-	for i, t := range c.Tables() {
-		names[i] = t.Name()
-	}
-	rows, err := tx.Query(ctx, sqlOwnedIndexes, names, schema.IndexPrefix)
+	rows, err := tx.Query(ctx, sqlOwnedIndexes, tableNames(c), schema.IndexPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("read indexes: %w", err)
 	}

@@ -181,11 +181,7 @@ type physicalColumn struct {
 // session's search_path like the unqualified statements; a table that is
 // missing has no entry.
 func physicalColumns(ctx context.Context, q querier, c *schema.Compiled) (map[string]map[string]physicalColumn, error) {
-	names := make([]string, len(c.Tables()))
-	for i, t := range c.Tables() {
-		names[i] = t.Name()
-	}
-	rows, err := q.Query(ctx, sqlPhysicalColumns, names)
+	rows, err := q.Query(ctx, sqlPhysicalColumns, tableNames(c))
 	if err != nil {
 		return nil, fmt.Errorf("read catalog: %w", err)
 	}
