@@ -51,13 +51,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	h := New(cfg.Logger)
-	if cfg.Postgres != "" {
-		h, err = NewPostgres(ctx, cfg.Logger, cfg.Postgres)
-		if err != nil {
-			ln.Close()
-			return err
-		}
+	var h *Harness
+	if cfg.Postgres == "" {
+		h = New(cfg.Logger)
+	} else if h, err = NewPostgres(ctx, cfg.Logger, cfg.Postgres); err != nil {
+		ln.Close()
+		return err
 	}
 	defer h.Close()
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}

@@ -57,12 +57,14 @@ func eachDriver(t *testing.T, fn func(t *testing.T, h *harness)) {
 
 func startHarnessOn(t *testing.T, driver string) *harness {
 	t.Helper()
-	h := New(nil)
+	var h *Harness
 	if driver == "postgres" {
 		var err error
 		if h, err = NewPostgres(t.Context(), nil, pgtest.URL(t)); err != nil {
 			t.Fatal(err)
 		}
+	} else {
+		h = New(nil)
 	}
 	ts := httptest.NewServer(h)
 	t.Cleanup(func() {
