@@ -427,13 +427,19 @@ func (s *Store) buildIndexesConcurrently(ctx context.Context, steps []coreStep) 
 // at the same moment, the build is left to it. A build that fails
 // otherwise is dropped again (it leaves an invalid index behind) and left
 // to the migration under the locks, which builds it as before.
+//
+// A unique index whose build meets a duplicate in the table's rows fails
+// with a unique violation named by the index itself (another process's
+// build of the same index collides on the catalog's names instead): it is
+// dropped too, and the migration's own build reports the duplicate.
 func (s *Store) buildConcurrently(ctx context.Context, quoted, stmt string) bool {
 	_, err := s.pool.Exec(ctx, stmt)
 	if err == nil {
 		return true
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable || pgErr.Code == sqlstateUniqueViolation) {
+	if errors.As(err, &pgErr) && (pgErr.Code == sqlstateDuplicateTable ||
+		pgErr.Code == sqlstateUniqueViolation && quoteIdent(pgErr.ConstraintName) != quoted) {
 		return false
 	}
 	s.log.WarnContext(ctx, "pgstore: concurrent index build failed; the migration builds it under its lock", "index", quoted, "err", err)

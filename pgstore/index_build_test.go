@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,6 +165,63 @@ func TestDeclaredIndexBuiltBeforeBumpLocks(t *testing.T) {
 	ensure(t, d, v2(4))
 	if valid() != 1 {
 		t.Fatalf("an index invalid when the bump took its locks is still invalid after it: %s", physical)
+	}
+}
+
+// TestUniqueIndexBuiltBeforeBumpLocks: a declared unique index on a table
+// and column that exist is built concurrently before the bump takes its
+// locks, like a plain one. One whose build meets duplicate rows is dropped
+// again, leaving no invalid index that would go on checking the older
+// processes' writes, and the bump is refused with the duplicate, as when
+// it built the index under its locks.
+func TestUniqueIndexBuiltBeforeBumpLocks(t *testing.T) {
+	t.Parallel()
+	name := newSchema(t)
+	s := openIn(t, name, Config{})
+	ensure(t, s, testSchema(t, 1))
+	bulkTasks(t, name, 20000)
+	unique := func(version int32, column string) *schema.Compiled {
+		c, err := schema.New(version).
+			Table("tasks", "id", schema.String("id"), schema.String("project_id"), schema.String("owner_id"),
+				schema.String("title").Null(), schema.Integer("rank").Null(), schema.JSON("meta").Null(),
+				schema.Boolean("done").Null(), schema.Float("score").Null(), schema.Bytes("blob").Null()).
+			Scope("project:{project_id}").Scope("owner:{owner_id}").
+			UniqueIndex("tasks_by_title", "title").Index("tasks_by_rank", "rank").UniqueIndex("tasks_unique", column).
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	tbl, _ := unique(2, "id").Table("tasks")
+	physical := tbl.Indexes()[2].PhysicalName
+	count := func() int64 {
+		return queryInt(t, s, `SELECT count(*) FROM pg_class WHERE relname = $1 AND relnamespace = $2::regnamespace`, physical, name)
+	}
+
+	// owner_id repeats (50 owners): the build meets duplicates.
+	var atLock []int64
+	b := openIn(t, name, Config{migrationLocked: func() { atLock = append(atLock, count()) }})
+	err := b.EnsureSchema(context.Background(), unique(2, "owner_id"))
+	if err == nil || !strings.Contains(err.Error(), "duplicate") && !strings.Contains(err.Error(), "23505") {
+		t.Fatalf("EnsureSchema with a unique index over duplicates = %v; want the duplicate reported", err)
+	}
+	if len(atLock) == 0 || atLock[0] != 0 {
+		t.Fatalf("indexes named %s when the bump took its locks: %v; want 0 (the failed build dropped)", physical, atLock)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("after the refused bump, %d indexes named %s are left", n, physical)
+	}
+
+	atLock = nil
+	c := openIn(t, name, Config{migrationLocked: func() { atLock = append(atLock, validIndexes(t, s, name, physical)) }})
+	ensure(t, c, unique(2, "id"))
+	if len(atLock) == 0 || atLock[0] != 1 {
+		t.Fatalf("valid %s when the bump took its locks: %v; want 1 (built before them)", physical, atLock)
+	}
+	if _, err := s.pool.Exec(context.Background(), `INSERT INTO tasks (_sync_partition, _sync_row_id, id, project_id, owner_id, _sync_server_version, _sync_scopes, _sync_payload)
+VALUES ('bulk', 'dup', 'r1', 'p', 'o', 1, '{}', '\x')`); err == nil {
+		t.Fatalf("%s does not refuse a duplicate id", physical)
 	}
 }
 

@@ -190,10 +190,10 @@ func planAppUpgrade(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map
 			i := slices.IndexFunc(owned[t.Name()], func(o ownedIndex) bool { return o.name == d.name })
 			switch {
 			case i < 0:
-				steps = append(steps, coreStep{line: "create index " + d.name + " on " + t.Name(), sql: d.createSQL(q)})
+				steps = append(steps, coreStep{line: "create index " + d.name + " on " + t.Name(), sql: d.buildSQL(q, false)})
 			case !owned[t.Name()][i].equal(d):
 				steps = append(steps, coreStep{line: "rebuild index " + d.name + " on " + t.Name(),
-					sql: "DROP INDEX " + quoteIdent(d.name) + ";\n" + d.createSQL(q)})
+					sql: "DROP INDEX " + quoteIdent(d.name) + ";\n" + d.buildSQL(q, false)})
 			}
 		}
 	}

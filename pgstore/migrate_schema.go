@@ -96,11 +96,13 @@ func (s *Store) migrateSchema(ctx context.Context, c *schema.Compiled, decls []s
 // (the build waits for their open transactions, it does not hold them
 // back), and the bump finds the index built. Under the locks, the build of
 // an index on a large table held every writer of every partition for as
-// long as it took. Left to the bump, as before: unique indexes (a
-// concurrent build that meets a duplicate leaves an invalid index behind,
-// and the bump reports the duplicate), indexes of new tables or columns,
-// an owned index whose declaration changed, and a build that fails (it is
-// dropped again). First, owned indexes that an interrupted concurrent
+// long as it took. A unique index is enforced on the older processes'
+// writes from the start of its build, seconds before the bump would
+// enforce it on every writer; one whose build meets a duplicate is dropped
+// again (a failed concurrent build leaves an invalid index that still
+// checks new rows) and the bump reports the duplicate, as before. Left to
+// the bump: indexes of new tables or columns, an owned index whose
+// declaration changed, and a build that fails. First, owned indexes that an interrupted concurrent
 // build left invalid, and that no session is building, are dropped: the
 // catalog would take them for built.
 func (s *Store) prebuildIndexes(ctx context.Context, c *schema.Compiled) error {
@@ -160,8 +162,8 @@ func (s *Store) waitIndexBuilds(ctx context.Context, c *schema.Compiled) error {
 	}
 }
 
-// buildDeclaredIndexes builds the plain declared indexes missing on tables
-// and columns that exist, concurrently (prebuildIndexes).
+// buildDeclaredIndexes builds the declared indexes missing on tables and
+// columns that exist, concurrently (prebuildIndexes).
 func (s *Store) buildDeclaredIndexes(ctx context.Context, c *schema.Compiled) error {
 	type build struct{ name, sql string }
 	var builds []build
@@ -182,10 +184,10 @@ func (s *Store) buildDeclaredIndexes(ctx context.Context, c *schema.Compiled) er
 			for _, d := range declaredIndexes(t) {
 				taken := slices.ContainsFunc(owned[t.Name()], func(o ownedIndex) bool { return o.name == d.name })
 				present := !slices.ContainsFunc(d.columns, func(col string) bool { _, ok := have[col]; return !ok })
-				if d.unique || taken || !present {
+				if taken || !present {
 					continue
 				}
-				builds = append(builds, build{quoteIdent(d.name), concurrentIndexSQL(d.createSQL(quoteIdent(t.Name())))})
+				builds = append(builds, build{quoteIdent(d.name), d.buildSQL(quoteIdent(t.Name()), true)})
 			}
 		}
 		return nil
@@ -257,7 +259,7 @@ func schemaDDL(ctx context.Context, tx pgx.Tx, c *schema.Compiled, cols map[stri
 		}
 		for _, d := range declared {
 			if !built(d) {
-				out = append(out, d.createSQL(q))
+				out = append(out, d.buildSQL(q, false))
 			}
 		}
 	}
@@ -293,17 +295,22 @@ func declaredIndexes(t *schema.CompiledTable) []ownedIndex {
 	return out
 }
 
-// createSQL creates the index on the quoted table.
-func (o ownedIndex) createSQL(table string) string {
+// buildSQL creates the index on the quoted table, with CREATE INDEX
+// CONCURRENTLY when concurrently is set.
+func (o ownedIndex) buildSQL(table string, concurrently bool) string {
 	quoted := make([]string, len(o.columns))
 	for i, col := range o.columns {
 		quoted[i] = quoteIdent(col)
 	}
-	unique := ""
+	stmt := "CREATE "
 	if o.unique {
-		unique = "UNIQUE "
+		stmt += "UNIQUE "
 	}
-	return "CREATE " + unique + "INDEX IF NOT EXISTS " + quoteIdent(o.name) + " ON " + table + " (" + strings.Join(quoted, ", ") + ")"
+	stmt += "INDEX "
+	if concurrently {
+		stmt += "CONCURRENTLY "
+	}
+	return stmt + "IF NOT EXISTS " + quoteIdent(o.name) + " ON " + table + " (" + strings.Join(quoted, ", ") + ")"
 }
 
 const sqlOwnedIndexes = `SELECT n.name, c.relname, i.indisunique, i.indisvalid,
