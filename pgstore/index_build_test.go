@@ -343,7 +343,7 @@ func invalidateIndex(t *testing.T, qualified string) {
 
 // connectIn opens a connection of its own whose statements run in schema
 // name, closed at cleanup.
-func connectIn(t *testing.T, name string) *pgx.Conn {
+func connectIn(t testing.TB, name string) *pgx.Conn {
 	t.Helper()
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, testURL(t))
