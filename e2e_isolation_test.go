@@ -1,0 +1,88 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The isolation audit: no client ever sees a row outside its scopes, on
+// the read paths other than realtime deltas and revocation.
+
+// A push cannot be used to read a row of a scope the actor lacks: every
+// kind of write aimed at a row id stored in another scope (versioned,
+// unversioned, baseVersion 0, partial, with the actor's own scope value
+// forged in the payload, a delete, at wire versions 2 and 3) is
+// sync.forbidden, with no serverRow and no trace of the row's values, and
+// the row stays as it was.
+func TestE2EIsolationPushProbes(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		mustUpsert(t, w, taskRow("secret", "p1", "the secret title"))
+		mustUpsert(t, w, map[string]any{"id": "secret", "title": "the secret title v2"}, sspclient.BaseVersion(1))
+		syncQuiet(t, w)
+		before := e.serverRows("tasks")
+		e.allow("mallory", map[string][]string{"project_id": {"p2"}})
+
+		for _, v := range []uint16{wire.Version2, wire.Version3} {
+			m := e.client("mallory", sspclient.Options{WireVersion: v})
+			probes := map[string]string{}
+			probe := func(what string, values map[string]any, opts ...sspclient.OpOption) {
+				probes[what] = mustUpsert(t, m, values, opts...)
+			}
+			own := taskRow("secret", "p2", "mine")
+			probe("unversioned full row in own scope", own)
+			probe("baseVersion 0", own, sspclient.BaseVersion(0))
+			probe("stale baseVersion 1", own, sspclient.BaseVersion(1))
+			probe("current baseVersion 2", own, sspclient.BaseVersion(2))
+			probe("baseVersion ahead", own, sspclient.BaseVersion(99))
+			if v >= wire.Version3 {
+				probe("partial, no scope column, base 1", map[string]any{"id": "secret", "title": "x"}, sspclient.BaseVersion(1))
+				probe("partial, no scope column, base 0", map[string]any{"id": "secret", "title": "x"}, sspclient.BaseVersion(0))
+			}
+			del, err := m.Delete("tasks", "secret")
+			if err != nil {
+				t.Fatal(err)
+			}
+			probes["delete"] = del
+			for range 20 {
+				if m.Pending() == 0 {
+					break
+				}
+				if _, err := m.Sync(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for what, id := range probes {
+				o, ok := m.Outcome(id)
+				if !ok {
+					t.Fatalf("v%d %s: no outcome", v, what)
+				}
+				if o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeForbidden {
+					t.Errorf("v%d %s: %s; want rejected %s", v, what, statusOf(o), syncerr.CodeForbidden)
+				}
+				for _, r := range o.Results {
+					if len(r.ServerRow) > 0 || r.ServerVersion != 0 || bytes.Contains([]byte(r.Message), []byte("secret title")) {
+						t.Errorf("v%d %s: result %+v discloses the stored row", v, what, r)
+					}
+				}
+				for _, dt := range o.Details {
+					if strings.Contains(fmt.Sprint(dt), "secret title") {
+						t.Errorf("v%d %s: details %+v disclose the stored row", v, what, dt)
+					}
+				}
+			}
+			if _, ok := m.Row("tasks", "secret"); ok {
+				t.Errorf("v%d: mallory's replica holds the row", v)
+			}
+		}
+		sameRows(t, "server after the probes", e.serverRows("tasks"), before)
+	})
+}
