@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,5 +85,94 @@ func TestE2EIsolationPushProbes(t *testing.T) {
 			}
 		}
 		sameRows(t, "server after the probes", e.serverRows("tasks"), before)
+	})
+}
+
+// Scope values that look like patterns, separators or wildcards match
+// only themselves: an actor allowed such values, subscribing to them
+// alone or beside values it lacks, holds only rows whose stored value is
+// byte for byte one it is allowed and requested; Unicode normalisation
+// variants are different values; a requested "*" fails the request.
+func TestE2EIsolationOddScopeValues(t *testing.T) {
+	const (
+		nfc = "caf\u00e9"
+		nfd = "cafe\u0301"
+	)
+	long := strings.Repeat("L", 200)
+	stored := []string{"p1", "p%", "p_", "pX", "p", "%", "_", "a", "b", "a,b", `a","b`, "x:y", "x", "y",
+		nfc, nfd, "P1", " p1", "p1 ", long, long + "M", `\`, "[p1]", "{}", "null", "p1\x00"}
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		for i, v := range stored {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("r%02d", i), v, "row of "+v))
+		}
+		syncQuiet(t, w)
+		byID := map[string]string{}
+		for i, v := range stored {
+			byID[fmt.Sprintf("r%02d", i)] = v
+		}
+		allowed := []string{"p%", "p_", "a,b", "x:y", nfc, long, `\`, "[p1]"}
+		e.allow("odd", map[string][]string{"project_id": allowed})
+
+		for _, req := range [][]string{
+			{"p%"}, {"p_"}, {"a,b"}, {"x:y"}, {nfc}, {long}, {`\`}, {"[p1]"},
+			{"p%", "p1"}, {"p_", "pX", "p"}, {"a,b", "a", "b"}, {nfc, nfd}, {long, long + "M"},
+			allowed,
+		} {
+			c := e.client("odd", sspclient.Options{})
+			mustSubscribe(t, c, "s", req...)
+			syncQuiet(t, c)
+			want := map[string]bool{}
+			for _, v := range req {
+				if slices.Contains(allowed, v) {
+					want[v] = true
+				}
+			}
+			got := map[string]bool{}
+			for id := range c.Rows("tasks") {
+				v := byID[id]
+				if !want[v] {
+					t.Errorf("requesting %q: the client holds %s of project %q", req, id, v)
+				}
+				got[v] = true
+			}
+			for v := range want {
+				if v != "" && !got[v] && slices.Contains(stored, v) {
+					t.Errorf("requesting %q: no row of allowed project %q", req, v)
+				}
+			}
+		}
+		// Values it lacks only: revoked, nothing delivered.
+		for _, req := range [][]string{{"p1"}, {"%"}, {"_"}, {nfd}, {"a", "b"}, {"P1", " p1", "p1 "}} {
+			c := e.client("odd", sspclient.Options{})
+			mustSubscribe(t, c, "s", req...)
+			sections := 0
+			for _, res := range syncQuiet(t, c) {
+				for _, s := range res.Sections {
+					if sections++; s.Status != wire.SubRevoked {
+						t.Errorf("requesting %q: section status %v, want revoked", req, s.Status)
+					}
+				}
+			}
+			if sections == 0 {
+				t.Errorf("requesting %q: no section", req)
+			}
+			if n := len(c.Rows("tasks")); n != 0 {
+				t.Errorf("requesting %q: %d rows delivered", req, n)
+			}
+		}
+		// A requested "*" fails the request, even for an actor allowed
+		// every value; so does a NUL in a value.
+		for _, v := range []string{"*", "p1\x00"} {
+			c := e.client("writer", sspclient.Options{})
+			mustSubscribe(t, c, "s", v)
+			if _, err := c.SyncUntilQuiet(context.Background(), 5); err == nil || !strings.Contains(err.Error(), syncerr.CodeInvalidSubscription) {
+				t.Errorf("requesting %q: %v, want %s", v, err, syncerr.CodeInvalidSubscription)
+			}
+			if n := len(c.Rows("tasks")); n != 0 {
+				t.Errorf("requesting %q: %d rows delivered", v, n)
+			}
+		}
 	})
 }
