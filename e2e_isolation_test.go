@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -173,6 +174,87 @@ func TestE2EIsolationOddScopeValues(t *testing.T) {
 			if n := len(c.Rows("tasks")); n != 0 {
 				t.Errorf("requesting %q: %d rows delivered", v, n)
 			}
+		}
+	})
+}
+
+// Two partitions with the same table, row ids and scope values: nothing
+// crosses. A blob uploaded and referenced in one is neither downloadable
+// nor referenceable from the other by an actor of the same scope values;
+// a versioned push to a row id that exists only in the other partition
+// finds no row (no conflict, no serverRow); once the id exists in both, a
+// conflict's serverRow is the row of the pusher's own partition.
+func TestE2EIsolationTwinPartitions(t *testing.T) {
+	forEachBlobKind(t, func(t *testing.T, k blobKind) {
+		e := newBlobEnv(t, k)
+		data := []byte("tenant-1 confidential attachment")
+		id := blobOf(data)
+		wantAnswer(t, "tenant-1 upload", e.put("owner", data, id), 200, "")
+		if o := e.attach(e.client("owner", sspclient.Options{}), "a1", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatalf("tenant-1 reference: %s", statusOf(o))
+		}
+		e.allow("twin", map[string][]string{"project_id": {"p1"}})
+		twin := "twin@tenant-2"
+		if a := e.get(twin, id); a.status == http.StatusOK || bytes.Contains(a.body, data) {
+			t.Fatalf("tenant-2 download of tenant-1's blob: HTTP %d %s", a.status, a.body)
+		}
+		tc := e.client(twin, sspclient.Options{})
+		if o := e.attach(tc, "b1", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeBlobNotFound {
+			t.Fatalf("tenant-2 reference to tenant-1's blob: %s; want rejected %s", statusOf(o), syncerr.CodeBlobNotFound)
+		}
+		if a := e.get(twin, id); a.status == http.StatusOK || bytes.Contains(a.body, data) {
+			t.Fatalf("tenant-2 download after its rejected reference: HTTP %d", a.status)
+		}
+		grant := e.do(http.MethodPost, "/blobs/"+id+"/upload-grant", twin, strings.NewReader(fmt.Sprintf(`{"byteLength":%d}`, len(data))))
+		if bytes.Contains(grant.body, []byte(`"present"`)) {
+			t.Fatalf("tenant-2 upload grant tells tenant-1's blob is present: %s", grant.body)
+		}
+
+		// A versioned edit of a1, which only tenant-1 holds.
+		cid, err := tc.Upsert("attachments", map[string]any{"id": "a1", "project_id": "p1", "title": "probe"}, sspclient.BaseVersion(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncQuiet(t, tc)
+		o, _ := tc.Outcome(cid)
+		if o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeRowMissing {
+			t.Fatalf("tenant-2 versioned edit of tenant-1's a1: %s; want rejected %s", statusOf(o), syncerr.CodeRowMissing)
+		}
+		for _, r := range o.Results {
+			if len(r.ServerRow) > 0 || r.ServerVersion != 0 {
+				t.Fatalf("tenant-2 probe result %+v discloses tenant-1's row", r)
+			}
+		}
+		// a1 in tenant-2 too: a conflict shows tenant-2's row.
+		if o := e.attach(tc, "a1", "p1", nil); o.Status != wire.PushApplied {
+			t.Fatalf("tenant-2's own a1: %s", statusOf(o))
+		}
+		if o := e.attach(e.client("owner", sspclient.Options{}), "a1", "p1", ptr(blobRef(id, len(data)))); o.Status != wire.PushApplied {
+			t.Fatalf("tenant-1 edit of a1: %s", statusOf(o))
+		}
+		cid, err = tc.Upsert("attachments", map[string]any{"id": "a1", "title": "stale"}, sspclient.BaseVersion(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncQuiet(t, tc)
+		o, _ = tc.Outcome(cid)
+		cf, ok := o.Conflict()
+		if !ok {
+			t.Fatalf("tenant-2 baseVersion 0 on its a1: %s; want a conflict", statusOf(o))
+		}
+		if row := decodeRow(t, tc, "attachments", cf.ServerRow); row["file"] != nil || cf.ServerVersion != 1 {
+			t.Fatalf("tenant-2's conflict serverRow %v v%d; want its own a1 (no file, v1)", row, cf.ServerVersion)
+		}
+		// Pulls: each partition's client holds its own rows only.
+		rc := e.client(twin, sspclient.Options{})
+		if err := rc.Subscribe("s", "attachments", map[string][]string{"project_id": {"p1"}}); err != nil {
+			t.Fatal(err)
+		}
+		syncQuiet(t, rc)
+		rows := rc.Rows("attachments")
+		tbl, _ := e.schema.Table("attachments")
+		if len(rows) != 1 || rows["a1"].Map(tbl)["file"] != nil {
+			t.Fatalf("tenant-2 pull holds %v; want its a1 only", rows)
 		}
 	})
 }
