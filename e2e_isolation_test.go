@@ -258,3 +258,87 @@ func TestE2EIsolationTwinPartitions(t *testing.T) {
 		}
 	})
 }
+
+// A forged X-Syncular-Scopes header never opens a segment of a scope the
+// actor lacks: duplicate keys (either order), the lacking value spelt
+// with JSON escapes, beside the allowed one, among many values, under an
+// undeclared key or "*", malformed or as Latin-1 bytes are each refused,
+// with or without If-None-Match, and none answers 200 or 304.
+func TestE2EIsolationForgedScopesHeader(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newE2EEnv(t, d)
+		w := e.client("writer", sspclient.Options{})
+		for i := range 8 {
+			mustUpsert(t, w, taskRow(fmt.Sprintf("s%02d", i), "p2", "secret of p2"))
+			mustUpsert(t, w, taskRow(fmt.Sprintf("o%02d", i), "p1", "open p1"))
+		}
+		syncQuiet(t, w)
+		// A reader of p2 gets the p2 segment by reference.
+		r := e.client("reader", sspclient.Options{Accept: wire.AcceptExternalRows})
+		mustSubscribe(t, r, "s", "p2")
+		var refs []wire.SegmentRef
+		for _, res := range syncQuiet(t, r) {
+			for _, s := range res.Sections {
+				refs = append(refs, s.Refs...)
+			}
+		}
+		if len(refs) != 1 {
+			t.Fatalf("%d refs, want 1", len(refs))
+		}
+		seg := refs[0].SegmentID
+		// The control: the request as built below serves the reader.
+		ctl, _ := http.NewRequest(http.MethodGet, e.url+"/segments/"+seg, nil)
+		ctl.Header.Set("Authorization", "Bearer reader")
+		ctl.Header.Set("X-Syncular-Scopes", `{"project_id":["p2"],"project_id":["p2"]}`)
+		if resp, err := http.DefaultClient.Do(ctl); err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("the reader's own download: %v %v", resp, err)
+		} else {
+			resp.Body.Close()
+		}
+		e.allow("mallory", map[string][]string{"project_id": {"p1"}})
+		many := make([]string, 0, 5000)
+		for i := range 5000 {
+			many = append(many, fmt.Sprintf("%q", fmt.Sprintf("v%d", i)))
+		}
+		for _, h := range []string{
+			`{"project_id":["p2"]}`,
+			`{"project_id":["p1"],"project_id":["p2"]}`,
+			`{"project_id":["p2"],"project_id":["p1"]}`,
+			`{"project_id":["p\u0032"]}`,
+			`{"project_id":["p1","p2"]}`,
+			`{"project_id":["p2","p2"]}`,
+			`{"project_id":["p1",` + strings.Join(many, ",") + `,"p2"]}`,
+			`{"project_id":["*"]}`,
+			`{"project_id":["p2"],"other":["x"]}`,
+			`{"project_id":"p2"}`,
+			`{"project_id":[["p2"]]}`,
+			`{"project_id":["p2"]`,
+			`{}`,
+			`[]`,
+			"{\"project_id\":[\"p2\xe9\"]}",
+		} {
+			for _, inm := range []string{"", `"` + seg + `"`, "*"} {
+				req, _ := http.NewRequest(http.MethodGet, e.url+"/segments/"+seg, nil)
+				req.Header.Set("Authorization", "Bearer mallory")
+				req.Header.Set("X-Syncular-Scopes", h)
+				if inm != "" {
+					req.Header.Set("If-None-Match", inm)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var body bytes.Buffer
+				_, _ = body.ReadFrom(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode < 400 || strings.Contains(body.String(), "secret") || resp.Header.Get("ETag") != "" {
+					short := h
+					if len(short) > 80 {
+						short = short[:80]
+					}
+					t.Errorf("header %s, If-None-Match %q: HTTP %d, ETag %q", short, inm, resp.StatusCode, resp.Header.Get("ETag"))
+				}
+			}
+		}
+	})
+}
