@@ -14,9 +14,16 @@ import (
 
 // ScopeRequest is the input of the host's scope resolver.
 type ScopeRequest struct {
+	// Partition and ActorID are those the request authenticated as.
 	Partition string
 	ActorID   string
-	ClientID  string
+	// ClientID is the client id the request names (a pull's header, a
+	// socket's clientId, a remote operation's clientId), as the client
+	// asserts it: it is not authenticated, and it is empty where the
+	// request names none (a segment or blob download). A resolver must
+	// not grant more by it: any client of the actor can name any client
+	// id.
+	ClientID string
 }
 
 // CommitNotice describes an applied commit for realtime fan-out.
