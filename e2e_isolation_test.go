@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -338,6 +340,125 @@ func TestE2EIsolationForgedScopesHeader(t *testing.T) {
 					}
 					t.Errorf("header %s, If-None-Match %q: HTTP %d, ETag %q", short, inm, resp.StatusCode, resp.Header.Get("ETag"))
 				}
+			}
+		}
+	})
+}
+
+// A table scoped by two variables: the effective scopes are intersected
+// per variable, a subscription that names both gets only the rows whose
+// two values it is allowed, one that loses a variable is revoked, a
+// segment of one pair is refused to an actor of another pair whatever
+// header it sends, and writes need both values allowed.
+func TestE2EIsolationTwoVariables(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		sc, err := schema.New(1).
+			Table("docs", "id", schema.String("id"), schema.String("org_id"), schema.String("project_id"), schema.String("title")).
+			Scope("org:{org_id}").Scope("project:{project_id}").
+			Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &e2eEnv{t: t, schema: sc, allowed: map[string]map[string][]string{}, store: d.open(t)}
+		n := startNode(t, e, e.store, func(c *syncgo.Config) { c.Limits.InlineSegmentMaxBytes = syncgo.NeverInline })
+		e.srv, e.url = n.srv, n.http.URL
+		all := map[string][]string{"org_id": {"*"}, "project_id": {"*"}}
+		e.allow("writer", all)
+		w := e.client("writer", sspclient.Options{})
+		owner := map[string][2]string{}
+		for _, o := range []string{"o1", "o2"} {
+			for _, p := range []string{"p1", "p2"} {
+				for i := range 3 {
+					id := fmt.Sprintf("%s-%s-%d", o, p, i)
+					owner[id] = [2]string{o, p}
+					if _, err := w.Upsert("docs", map[string]any{"id": id, "org_id": o, "project_id": p, "title": "t"}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+		syncQuiet(t, w)
+		e.allow("ann", map[string][]string{"org_id": {"o1"}, "project_id": {"p1"}})
+		e.allow("bea", map[string][]string{"org_id": {"o1"}, "project_id": {"p2"}})
+
+		pull := func(actor string, req map[string][]string) (*sspclient.Client, []wire.SegmentRef, bool) {
+			c := e.client(actor, sspclient.Options{Accept: wire.AcceptExternalRows})
+			if err := c.Subscribe("s", "docs", req); err != nil {
+				t.Fatal(err)
+			}
+			var refs []wire.SegmentRef
+			revoked := false
+			for _, res := range syncQuiet(t, c) {
+				for _, s := range res.Sections {
+					refs = append(refs, s.Refs...)
+					revoked = revoked || s.Status == wire.SubRevoked
+				}
+			}
+			return c, refs, revoked
+		}
+		onlyPair := func(what string, c *sspclient.Client, o, p string) {
+			rows := c.Rows("docs")
+			if len(rows) != 3 {
+				t.Errorf("%s: %d rows, want the 3 of (%s, %s)", what, len(rows), o, p)
+			}
+			for id := range rows {
+				if owner[id] != [2]string{o, p} {
+					t.Errorf("%s: holds %s of %v", what, id, owner[id])
+				}
+			}
+		}
+		c, refs, _ := pull("ann", map[string][]string{"org_id": {"o1"}, "project_id": {"p1"}})
+		onlyPair("ann, exact", c, "o1", "p1")
+		c, _, _ = pull("ann", map[string][]string{"org_id": {"o1", "o2"}, "project_id": {"p1", "p2"}})
+		onlyPair("ann, wider on both", c, "o1", "p1")
+		for _, req := range []map[string][]string{
+			{"org_id": {"o2"}, "project_id": {"p1"}},
+			{"org_id": {"o1"}, "project_id": {"p2"}},
+		} {
+			if c, _, revoked := pull("ann", req); !revoked || len(c.Rows("docs")) != 0 {
+				t.Errorf("ann requesting %v: revoked %v, %d rows; want revoked and none", req, revoked, len(c.Rows("docs")))
+			}
+		}
+
+		if len(refs) == 0 {
+			t.Fatal("ann's bootstrap sent no SEGMENT_REF")
+		}
+		bea := e.client("bea", sspclient.Options{})
+		for _, h := range []map[string][]string{
+			{"org_id": {"o1"}, "project_id": {"p1"}},
+			{"org_id": {"o1"}, "project_id": {"p1", "p2"}},
+			{"org_id": {"o1"}},
+			{"project_id": {"p1"}},
+		} {
+			if err := dl(bea, refs[0].SegmentID, h); err == nil {
+				t.Errorf("bea downloaded ann's (o1, p1) segment with header %v", h)
+			}
+		}
+		if _, err := e.client("ann", sspclient.Options{}).DownloadSegment(context.Background(), refs[0].SegmentID,
+			map[string][]string{"org_id": {"o1"}, "project_id": {"p1"}}); err != nil {
+			t.Fatalf("ann's own segment: %v", err)
+		}
+
+		a := e.client("ann", sspclient.Options{})
+		var ids []string
+		for _, pair := range [][2]string{{"o1", "p2"}, {"o2", "p1"}, {"o2", "p2"}} {
+			id, err := a.Upsert("docs", map[string]any{"id": "new-" + pair[0] + pair[1], "org_id": pair[0], "project_id": pair[1], "title": "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		for range 10 {
+			if a.Pending() == 0 {
+				break
+			}
+			if _, err := a.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range ids {
+			if o, _ := a.Outcome(id); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeForbidden {
+				t.Errorf("ann's write outside her pair: %s; want rejected %s", statusOf(o), syncerr.CodeForbidden)
 			}
 		}
 	})
