@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
@@ -460,6 +461,42 @@ func TestE2EIsolationTwoVariables(t *testing.T) {
 			if o, _ := a.Outcome(id); o.Status != wire.PushRejected || o.ErrorCode() != syncerr.CodeForbidden {
 				t.Errorf("ann's write outside her pair: %s; want rejected %s", statusOf(o), syncerr.CodeForbidden)
 			}
+		}
+	})
+}
+
+// Server.CloseActor, which a host calls when an actor's credentials are
+// revoked, closes the actor's watch sockets (/operations/realtime) as it
+// does its /realtime sockets: a watch opened with the revoked
+// credentials gets no snapshot of a later commit. Other actors' watches
+// go on.
+func TestE2EIsolationCloseActorClosesWatches(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		f := newOpsFixture(t, d)
+		seed(t, f.e2eEnv, "writer", "tasks", taskRow("t1", "p1", "one"))
+		f.awaitWatchListener(t)
+		alice := dialWatch(t, f.e2eEnv, "alice")
+		bob := dialWatch(t, f.e2eEnv, "bob")
+		for _, w := range []*watchSock{alice, bob} {
+			w.watch("w", "tasksByProject", project("p1"))
+			if got := snapshotIDs(t, w.next()); !slices.Equal(got, []string{"t1"}) {
+				t.Fatalf("first snapshot %v", got)
+			}
+		}
+		if n := f.srv.CloseActor(e2ePartition, "alice"); n != 1 {
+			t.Fatalf("CloseActor closed %d sockets, want alice's watch socket", n)
+		}
+		seed(t, f.e2eEnv, "writer", "tasks", taskRow("t2", "p1", "after the revocation"))
+		if got := snapshotIDs(t, bob.next()); !slices.Equal(got, []string{"t1", "t2"}) {
+			t.Fatalf("bob's snapshot after the commit: %v", got)
+		}
+		select {
+		case m, open := <-alice.msgs:
+			if open {
+				t.Fatalf("alice's watch, after CloseActor: %v; want the socket closed", m)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("alice's watch socket is still open 10 s after CloseActor")
 		}
 	})
 }
