@@ -68,11 +68,12 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// CloseActor closes the realtime sockets of an actor in a partition (an
-// empty actor closes every socket of the partition): call it when the
-// actor's credentials expire or are revoked. It returns how many closed.
+// CloseActor closes the sockets of an actor in a partition, /realtime and
+// /operations/realtime alike (an empty actor closes every socket of the
+// partition): call it when the actor's credentials expire or are
+// revoked. It returns how many closed.
 func (s *Server) CloseActor(partition, actorID string) int {
-	return s.hub.CloseActor(partition, actorID)
+	return s.hub.CloseActor(partition, actorID) + s.watch.closeActor(partition, actorID)
 }
 
 // RevokeActor makes the realtime channel honour an actor's changed grants

@@ -93,6 +93,26 @@ func (h *watchHub) close() {
 	}
 }
 
+// closeActor ends the watch sockets of an actor in a partition (every
+// socket of the partition for an empty actor), as credentials revoked,
+// and returns how many.
+func (h *watchHub) closeActor(partition, actor string) int {
+	h.mu.Lock()
+	var mine []*watchSession
+	if p := h.parts[partition]; p != nil {
+		for s := range p.sessions {
+			if actor == "" || s.actor == actor {
+				mine = append(mine, s)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range mine {
+		s.closeWith(ws.StatusPolicyViolation, "credentials revoked")
+	}
+	return len(mine)
+}
+
 func (h *watchHub) add(s *watchSession) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
