@@ -88,6 +88,25 @@ func TestE2EIsolationPushProbes(t *testing.T) {
 				t.Errorf("v%d: mallory's replica holds the row", v)
 			}
 		}
+		// The same probes through POST /commits (JSON).
+		body := `{"clientId":"mallory-backend","commits":[` +
+			`{"clientCommitId":"j1","operations":[{"table":"tasks","op":"upsert","baseVersion":0,"row":{"id":"secret","project_id":"p2","title":"x","done":false,"rank":null,"notes":null}}]},` +
+			`{"clientCommitId":"j2","operations":[{"table":"tasks","op":"upsert","baseVersion":1,"row":{"id":"secret","title":"x"}}]},` +
+			`{"clientCommitId":"j3","operations":[{"table":"tasks","op":"delete","rowId":"secret"}]}]}`
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/commits", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer mallory")
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		_, _ = out.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.Count(out.String(), `"code":"`+syncerr.CodeForbidden+`"`) != 3 ||
+			strings.Contains(out.String(), "serverRow") || strings.Contains(out.String(), "secret title") {
+			t.Errorf("JSON commits probing another scope's row: HTTP %d %s; want three %s, no serverRow", resp.StatusCode, out.String(), syncerr.CodeForbidden)
+		}
 		sameRows(t, "server after the probes", e.serverRows("tasks"), before)
 	})
 }
