@@ -75,7 +75,22 @@ type strct struct {
 	origin      id
 	rightOrigin id
 	parent      []byte
-	content     []byte
+	// parentItem is the parent type's item when parent names one (not a
+	// root type by name).
+	hasParentItem bool
+	parentItem    id
+	content       []byte
+}
+
+// refersAhead reports whether an item of client names a struct of the
+// same client at its own clock or later (origin, right origin or parent
+// item). Yjs never writes one: a client's structs are integrated in clock
+// order, so Y.applyUpdate looks such a struct up without waiting for it
+// and throws.
+func (s *strct) refersAhead(client uint64) bool {
+	ahead := func(has bool, x id) bool { return has && x.client == client && x.clock >= s.clock }
+	return s.kind == kindItem &&
+		(ahead(s.hasOrigin, s.origin) || ahead(s.hasRight, s.rightOrigin) || ahead(s.hasParentItem, s.parentItem))
 }
 
 func (s *strct) end() uint64 { return s.clock + s.length }
@@ -149,7 +164,8 @@ func (r *reader) readItem(s *strct, info byte, validate bool) error {
 		if key == 1 {
 			_, _, err = r.varString(validate) // the name of a root type
 		} else {
-			_, err = r.readID() // the id of the parent type's item
+			s.hasParentItem = true
+			s.parentItem, err = r.readID() // the id of the parent type's item
 		}
 		if err != nil {
 			return err
@@ -292,9 +308,13 @@ func (x *index) scan(ui int, b []byte) error {
 		blk.off = r.pos
 		clock, items := blk.clock, false
 		for i := blk.n; i > 0; i-- {
+			at := r.pos
 			s, err := r.readStruct(clock, true)
 			if err != nil {
 				return err
+			}
+			if s.refersAhead(blk.client) {
+				return &malformedError{off: at, reason: fmt.Sprintf("an item of client %d at clock %d names a struct of its own client at a later clock", blk.client, s.clock)}
 			}
 			items = items || s.kind != kindSkip
 			clock = s.end()
