@@ -1,0 +1,181 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/syncerr"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// noteOp is a raw upsert of notes presenting exactly values' columns.
+func (e *e2eEnv) noteOp(t *testing.T, values map[string]any) wire.Operation {
+	t.Helper()
+	tbl, _ := e.schema.Table("notes")
+	row := wire.SparseRow{Present: make([]bool, len(tbl.Columns())), Values: make([]wire.Value, len(tbl.Columns()))}
+	for name, v := range values {
+		i, _ := tbl.ColumnIndex(name)
+		wv, err := sspclient.WireValue(tbl.Columns()[i].Type, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		row.Present[i], row.Values[i] = true, wv
+	}
+	payload, err := tbl.RowCodec().AppendSparse(nil, row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wire.Operation{Table: "notes", RowID: values["id"].(string), Op: wire.OpUpsert, Payload: payload}
+}
+
+// appendMerger is a deliberately non-idempotent host merger: the merge
+// appends the pushed bytes to the stored ones, so a value merged twice
+// shows twice. "boom" panics, "fail" errors.
+var appendMerger = syncgo.CRDTMergerFunc(func(stored, incoming []byte) ([]byte, error) {
+	switch string(incoming) {
+	case "boom":
+		panic("boom")
+	case "fail":
+		return nil, errors.New("refused")
+	}
+	return append(append([]byte{}, stored...), incoming...), nil
+})
+
+// One request of grouped commits that merge crdt columns (§5.10.3, §6.4):
+// each commit sees the value the one before it merged; a commit whose
+// merge fails or panics is rejected with sync.crdt_merge_failed and
+// writes nothing (not its title edit either) while the commits around it
+// apply; a repeated clientCommitId answers cached without merging again.
+// The whole request replayed answers every commit from the journal:
+// nothing merges twice (the merger here is not idempotent, so a second
+// merge would show), the row keeps its version and the log its length.
+func TestE2ECRDTGroupedCommitsAndReplayMergeOnce(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newNotesEnv(t, d, "append", func(c *syncgo.Config) {
+			c.CRDTMergers = map[string]syncgo.CRDTMerger{"append": appendMerger}
+		})
+		syncQuiet(t, e.client("alice", sspclient.Options{}))
+		epoch := e.partitionState().LogEpoch
+		base := e.partitionState().MaxCommitSeq
+		one := func(id string, ops ...wire.Operation) *wire.PushCommit {
+			return &wire.PushCommit{ClientCommitID: id, Operations: ops}
+		}
+		commits := []*wire.PushCommit{
+			one("c1", e.noteOp(t, noteRow("n1", "t0", []byte("A")))),
+			one("c2", e.noteOp(t, map[string]any{"id": "n1", "doc": []byte("B")})),
+			one("c3", e.noteOp(t, map[string]any{"id": "n1", "title": "lost"}), e.noteOp(t, map[string]any{"id": "n1", "doc": []byte("boom")})),
+			one("c4", e.noteOp(t, map[string]any{"id": "n1", "doc": []byte("C")})),
+			one("c5", e.noteOp(t, map[string]any{"id": "n1", "title": "lost too", "doc": []byte("fail")})),
+			one("c2", e.noteOp(t, map[string]any{"id": "n1", "doc": []byte("X")})),
+			one("c6", e.noteOp(t, noteRow("n2", "t", []byte("boom")))),
+			one("c7", e.noteOp(t, map[string]any{"id": "n1", "title": "t1", "doc": []byte("D")})),
+		}
+		type want struct {
+			status wire.PushStatus
+			seq    int64
+		}
+		wants := []want{{wire.PushApplied, base + 1}, {wire.PushApplied, base + 2}, {wire.PushRejected, 0},
+			{wire.PushApplied, base + 3}, {wire.PushRejected, 0}, {wire.PushCached, base + 2}, {wire.PushRejected, 0},
+			{wire.PushApplied, base + 4}}
+		req := &wire.Request{Version: wire.Version3, Header: &wire.ReqHeader{ClientID: "crdt-outbox", SchemaVersion: 1, LogEpoch: &epoch},
+			Commits: commits}
+		check := func(round string) {
+			t.Helper()
+			got := pushResults(decodeResponse(t, e.post(t, body(encodeRequest(t, req)), nil)))
+			if len(got) != len(wants) {
+				t.Fatalf("%s: %d PUSH_RESULTs, want %d", round, len(got), len(wants))
+			}
+			for i, w := range wants {
+				if got[i].Status != w.status || got[i].CommitSeq != w.seq {
+					t.Fatalf("%s: result %d (%s) is %s seq %d, want %s seq %d", round, i, commits[i].ClientCommitID,
+						got[i].Status, got[i].CommitSeq, w.status, w.seq)
+				}
+				if w.status == wire.PushRejected {
+					last := got[i].Results[len(got[i].Results)-1]
+					if last.Code != syncerr.CodeCRDTMergeFailed {
+						t.Fatalf("%s: %s rejected with %s, want %s", round, commits[i].ClientCommitID, last.Code, syncerr.CodeCRDTMergeFailed)
+					}
+				}
+			}
+			row, got1 := e.storedNote(t, "n1")
+			if !bytes.Equal(got1["doc"].([]byte), []byte("ABCD")) || got1["title"] != "t1" || row.ServerVersion != 4 {
+				t.Fatalf("%s: n1 = v%d title %v doc %q; want v4 t1 \"ABCD\" (every applied value merged once)",
+					round, row.ServerVersion, got1["title"], got1["doc"])
+			}
+			if _, err := e.store.Row(context.Background(), e2ePartition, "notes", "n2"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("%s: n2 after a panicking insert merge: %v, want not found", round, err)
+			}
+			if p := e.partitionState(); p.MaxCommitSeq != base+4 {
+				t.Fatalf("%s: MaxCommitSeq %d, want %d", round, p.MaxCommitSeq, base+4)
+			}
+		}
+		check("first delivery")
+		for i := range wants {
+			if wants[i].status == wire.PushApplied {
+				wants[i].status = wire.PushCached
+			}
+		}
+		check("replay")
+	})
+}
+
+// The life of a merged document over HTTP on both drivers: an update
+// that names its own client's later struct (Y.applyUpdate throws on it)
+// is refused with sync.crdt_merge_failed and writes nothing; a deleted row
+// re-created (baseVersion 0) merges its doc with the empty document, not
+// with the deleted row's; and a client that subscribes afterwards gets
+// the merged bytes in its bootstrap, as the clients that pulled the
+// changes hold them.
+func TestE2ECRDTPoisonDeleteRecreateBootstrap(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newNotesEnv(t, d, "yjs-doc")
+		ups := yjsUpdates(t, 3, nonTrivial)
+		a := e.client("alice", sspclient.Options{})
+		subscribeNotes(t, a)
+		mustNote(t, a, noteRow("n1", "t", ups[0]))
+		syncQuiet(t, a)
+		before := e.partitionState()
+
+		// Client 1 inserts "a" after its own clock 5, at clock 0.
+		ahead := []byte{1, 1, 1, 0, 0x84, 1, 5, 1, 'a', 0}
+		poison := mustNote(t, a, map[string]any{"id": "n1", "doc": ahead})
+		syncQuiet(t, a)
+		wantMergeFailed(t, a, poison, "an update naming its own client's later struct")
+		if row, got := e.storedNote(t, "n1"); row.ServerVersion != 1 || !bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[0])) {
+			t.Fatalf("n1 = v%d after the refused update; want v1 with the first doc", row.ServerVersion)
+		}
+		if after := e.partitionState(); after.MaxCommitSeq != before.MaxCommitSeq {
+			t.Fatalf("the refused commit moved the log from %d to %d", before.MaxCommitSeq, after.MaxCommitSeq)
+		}
+
+		del, err := a.Delete("notes", "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		syncQuiet(t, a)
+		wantApplied(t, a, del, "delete")
+		again := mustNote(t, a, noteRow("n1", "t2", ups[1]), sspclient.BaseVersion(0))
+		syncQuiet(t, a)
+		wantApplied(t, a, again, "re-create")
+		if _, got := e.storedNote(t, "n1"); !bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[1])) {
+			t.Fatal("the re-created row's doc is not its own update merged with the empty document")
+		}
+		mustNote(t, a, map[string]any{"id": "n1", "doc": ups[2]})
+		syncQuiet(t, a)
+
+		late := e.client("bob", sspclient.Options{})
+		subscribeNotes(t, late)
+		syncQuiet(t, late)
+		server := e.serverRows("notes")
+		if _, got := e.storedNote(t, "n1"); !bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[1], ups[2])) {
+			t.Fatal("the stored doc is not the merge of the re-created row's updates")
+		}
+		sameRows(t, "late subscriber vs server", clientRows(t, late, "notes"), server)
+		sameRows(t, "A vs server", clientRows(t, a, "notes"), server)
+	})
+}
