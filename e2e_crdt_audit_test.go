@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
 	"github.com/syncgo/syncgo/wire"
@@ -177,5 +179,89 @@ func TestE2ECRDTPoisonDeleteRecreateBootstrap(t *testing.T) {
 		}
 		sameRows(t, "late subscriber vs server", clientRows(t, late, "notes"), server)
 		sameRows(t, "A vs server", clientRows(t, a, "notes"), server)
+	})
+}
+
+// A schema version that appends a crdt column (§9 window): a client of
+// the older version, which does not know the column, writes its other
+// columns (a full row on wire version 2, a sparse one on 3) and leaves
+// the merged doc as it is; its insert stores NULL; its conflict's
+// serverRow is in its own layout. A current client's pushes keep merging.
+func TestE2ECRDTColumnAddedBySchemaVersion(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		v1, err := schema.New(1).
+			Table("notes", "id", schema.String("id"), schema.String("project_id"), schema.String("title")).
+			Scope("project:{project_id}").Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2, err := schema.New(2).
+			Table("notes", "id", schema.String("id"), schema.String("project_id"), schema.String("title"),
+				schema.CRDT("doc", schema.CRDTYjsDoc).Null()).
+			Scope("project:{project_id}").Compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Schema, c.SchemaWindow = v2, []*schema.Compiled{v1} })
+		e.schema = v2
+		ups := yjsUpdates(t, 2, nonTrivial)
+		cur := e.client("alice", sspclient.Options{})
+		subscribeNotes(t, cur)
+		mustNote(t, cur, noteRow("n1", "t0", ups[0]))
+		syncQuiet(t, cur)
+		merged := mustMergeAll(t, ups[0])
+
+		for _, wv := range []uint16{wire.Version2, wire.Version3} {
+			old, err := sspclient.New(e.url, "alice", v1, sspclient.Options{WireVersion: wv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			subscribeNotes(t, old)
+			syncQuiet(t, old)
+			title := fmt.Sprintf("old v%d", wv)
+			id := mustNote(t, old, map[string]any{"id": "n1", "project_id": "p1", "title": title})
+			syncQuiet(t, old)
+			wantApplied(t, old, id, "older client's title edit")
+			if _, got := e.storedNote(t, "n1"); got["title"] != title || !bytes.Equal(got["doc"].([]byte), merged) {
+				t.Fatalf("v%d: n1 title %v and %d doc bytes; want %q and the merged doc untouched", wv, got["title"], len(got["doc"].([]byte)), title)
+			}
+			if r, ok := old.Row("notes", "n1"); !ok || len(r.Values) != 3 {
+				t.Fatalf("v%d: the older client holds %+v, want n1 in its three-column layout", wv, r)
+			}
+			stale := mustNote(t, old, map[string]any{"id": "n1", "project_id": "p1", "title": "stale"}, sspclient.BaseVersion(1))
+			res, err := old.Sync(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cf, ok := pushed(t, res, stale).Conflict()
+			if !ok {
+				t.Fatalf("v%d: a stale title edit: %s, want a conflict", wv, statusOf(pushed(t, res, stale)))
+			}
+			tbl, _ := v1.Table("notes")
+			vals, err := tbl.RowCodec().DecodeRow(cf.ServerRow)
+			if err != nil || len(vals) != 3 || vals[2].Str != title {
+				t.Fatalf("v%d: serverRow %v (err %v), want n1 in the older layout with title %q", wv, vals, err, title)
+			}
+		}
+		old, err := sspclient.New(e.url, "alice", v1, sspclient.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins := mustNote(t, old, map[string]any{"id": "n2", "project_id": "p1", "title": "from old"})
+		syncQuiet(t, old)
+		wantApplied(t, old, ins, "older client's insert")
+		if _, got := e.storedNote(t, "n2"); got["doc"] != nil {
+			t.Fatalf("n2 doc = %v, want NULL", got["doc"])
+		}
+		mustNote(t, cur, map[string]any{"id": "n1", "doc": ups[1]})
+		mustNote(t, cur, map[string]any{"id": "n2", "doc": ups[1]})
+		syncQuiet(t, cur)
+		if _, got := e.storedNote(t, "n1"); !bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[0], ups[1])) {
+			t.Fatal("n1's doc is not the merge of both updates")
+		}
+		if _, got := e.storedNote(t, "n2"); !bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[1])) {
+			t.Fatal("n2's doc is not its update merged with the empty document")
+		}
+		sameRows(t, "current client vs server", clientRows(t, cur, "notes"), e.serverRows("notes"))
 	})
 }
