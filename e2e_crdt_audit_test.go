@@ -363,3 +363,66 @@ func TestE2ECRDTConcurrentPushersLoseNothing(t *testing.T) {
 		}
 	})
 }
+
+// A commit that conflicts on its title (every wire version: a stale base
+// on a full row in 1 and 2, on the title column in 3) merges nothing; its
+// serverRow carries the doc merged so far. Replayed after the doc has
+// moved on, it answers the persisted rejection, serverRow included, and
+// still merges nothing.
+func TestE2ECRDTConflictReplayAnswersJournal(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		for _, v := range []uint16{wire.Version1, wire.Version2, wire.Version3} {
+			t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+				e := newNotesEnv(t, d, schema.CRDTYjsDoc)
+				ups := yjsUpdates(t, 3, nonTrivial)
+				a := e.client("alice", sspclient.Options{})
+				subscribeNotes(t, a)
+				mustNote(t, a, noteRow("n1", "base", ups[0]))
+				syncQuiet(t, a)
+				mustNote(t, a, map[string]any{"id": "n1", "title": "A"}, sspclient.Versioned())
+				syncQuiet(t, a)
+
+				op := e.noteOp(t, noteRow("n1", "B", ups[2]))
+				if v < wire.Version3 {
+					tbl, _ := e.schema.Table("notes")
+					sr, err := tbl.RowCodec().DecodeSparse(op.Payload)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if op.Payload, err = tbl.RowCodec().AppendRow(nil, sr.Values); err != nil {
+						t.Fatal(err)
+					}
+				}
+				base := int64(1)
+				op.BaseVersion = &base
+				req := &wire.Request{Version: v, Header: &wire.ReqHeader{ClientID: "replayer", SchemaVersion: 1},
+					Commits: []*wire.PushCommit{{ClientCommitID: "lose", Operations: []wire.Operation{op}}}}
+				if v >= wire.Version2 {
+					epoch := e.partitionState().LogEpoch
+					req.Header.LogEpoch = &epoch
+				}
+				first := pushResults(decodeResponse(t, e.post(t, body(encodeRequest(t, req)), nil)))
+				mergedThen := mustMergeAll(t, ups[0])
+				if len(first) != 1 || first[0].Status != wire.PushRejected || first[0].Results[0].Code != syncerr.CodeVersionConflict {
+					t.Fatalf("the stale commit: %+v, want a version conflict", first)
+				}
+				srow := decodeRow(t, a, "notes", first[0].Results[0].ServerRow)
+				if srow["title"] != "A" || !bytes.Equal(srow["doc"].([]byte), mergedThen) {
+					t.Fatalf("serverRow title %v, %d doc bytes; want A and the doc merged so far", srow["title"], len(srow["doc"].([]byte)))
+				}
+
+				mustNote(t, a, map[string]any{"id": "n1", "doc": ups[1]})
+				syncQuiet(t, a)
+				again := pushResults(decodeResponse(t, e.post(t, body(encodeRequest(t, req)), nil)))
+				if len(again) != 1 || again[0].Status != wire.PushRejected || again[0].Results[0].Code != syncerr.CodeVersionConflict ||
+					!bytes.Equal(again[0].Results[0].ServerRow, first[0].Results[0].ServerRow) {
+					t.Fatalf("the replay: %+v, want the persisted conflict unchanged", again)
+				}
+				if row, got := e.storedNote(t, "n1"); row.ServerVersion != 3 || got["title"] != "A" ||
+					!bytes.Equal(got["doc"].([]byte), mustMergeAll(t, ups[0], ups[1])) {
+					t.Fatalf("n1 = v%d title %v; want v3 A with the doc of the two applied updates only", row.ServerVersion, got["title"])
+				}
+			})
+		}
+	})
+}
