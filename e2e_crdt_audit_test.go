@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -424,5 +425,74 @@ func TestE2ECRDTConflictReplayAnswersJournal(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// A remote command (REMOTE.md §3) that writes a crdt column goes through
+// the push path: its value is merged with the stored one, a command that
+// passes back the doc it read leaves it as it is (idempotent merge), a
+// value that is not a Yjs update rejects the command with
+// sync.crdt_merge_failed and writes nothing, and a retry answers the
+// stored outcome without merging again.
+func TestE2ECRDTRemoteCommandMerges(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		ups := yjsUpdates(t, 2, nonTrivial)
+		ops := syncgo.Operations{Commands: []syncgo.Command{{ID: "editNote",
+			Authorize: func(context.Context, syncgo.Caller, any) (bool, error) { return true, nil },
+			Run: func(ctx context.Context, c *syncgo.CommandContext, input any) ([]syncgo.Mutation, error) {
+				in := input.(map[string]any)
+				old, ok, err := c.Row(ctx, "notes", "n1")
+				if err != nil || !ok {
+					return nil, fmt.Errorf("n1: %v %v", ok, err)
+				}
+				doc := old["doc"]
+				if u, ok := in["update"]; ok {
+					doc = u
+				}
+				title := old["title"]
+				if s, ok := in["title"]; ok {
+					title = s
+				}
+				return []syncgo.Mutation{syncgo.Upsert("notes", map[string]any{"id": "n1", "project_id": old["project_id"],
+					"title": title, "doc": doc})}, nil
+			}}}}
+		e := newNotesEnv(t, d, schema.CRDTYjsDoc, func(c *syncgo.Config) { c.Operations = ops })
+		a := e.client("alice", sspclient.Options{})
+		subscribeNotes(t, a)
+		mustNote(t, a, noteRow("n1", "t", ups[0]))
+		syncQuiet(t, a)
+		run := func(requestID string, params remotewire.Object) map[string]any {
+			t.Helper()
+			return postOp(t, e, "worker", command("job", "editNote", requestID, params)).msg
+		}
+		wantDoc := func(what string, version int64, want []byte) {
+			t.Helper()
+			if row, got := e.storedNote(t, "n1"); row.ServerVersion != version || !bytes.Equal(got["doc"].([]byte), want) {
+				t.Fatalf("%s: n1 at v%d with %d doc bytes; want v%d and %d bytes", what, row.ServerVersion, len(got["doc"].([]byte)), version, len(want))
+			}
+		}
+		merged := mustMergeAll(t, ups[0], ups[1])
+		if m := run("r1", remotewire.Object{{Key: "update", Value: ups[1]}}); m["status"] != "applied" {
+			t.Fatalf("merge command: %v", m)
+		}
+		wantDoc("after the merge command", 2, merged)
+		if m := run("r1", remotewire.Object{{Key: "update", Value: ups[1]}}); m["status"] != "cached" {
+			t.Fatalf("retried merge command: %v", m)
+		}
+		wantDoc("after its retry", 2, merged)
+		if m := run("r2", remotewire.Object{{Key: "title", Value: "renamed"}}); m["status"] != "applied" {
+			t.Fatalf("title command: %v", m)
+		}
+		wantDoc("after a command that passes the doc back", 3, merged)
+		bad := run("r3", remotewire.Object{{Key: "title", Value: "lost"}, {Key: "update", Value: []byte{1, 1, 1, 0, 0x84, 1, 5, 1, 'a', 0}}})
+		if res, _ := bad["results"].([]any); bad["status"] != "rejected" || len(res) != 1 || res[0].(map[string]any)["code"] != syncerr.CodeCRDTMergeFailed {
+			t.Fatalf("command with a bad update: %v", bad)
+		}
+		wantDoc("after the refused command", 3, merged)
+		if _, got := e.storedNote(t, "n1"); got["title"] != "renamed" {
+			t.Fatalf("title %v after the refused command, want renamed", got["title"])
+		}
+		syncQuiet(t, a)
+		sameRows(t, "A vs server", clientRows(t, a, "notes"), e.serverRows("notes"))
 	})
 }

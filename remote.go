@@ -154,6 +154,9 @@ type Mutation struct {
 	// Values holds every column of the table (nil for NULL): string,
 	// Go integers, float64, bool, []byte, and for a json column a JSON
 	// text (string, []byte) or any value encoding/json marshals.
+	// A crdt column's value is merged with the stored one (spec
+	// §5.10.3), as a push's is: passing back the value CommandContext.Row
+	// read leaves the document as it is, nil clears it.
 	Values map[string]any
 }
 
