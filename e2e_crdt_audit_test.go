@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/remotewire"
+	"github.com/syncgo/syncgo/internal/sqliteimage"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
@@ -495,4 +497,55 @@ func TestE2ECRDTRemoteCommandMerges(t *testing.T) {
 		syncQuiet(t, a)
 		sameRows(t, "A vs server", clientRows(t, a, "notes"), e.serverRows("notes"))
 	})
+}
+
+// The SQLite image lane (§5.3) carries a merged crdt column as the
+// stored bytes: a BLOB equal to the merge of every pushed update.
+func TestE2ECRDTSQLiteImageCarriesMergedDoc(t *testing.T) {
+	sc := notesSchema(t, schema.CRDTYjsDoc)
+	e := newImgEnv(t, func(c *syncgo.Config) { c.Schema = sc })
+	e.schema = sc
+	ups := yjsUpdates(t, 3, nonTrivial)
+	c, err := sspclient.New(e.url, "alice", sc, sspclient.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 12; i++ {
+		mustNote(t, c, noteRow(fmt.Sprintf("n%02d", i), "t", ups[0]))
+	}
+	syncQuiet(t, c)
+	for _, u := range ups[1:] {
+		mustNote(t, c, map[string]any{"id": "n03", "doc": u})
+		mustNote(t, c, map[string]any{"id": "n07", "doc": nil})
+	}
+	syncQuiet(t, c)
+	s := e.pull("bob", "img-client", imgAcceptAll, 5, imgSub("s", "notes", -1, nil, "p1"))["s"]
+	ref := imgImageOf(t, s)
+	d := e.download("bob", ref.SegmentID, map[string][]string{"project_id": {"p1"}})
+	if d.status != http.StatusOK {
+		t.Fatalf("download: HTTP %d", d.status)
+	}
+	tbl, _ := sc.Table("notes")
+	rows, err := sqliteimage.ReadRows(context.Background(), d.body, tbl.WireColumns(), tbl.PrimaryKey())
+	if err != nil || len(rows) != 12 {
+		t.Fatalf("image rows: %d, %v; want 12", len(rows), err)
+	}
+	first, all := mustMergeAll(t, ups[0]), mustMergeAll(t, ups...)
+	for i, r := range rows {
+		doc := r.Values[3]
+		switch i {
+		case 3:
+			if !bytes.Equal(doc.Bytes, all) || r.ServerVersion != int64(len(ups)) {
+				t.Fatalf("n03 in the image: v%d, %d doc bytes; want v%d and the merge of every update", r.ServerVersion, len(doc.Bytes), len(ups))
+			}
+		case 7:
+			if !doc.Null {
+				t.Fatalf("n07 in the image: doc %v, want NULL", doc)
+			}
+		default:
+			if !bytes.Equal(doc.Bytes, first) {
+				t.Fatalf("row %d in the image: %d doc bytes, want the first update merged", i, len(doc.Bytes))
+			}
+		}
+	}
 }
