@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo"
 	"github.com/syncgo/syncgo/internal/remotewire"
@@ -548,4 +549,51 @@ func TestE2ECRDTSQLiteImageCarriesMergedDoc(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A realtime subscriber (WebSocket deltas) receives a crdt push as the
+// merged document, the bytes the server stored, not the pushed update.
+func TestE2ECRDTRealtimeDeltaCarriesMergedDoc(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		e := newNotesEnv(t, d, schema.CRDTYjsDoc)
+		ups := yjsUpdates(t, 2, nonTrivial)
+		a := e.client("alice", sspclient.Options{})
+		sub := e.client("bob", sspclient.Options{})
+		subscribeNotes(t, a)
+		subscribeNotes(t, sub)
+		mustNote(t, a, noteRow("n1", "t", ups[0]))
+		syncQuiet(t, a)
+		syncQuiet(t, sub)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rt, err := sub.DialRealtime(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rt.Close()
+		if floor, ok := sub.AckFloor(); ok {
+			_ = rt.Ack(floor)
+		}
+		mustNote(t, a, map[string]any{"id": "n1", "doc": ups[1]})
+		syncQuiet(t, a)
+		want := mustMergeAll(t, ups[0], ups[1])
+		tbl, _ := e.schema.Table("notes")
+		for {
+			if row, ok := sub.Row("notes", "n1"); ok && row.Version == 2 {
+				if got := row.Map(tbl)["doc"].([]byte); !bytes.Equal(got, want) {
+					t.Fatalf("the delta carried %d doc bytes, want the %d merged bytes", len(got), len(want))
+				}
+				break
+			}
+			m, err := rt.Next()
+			if err != nil {
+				t.Fatalf("realtime: %v (no delta of n1 v2)", err)
+			}
+			if m.Delta != nil {
+				if _, err := sub.ApplyDelta(m.Delta); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
 }
