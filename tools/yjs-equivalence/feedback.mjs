@@ -166,12 +166,12 @@ function canon(v, formatting) {
   if (v === null || typeof v !== 'object') return typeof v === 'number' && Object.is(v, -0) ? 0 : v;
   if (v instanceof Uint8Array) return { $bytes: [...v] };
   if (v instanceof Y.Doc) return { $doc: v.guid, meta: v.meta };
-  if (v instanceof Y.XmlText) return { $xmltext: canon(v.toDelta(), formatting) };
   if (v instanceof Y.XmlElement || v instanceof Y.XmlFragment) {
     const attrs = v instanceof Y.XmlElement ? v.getAttributes() : {};
     return { $xml: v.nodeName ?? 'fragment', attrs: canon(attrs, formatting), children: v.toArray().map((c) => canon(c, formatting)) };
   }
   if (v instanceof Y.Text) {
+    // Y.XmlText too (a Y.Text).
     const out = [];
     for (const op of v.toDelta()) {
       const c = { insert: canon(op.insert, formatting), attributes: formatting && op.attributes && Object.keys(op.attributes).length ? canon(op.attributes, formatting) : null };
@@ -179,7 +179,7 @@ function canon(v, formatting) {
       if (last && typeof last.insert === 'string' && typeof c.insert === 'string' && JSON.stringify(last.attributes) === JSON.stringify(c.attributes)) last.insert += c.insert;
       else out.push(c);
     }
-    return { $text: out };
+    return { [v instanceof Y.XmlText ? '$xmltext' : '$text']: out };
   }
   if (v instanceof Y.Map) {
     const o = {};
