@@ -314,3 +314,17 @@ func (s *Store) Upgrade(ctx context.Context, c *schema.Compiled) ([]string, erro
 	}
 	return done, nil
 }
+
+// HoldsCommitLog reports whether the schema the connections' search_path
+// selects has a commit log (sync_commits), as every database syncgo or
+// the reference server created has: operator commands that expect an
+// existing sync database refuse one without it instead of creating the
+// core tables in it. Reading only; it works on a store opened with
+// Config.ReadOnly.
+func (s *Store) HoldsCommitLog(ctx context.Context) (bool, error) {
+	var ok bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('sync_commits') IS NOT NULL`).Scan(&ok); err != nil {
+		return false, fmt.Errorf("read the catalog: %w", err)
+	}
+	return ok, nil
+}

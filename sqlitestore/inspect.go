@@ -88,3 +88,19 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 	}
 	return done, nil
 }
+
+// HoldsCommitLog reports whether the database has a commit log
+// (sync_commits), as every database syncgo or the reference server
+// created has: operator commands that expect an existing sync database
+// refuse one without it instead of creating the core tables in it.
+// Reading only; it works on a store opened with Config.ReadOnly.
+func (s *Store) HoldsCommitLog(ctx context.Context) (bool, error) {
+	var n int64
+	err := s.readTx(ctx, func(c *conn) error {
+		return c.queryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sync_commits'`).Scan(&n)
+	})
+	if err != nil {
+		return false, fmt.Errorf("read the catalog: %w", err)
+	}
+	return n > 0, nil
+}

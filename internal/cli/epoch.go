@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/syncgo/syncgo/internal/config"
@@ -77,7 +76,7 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return 1
 		}
 	}
-	st, err := openStore(ctx, *db, slog.New(slog.DiscardHandler))
+	st, err := openExistingStore(ctx, *db, false)
 	if err != nil {
 		return fail(err)
 	}

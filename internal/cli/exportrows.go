@@ -51,7 +51,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return fail(err)
 	}
-	st, err := openStoreReadOnly(ctx, *db)
+	st, err := openExistingStore(ctx, *db, true)
 	if err != nil {
 		return fail(err)
 	}

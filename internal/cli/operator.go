@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -39,7 +38,7 @@ func openBarrierMode(ctx context.Context, db string, readOnly bool) (store.Store
 	if readOnly {
 		st, err = openStoreReadOnly(ctx, db)
 	} else {
-		st, err = openStore(ctx, db, slog.New(slog.DiscardHandler))
+		st, err = openExistingStore(ctx, db, false)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -345,11 +344,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	var st store.Store
-	if *dryRun {
-		st, err = openStoreReadOnly(ctx, o.db)
-	} else {
-		st, err = openStore(ctx, o.db, slog.New(slog.DiscardHandler))
-	}
+	st, err = openExistingStore(ctx, o.db, *dryRun)
 	if err != nil {
 		fmt.Fprintln(stderr, "syncgo migrate:", err)
 		return 1

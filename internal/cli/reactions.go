@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"text/tabwriter"
 	"time"
 
@@ -62,11 +61,7 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		st  store.Store
 		err error
 	)
-	if sub == "backlog" || sub == "list" {
-		st, err = openStoreReadOnly(ctx, *db)
-	} else {
-		st, err = openStore(ctx, *db, slog.New(slog.DiscardHandler))
-	}
+	st, err = openExistingStore(ctx, *db, sub == "backlog" || sub == "list")
 	if err != nil {
 		return fail(err)
 	}

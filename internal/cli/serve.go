@@ -222,6 +222,42 @@ func openStoreReadOnly(ctx context.Context, db string) (store.Store, error) {
 	return sqlitestore.Open(ctx, sqlitestore.Config{Path: db, Logger: logger, ReadOnly: true})
 }
 
+// commitLogHolder is what both drivers' stores offer to tell a sync
+// database from another one.
+type commitLogHolder interface {
+	HoldsCommitLog(ctx context.Context) (bool, error)
+}
+
+// openExistingStore opens the store of an existing sync database for an
+// operator command, read-only when asked. A database without a commit log
+// (a mistyped SQLite path, an empty file, another application's database
+// or Postgres schema) is refused before anything is written: only serve
+// creates a database.
+func openExistingStore(ctx context.Context, db string, readOnly bool) (store.Store, error) {
+	ro, err := openStoreReadOnly(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	h, ok := ro.(commitLogHolder)
+	if !ok {
+		ro.Close()
+		return nil, errors.New("this store cannot tell whether it holds a sync database")
+	}
+	holds, err := h.HoldsCommitLog(ctx)
+	if err == nil && !holds {
+		err = fmt.Errorf("%s is not a syncgo database: it has no sync_commits table (only syncgo serve creates one; check -db)", config.RedactDSN(db))
+	}
+	if err != nil || readOnly {
+		if err != nil {
+			ro.Close()
+			return nil, err
+		}
+		return ro, nil
+	}
+	ro.Close()
+	return openStore(ctx, db, slog.New(slog.DiscardHandler))
+}
+
 // serveMinConns is how many Postgres connections a server opens at start:
 // a cold bootstrap scans its pages on up to GOMAXPROCS connections (at
 // most 4) beside the request's own reads, and on a fresh pool each of them
