@@ -130,7 +130,7 @@ func TestBinaryImport(t *testing.T) {
 			// non-nullable columns): reported, exit 1.
 			partial := filepath.Join(t.TempDir(), "partial.jsonl")
 			must(t, os.WriteFile(partial, []byte(`{"id":"y1","project_id":"p1"}`+"\n"), 0o600))
-			if out, errOut, code := run("-id", "partial", partial); code != 1 || !strings.Contains(out, "1 rejected") || !strings.Contains(errOut, "partial-1 rejected") {
+			if out, errOut, code := run("-id", "partial", partial); code != 1 || !strings.Contains(out, "1 rejected") || !strings.Contains(errOut, "commit partial-1-") {
 				t.Errorf("a partial new row: exit %d\n%s%s", code, out, errOut)
 			}
 
@@ -150,5 +150,53 @@ func TestBinaryImport(t *testing.T) {
 				t.Errorf("export: exit %d, %d bytes (want %d)\n%s", code, len(written), len(lines.String())-1, errOut)
 			}
 		})
+	}
+}
+
+// An import resumed with another -batch (or another file under the same
+// -id) writes every row of the file: before, the commit ids were only
+// <id>-<n>, so the second run's first commits were answered "cached"
+// for the first run's smaller commits and the rows between were never
+// written, while the command reported them imported and exited 0.
+func TestBinaryImportResumedWithOtherBatch(t *testing.T) {
+	bin := binarytest.Build(t)
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "schema.json")
+	must(t, os.WriteFile(schemaPath, []byte(importSchema), 0o600))
+	var all, head strings.Builder
+	const rows = 1000
+	for i := range rows {
+		line := fmt.Sprintf(`{"id":"i%04d","project_id":"p1","n":%d,"f":null,"ok":true,"meta":null,"raw":null}`+"\n", i, i)
+		all.WriteString(line)
+		if i < 400 {
+			head.WriteString(line)
+		}
+	}
+	full, part := filepath.Join(dir, "all.jsonl"), filepath.Join(dir, "part.jsonl")
+	must(t, os.WriteFile(full, []byte(all.String()), 0o600))
+	must(t, os.WriteFile(part, []byte(head.String()), 0o600))
+	db := filepath.Join(dir, "s.db")
+	p := binarytest.Serve(t, bin, binarytest.Options{}, "-listen", "127.0.0.1:0", "-schema", schemaPath, "-db", db)
+	env := []string{"SYNCGO_IMPORT_TOKEN=loader"}
+	run := func(extra ...string) (string, string, int) {
+		return binarytest.Run(t, bin, env, append([]string{"import", "-url", p.URL, "-schema", schemaPath, "-table", "items", "-id", "load"}, extra...)...)
+	}
+	// The first run stopped after 400 rows in commits of 200.
+	if out, errOut, code := run("-batch", "200", part); code != 0 || !strings.Contains(out, "2 applied") {
+		t.Fatalf("first run: exit %d\n%s%s", code, out, errOut)
+	}
+	// Resumed with commits of 500.
+	if out, errOut, code := run("-batch", "500", full); code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s%s", code, out, errOut)
+	}
+	// And the same again: nothing left to write.
+	if out, errOut, code := run("-batch", "500", full); code != 0 || !strings.Contains(out, "0 applied, 2 cached") {
+		t.Fatalf("the same run again: exit %d\n%s%s", code, out, errOut)
+	}
+	p.Stop()
+	target := filepath.Join(dir, "out.jsonl")
+	_, errOut, code := binarytest.Run(t, bin, nil, "export", "-db", db, "-schema", schemaPath, "-partition", "default", "-table", "items", "-out", target)
+	if code != 0 || !strings.Contains(errOut, fmt.Sprintf("exported %d rows", rows)) {
+		t.Fatalf("export after the resumed import: exit %d: %s", code, errOut)
 	}
 }

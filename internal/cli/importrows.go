@@ -3,8 +3,11 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"strconv"
@@ -20,9 +23,11 @@ const importUsage = `usage: syncgo import -url URL -table TABLE -id NAME [flags]
 Pushes the rows of a JSON Lines file (one JSON object per line, column
 name to value; FILE or standard input) to an SSP2 server as ordinary
 commits of up to -batch rows, through the same rules as any client's push
-(package producer, docs/producers.md). Commit ids are NAME-<n>: running
-the same import again with the same -id answers every commit "cached" and
-writes nothing twice.
+(package producer, docs/producers.md). Commit ids are NAME-<n>-<digest of
+the table and the commit's lines>: running the same import again with the
+same -id, file and -batch answers every commit "cached" and writes nothing
+twice; a commit whose rows differ (another -batch, an edited file) is
+written.
 
 Values: JSON strings, numbers and booleans for their column types, any
 JSON value for a json column, base64 text for bytes, null for NULL.
@@ -86,13 +91,14 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	var counts struct{ rows, applied, cached, rejected int }
 	var ops []producer.Op
+	digest := newBatchDigest(*table)
 	commit := 0
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
 		commit++
-		id := *name + "-" + strconv.Itoa(commit)
+		id := *name + "-" + strconv.Itoa(commit) + "-" + digest.sum()
 		res, err := p.Push(ctx, id, ops...)
 		if err != nil {
 			return fmt.Errorf("commit %s: %w", id, err)
@@ -127,6 +133,7 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 			return fail(fmt.Errorf("line %d: %w", line, err))
 		}
 		ops = append(ops, producer.Upsert(*table, values))
+		digest.add(text)
 		counts.rows++
 		if len(ops) == *batch {
 			if err := flush(); err != nil {
@@ -160,4 +167,40 @@ func schemaTable(path, table string) (*schema.Compiled, *schema.CompiledTable, e
 		return nil, nil, fmt.Errorf("the schema has no table %q", table)
 	}
 	return sc, t, nil
+}
+
+// batchDigest names the rows of one import commit: the commit id carries
+// it, so that a commit id is answered "cached" only for the same rows of
+// the same table. With the commit's number alone, a run resumed with
+// another -batch (or an edited file) had its first commits answered
+// "cached" for other rows, and the rows between were never written.
+type batchDigest struct {
+	table string
+	h     hash.Hash
+}
+
+func newBatchDigest(table string) *batchDigest {
+	d := &batchDigest{table: table, h: sha256.New()}
+	d.reset()
+	return d
+}
+
+func (d *batchDigest) reset() {
+	d.h.Reset()
+	d.h.Write([]byte(d.table))
+	d.h.Write([]byte{0})
+}
+
+// add adds one row's line (trimmed, as parsed).
+func (d *batchDigest) add(line string) {
+	d.h.Write([]byte(line))
+	d.h.Write([]byte{'\n'})
+}
+
+// sum returns the digest of the rows added since the last sum, in 12 hex
+// digits, and starts the next commit's.
+func (d *batchDigest) sum() string {
+	s := hex.EncodeToString(d.h.Sum(nil))[:12]
+	d.reset()
+	return s
 }
