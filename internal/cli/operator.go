@@ -362,6 +362,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "syncgo migrate:", err)
 			return 1
 		}
+		if plan.Action == store.SchemaRefuse {
+			// migrate would refuse the same way and change nothing.
+			fmt.Fprintln(stderr, "syncgo migrate: would refuse:", plan.Refusal)
+			return 1
+		}
 		lines = plan.Upgrade
 	} else {
 		up, ok := st.(store.Upgrader)

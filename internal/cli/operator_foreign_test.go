@@ -126,3 +126,40 @@ func TestOperatorCommandsRefuseForeignDatabase(t *testing.T) {
 		}
 	})
 }
+
+// migrate -dry-run says what migrate would do: on a database whose
+// stored schema is newer than the running one, migrate refuses, so the
+// dry run must not answer "nothing to upgrade" (it did).
+func TestMigrateDryRunReportsRefusal(t *testing.T) {
+	forEachOperatorDriver(t, func(t *testing.T, d opDB) {
+		ctx := context.Background()
+		v2 := strings.Replace(string(demoSchema), `"version": 1`, `"version": 2`, 1)
+		if v2 == string(demoSchema) {
+			t.Fatal("the demo schema is not at version 1")
+		}
+		schemaFile := filepath.Join(t.TempDir(), "v2.json")
+		if err := os.WriteFile(schemaFile, []byte(v2), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := loadSchema(schemaFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := openStore(ctx, d.db, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EnsureSchema(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+		st.Close()
+		code, out, errOut := run(t, "", "migrate", "-db", d.db)
+		if code == 0 || !strings.Contains(errOut, "newer") {
+			t.Fatalf("migrate of a newer database: exit %d\n%s%s", code, out, errOut)
+		}
+		code, out, errOut = run(t, "", "migrate", "-dry-run", "-db", d.readOnlyDB)
+		if code == 0 || !strings.Contains(errOut, "newer") || strings.Contains(out, "nothing to upgrade") {
+			t.Fatalf("migrate -dry-run of a newer database: exit %d\n%s%s", code, out, errOut)
+		}
+	})
+}
