@@ -5,15 +5,18 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/syncgo/syncgo/wire"
 )
 
 // JSONValues decodes a JSON object of the table's columns into column →
 // Go value for the columns' types (SparseRow's inputs): numbers of an
-// integer column must be integers, bytes and crdt columns take base64
-// text, a json column any JSON value (kept as its text), null is NULL.
+// integer column must be integers, a float column also takes "NaN",
+// "Infinity" and "-Infinity", bytes and crdt columns take base64 text, a
+// json column any JSON value (kept as its text), null is NULL.
 // An unknown column is an error.
 func (t *CompiledTable) JSONValues(line []byte) (map[string]any, error) {
 	var raw map[string]json.RawMessage
@@ -47,6 +50,8 @@ func (t *CompiledTable) JSONValues(line []byte) (map[string]any, error) {
 			var f float64
 			if err = json.Unmarshal(v, &f); err == nil {
 				out[name] = f
+			} else if x, ok := nonFiniteFloats[string(v)]; ok {
+				out[name], err = x, nil
 			}
 		case wire.TypeBoolean:
 			var b bool
@@ -91,6 +96,9 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 			b = append(b, "null"...)
 		case c.Type == wire.TypeInteger:
 			b = strconv.AppendInt(b, v.Int, 10)
+		case c.Type == wire.TypeFloat && (math.IsNaN(v.Float) || math.IsInf(v.Float, 0)):
+			// JSON has no number for these: the strings JSONValues reads.
+			b = append(b, nonFiniteJSON(v.Float)...)
 		case c.Type == wire.TypeFloat:
 			f, err := json.Marshal(v.Float)
 			if err != nil {
@@ -99,8 +107,14 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 			b = append(b, f...)
 		case c.Type == wire.TypeBoolean:
 			b = strconv.AppendBool(b, v.Bool)
+		case c.Type == wire.TypeJSON && json.Valid([]byte(v.Str)) && !strings.ContainsAny(v.Str, "\r\n"):
+			// The document as stored, byte for byte (its spacing and key
+			// order are part of the value).
+			b = append(b, v.Str...)
 		case c.Type == wire.TypeJSON && json.Valid([]byte(v.Str)):
-			var compact bytes.Buffer // one line, whatever the stored text's layout
+			// A line break can only be spacing between tokens: removed
+			// to keep the row on one line.
+			var compact bytes.Buffer
 			_ = json.Compact(&compact, []byte(v.Str))
 			b = append(b, compact.Bytes()...)
 		case c.Type == wire.TypeBytes || c.Type == wire.TypeCRDT:
@@ -115,4 +129,19 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// nonFiniteFloats are the JSON strings that stand for the float values
+// JSON has no number for, in JavaScript's spelling.
+var nonFiniteFloats = map[string]float64{`"NaN"`: math.NaN(), `"Infinity"`: math.Inf(1), `"-Infinity"`: math.Inf(-1)}
+
+// nonFiniteJSON is the JSON string of a NaN or infinite float.
+func nonFiniteJSON(f float64) string {
+	switch {
+	case math.IsNaN(f):
+		return `"NaN"`
+	case f > 0:
+		return `"Infinity"`
+	}
+	return `"-Infinity"`
 }

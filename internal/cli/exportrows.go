@@ -17,8 +17,10 @@ writing to it; the format syncgo import reads back. With import, it moves
 the rows of a partition to another database (from SQLite to Postgres, say):
 the rows, not the commit log, so clients bootstrap on the new server.
 
-Values: strings, numbers and booleans as JSON; json columns as their JSON
-value; bytes and crdt columns as base64 text; NULL as null.
+Values: strings, numbers and booleans as JSON (a NaN or infinite float as
+the string "NaN", "Infinity" or "-Infinity"); json columns as their stored
+text (line breaks between tokens removed); bytes and crdt columns as base64
+text; NULL as null.
 
   -db DB          SQLite file path or postgres:// URL (SYNCGO_DB)
   -partition P    the partition (default: default)

@@ -29,8 +29,9 @@ same -id, file and -batch answers every commit "cached" and writes nothing
 twice; a commit whose rows differ (another -batch, an edited file) is
 written.
 
-Values: JSON strings, numbers and booleans for their column types, any
-JSON value for a json column, base64 text for bytes, null for NULL.
+Values: JSON strings, numbers and booleans for their column types (a float
+also "NaN", "Infinity" or "-Infinity"), any JSON value for a json column
+(kept as its text), base64 text for bytes, null for NULL.
 
   -url URL          the server's base URL (its mount)
   -table TABLE      the table the rows go to
