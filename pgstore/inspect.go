@@ -288,8 +288,29 @@ func (s *Store) Upgrade(ctx context.Context, c *schema.Compiled) ([]string, erro
 	if err := s.checkWrite(); err != nil {
 		return nil, err
 	}
+	// First from a read-only snapshot: a database with nothing to add is
+	// answered without the migration lock, which would hold every writer
+	// of the processes serving it (and wait behind their transactions).
+	var pending bool
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		p, err := planSchema(ctx, tx, c, nil, planOptions{noBarrier: true})
+		if err != nil {
+			return err
+		}
+		if p.action == store.SchemaRefuse {
+			return p.refusal
+		}
+		pending = len(p.core)+len(p.app) > 0
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upgrade: %w", err)
+	}
+	if !pending {
+		return nil, nil
+	}
 	var done []string
-	err := s.withMigrationLock(ctx, "upgrade", func(ctx context.Context, tx pgx.Tx) error {
+	err = s.withMigrationLock(ctx, "upgrade", func(ctx context.Context, tx pgx.Tx) error {
 		p, err := planSchema(ctx, tx, c, nil, planOptions{locked: true, noBarrier: true})
 		if err != nil {
 			return err

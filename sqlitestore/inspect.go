@@ -54,8 +54,34 @@ func (s *Store) PlanSchema(ctx context.Context, sc *schema.Compiled, decls []sto
 // refused the same way and left alone; the checkpoints are not consulted.
 func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, error) {
 	cs := newCompiledSchema(sc)
+	// First on a read connection: a database with nothing to add is
+	// answered without the write lock, which would hold the writers of
+	// the processes serving it (and wait behind their transactions).
+	var pending bool
+	err := s.readTx(ctx, func(c *conn) error {
+		core, err := planCore(c)
+		if err != nil {
+			return err
+		}
+		plan, err := planSchemaOn(c, cs, nil, false)
+		if err != nil {
+			return err
+		}
+		if plan.action == store.SchemaRefuse {
+			return plan.refusal
+		}
+		app, err := planUpgrade(c, cs)
+		pending = len(core)+len(app) > 0
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upgrade: %w", err)
+	}
+	if !pending {
+		return nil, nil
+	}
 	var done []string
-	err := s.w.do(ctx, func(ctx context.Context, c *conn) error {
+	err = s.w.do(ctx, func(ctx context.Context, c *conn) error {
 		s.w.dropRecent = true // the log changes under the recent commits (recent.go)
 		done = nil
 		defer c.forget()
