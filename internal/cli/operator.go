@@ -288,11 +288,25 @@ func runBackfill(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	})
 	bar.done()
 	if err != nil {
-		fmt.Fprintln(stderr, "syncgo backfill:", err, "(run the command again to resume from the stored watermark)")
+		fmt.Fprintln(stderr, "syncgo backfill:", err, backfillHint(err))
 		return 1
 	}
 	fmt.Fprintf(stdout, "checkpoint %s %s at watermark %d (%d rows observed)\n", cp.Name, cp.State, cp.Watermark, cp.ObservedRows)
 	return 0
+}
+
+// backfillHint says what to do after a failed backfill: run it again only
+// when that resumes it.
+func backfillHint(err error) string {
+	switch {
+	case store.ErrorCode(err) == store.CodeCheckpointNotDeclared:
+		return "(declare it first: syncgo checkpoint declare)"
+	case errors.Is(err, syncgo.ErrBackfillSuperseded):
+		return "(another backfill of this checkpoint claimed it since and goes on; see syncgo schema)"
+	case errors.Is(err, syncgo.ErrBackfillUnverifiable):
+		return "(running it again cannot complete it: the source commits it has not read are no longer in the log)"
+	}
+	return "(run the command again to resume from the stored watermark)"
 }
 
 // progressBar draws one status line on a terminal-ish writer.

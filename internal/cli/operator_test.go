@@ -164,6 +164,12 @@ func TestOperatorCommands(t *testing.T) {
 		}
 		_, out, _ = run(t, "", "schema", "-db", d.readOnlyDB)
 		wantOutput(t, "schema after a refused backfill", out, "proj  version 2  declared")
+		// A checkpoint that was never declared: the hint is to declare
+		// it, not to run the backfill again.
+		code, _, errOut = run(t, "", "backfill", "-db", d.db, "-name", "nope", "-sources", "tasks", "-no-projection")
+		if code == 0 || !strings.Contains(errOut, "checkpoint_not_declared") || !strings.Contains(errOut, "declare it first") || strings.Contains(errOut, "run the command again") {
+			t.Fatalf("backfill of an undeclared checkpoint: exit %d: %s", code, errOut)
+		}
 		code, out, errOut = run(t, "", "backfill", "-db", d.db, "-name", "proj", "-sources", "tasks", "-no-projection")
 		if code != 0 {
 			t.Fatalf("backfill -no-projection: exit %d: %s", code, errOut)
