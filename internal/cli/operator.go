@@ -376,8 +376,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "syncgo migrate:", err)
 			return 1
 		}
-		if plan.Action == store.SchemaRefuse {
-			// migrate would refuse the same way and change nothing.
+		if plan.Action == store.SchemaRefuse && store.ErrorCode(plan.Refusal) != store.CodeCheckpointIncomplete {
+			// migrate would refuse the same way and change nothing. It
+			// does not consult the checkpoints (it serves nothing), so
+			// an incomplete one refuses a start, not an upgrade.
 			fmt.Fprintln(stderr, "syncgo migrate: would refuse:", plan.Refusal)
 			return 1
 		}

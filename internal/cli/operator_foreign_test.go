@@ -161,6 +161,18 @@ func TestMigrateDryRunReportsRefusal(t *testing.T) {
 		if code == 0 || !strings.Contains(errOut, "newer") || strings.Contains(out, "nothing to upgrade") {
 			t.Fatalf("migrate -dry-run of a newer database: exit %d\n%s%s", code, out, errOut)
 		}
+
+		// migrate does not consult the checkpoints: with one incomplete at
+		// the stored version, both answer that there is nothing to do.
+		if code, _, errOut := run(t, "", "checkpoint", "declare", "-db", d.db, "-name", "proj", "-version", "2", "-yes"); code != 0 {
+			t.Fatalf("declare: exit %d: %s", code, errOut)
+		}
+		for _, args := range [][]string{{"migrate", "-dry-run", "-db", d.readOnlyDB}, {"migrate", "-db", d.db}} {
+			code, out, errOut = run(t, "", append(args, "-schema", schemaFile)...)
+			if code != 0 || !strings.Contains(out, "nothing to upgrade") {
+				t.Fatalf("%v beside an incomplete checkpoint: exit %d\n%s%s", args[:2], code, out, errOut)
+			}
+		}
 	})
 }
 
