@@ -756,11 +756,15 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.stopped = true
 	stop, done, listening := s.stop, s.done, s.listening
 	s.life.Unlock()
+	if stop != nil {
+		// The background services wind down while the reaction
+		// handlers finish.
+		stop()
+	}
 	rerr := s.stopReactions(ctx)
 	if stop == nil {
 		return rerr
 	}
-	stop()
 	for _, ch := range []chan struct{}{done, listening} {
 		if ch == nil {
 			continue

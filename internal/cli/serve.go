@@ -343,7 +343,19 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
-	defer srv.Stop(context.Background())
+	// The stop is bounded (stopWait after the listener closes), webhook
+	// deliveries under way included: past it their contexts are
+	// cancelled and they are given back (pending, the attempt not
+	// counted) rather than keep the process up for a hook's timeout.
+	var stopBy time.Time
+	defer func() {
+		if stopBy.IsZero() {
+			stopBy = time.Now().Add(stopWait)
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), stopBy)
+		defer cancel()
+		_ = srv.Stop(ctx)
+	}()
 	mux := http.NewServeMux()
 	obs.mount(mux, srv)
 	mount := "/" + strings.Trim(cfg.Mount, "/")
@@ -392,8 +404,9 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	// Not ready from here on (the probes on the admin listener answer
 	// while the main listener, closed now, waits for its requests).
 	srv.Drain()
-	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), stopWait)
 	defer cancel()
+	stopBy, _ = shutdown.Deadline()
 	if err := hs.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			return err
@@ -405,6 +418,10 @@ func serve(ctx context.Context, cfg config.Config, logger, accessLog *slog.Logge
 	}
 	return nil
 }
+
+// stopWait bounds the stop: the running requests, then the webhook
+// deliveries under way, share it.
+const stopWait = 10 * time.Second
 
 func sourcesString(sources []auth.TokenSource) string {
 	if len(sources) == 0 {
