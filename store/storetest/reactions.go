@@ -28,7 +28,46 @@ func RunReactions(t *testing.T, open Opener) {
 		{"BacklogListRetryDropPrune", testReactionOperator},
 		{"ConcurrentClaims", testReactionConcurrentClaims},
 		{"ReleaseClaim", testReactionReleaseClaim},
+		{"SurviveLogPrune", testReactionSurviveLogPrune},
 	})
+}
+
+// testReactionSurviveLogPrune: pruning the commit log through the
+// commits that planned reactions deletes none of them, in any state
+// (§6.9: pruneCommitLog MUST NOT delete pending, leased, completed or
+// dead-lettered reactions), and the pending ones are still claimed.
+func testReactionSurviveLogPrune(t *testing.T, open Opener) {
+	e := newReactionEnv(t, open)
+	e.touch("p")
+	rs := newReactions("c", "mail", 4, 100)
+	e.enqueue("p", rs)
+	e.enqueue("p", newReactions("d", "mail", 0, 100)) // a newer commit
+	got := e.claim("w1", []string{"mail"}, 1000, 100_000, 3)
+	if len(got) != 3 {
+		t.Fatalf("claimed %d; want 3", len(got))
+	}
+	ok, err := e.rs.CompleteReaction(e.ctx, "p", got[0].IdempotencyKey, "w1", 1100)
+	e.wantOK("CompleteReaction", ok, err, true)
+	ok, err = e.rs.FailReaction(e.ctx, "p", got[1].IdempotencyKey, "w1", store.ReactionFailure{Code: "x", AtMs: 1100})
+	e.wantOK("FailReaction", ok, err, true)
+	before := e.list(store.ReactionQuery{Partition: "p", Limit: store.MaxReactionPage})
+	newest := e.partition("p").MaxCommitSeq
+	if r := e.prune("p", epochOf("p"), newest); r.HorizonSeq != newest {
+		t.Fatalf("PruneThrough(%d) = %+v", newest, r)
+	}
+	after := e.list(store.ReactionQuery{Partition: "p", Limit: store.MaxReactionPage})
+	if len(after) != len(before) {
+		t.Fatalf("%d reactions after the log was pruned; %d before", len(after), len(before))
+	}
+	for i := range before {
+		if a, b := after[i], before[i]; a.IdempotencyKey != b.IdempotencyKey || a.State != b.State || a.Attempts != b.Attempts ||
+			string(a.Payload) != string(b.Payload) {
+			t.Errorf("reaction %s was %s (%d attempts), is %s (%d) after the log prune", b.IdempotencyKey, b.State, b.Attempts, a.State, a.Attempts)
+		}
+	}
+	if got := e.claim("w2", []string{"mail"}, 200_000, 300_000, 10); len(got) != 2 {
+		t.Errorf("claimed %v after the log prune; want the pending one and the expired lease", keysOf(got))
+	}
 }
 
 type reactionEnv struct {
