@@ -170,3 +170,48 @@ func TestE2EWebhookEndpointFaults(t *testing.T) {
 		}
 	})
 }
+
+// A hook renamed in the config leaves the events planned under its old
+// name pending: no runner has that handler (docs/reactions.md), while the
+// events of the new name are delivered; the backlog shows the old ones.
+func TestE2EWebhookRenamedHookLeavesEventsPending(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var got atomic.Int64
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+		defer rcv.Close()
+		hooked := func(name string, workers int) func(*syncgo.Config) {
+			return func(c *syncgo.Config) {
+				planner, handlers, err := webhook.Reactions([]webhook.Hook{{Name: name, URL: rcv.URL, Tables: []string{"tasks"}}}, c.Schema, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Reactions = fastReactions(&syncgo.ReactionConfig{Planner: planner, Handlers: handlers, Workers: workers})
+			}
+		}
+		db := newReactionDB(t, d)
+		e1 := reactionServer(t, db, nil, hooked("old-name", -1))
+		c1 := e1.client("alice", sspclient.Options{})
+		syncQuiet(t, c1)
+		if o := pushTasks(t, c1, "p1", []string{"t1"}, []string{"x"}); o.Status != wire.PushApplied {
+			t.Fatal(statusOf(o))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := e1.srv.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e := reactionServer(t, db, nil, hooked("new-name", 0))
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		if o := pushTasks(t, c, "p1", []string{"t2"}, []string{"x"}); o.Status != wire.PushApplied {
+			t.Fatal(statusOf(o))
+		}
+		waitFor(t, 10*time.Second, "the new hook's event delivered", func() bool { return got.Load() == 1 })
+		time.Sleep(200 * time.Millisecond) // ten polls
+		pending := reactionsIn(t, e.srv, store.ReactionQuery{State: store.ReactionPending})
+		b, err := e.srv.ReactionBacklog(context.Background())
+		if got.Load() != 1 || len(pending) != 1 || pending[0].Type != "old-name" || err != nil || b.Pending != 1 {
+			t.Errorf("%d deliveries, pending %v, backlog %+v (%v); want the old name's event pending, undelivered", got.Load(), pending, b, err)
+		}
+	})
+}
