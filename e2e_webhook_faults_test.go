@@ -112,14 +112,15 @@ func TestE2EWebhookEndpointFaults(t *testing.T) {
 			attempts int
 			code     string
 			status   int
+			reason   string
 		}{
-			"hang":     {store.ReactionDead, 2, webhook.CodeUnreachable, 0},
-			"http5xx":  {store.ReactionDead, 3, webhook.CodeUnavailable, http.StatusBadGateway},
-			"http4xx":  {store.ReactionDead, 1, webhook.CodeRefused, http.StatusNotFound},
-			"redirect": {store.ReactionDead, 1, webhook.CodeRefused, http.StatusTemporaryRedirect},
-			"huge":     {store.ReactionCompleted, 1, "", 0},
-			"gone":     {store.ReactionDead, 2, webhook.CodeUnreachable, 0},
-			"tls":      {store.ReactionDead, 2, webhook.CodeUnreachable, 0},
+			"hang":     {store.ReactionDead, 2, webhook.CodeUnreachable, 0, "timeout"},
+			"http5xx":  {store.ReactionDead, 3, webhook.CodeUnavailable, http.StatusBadGateway, ""},
+			"http4xx":  {store.ReactionDead, 1, webhook.CodeRefused, http.StatusNotFound, ""},
+			"redirect": {store.ReactionDead, 1, webhook.CodeRefused, http.StatusTemporaryRedirect, ""},
+			"huge":     {store.ReactionCompleted, 1, "", 0, ""},
+			"gone":     {store.ReactionDead, 2, webhook.CodeUnreachable, 0, "refused"},
+			"tls":      {store.ReactionDead, 2, webhook.CodeUnreachable, 0, "tls"},
 		}
 		settled := func() bool {
 			n := 0
@@ -135,16 +136,19 @@ func TestE2EWebhookEndpointFaults(t *testing.T) {
 			w := want[r.Type]
 			var f struct {
 				Code    string
-				Details struct{ Status int }
+				Details struct {
+					Status int
+					Reason string
+				}
 			}
 			if r.LastFailure != nil {
 				if err := json.Unmarshal(r.LastFailure, &f); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if r.State != w.state || r.Attempts != w.attempts || f.Code != w.code || f.Details.Status != w.status {
-				t.Errorf("%s %s: %s after %d attempts, failure %s; want %s after %d, code %q status %d",
-					r.Type, r.IdempotencyKey, r.State, r.Attempts, r.LastFailure, w.state, w.attempts, w.code, w.status)
+			if r.State != w.state || r.Attempts != w.attempts || f.Code != w.code || f.Details.Status != w.status || f.Details.Reason != w.reason {
+				t.Errorf("%s %s: %s after %d attempts, failure %s; want %s after %d, code %q status %d reason %q",
+					r.Type, r.IdempotencyKey, r.State, r.Attempts, r.LastFailure, w.state, w.attempts, w.code, w.status, w.reason)
 			}
 		}
 		if n := hitsOf("elsewhere"); n != 0 {

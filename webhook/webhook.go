@@ -18,8 +18,9 @@
 // SHA-256 of the idempotency key: the same on every attempt), and, with a
 // secret, Syncgo-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
 // "<t>.<body>">. A 2xx answer completes it; 408, 425, 429, 5xx, a network
-// error or the timeout retries it (webhook.unavailable,
-// webhook.unreachable); any other status dead-letters it at once
+// error or the timeout retries it (webhook.unavailable with the status,
+// webhook.unreachable with the reason: timeout, tls, refused, dns or
+// network); any other status dead-letters it at once
 // (webhook.refused).
 package webhook
 
@@ -28,16 +29,20 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -331,7 +336,7 @@ func deliver(ctx context.Context, client *http.Client, h *Hook, d *reaction.Deli
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return reaction.Retry(CodeUnreachable, nil)
+		return reaction.Retry(CodeUnreachable, map[string]any{"reason": unreachableReason(err)})
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
@@ -343,6 +348,34 @@ func deliver(ctx context.Context, client *http.Client, h *Hook, d *reaction.Deli
 	default:
 		return reaction.Permanent(CodeRefused, map[string]any{"status": s})
 	}
+}
+
+// unreachableReason classifies a failed request for the stored failure
+// (an operator tells a certificate problem from a timeout or a refused
+// connection): timeout, tls, refused, dns or network. Never the error's
+// text, which may hold the URL.
+func unreachableReason(err error) string {
+	var (
+		dns      *net.DNSError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		verify   *tls.CertificateVerificationError
+		alert    tls.AlertError
+		header   tls.RecordHeaderError
+	)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname), errors.As(err, &invalid),
+		errors.As(err, &alert), errors.As(err, &header):
+		return "tls"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.As(err, &dns):
+		return "dns"
+	}
+	return "network"
 }
 
 // Endpoint is the hook's URL without credentials or query, for logs.
