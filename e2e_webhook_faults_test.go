@@ -163,14 +163,14 @@ func TestE2EWebhookEndpointFaults(t *testing.T) {
 		if n := hugeWritten.Load(); n >= 256<<20 {
 			t.Errorf("the delivery read all %d bytes of an endless answer", n)
 		}
+		b, err := e.srv.ReactionBacklog(context.Background())
+		if err != nil || b.Dead != 60 {
+			t.Errorf("backlog %+v, %v; want 60 dead letters (6 failing hooks × 10 events)", b, err)
+		}
 		// Delivered or dead, the pushes still answer promptly.
 		start := time.Now()
 		if o := pushTasks(t, c, "p1", []string{"after"}, []string{"x"}); o.Status != wire.PushApplied || time.Since(start) > 2*time.Second {
 			t.Errorf("push after the failures: %s in %v", statusOf(o), time.Since(start))
-		}
-		b, err := e.srv.ReactionBacklog(context.Background())
-		if err != nil || b.Dead != 60 {
-			t.Errorf("backlog %+v, %v; want 60 dead letters (6 failing hooks × 10 events)", b, err)
 		}
 	})
 }
@@ -216,6 +216,55 @@ func TestE2EWebhookRenamedHookLeavesEventsPending(t *testing.T) {
 		b, err := e.srv.ReactionBacklog(context.Background())
 		if got.Load() != 1 || len(pending) != 1 || pending[0].Type != "old-name" || err != nil || b.Pending != 1 {
 			t.Errorf("%d deliveries, pending %v, backlog %+v (%v); want the old name's event pending, undelivered", got.Load(), pending, b, err)
+		}
+	})
+}
+
+// A hook whose endpoint hangs does not hold up the other hooks: it
+// occupies at most every worker but one (docs/reactions.md), and a
+// healthy hook's events arrive as the commits are pushed, not after the
+// hanging deliveries' timeouts.
+func TestE2EWebhookHangingHookDoesNotHoldUpOthers(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var got atomic.Int64
+		healthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got.Add(1) }))
+		defer healthy.Close()
+		quit := make(chan struct{})
+		hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-r.Context().Done():
+			case <-quit:
+			}
+		}))
+		defer hang.Close()
+		defer close(quit)
+		e := reactionServer(t, newReactionDB(t, d), nil, func(c *syncgo.Config) {
+			planner, handlers, err := webhook.Reactions([]webhook.Hook{
+				{Name: "hanging", URL: hang.URL, Tables: []string{"tasks"}, Timeout: 5 * time.Second},
+				{Name: "healthy", URL: healthy.URL, Tables: []string{"tasks"}}}, c.Schema, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Reactions = fastReactions(&syncgo.ReactionConfig{Planner: planner, Handlers: handlers})
+		})
+		c := e.client("alice", sspclient.Options{})
+		syncQuiet(t, c)
+		const commits = 12
+		for i := range commits {
+			if o := pushTasks(t, c, "p1", []string{fmt.Sprintf("t%d", i)}, []string{"x"}); o.Status != wire.PushApplied {
+				t.Fatal(statusOf(o))
+			}
+		}
+		pushed := time.Now()
+		// With every worker held by the hanging hook, the healthy events
+		// would wait 5 s per round of 4 hanging deliveries (15 s for 12).
+		deadline := pushed.Add(4 * time.Second)
+		for got.Load() < commits {
+			if time.Now().After(deadline) {
+				t.Fatalf("the healthy hook got %d of %d events in %v while the other hook's endpoint hung", got.Load(), commits,
+					time.Since(pushed).Round(time.Millisecond))
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 }

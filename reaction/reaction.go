@@ -230,7 +230,9 @@ type Config struct {
 	// handler here fails its push.
 	Handlers map[string]Handler
 	// Workers bounds the handlers this process runs at once. Default 4;
-	// negative: this process runs no handler (it only plans).
+	// negative: this process runs no handler (it only plans). With
+	// several handler names, one name runs at most Workers-1 of them, so
+	// a name whose handlers hang leaves a worker to the others.
 	Workers int
 	// LeaseDuration is how long a claim holds a reaction before another
 	// process may take it over; the runner renews it while the handler

@@ -63,6 +63,13 @@ type Runner struct {
 	cfg   Config
 	rc    reaction.Config
 	types []string
+	// nameCap bounds the handlers of one name running at once: every
+	// worker but one when the runner has several names, so that a name
+	// whose handlers hang (a webhook endpoint that does not answer)
+	// leaves a worker to the others.
+	nameCap int
+	mu      sync.Mutex
+	byName  map[string]int // running handlers by name
 
 	wake  chan struct{} // a local commit planned reactions
 	freed chan struct{} // a worker finished
@@ -100,9 +107,13 @@ func New(cfg Config) *Runner {
 		types = append(types, name)
 	}
 	slices.Sort(types)
+	nameCap := rc.Workers
+	if len(types) > 1 && nameCap > 1 {
+		nameCap--
+	}
 	hard, cancel := context.WithCancelCause(context.Background())
-	return &Runner{cfg: cfg, rc: rc, types: types, wake: make(chan struct{}, 1), freed: make(chan struct{}, 1),
-		quit: make(chan struct{}), ended: make(chan struct{}), hard: hard, cancelHard: cancel}
+	return &Runner{cfg: cfg, rc: rc, types: types, nameCap: nameCap, byName: map[string]int{}, wake: make(chan struct{}, 1),
+		freed: make(chan struct{}, 1), quit: make(chan struct{}), ended: make(chan struct{}), hard: hard, cancelHard: cancel}
 }
 
 // Start runs the claim loop in a goroutine until Stop.
@@ -177,7 +188,7 @@ func (r *Runner) loop() {
 		default:
 		}
 		if free := int64(r.rc.Workers) - r.running.Load(); free > 0 && !drained {
-			n, err := r.claim(int(free))
+			more, err := r.claim(int(free))
 			if err != nil {
 				// The database fails: try again after a poll interval,
 				// not at every wake-up.
@@ -189,7 +200,7 @@ func (r *Runner) loop() {
 				}
 				continue
 			}
-			if n == int(free) {
+			if more {
 				continue // more may be due
 			}
 			drained = true
@@ -208,14 +219,30 @@ func (r *Runner) loop() {
 	}
 }
 
-// claim claims up to n due reactions and starts a worker for each.
-func (r *Runner) claim(n int) (int, error) {
+// claim claims up to n due reactions of the names below their cap and
+// starts a worker for each; more reports that it got all it asked for
+// (more may be due).
+func (r *Runner) claim(n int) (more bool, err error) {
+	r.mu.Lock()
+	types := make([]string, 0, len(r.types))
+	for _, t := range r.types {
+		if left := r.nameCap - r.byName[t]; left > 0 {
+			types = append(types, t)
+			// Each claimed row may be of any of the names: ask for no
+			// more than the tightest of them may still take.
+			n = min(n, left)
+		}
+	}
+	r.mu.Unlock()
+	if len(types) == 0 {
+		return false, nil
+	}
 	owner := r.cfg.Owner + ":" + randomToken()
 	now := r.cfg.Now()
 	until := now + r.rc.LeaseDuration.Milliseconds()
 	ctx, cancel := context.WithTimeout(r.hard, recordTimeout)
 	defer cancel()
-	rs, err := r.cfg.Store.ClaimReactions(ctx, store.ReactionClaim{Owner: owner, Types: r.types, NowMs: now,
+	rs, err := r.cfg.Store.ClaimReactions(ctx, store.ReactionClaim{Owner: owner, Types: types, NowMs: now,
 		LeaseUntilMs: until, Limit: n})
 	if err != nil {
 		// The store may have applied the claim and lost only its answer:
@@ -227,22 +254,35 @@ func (r *Runner) claim(n int) (int, error) {
 		if _, rerr := r.cfg.Store.ReleaseClaim(rctx, owner, until, r.cfg.Now()); rerr != nil {
 			r.cfg.Logger.Warn("reaction claim release failed", "err", rerr)
 		}
-		return 0, err
+		return false, err
 	}
 	for _, rx := range rs {
+		r.mu.Lock()
+		r.byName[rx.Type]++
+		r.mu.Unlock()
 		r.running.Add(1)
 		r.claimed.Add(1)
 		r.workers.Add(1)
 		go r.work(rx, owner)
 	}
-	return len(rs), nil
+	return len(rs) == n, nil
 }
 
 // work runs one attempt and records its outcome.
 func (r *Runner) work(rx store.Reaction, owner string) {
 	defer func() {
+		r.mu.Lock()
+		atCap := r.byName[rx.Type] >= r.nameCap
+		r.byName[rx.Type]--
+		r.mu.Unlock()
 		r.running.Add(-1)
 		r.workers.Done()
+		if atCap {
+			// The name's due reactions were left out of the last
+			// claims: look again now.
+			r.Wake()
+			return
+		}
 		select {
 		case r.freed <- struct{}{}:
 		default:

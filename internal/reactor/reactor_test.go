@@ -323,3 +323,69 @@ func TestLostClaimIsGivenBack(t *testing.T) {
 			got, calls.Load(), s.loseClaims.Load())
 	}
 }
+
+// enqueueTyped stores reactions of typ created at createdAt.
+func enqueueTyped(t *testing.T, s *flakyStore, typ string, createdAt int64, keys ...string) {
+	t.Helper()
+	var rs []store.NewReaction
+	for _, k := range keys {
+		rs = append(rs, store.NewReaction{IdempotencyKey: k, Type: typ, Version: 1, Payload: []byte(`{}`),
+			SourceClientID: "c", SourceClientCommitID: "cc", SourceCommitSeq: 1, CreatedAtMs: createdAt, MaxAttempts: 3})
+	}
+	if err := s.Write(context.Background(), "p", func(ctx context.Context, tx store.WriteTx) error {
+		return tx.(store.ReactionTx).EnqueueReactions(ctx, rs)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A name whose handlers hang (a webhook endpoint that does not answer)
+// never holds every worker while the runner has other names: older
+// reactions of the slow name fill what they may, and a reaction of
+// another name still runs at once instead of waiting out their
+// handlers.
+func TestSlowNameLeavesAWorkerToOthers(t *testing.T) {
+	s := openStore(t)
+	now := time.Now().UnixMilli()
+	enqueueTyped(t, s, "slow", now-1000, "s1", "s2", "s3", "s4", "s5")
+	enqueueTyped(t, s, "job", now, "j1")
+	release := make(chan struct{})
+	var slowRunning, slowMax atomic.Int64
+	r := newRunner(s, 5*time.Second, func(ctx context.Context, d *reaction.Delivery) error { return nil }, func(rc *reaction.Config) {
+		rc.Workers = 4
+		rc.Handlers["slow"] = func(ctx context.Context, d *reaction.Delivery) error {
+			n := slowRunning.Add(1)
+			defer slowRunning.Add(-1)
+			for m := slowMax.Load(); n > m && !slowMax.CompareAndSwap(m, n); m = slowMax.Load() {
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}
+	})
+	r.Start()
+	deadline := time.Now().Add(3 * time.Second)
+	for get(t, s, "j1").State != store.ReactionCompleted {
+		if time.Now().After(deadline) {
+			close(release)
+			stop(t, r)
+			t.Fatalf("the other name's reaction did not run in 3 s while %d slow handlers held the workers", slowMax.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := slowMax.Load(); n != 3 {
+		t.Errorf("%d slow handlers at most; want 3 (every worker but one)", n)
+	}
+	close(release)
+	waitFor(t, "every slow reaction completed", func() bool {
+		for _, k := range []string{"s1", "s2", "s3", "s4", "s5"} {
+			if get(t, s, k).State != store.ReactionCompleted {
+				return false
+			}
+		}
+		return true
+	})
+	stop(t, r)
+}
