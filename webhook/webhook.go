@@ -378,13 +378,21 @@ func unreachableReason(err error) string {
 	return "network"
 }
 
-// Endpoint is the hook's URL without credentials or query, for logs.
+// Endpoint is the hook's URL for logs and config check: without
+// credentials, query or fragment, and with only the first segment of its
+// path, the rest shown as "…". A chat service's incoming-webhook URL
+// (https://hooks.example.com/services/T0/B0/token) carries its secret in
+// the path.
 func (h Hook) Endpoint() string {
 	u, err := url.Parse(h.URL)
 	if err != nil {
 		return "(invalid URL)"
 	}
-	return u.Scheme + "://" + u.Host + u.Path
+	path := u.EscapedPath()
+	if i := strings.IndexByte(strings.TrimPrefix(path, "/"), '/'); i >= 0 && i+2 < len(path) {
+		path = path[:i+2] + "…"
+	}
+	return u.Scheme + "://" + u.Host + path
 }
 
 // Sign returns the Syncgo-Signature header of a body sent at t:

@@ -298,3 +298,26 @@ func TestCheckRefusesMoreHooksThanACommitPlans(t *testing.T) {
 	t.Fatalf("%d hooks were accepted, and a commit on their table plans %d reactions (%v): every such push fails",
 		len(hooks), len(plans), err)
 }
+
+// TestEndpointHidesPathSecrets: the URL that logs and config check show
+// keeps the scheme, host and first path segment, and drops credentials,
+// query, fragment and the rest of the path, where incoming-webhook URLs
+// keep their token.
+func TestEndpointHidesPathSecrets(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.example.com/services/T0/B0/s3cr3tToken":   "https://hooks.example.com/services/…",
+		"https://user:pw@api.example.com:8443/sync?key=s3cr3t#x": "https://api.example.com:8443/sync",
+		"https://api.example.com/hooks/":                         "https://api.example.com/hooks/",
+		"https://api.example.com/":                               "https://api.example.com/",
+		"https://api.example.com":                                "https://api.example.com",
+		"http://10.0.0.5/a/s3cr3t":                               "http://10.0.0.5/a/…",
+	} {
+		got := Hook{URL: in}.Endpoint()
+		if got != want {
+			t.Errorf("Endpoint(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, "s3cr3t") || strings.Contains(got, "pw") {
+			t.Errorf("Endpoint(%q) = %q shows a secret", in, got)
+		}
+	}
+}
