@@ -17,7 +17,8 @@
 // with the headers Syncgo-Webhook (the hook), Syncgo-Delivery (a hex
 // SHA-256 of the idempotency key: the same on every attempt), and, with a
 // secret, Syncgo-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of
-// "<t>.<body>">. A 2xx answer completes it; 408, 425, 429, 5xx, a network
+// "<t>.<body>">, one v1 per secret (the hook's secret first, then its
+// previous secrets while they are rotated out). A 2xx answer completes it; 408, 425, 429, 5xx, a network
 // error or the timeout retries it (webhook.unavailable with the status,
 // webhook.unreachable with the reason: timeout, tls, refused, dns or
 // network); any other status dead-letters it at once
@@ -70,6 +71,14 @@ type Hook struct {
 	// (`syncgo serve` reads it into Secret).
 	Secret     string `yaml:"secret"`
 	SecretFile string `yaml:"secret_file"`
+	// PreviousSecrets are secrets being rotated out: every delivery
+	// carries a signature by each of them too, after Secret's, so that a
+	// receiver still holding one of them verifies it (docs/reactions.md,
+	// "Rotating a secret"). They need Secret, each at least
+	// MinSecretBytes, at most MaxSecrets-1. PreviousSecretFiles name
+	// files holding them (`syncgo serve` reads them into PreviousSecrets).
+	PreviousSecrets     []string `yaml:"previous_secrets"`
+	PreviousSecretFiles []string `yaml:"previous_secret_files"`
 	// Headers are sent with every delivery (an API key, say).
 	Headers map[string]string `yaml:"headers"`
 	// Timeout bounds one delivery. Default 10 s.
@@ -95,6 +104,19 @@ const (
 
 // MinSecretBytes is the shortest secret a hook takes.
 const MinSecretBytes = 16
+
+// MaxSecrets is the most secrets a hook signs with: its secret and
+// MaxSecrets-1 previous ones.
+const MaxSecrets = 4
+
+// MaxSignatures is the most v1 signatures VerifyAny reads in one header,
+// and MaxSignatureHeaderBytes the longest header it parses: a longer
+// header, or one with more signatures, is refused before any HMAC is
+// computed (room for several times what a hook sends).
+const (
+	MaxSignatures           = 16
+	MaxSignatureHeaderBytes = 2048
+)
 
 // DefaultTimeout is a delivery's timeout when a hook sets none.
 const DefaultTimeout = 10 * time.Second
@@ -150,6 +172,7 @@ func Check(hooks []Hook, sc *schema.Compiled) error {
 		if h.Secret != "" && len(h.Secret) < MinSecretBytes {
 			fail("the secret has %d bytes: at least %d are needed", len(h.Secret), MinSecretBytes)
 		}
+		checkPrevious(h, fail)
 		for k, v := range h.Headers {
 			switch {
 			case !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v):
@@ -166,6 +189,48 @@ func Check(hooks []Hook, sc *schema.Compiled) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkPrevious checks a hook's secret files (read already) and previous
+// secrets, never naming a secret's value.
+func checkPrevious(h Hook, fail func(string, ...any)) {
+	if h.SecretFile != "" || len(h.PreviousSecretFiles) > 0 {
+		// Package webhook reads no file: a hook given only a file would
+		// deliver unsigned, or without the previous signatures.
+		fail("secret_file and previous_secret_files are read by syncgo serve: a Go host reads them into Secret and PreviousSecrets")
+	}
+	if len(h.PreviousSecrets) == 0 {
+		return
+	}
+	if h.Secret == "" {
+		fail("previous_secrets need a secret: the newest secret goes in secret")
+	}
+	if n := 1 + len(h.PreviousSecrets); n > MaxSecrets {
+		fail("%d secrets: at most %d (secret and %d previous)", n, MaxSecrets, MaxSecrets-1)
+	}
+	for j, s := range h.PreviousSecrets {
+		switch first := slices.Index(h.PreviousSecrets, s); {
+		case len(s) < MinSecretBytes:
+			fail("previous_secrets[%d] has %d bytes: at least %d are needed", j, len(s), MinSecretBytes)
+		case s == h.Secret:
+			fail("previous_secrets[%d] is the secret itself", j)
+		case first < j:
+			fail("previous_secrets[%d] repeats previous_secrets[%d]", j, first)
+		}
+	}
+}
+
+// signingSecrets are the secrets a hook signs with, newest first; none
+// for an unsigned hook.
+func (h *Hook) signingSecrets() [][]byte {
+	if h.Secret == "" {
+		return nil
+	}
+	out := [][]byte{[]byte(h.Secret)}
+	for _, s := range h.PreviousSecrets {
+		out = append(out, []byte(s))
+	}
+	return out
 }
 
 // Reactions returns the planner and the handlers of hooks (checked with
@@ -185,7 +250,8 @@ func Reactions(hooks []Hook, sc *schema.Compiled, client *http.Client) (reaction
 		if h.Timeout == 0 {
 			h.Timeout = DefaultTimeout
 		}
-		handlers[h.Name] = func(ctx context.Context, d *reaction.Delivery) error { return deliver(ctx, client, h, d) }
+		secrets := h.signingSecrets()
+		handlers[h.Name] = func(ctx context.Context, d *reaction.Delivery) error { return deliver(ctx, client, h, secrets, d) }
 	}
 	planner := func(_ context.Context, c *reaction.Commit) ([]reaction.Plan, error) {
 		var plans []reaction.Plan
@@ -301,8 +367,8 @@ func truncateChanges(ev *event) ([]byte, error) {
 	return reaction.NormalizePayload(ev)
 }
 
-// deliver POSTs one delivery.
-func deliver(ctx context.Context, client *http.Client, h *Hook, d *reaction.Delivery) error {
+// deliver POSTs one delivery, signed with secrets (none: unsigned).
+func deliver(ctx context.Context, client *http.Client, h *Hook, secrets [][]byte, d *reaction.Delivery) error {
 	if d.Version != eventVersion {
 		return reaction.Permanent("webhook.unknown_version", map[string]any{"version": d.Version})
 	}
@@ -331,8 +397,8 @@ func deliver(ctx context.Context, client *http.Client, h *Hook, d *reaction.Deli
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Syncgo-Webhook", h.Name)
 	req.Header.Set("Syncgo-Delivery", hex.EncodeToString(sum[:]))
-	if h.Secret != "" {
-		req.Header.Set("Syncgo-Signature", Sign([]byte(h.Secret), time.Now(), body.Bytes()))
+	if len(secrets) > 0 {
+		req.Header.Set("Syncgo-Signature", SignAll(secrets, time.Now(), body.Bytes()))
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -398,40 +464,93 @@ func (h Hook) Endpoint() string {
 // Sign returns the Syncgo-Signature header of a body sent at t:
 // "t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">".
 func Sign(secret []byte, t time.Time, body []byte) string {
+	return SignAll([][]byte{secret}, t, body)
+}
+
+// SignAll returns the Syncgo-Signature header of a body sent at t with
+// one v1 signature per secret, in their order:
+// "t=<unix seconds>,v1=<sig 1>,v1=<sig 2>".
+func SignAll(secrets [][]byte, t time.Time, body []byte) string {
 	ts := strconv.FormatInt(t.Unix(), 10)
+	var b strings.Builder
+	b.WriteString("t=")
+	b.WriteString(ts)
+	for _, s := range secrets {
+		b.WriteString(",v1=")
+		b.WriteString(signature(s, ts, body))
+	}
+	return b.String()
+}
+
+// signature is the hex HMAC-SHA256 of "<ts>.<body>".
+func signature(secret []byte, ts string, body []byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(ts))
 	m.Write([]byte("."))
 	m.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Verify checks a Syncgo-Signature header against a body, and that its
-// time is within tolerance of now: what a receiver does. A secret shorter
-// than MinSecretBytes verifies nothing.
+// time is within tolerance of now: what a receiver does. It is VerifyAny
+// with one secret: any v1 signature of the header made with it verifies.
+// A secret shorter than MinSecretBytes verifies nothing.
 func Verify(secret []byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	if len(secret) < MinSecretBytes {
-		return errors.New("webhook: the secret is shorter than the minimum")
+	return VerifyAny([][]byte{secret}, header, body, now, tolerance)
+}
+
+// VerifyAny checks a Syncgo-Signature header against a body: it verifies
+// when any v1 signature of the header is the HMAC of "<t>.<body>" under
+// any of secrets (a receiver holding the old and the new secret while a
+// hook's secret is rotated), and t is within tolerance of now. Other
+// keys of the header are ignored. A header longer than
+// MaxSignatureHeaderBytes, with more than MaxSignatures v1 signatures or
+// with a t other than once is refused; so is a list of no secrets or
+// with one shorter than MinSecretBytes. Comparisons are in constant time.
+func VerifyAny(secrets [][]byte, header string, body []byte, now time.Time, tolerance time.Duration) error {
+	if len(secrets) == 0 {
+		return errors.New("webhook: no secret to verify with")
 	}
-	var ts, sig string
+	for _, s := range secrets {
+		if len(s) < MinSecretBytes {
+			return errors.New("webhook: the secret is shorter than the minimum")
+		}
+	}
+	if len(header) > MaxSignatureHeaderBytes {
+		return errors.New("webhook: the signature header is too long")
+	}
+	var (
+		ts    string
+		times int
+		sigs  = make([]string, 0, MaxSignatures)
+	)
 	for part := range strings.SplitSeq(header, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(part), "=")
 		switch k {
 		case "t":
-			ts = v
+			ts, times = v, times+1
 		case "v1":
-			sig = v
+			if len(sigs) == MaxSignatures {
+				return errors.New("webhook: too many signatures in the header")
+			}
+			sigs = append(sigs, v)
 		}
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || sig == "" {
+	if err != nil || times != 1 || strconv.FormatInt(sec, 10) != ts || len(sigs) == 0 {
 		return errors.New("webhook: malformed signature header")
 	}
 	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
 		return errors.New("webhook: signature time outside the tolerance")
 	}
-	want := Sign(secret, time.Unix(sec, 0), body)
-	if !hmac.Equal([]byte(want), []byte("t="+ts+",v1="+sig)) {
+	ok := false
+	for _, s := range secrets {
+		want := []byte(signature(s, ts, body))
+		for _, sig := range sigs {
+			ok = hmac.Equal(want, []byte(sig)) || ok
+		}
+	}
+	if !ok {
 		return errors.New("webhook: signature mismatch")
 	}
 	return nil

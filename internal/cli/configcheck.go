@@ -123,8 +123,13 @@ func checkConfig(cfg config.Config) (summary, warnings []string, err error) {
 	summary = append(summary, observeSummary(cfg)...)
 	for _, h := range hooks {
 		signed := "unsigned"
-		if h.Secret != "" {
+		switch n := 1 + len(h.PreviousSecrets); {
+		case h.Secret == "":
+		case n == 1:
 			signed = "signed"
+		default:
+			// Never the secrets: how many sign each delivery.
+			signed = fmt.Sprintf("signed with %d secrets: the newest and %d previous", n, n-1)
 		}
 		summary = append(summary, fmt.Sprintf("webhook %s: changes of %s to %s (%s)", h.Name, strings.Join(h.Tables, ", "), h.Endpoint(), signed))
 	}

@@ -152,7 +152,8 @@ func (p *servePlan) serverConfig(cfg config.Config, st store.Store, obs *observa
 				"attempt", ev.Attempt, "code", ev.Code)
 		}}
 		for _, h := range hooks {
-			logger.Info("webhook", "name", h.Name, "url", h.Endpoint(), "tables", strings.Join(h.Tables, ","), "signed", h.Secret != "")
+			logger.Info("webhook", "name", h.Name, "url", h.Endpoint(), "tables", strings.Join(h.Tables, ","), "signed", h.Secret != "",
+				"previous_secrets", len(h.PreviousSecrets))
 		}
 	}
 	obs.apply(&scfg, accessLog)

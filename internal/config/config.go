@@ -526,6 +526,9 @@ func (c *Config) relativeTo(dir string) {
 	abs(&c.Auth.HS256SecretFile)
 	for i := range c.Webhooks {
 		abs(&c.Webhooks[i].SecretFile)
+		for j := range c.Webhooks[i].PreviousSecretFiles {
+			abs(&c.Webhooks[i].PreviousSecretFiles[j])
+		}
 	}
 	for i := range c.Auth.PublicKeys {
 		abs(&c.Auth.PublicKeys[i].PEMFile)

@@ -126,8 +126,9 @@ func WithPassword(db, password string) (string, error) {
 }
 
 // Secrets lists the secret values of c that output must never show:
-// the database passwords and the HS256 secret (read from their files
-// when set by file; unreadable files give nothing here).
+// the database passwords, the HS256 secret, the object store's key,
+// the webhooks' secrets (previous ones too) and headers (read from their
+// files when set by file; unreadable files give nothing here).
 func (c Config) Secrets() []string {
 	var out []string
 	add := func(s string) {
@@ -145,10 +146,14 @@ func (c Config) Secrets() []string {
 	files := []string{c.DBPasswordFile, c.Auth.HS256SecretFile, c.Blobs.S3.SecretAccessKeyFile}
 	for _, h := range c.Webhooks {
 		add(h.Secret)
+		for _, s := range h.PreviousSecrets {
+			add(s)
+		}
 		for _, v := range h.Headers {
 			add(v)
 		}
 		files = append(files, h.SecretFile)
+		files = append(files, h.PreviousSecretFiles...)
 	}
 	for _, f := range files {
 		if f != "" {
