@@ -35,6 +35,8 @@ func FuzzConfigCheckServes(f *testing.F) {
 		"checkpoints: [p/one]\nretention:\n  interval: -1s\n",
 		"webhooks:\n  - name: task-events\n    url: https://hooks.example.com/x\n    tables: [tasks]\n    ops: [insert, delete]\n" +
 			"    secret: 0123456789abcdef0123\n    timeout: 3s\n    max_attempts: 4\n",
+		"webhooks:\n  - name: task-events\n    url: https://hooks.example.com/x\n    tables: [tasks]\n" +
+			"    secret: 0123456789abcdef0123\n    previous_secrets: [fedcba9876543210fedc, old-0123456789abcdef]\n",
 		"validators:\n  - table: tasks\n    rule: {kind: maxLength, column: title, max: 200, code: app.title_too_long}\n" +
 			"  - table: tasks\n    rule: {kind: immutableWhen, column: title, guard_column: done, guard_value: true, code: app.task_closed}\n",
 		"operations:\n  max_watches: 4\n  queries:\n    - id: openTasks\n" +
