@@ -162,8 +162,11 @@ func TestE2EWebhookEndpointFaults(t *testing.T) {
 		if n := hitsOf("tls"); n != 0 {
 			t.Errorf("the untrusted TLS endpoint was served %d requests", n)
 		}
-		if n := hitsOf("hang"); n != 20 {
-			t.Errorf("the hanging endpoint got %d requests; want 2 attempts of 10 events", n)
+		// Each event's 2 attempts are checked above; an attempt whose
+		// 150 ms ran out before the endpoint read its request (a loaded
+		// host) never reaches it, so only the most is exact.
+		if n := hitsOf("hang"); n == 0 || n > 20 {
+			t.Errorf("the hanging endpoint got %d requests; want at most 2 attempts of 10 events", n)
 		}
 		if n := hugeWritten.Load(); n >= 256<<20 {
 			t.Errorf("the delivery read all %d bytes of an endless answer", n)

@@ -49,7 +49,7 @@ func TestReactionsCommands(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("backlog: exit %d: %s", code, errOut)
 		}
-		wantOutput(t, "backlog", out, "pending: 1\n", "running: 0\n", "dead letters: 2\n", "oldest pending: 1m0s old")
+		wantOutput(t, "backlog", out, "pending: 1\n", "running: 0\n", "dead letters: 2\n", "oldest pending: 1m")
 		code, out, errOut = run(t, "", "reactions", "list", "-db", d.readOnlyDB)
 		if code != 0 {
 			t.Fatalf("list: exit %d: %s", code, errOut)
