@@ -248,7 +248,7 @@ func TestE2EWebhookHangingHookDoesNotHoldUpOthers(t *testing.T) {
 		defer close(quit)
 		e := reactionServer(t, newReactionDB(t, d), nil, func(c *syncgo.Config) {
 			planner, handlers, err := webhook.Reactions([]webhook.Hook{
-				{Name: "hanging", URL: hang.URL, Tables: []string{"tasks"}, Timeout: 5 * time.Second},
+				{Name: "hanging", URL: hang.URL, Tables: []string{"tasks"}, Timeout: 30 * time.Second},
 				{Name: "healthy", URL: healthy.URL, Tables: []string{"tasks"}}}, c.Schema, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -265,8 +265,9 @@ func TestE2EWebhookHangingHookDoesNotHoldUpOthers(t *testing.T) {
 		}
 		pushed := time.Now()
 		// With every worker held by the hanging hook, the healthy events
-		// would wait 5 s per round of 4 hanging deliveries (15 s for 12).
-		deadline := pushed.Add(4 * time.Second)
+		// would wait 30 s per round of 4 hanging deliveries (90 s for
+		// 12); the margin is for a loaded host.
+		deadline := pushed.Add(10 * time.Second)
 		for got.Load() < commits {
 			if time.Now().After(deadline) {
 				t.Fatalf("the healthy hook got %d of %d events in %v while the other hook's endpoint hung", got.Load(), commits,
