@@ -67,3 +67,7 @@ func (s *Server) BodyMemoryInUseForTest() int64 { return s.bodyMem.inUse() }
 // RealtimePartitionsForTest is the number of partitions the realtime hub
 // keeps state for.
 func (s *Server) RealtimePartitionsForTest() int { return s.hub.Partitions() }
+
+// TouchedPartitionsForTest is the number of partitions the engine
+// remembers as served (touch throttling and the retention rounds).
+func (s *Server) TouchedPartitionsForTest() int { return s.eng.TouchedPartitions() }

@@ -193,9 +193,18 @@ func (c Config) withDefaults() Config {
 type Engine struct {
 	cfg Config
 
-	mu      sync.Mutex
-	touched map[string]touchState
-	pages   pageCache
+	mu sync.Mutex
+	// touched are the partitions served lately: a touch is written at
+	// most once per TouchInterval, and the retention rounds prune them.
+	// Partitions come from the tokens, so the set is swept: without
+	// retention a partition idle for a touch interval is forgotten (at
+	// the first touch that finds the set at touchSweepAt entries);
+	// RunRetention forgets one once a round pruned it after age_force of
+	// idleness. retaining is set while RunRetention runs.
+	touched      map[string]touchState
+	touchSweepAt int
+	retaining    bool
+	pages        pageCache
 	// bounds shares the page boundaries of bootstrap scans (pagePlan).
 	bounds sharedCache[boundsKey, []string]
 	// pageRowBytes is the bytes per row of the last page visited from
@@ -291,8 +300,27 @@ func (e *Engine) touchPartitionFor(ctx context.Context, partition, clientID stri
 	}
 	e.mu.Lock()
 	e.touched[partition] = touchState{atMs: now, partition: p}
+	if !e.retaining && len(e.touched) >= max(e.touchSweepAt, minTouchSweep) {
+		e.sweepTouchedLocked(now)
+	}
 	e.mu.Unlock()
 	return p, nil, nil
+}
+
+// minTouchSweep is the fewest remembered partitions that start a sweep.
+const minTouchSweep = 1024
+
+// sweepTouchedLocked forgets the partitions not touched within a touch
+// interval (when no retention round needs them); the next sweep waits
+// for the set to double. e.mu is held.
+func (e *Engine) sweepTouchedLocked(now int64) {
+	keep := e.cfg.Limits.TouchInterval.Milliseconds()
+	for p, st := range e.touched {
+		if now-st.atMs >= keep {
+			delete(e.touched, p)
+		}
+	}
+	e.touchSweepAt = 2 * len(e.touched)
 }
 
 // ResolveClock lets a scope resolver report that what it returned was
@@ -314,4 +342,12 @@ func ReadAt(ctx context.Context, t time.Time) {
 	if c, _ := ctx.Value(resolveClockKey{}).(*ResolveClock); c != nil && (c.At.IsZero() || t.Before(c.At)) {
 		c.At = t
 	}
+}
+
+// TouchedPartitions returns the number of partitions the engine remembers
+// as served.
+func (e *Engine) TouchedPartitions() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.touched)
 }

@@ -72,9 +72,27 @@ func (e *Engine) prune(ctx context.Context, partition string, pol RetentionPolic
 
 // RunRetention prunes every partition this process has served, every
 // interval, until ctx ends. Failures are logged and retried next round.
+// A partition idle (not served by this process) for longer than
+// age_force, a touch interval and a round is forgotten once a round
+// pruned it: everything written through this process is then older than
+// age_force, so the prune removed all of it but the commits every log
+// keeps (min_retained_commits), and no later round would remove more.
 func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol RetentionPolicy) {
+	e.mu.Lock()
+	e.retaining = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.retaining = false
+		e.mu.Unlock()
+	}()
+	forgetAfter := (withFloors(pol).AgeForce + e.cfg.Limits.TouchInterval + interval).Milliseconds()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	type served struct {
+		id   string
+		atMs int64
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -82,14 +100,25 @@ func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol R
 		case <-t.C:
 		}
 		e.mu.Lock()
-		parts := make([]string, 0, len(e.touched))
-		for p := range e.touched {
-			parts = append(parts, p)
+		parts := make([]served, 0, len(e.touched))
+		for p, st := range e.touched {
+			parts = append(parts, served{p, st.atMs})
 		}
 		e.mu.Unlock()
 		for _, p := range parts {
-			if _, err := e.Prune(ctx, p, pol); err != nil && !errors.Is(err, store.ErrEpochMismatch) && ctx.Err() == nil {
-				e.cfg.Logger.WarnContext(ctx, "retention pass failed", "partition", p, "err", err)
+			now := e.cfg.Now()
+			if _, err := e.Prune(ctx, p.id, pol); err != nil {
+				if !errors.Is(err, store.ErrEpochMismatch) && ctx.Err() == nil {
+					e.cfg.Logger.WarnContext(ctx, "retention pass failed", "partition", p.id, "err", err)
+				}
+				continue
+			}
+			if now-p.atMs > forgetAfter {
+				e.mu.Lock()
+				if st, ok := e.touched[p.id]; ok && st.atMs == p.atMs {
+					delete(e.touched, p.id)
+				}
+				e.mu.Unlock()
 			}
 		}
 	}
