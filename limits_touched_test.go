@@ -2,6 +2,7 @@ package syncgo_test
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -100,5 +101,49 @@ func TestTouchedPartitionsForgotten(t *testing.T) {
 				t.Fatalf("tenant-0 = %+v, %v; want its log pruned to the newest 1000 commits (horizon %d) before it was forgotten", p, err, logged-1000)
 			}
 		})
+	})
+}
+
+// liveHeap is the heap in use after a full collection.
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// TestDistinctClientsLeaveNoHeap: a server that runs for months meets
+// clients, actors and partitions once each (devices that never come
+// back, tenants that leave). Once they are gone, what the process
+// remembers of them must not grow with their number: here 8,000 each
+// pull once, with their own actor, partition and client id, and the live
+// heap must grow by less than 64 bytes per client between the first
+// 2,000 and the next 6,000 (the set of partitions served grew by about
+// 200 bytes each). Both drivers, retention off.
+func TestDistinctClientsLeaveNoHeap(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		var now atomic.Int64
+		now.Store(time.Now().UnixMilli())
+		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Now = now.Load })
+		n := 0
+		visit := func(count int) {
+			for range count {
+				now.Add(1100) // past the touch interval (1 s)
+				id := strconv.Itoa(n)
+				pullAs(t, e, "actor-"+id+"@tenant-"+id, "client-"+id)
+				n++
+			}
+		}
+		visit(2000)
+		before := liveHeap()
+		const more = 6000
+		visit(more)
+		after := liveHeap()
+		if after > before && (after-before)/more >= 64 {
+			t.Fatalf("live heap grew from %d to %d bytes (%d per client) over %d distinct clients, actors and partitions that pulled once; want under 64 bytes per client",
+				before, after, (after-before)/more, more)
+		}
+		t.Logf("live heap %d → %d bytes over %d more clients", before, after, more)
 	})
 }
