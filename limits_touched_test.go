@@ -120,9 +120,9 @@ func liveHeap() uint64 {
 // pull once, with their own actor, partition and client id, and the live
 // heap must grow by less than 64 bytes per client between the first
 // 2,000 and the next 6,000 (the set of partitions served grew by about
-// 200 bytes each). Both drivers, retention off.
+// 200 bytes each). Both drivers in turn, retention off.
 func TestDistinctClientsLeaveNoHeap(t *testing.T) {
-	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+	eachDriverInTurn(t, func(t *testing.T, d e2eDriver) {
 		var now atomic.Int64
 		now.Store(time.Now().UnixMilli())
 		e := newE2EEnv(t, d, func(c *syncgo.Config) { c.Now = now.Load })

@@ -55,14 +55,21 @@ type sharedCache[K comparable, V any] struct {
 	m     map[K]*sharedEntry[V]
 	order []K
 	max   int
+	// size, when set, is the bytes a built value holds: the values kept
+	// hold at most maxBytes together (the oldest go first), whatever their
+	// count. bytes is their sum.
+	size     func(V) int
+	maxBytes int
+	bytes    int
 
 	hits, misses atomic.Int64 // look-ups that found an entry, or built one
 }
 
 type sharedEntry[V any] struct {
-	done chan struct{}
-	v    V
-	err  error
+	done  chan struct{}
+	v     V
+	err   error
+	bytes int // size(v), once counted in the cache's bytes
 }
 
 // get returns key's value, building it with build unless it is built or
@@ -76,6 +83,15 @@ func (c *sharedCache[K, V]) get(key K, build func() (V, error)) (V, error) {
 			return v, err
 		}
 	}
+}
+
+// evictOldestLocked forgets the oldest key. c.mu is held.
+func (c *sharedCache[K, V]) evictOldestLocked() {
+	if e, ok := c.m[c.order[0]]; ok {
+		c.bytes -= e.bytes
+		delete(c.m, c.order[0])
+	}
+	c.order = c.order[1:]
 }
 
 // getOnce is one look-up; again reports a waited build that failed with
@@ -98,8 +114,7 @@ func (c *sharedCache[K, V]) getOnce(key K, build func() (V, error)) (V, error, b
 	c.m[key] = e
 	c.order = append(c.order, key)
 	for len(c.order) > c.max {
-		delete(c.m, c.order[0])
-		c.order = c.order[1:]
+		c.evictOldestLocked()
 	}
 	c.mu.Unlock()
 	c.misses.Add(1)
@@ -111,6 +126,17 @@ func (c *sharedCache[K, V]) getOnce(key K, build func() (V, error)) (V, error, b
 			delete(c.m, key)
 		}
 		c.mu.Unlock()
+	} else if c.size != nil {
+		n := c.size(e.v)
+		c.mu.Lock()
+		if c.m[key] == e {
+			e.bytes = n
+			c.bytes += n
+			for c.bytes > c.maxBytes && len(c.order) > 0 {
+				c.evictOldestLocked()
+			}
+		}
+		c.mu.Unlock()
 	}
 	close(e.done)
 	return e.v, e.err, false
@@ -118,6 +144,13 @@ func (c *sharedCache[K, V]) getOnce(key K, build func() (V, error)) (V, error, b
 
 // pageCache shares built pages and coalesces concurrent builds.
 type pageCache = sharedCache[pageKey, page]
+
+// pageCacheBytes bounds the bytes of the pages kept: a page's key holds
+// the client's page limit (up to 50,000 rows), so a client that varies it
+// makes a new page each time.
+const pageCacheBytes = 32 << 20
+
+func pageBytes(p page) int { return len(p.bytes) }
 
 // boundsKey identifies the page boundaries of a scan: those of the pages
 // that would follow key's after cursor, at most pages of them.

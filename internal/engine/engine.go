@@ -232,7 +232,7 @@ type touchState struct {
 
 // New returns an Engine.
 func New(cfg Config) *Engine {
-	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024},
+	return &Engine{cfg: cfg.withDefaults(), touched: map[string]touchState{}, pages: pageCache{max: 1024, size: pageBytes, maxBytes: pageCacheBytes},
 		bounds: sharedCache[boundsKey, []string]{max: 256}, ahead: newReadAhead()}
 }
 
