@@ -2,6 +2,7 @@ package syncgo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -36,6 +37,10 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 	if p := engine.IdentifierProblem(clientID); p != "" {
 		s.writeError(w, route, syncerr.New(syncerr.CodeInvalidClientID, "clientId "+p))
+		return
+	}
+	if !canHijack(w) {
+		s.writeError(w, route, errNotHijackable)
 		return
 	}
 	release, refusal := s.sockets.acquire(auth.Partition, auth.ActorID)
@@ -125,4 +130,31 @@ func (s *Server) ConnState(_ net.Conn, st http.ConnState) {
 	if st == http.StateNew || st == http.StateClosed {
 		s.hub.AddChurn(1)
 	}
+}
+
+// errNotHijackable is the failure of a WebSocket upgrade whose
+// ResponseWriter cannot hand the connection over: a middleware in front
+// of Handler (http.TimeoutHandler, a compressing or recording writer)
+// hides http.Hijacker and has no Unwrap method.
+var errNotHijackable = errors.New("the http.ResponseWriter cannot be hijacked (it is not a http.Hijacker and does not Unwrap to one): a middleware in front of the handler hides it, so no WebSocket can be opened")
+
+// canHijack reports whether w, or a writer it unwraps to (as
+// http.ResponseController unwraps), is a http.Hijacker.
+func canHijack(w http.ResponseWriter) bool {
+	for w != nil {
+		if ow, ok := w.(*observedWriter); ok {
+			// Its Hijack hijacks the writer it wraps.
+			w = ow.ResponseWriter
+			continue
+		}
+		if _, ok := w.(http.Hijacker); ok {
+			return true
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return false
+		}
+		w = u.Unwrap()
+	}
+	return false
 }

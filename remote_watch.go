@@ -372,6 +372,10 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	noteActor(w, auth.ActorID)
+	if !canHijack(w) {
+		s.writeError(w, route, errNotHijackable)
+		return
+	}
 	// A watch socket counts under the same socket caps as /realtime.
 	release, refusal := s.sockets.acquire(auth.Partition, auth.ActorID)
 	if refusal != nil {

@@ -1,0 +1,191 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// The embedding API misused as a host might: the lifecycle out of order,
+// the handler behind common middleware.
+
+// embedCfg is a minimal Config on st.
+func embedCfg(t *testing.T, st store.Store) syncgo.Config {
+	return syncgo.Config{Store: st, Schema: e2eSchema(t, 1), Authenticate: bearerAuth,
+		ResolveScopes: func(context.Context, syncgo.ScopeRequest) (map[string][]string, error) {
+			return map[string][]string{"project_id": {"*"}}, nil
+		}}
+}
+
+// epochRequest is a client's first POST /sync body.
+func epochRequest(t *testing.T) []byte {
+	t.Helper()
+	b, err := (&wire.Request{Version: wire.Version3,
+		Header: &wire.ReqHeader{ClientID: "device-1", SchemaVersion: 1},
+		Pull:   &wire.PullHeader{Accept: wire.AcceptInlineRows}}).MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// postSync sends the epoch request to h and returns the status and the
+// error code of a JSON error body ("" otherwise).
+func postSync(t *testing.T, h http.Handler, path string) (int, string) {
+	t.Helper()
+	r := httptest.NewRequest("POST", path, bytes.NewReader(epochRequest(t)))
+	r.Header.Set("Content-Type", syncgo.ProtocolContentType)
+	r.Header.Set("Authorization", "Bearer alice")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code, embedErrorCode(w.Body.Bytes())
+}
+
+func embedErrorCode(b []byte) string {
+	var e struct {
+		Code  string `json:"code"`
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &e) != nil {
+		return ""
+	}
+	if e.Code != "" {
+		return e.Code
+	}
+	return e.Error.Code
+}
+
+// plainWriter hides every optional interface of the writer it wraps
+// (Hijacker, Flusher, Unwrap), as some middleware does.
+type plainWriter struct{ w http.ResponseWriter }
+
+func (p plainWriter) Header() http.Header         { return p.w.Header() }
+func (p plainWriter) Write(b []byte) (int, error) { return p.w.Write(b) }
+func (p plainWriter) WriteHeader(code int)        { p.w.WriteHeader(code) }
+
+// TestEmbedBehindMiddleware mounts the handler under a prefix on a mux
+// with other routes, behind http.TimeoutHandler and behind a writer that
+// hides Hijacker and Flusher: POST /sync is served through each, and a
+// WebSocket upgrade that cannot hijack the connection is answered with
+// the catalog's sync.internal_error (JSON) and reported to OnError and
+// the log, naming the cause, rather than a bare text 500 nobody sees.
+func TestEmbedBehindMiddleware(t *testing.T) {
+	for _, observed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("accessLog=%v", observed), func(t *testing.T) { embedBehindMiddleware(t, observed) })
+	}
+}
+
+func embedBehindMiddleware(t *testing.T, observed bool) {
+	st := openSQLite(t)
+	var onErr []string
+	var mu sync.Mutex
+	cfg := embedCfg(t, st)
+	if observed { // the access log's writer wraps the host's
+		cfg.AccessLog = slog.New(slog.DiscardHandler)
+	}
+	cfg.OnError = func(err error, route string) {
+		mu.Lock()
+		defer mu.Unlock()
+		onErr = append(onErr, route+": "+err.Error())
+	}
+	s, err := syncgo.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(ctx) })
+	mux := http.NewServeMux()
+	mux.Handle("/api/sync/", http.StripPrefix("/api/sync", s.Handler()))
+	mux.HandleFunc("/hello", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "hi") })
+	plain := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { mux.ServeHTTP(plainWriter{w}, r) })
+	timeout := http.TimeoutHandler(mux, 5*time.Second, "timeout")
+	dialer := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer alice"}})}
+	for _, tc := range []struct {
+		name    string
+		h       http.Handler
+		hijacks bool
+	}{{"mux", mux, true}, {"plain", plain, false}, {"timeout", timeout, false}} {
+		hs := httptest.NewServer(tc.h)
+		defer hs.Close()
+		req, _ := http.NewRequest("POST", hs.URL+"/api/sync/sync", bytes.NewReader(epochRequest(t)))
+		req.Header.Set("Content-Type", syncgo.ProtocolContentType)
+		req.Header.Set("Authorization", "Bearer alice")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != syncgo.ProtocolContentType {
+			t.Errorf("%s: POST /sync %d %q %s", tc.name, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+		}
+		if m, err := wire.DecodeMessage(body, wire.DecoderOptions{}); err != nil || m == nil {
+			t.Errorf("%s: POST /sync body does not decode: %v", tc.name, err)
+		}
+		resp, err = http.Get(hs.URL + "/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "hi" {
+			t.Errorf("%s: the mux's other route answered %q", tc.name, b)
+		}
+		for _, route := range []string{"realtime", "operations/realtime"} {
+			conn, _, _, err := dialer.Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/api/sync/"+route+"?clientId=c-"+tc.name)
+			if tc.hijacks {
+				if err != nil {
+					t.Errorf("%s: dial %s: %v", tc.name, route, err)
+				} else {
+					conn.Close()
+				}
+				continue
+			}
+			if err == nil {
+				conn.Close()
+				t.Fatalf("%s: dial %s through a writer that cannot hijack succeeded", tc.name, route)
+			}
+			r, _ := http.NewRequest("GET", hs.URL+"/api/sync/"+route+"?clientId=r-"+tc.name, nil)
+			r.Header.Set("Authorization", "Bearer alice")
+			r.Header.Set("Connection", "Upgrade")
+			r.Header.Set("Upgrade", "websocket")
+			r.Header.Set("Sec-WebSocket-Version", "13")
+			r.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+			resp, err := http.DefaultClient.Do(r)
+			if err != nil {
+				t.Fatalf("%s %s: %v", tc.name, route, err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 500 || resp.Header.Get("Content-Type") != "application/json" || embedErrorCode(b) != "sync.internal_error" {
+				t.Errorf("%s: upgrade of %s that cannot hijack: %d %q %q; want 500 application/json sync.internal_error",
+					tc.name, route, resp.StatusCode, resp.Header.Get("Content-Type"), b)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(onErr) != 8 || !strings.Contains(strings.Join(onErr, "\n"), "Hijacker") {
+		t.Errorf("OnError got %q; want the 8 refused upgrades (2 writers, 2 routes, dialed and requested), naming http.Hijacker", onErr)
+	}
+}
