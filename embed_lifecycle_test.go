@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -188,4 +190,146 @@ func embedBehindMiddleware(t *testing.T, observed bool) {
 	if len(onErr) != 8 || !strings.Contains(strings.Join(onErr, "\n"), "Hijacker") {
 		t.Errorf("OnError got %q; want the 8 refused upgrades (2 writers, 2 routes, dialed and requested), naming http.Hijacker", onErr)
 	}
+}
+
+// settledGoroutines waits until the goroutine count is at most want, and
+// returns the last count seen.
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(5 * time.Second); n > want && time.Now().Before(deadline); n = runtime.NumGoroutine() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+// TestEmbedStopBeforeStart: Stop before Start, twice, is no error; Start
+// after it refuses with PhaseStopping, and the handler answers 503
+// sync.schema_not_ready throughout.
+func TestEmbedStopBeforeStart(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		ctx := context.Background()
+		s, err := syncgo.New(embedCfg(t, st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Fatalf("before Start: %d %q; want 503 sync.schema_not_ready", code, c)
+		}
+		for i := range 2 {
+			if err := s.Stop(ctx); err != nil {
+				t.Fatalf("Stop %d before Start: %v", i, err)
+			}
+		}
+		var re *syncgo.ReadinessError
+		if err := s.Start(ctx); !errors.As(err, &re) || re.Phase != syncgo.PhaseStopping {
+			t.Fatalf("Start after Stop: %v; want a ReadinessError in PhaseStopping", err)
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Fatalf("after Stop before Start: %d %q; want 503 sync.schema_not_ready", code, c)
+		}
+		if s.Ready() {
+			t.Fatal("Ready after Stop")
+		}
+	})
+}
+
+// TestEmbedLifecycleMisuse: a Start with a cancelled ctx fails and may be
+// retried; Start from two goroutines at once and a third Start succeed
+// once; Stop with a socket open closes it with going-away; Stop twice is
+// no error; after Stop, Start refuses, Ready is false and a request (even
+// once the host closed the store, as Stop's godoc tells it to) is
+// answered 503 sync.schema_not_ready in phase stopping, never a 500, and
+// an upgrade is refused before it; no goroutine is left.
+func TestEmbedLifecycleMisuse(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		ctx := context.Background()
+		cfg := embedCfg(t, st)
+		var mu sync.Mutex
+		var onErr []string
+		cfg.OnError = func(err error, route string) {
+			mu.Lock()
+			defer mu.Unlock()
+			onErr = append(onErr, route+": "+err.Error())
+		}
+		s, err := syncgo.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := runtime.NumGoroutine()
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		var re *syncgo.ReadinessError
+		if err := s.Start(cctx); !errors.As(err, &re) {
+			t.Fatalf("Start with a cancelled ctx: %v; want a ReadinessError", err)
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Fatalf("after the failed Start: %d %q", code, c)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for i := range errs {
+			wg.Go(func() { errs[i] = s.Start(ctx) })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("concurrent Start %d: %v", i, err)
+			}
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatalf("third Start: %v", err)
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 200 {
+			t.Fatalf("started: %d %q", code, c)
+		}
+		hs := httptest.NewServer(s.Handler())
+		defer hs.Close()
+		wsURL := "ws" + strings.TrimPrefix(hs.URL, "http")
+		dialer := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer alice"}})}
+		conn, _, _, err := dialer.Dial(ctx, wsURL+"/realtime?clientId=c1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		defer scancel()
+		for i := range 2 {
+			if err := s.Stop(sctx); err != nil {
+				t.Fatalf("Stop %d: %v", i, err)
+			}
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(conn); !bytes.Contains(got, []byte("server shutting down")) {
+			t.Errorf("the socket open at Stop read %q; want a going-away close", got)
+		}
+		if err := s.Start(ctx); !errors.As(err, &re) || re.Phase != syncgo.PhaseStopping {
+			t.Fatalf("Start after Stop: %v; want PhaseStopping", err)
+		}
+		if s.Ready() {
+			t.Error("Ready() after Stop")
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Errorf("after Stop: %d %q; want 503 sync.schema_not_ready", code, c)
+		}
+		if _, _, _, err := dialer.Dial(ctx, wsURL+"/realtime?clientId=c2"); err == nil || !strings.Contains(err.Error(), "503") {
+			t.Errorf("upgrade after Stop: %v; want refused with 503", err)
+		}
+		_ = st.Close()
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Errorf("after Stop and the store's Close: %d %q; want 503 sync.schema_not_ready", code, c)
+		}
+		mu.Lock()
+		if len(onErr) > 0 {
+			t.Errorf("OnError after Stop: %q", onErr)
+		}
+		mu.Unlock()
+		conn.Close()
+		hs.Close()
+		if n := settledGoroutines(before); n > before {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before Start, %d after Stop\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
 }

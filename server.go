@@ -739,7 +739,10 @@ func (s *Server) onCommit(n CommitNotice) {
 func (s *Server) Drain() { s.stopping.Store(true) }
 
 // Stop closes the realtime sockets with a going-away close frame, stops
-// the background services and waits for them, or for ctx. The reaction
+// the background services and waits for them, or for ctx. From Stop on,
+// Ready is false and the handler refuses new requests and upgrades with
+// sync.schema_not_ready (503, phase stopping); requests already under
+// way finish. The reaction
 // runner claims no more and its running handlers finish; when ctx ends
 // first, their contexts are cancelled and their leases given back (Stop
 // waits up to 5 s more for those releases). The store stays open; its
@@ -755,6 +758,10 @@ func (s *Server) Stop(ctx context.Context) error {
 	s.life.Lock()
 	s.stopped = true
 	stop, done, listening := s.stop, s.done, s.listening
+	// Requests from now on are refused as not ready (503, retryable
+	// elsewhere), not served on a store its owner closes next.
+	s.failed.Store(&ReadinessError{Phase: PhaseStopping, Err: errors.New("syncgo: Stop was called")})
+	s.ready.Store(false)
 	s.life.Unlock()
 	if stop != nil {
 		// The background services wind down while the reaction
