@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
@@ -332,4 +333,41 @@ func TestEmbedLifecycleMisuse(t *testing.T) {
 			t.Fatalf("goroutines: %d before Start, %d after Stop\n%s", before, n, buf[:runtime.Stack(buf, true)])
 		}
 	})
+}
+
+// TestEmbedConfigMisuse: New refuses a Config it cannot serve with an
+// error naming the field, and never panics.
+func TestEmbedConfigMisuse(t *testing.T) {
+	st := openSQLite(t)
+	for _, tc := range []struct {
+		name  string
+		tweak func(*syncgo.Config)
+		want  string
+	}{
+		{"nil Store", func(c *syncgo.Config) { c.Store = nil }, "Config.Store"},
+		{"nil Schema", func(c *syncgo.Config) { c.Schema = nil }, "Config.Schema"},
+		{"nil Authenticate", func(c *syncgo.Config) { c.Authenticate = nil }, "Config.Authenticate"},
+		{"nil ResolveScopes", func(c *syncgo.Config) { c.ResolveScopes = nil }, "Config.ResolveScopes"},
+		{"nil SchemaWindow entry", func(c *syncgo.Config) { c.SchemaWindow = []*schema.Compiled{nil} }, "Config.SchemaWindow[0]"},
+		{"nil second SchemaWindow entry", func(c *syncgo.Config) {
+			c.Schema = e2eSchema(t, 3)
+			c.SchemaWindow = []*schema.Compiled{e2eSchema(t, 2), nil}
+		}, "Config.SchemaWindow[1]"},
+		{"SchemaWindow not older", func(c *syncgo.Config) { c.SchemaWindow = []*schema.Compiled{e2eSchema(t, 2)} }, "schema window"},
+		{"Leases without TTL", func(c *syncgo.Config) { c.Leases = &syncgo.LeaseConfig{} }, "Config.Leases.TTL"},
+		{"empty CORS", func(c *syncgo.Config) { c.CORS = &syncgo.CORSConfig{} }, "CORS.AllowedOrigins"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("New panicked: %v", r)
+				}
+			}()
+			cfg := embedCfg(t, st)
+			tc.tweak(&cfg)
+			if _, err := syncgo.New(cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v; want an error naming %s", err, tc.want)
+			}
+		})
+	}
 }

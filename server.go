@@ -466,6 +466,11 @@ func New(cfg Config) (*Server, error) {
 	case cfg.ResolveScopes == nil:
 		return nil, errors.New("syncgo: Config.ResolveScopes is required")
 	}
+	for i, w := range cfg.SchemaWindow {
+		if w == nil {
+			return nil, fmt.Errorf("syncgo: Config.SchemaWindow[%d] is nil", i)
+		}
+	}
 	if err := engine.ValidateWindow(cfg.Schema, cfg.SchemaWindow); err != nil {
 		return nil, fmt.Errorf("syncgo: %w", err)
 	}
