@@ -122,7 +122,8 @@ type RealtimeConfig struct {
 type RetentionPolicy = hostapi.RetentionPolicy
 
 // Config configures a Server. Store, Schema, Authenticate and ResolveScopes
-// are required; every other field has a default (see withDefaults).
+// are required (New refuses a Config without one, naming it); every other
+// field may be left zero, and its default is noted on it.
 type Config struct {
 	// Store is the storage driver (sqlitestore or pgstore).
 	Store store.Store
@@ -815,11 +816,19 @@ func (s *Server) readyOnly(route string, h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) Ready() bool { return s.ready.Load() }
 
 // Handler returns the protocol routes relative to the mount point: POST
-// /sync, GET /segments/{segmentId} and GET /realtime, with the CORS
+// /sync, GET /segments/{segmentId}, GET /realtime, POST /commits, POST
+// /operations, GET /operations/realtime and the blob routes (PUT and GET
+// /blobs/{blobId}, POST /blobs/{blobId}/upload-grant), with the CORS
 // answers, access log and request metrics that Config asks for. Mount it
 // with http.StripPrefix, for example
 // mux.Handle("/api/sync/", http.StripPrefix("/api/sync", srv.Handler())).
-// The probes are separate handlers (HealthzHandler, ReadyzHandler).
+// The probes are separate handlers (HealthzHandler, ReadyzHandler). Until
+// Start succeeds and from Stop on, every route answers 503
+// sync.schema_not_ready. The WebSocket routes need a ResponseWriter that
+// can be hijacked (http.Hijacker, or one that unwraps to it, as
+// http.ResponseController does): behind a middleware that hides it, such
+// as http.TimeoutHandler, an upgrade is refused with sync.internal_error
+// (500) and reported to OnError.
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // authenticate runs the host hook and maps its failure to the catalog.
