@@ -371,3 +371,47 @@ func TestEmbedConfigMisuse(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbedStartRacesStop: a Start racing a Stop either starts and is
+// stopped, or starts nothing (PhaseStopping); either way the server is
+// not ready afterwards and leaves no goroutine.
+func TestEmbedStartRacesStop(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		ctx := context.Background()
+		if s, err := syncgo.New(embedCfg(t, st)); err != nil || s.Start(ctx) != nil || s.Stop(ctx) != nil {
+			t.Fatal("the first server did not start and stop")
+		}
+		before := runtime.NumGoroutine()
+		started := 0
+		for range 10 {
+			s, err := syncgo.New(embedCfg(t, st))
+			if err != nil {
+				t.Fatal(err)
+			}
+			startErr := make(chan error, 1)
+			go func() { startErr <- s.Start(ctx) }()
+			if err := s.Stop(ctx); err != nil {
+				t.Fatalf("Stop: %v", err)
+			}
+			var re *syncgo.ReadinessError
+			switch err := <-startErr; {
+			case err == nil:
+				started++
+			case !errors.As(err, &re) || re.Phase != syncgo.PhaseStopping:
+				t.Fatalf("Start racing Stop: %v", err)
+			}
+			if s.Ready() {
+				t.Fatal("Ready after Start and Stop")
+			}
+			if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+				t.Fatalf("after Start and Stop: %d %q", code, c)
+			}
+		}
+		t.Logf("%d of 10 Starts completed before Stop", started)
+		if n := settledGoroutines(before); n > before {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
+		}
+	})
+}
