@@ -237,7 +237,8 @@ func TestEmbedStopBeforeStart(t *testing.T) {
 
 // TestEmbedLifecycleMisuse: a Start with a cancelled ctx fails and may be
 // retried; Start from two goroutines at once and a third Start succeed
-// once; Stop with a socket open closes it with going-away; Stop twice is
+// once; Stop with a /realtime and an /operations/realtime socket open
+// closes both with going-away; Stop twice is
 // no error; after Stop, Start refuses, Ready is false and a request (even
 // once the host closed the store, as Stop's godoc tells it to) is
 // answered 503 sync.schema_not_ready in phase stopping, never a 500, and
@@ -294,6 +295,11 @@ func TestEmbedLifecycleMisuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conn.Close()
+		watch, _, _, err := dialer.Dial(ctx, wsURL+"/operations/realtime?clientId=w1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer watch.Close()
 		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 		defer scancel()
 		for i := range 2 {
@@ -304,6 +310,10 @@ func TestEmbedLifecycleMisuse(t *testing.T) {
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if got, _ := io.ReadAll(conn); !bytes.Contains(got, []byte("server shutting down")) {
 			t.Errorf("the socket open at Stop read %q; want a going-away close", got)
+		}
+		_ = watch.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(watch); !bytes.Contains(got, []byte("server shutting down")) {
+			t.Errorf("the watch socket open at Stop read %q; want a going-away close", got)
 		}
 		if err := s.Start(ctx); !errors.As(err, &re) || re.Phase != syncgo.PhaseStopping {
 			t.Fatalf("Start after Stop: %v; want PhaseStopping", err)
@@ -327,6 +337,7 @@ func TestEmbedLifecycleMisuse(t *testing.T) {
 		}
 		mu.Unlock()
 		conn.Close()
+		watch.Close()
 		hs.Close()
 		if n := settledGoroutines(before); n > before {
 			buf := make([]byte, 1<<20)
