@@ -426,3 +426,86 @@ func TestEmbedStartRacesStop(t *testing.T) {
 		}
 	})
 }
+
+// TestEmbedStopEdges: Drain then Stop; a request in flight when Stop is
+// called finishes (200) and Stop does not wait for it; a store closed
+// before Stop does not make Stop hang or panic, and requests are then
+// refused 503; two Servers on one store start, serve and stop
+// independently.
+func TestEmbedStopEdges(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		ctx := context.Background()
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		cfg := embedCfg(t, st)
+		cfg.Authenticate = func(r *http.Request) (syncgo.Auth, error) {
+			if r.Header.Get("Authorization") == "Bearer slow" {
+				entered <- struct{}{}
+				<-release
+			}
+			return bearerAuth(r)
+		}
+		a, err := syncgo.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := syncgo.New(embedCfg(t, st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*syncgo.Server{a, b} {
+			if err := s.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if code, c := postSync(t, s.Handler(), "/sync"); code != 200 {
+				t.Fatalf("two servers on one store: %d %q", code, c)
+			}
+		}
+		a.Drain()
+		if code, c := postSync(t, a.Handler(), "/sync"); code != 200 {
+			t.Fatalf("after Drain (still serving): %d %q", code, c)
+		}
+		inFlight := make(chan int, 1)
+		go func() {
+			r := httptest.NewRequest("POST", "/sync", bytes.NewReader(epochRequest(t)))
+			r.Header.Set("Content-Type", syncgo.ProtocolContentType)
+			r.Header.Set("Authorization", "Bearer slow")
+			w := httptest.NewRecorder()
+			a.Handler().ServeHTTP(w, r)
+			inFlight <- w.Code
+		}()
+		select {
+		case <-entered:
+		case code := <-inFlight:
+			t.Fatalf("the slow request did not authenticate: %d", code)
+		}
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		t0 := time.Now()
+		if err := a.Stop(sctx); err != nil {
+			t.Fatalf("Stop with a request in flight: %v", err)
+		}
+		if el := time.Since(t0); el > 3*time.Second {
+			t.Errorf("Stop took %v with a request in flight", el)
+		}
+		close(release)
+		if code := <-inFlight; code != 200 {
+			t.Errorf("the request in flight at Stop: %d; want 200", code)
+		}
+		if code, c := postSync(t, b.Handler(), "/sync"); code != 200 {
+			t.Errorf("the other server after the first's Stop: %d %q", code, c)
+		}
+		// The store closed before Stop.
+		_ = st.Close()
+		t0 = time.Now()
+		if err := b.Stop(sctx); err != nil {
+			t.Errorf("Stop after the store's Close: %v", err)
+		}
+		if el := time.Since(t0); el > 3*time.Second {
+			t.Errorf("Stop took %v after the store's Close", el)
+		}
+		if code, c := postSync(t, b.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+			t.Errorf("after the store's Close and Stop: %d %q", code, c)
+		}
+	})
+}
