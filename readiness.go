@@ -10,8 +10,16 @@ import (
 
 // Readiness phases: what a server that refuses to start was doing (§2.4).
 const (
-	PhaseSchemaCompile      = "schema_compile"
-	PhaseStorageMigration   = "storage_migration"
+	// PhaseSchemaCompile: the schema did not compile. A Server never
+	// reports it (New takes a compiled schema); it names the phase for
+	// a host that compiles its schema at boot and reports readiness
+	// itself.
+	PhaseSchemaCompile = "schema_compile"
+	// PhaseStorageMigration: Start failed to prepare the storage, or
+	// another process stored a newer schema version than this one runs.
+	PhaseStorageMigration = "storage_migration"
+	// PhaseBackfillCheckpoint: a backfill checkpoint this process did not
+	// declare is not activated.
 	PhaseBackfillCheckpoint = "backfill_checkpoint"
 )
 
@@ -23,6 +31,7 @@ type ReadinessError struct {
 	Err   error
 }
 
+// Error names the phase and the cause.
 func (e *ReadinessError) Error() string {
 	return fmt.Sprintf("syncgo: not ready (%s): %v", e.Phase, e.Err)
 }
