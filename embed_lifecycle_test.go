@@ -509,3 +509,42 @@ func TestEmbedStopEdges(t *testing.T) {
 		}
 	})
 }
+
+// TestEmbedStartCancelledMidway: Starts whose ctx ends at various points
+// of the storage preparation return soon after it ends, answer 503
+// meanwhile, and leave a storage that a later Start prepares and serves.
+func TestEmbedStartCancelledMidway(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		s, err := syncgo.New(embedCfg(t, st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop(context.Background())
+		for _, after := range []time.Duration{time.Microsecond, 200 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond} {
+			ctx, cancel := context.WithTimeout(context.Background(), after)
+			t0 := time.Now()
+			err := s.Start(ctx)
+			cancel()
+			if el := time.Since(t0); el > after+3*time.Second {
+				t.Errorf("Start with a ctx of %v returned after %v", after, el)
+			}
+			if err == nil {
+				break // it completed in time: the storage is prepared
+			}
+			var re *syncgo.ReadinessError
+			if !errors.As(err, &re) {
+				t.Fatalf("Start with a ctx of %v: %v; want a ReadinessError", after, err)
+			}
+			if code, c := postSync(t, s.Handler(), "/sync"); code != 503 || c != "sync.schema_not_ready" {
+				t.Fatalf("after a cancelled Start: %d %q", code, c)
+			}
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatalf("Start after cancelled ones: %v", err)
+		}
+		if code, c := postSync(t, s.Handler(), "/sync"); code != 200 {
+			t.Fatalf("served after cancelled Starts: %d %q", code, c)
+		}
+	})
+}
