@@ -548,3 +548,73 @@ func TestEmbedStartCancelledMidway(t *testing.T) {
 		}
 	})
 }
+
+// TestEmbedMethodsOutsideLifecycle: the Server's operator methods called
+// before Start and after Stop (with the store still open) answer or
+// refuse, and never panic.
+func TestEmbedMethodsOutsideLifecycle(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		st := d.open(t)
+		ctx := context.Background()
+		s, err := syncgo.New(embedCfg(t, st))
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(when string) {
+			t.Helper()
+			for name, f := range map[string]func(){
+				"CheckReady": func() {
+					if s.CheckReady(ctx) == nil {
+						t.Errorf("%s: CheckReady is nil", when)
+					}
+				},
+				"Readyz": func() {
+					w := httptest.NewRecorder()
+					s.ReadyzHandler().ServeHTTP(w, httptest.NewRequest("GET", "/readyz", nil))
+					if w.Code != 503 {
+						t.Errorf("%s: /readyz %d", when, w.Code)
+					}
+				},
+				"Healthz": func() {
+					w := httptest.NewRecorder()
+					s.HealthzHandler().ServeHTTP(w, httptest.NewRequest("GET", "/healthz", nil))
+				},
+				"CloseActor":      func() { s.CloseActor("tenant-1", "") },
+				"RevokeActor":     func() { _ = s.RevokeActor(ctx, "tenant-1", "alice") },
+				"RevokeLease":     func() { _ = s.RevokeLease(ctx, "tenant-1", "nope") },
+				"RealtimeStats":   func() { s.RealtimeStats() },
+				"Prune":           func() { _, _ = s.Prune(ctx, "tenant-1", syncgo.RetentionPolicy{}) },
+				"SweepSegments":   func() { _, _ = s.SweepSegments(ctx) },
+				"SweepBlobs":      func() { _, _ = s.SweepBlobs(ctx) },
+				"ReactionBacklog": func() { _, _ = s.ReactionBacklog(ctx) },
+				"ListReactions":   func() { _, _ = s.ListReactions(ctx, store.ReactionQuery{Partition: "tenant-1"}) },
+				"RetryReaction":   func() { _, _ = s.RetryReaction(ctx, "tenant-1", "k") },
+				"DropReaction":    func() { _, _ = s.DropReaction(ctx, "tenant-1", "k") },
+				"ReactionsHandler": func() {
+					w := httptest.NewRecorder()
+					s.ReactionsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+				},
+				"SetSignedURLTTL": func() { s.SetSignedURLTTL(time.Minute) },
+				"SetBlobPresign":  func() { s.SetBlobPresign(false) },
+				"Drain":           func() { s.Drain() },
+			} {
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							t.Errorf("%s: %s panicked: %v", when, name, r)
+						}
+					}()
+					f()
+				}()
+			}
+		}
+		call("before Start")
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		call("after Stop")
+	})
+}
