@@ -63,23 +63,24 @@ func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	}
 	s := &session{hub: h, conn: wc, id: newSessionID(), auth: c.Auth, clientID: c.ClientID,
 		expires: c.ExpiresAt, starting: true, observed: -1, onClose: c.OnClose}
+	// The hub takes the socket's descriptor over (adopt): from now on
+	// only its poller watches the socket, for the reader goroutines and
+	// flushers too. The connection is switched over before the session
+	// joins its partition, where Close (a close frame) or a fan-out may
+	// reach it: a switch after that raced their writes, which could go
+	// to the connection adopt closes.
+	adopted := h.poll != nil && wc.rc != nil && wc.adopt(c.NetConn)
 	// The session joins its partition's state, created if the hub keeps
 	// none (forget), looked up again if it was forgotten meanwhile.
 	p := h.lockPart(c.Auth.Partition, true)
 	s.part = p
 	p.addLocked(s)
 	p.mu.Unlock()
-	if h.poll != nil && wc.rc != nil {
-		// The hub takes the socket's descriptor over (adopt): from now on
-		// only its poller watches the socket, for the reader goroutines
-		// and flushers too (registered now, before hello is queued).
-		if wc.adopt(c.NetConn) {
-			if !h.poll.add(s) {
-				wc.close()
-				h.leave(s)
-				return errors.New("realtime: the hub is closing")
-			}
-		}
+	if adopted && !h.poll.add(s) {
+		// Registered now, before hello is queued.
+		wc.close()
+		h.leave(s)
+		return errors.New("realtime: the hub is closing")
 	}
 	h.stats.sessions.Add(1)
 	h.churn.Add(1)
