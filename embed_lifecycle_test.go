@@ -2,6 +2,7 @@ package syncgo_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -617,4 +618,94 @@ func TestEmbedMethodsOutsideLifecycle(t *testing.T) {
 		}
 		call("after Stop")
 	})
+}
+
+// gzipWriter is a compressing middleware's writer in the common style: at
+// the first WriteHeader or Write, a response that has no Content-Encoding
+// yet is gzipped; one the handler encoded itself passes through.
+type gzipWriter struct {
+	http.ResponseWriter
+	gz      *gzip.Writer
+	decided bool
+}
+
+func (g *gzipWriter) WriteHeader(code int) {
+	if !g.decided {
+		g.decided = true
+		if g.Header().Get("Content-Encoding") == "" {
+			g.Header().Set("Content-Encoding", "gzip")
+			g.Header().Del("Content-Length")
+			g.gz = gzip.NewWriter(g.ResponseWriter)
+		}
+	}
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *gzipWriter) Write(b []byte) (int, error) {
+	if !g.decided {
+		g.WriteHeader(http.StatusOK)
+	}
+	if g.gz != nil {
+		return g.gz.Write(b)
+	}
+	return g.ResponseWriter.Write(b)
+}
+
+func (g *gzipWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
+// TestEmbedBehindGzipMiddleware: behind a compressing middleware, a
+// protocol answer and an error answer both reach a client (Go's, which
+// asks for gzip and decodes it) intact, and a socket still opens.
+func TestEmbedBehindGzipMiddleware(t *testing.T) {
+	st := openSQLite(t)
+	s, err := syncgo.New(embedCfg(t, st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(ctx) })
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			s.Handler().ServeHTTP(w, r)
+			return
+		}
+		g := &gzipWriter{ResponseWriter: w}
+		s.Handler().ServeHTTP(g, r)
+		if g.gz != nil {
+			_ = g.gz.Close()
+		}
+	}))
+	defer hs.Close()
+	for _, token := range []string{"alice", ""} {
+		req, _ := http.NewRequest("POST", hs.URL+"/sync", bytes.NewReader(epochRequest(t)))
+		req.Header.Set("Content-Type", syncgo.ProtocolContentType)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("token %q: read: %v", token, err)
+		}
+		if token != "" {
+			if m, err := wire.DecodeMessage(body, wire.DecoderOptions{}); resp.StatusCode != 200 || err != nil || m == nil {
+				t.Errorf("POST /sync behind gzip: %d, decode: %v", resp.StatusCode, err)
+			}
+		} else if resp.StatusCode != 401 || embedErrorCode(body) != "sync.auth_required" {
+			t.Errorf("refused POST /sync behind gzip: %d %q", resp.StatusCode, body)
+		}
+	}
+	conn, _, _, err := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"Authorization": {"Bearer alice"}, "Accept-Encoding": {"gzip"}})}.
+		Dial(ctx, "ws"+strings.TrimPrefix(hs.URL, "http")+"/realtime?clientId=gz")
+	if err != nil {
+		t.Fatalf("dial behind gzip: %v", err)
+	}
+	conn.Close()
 }
