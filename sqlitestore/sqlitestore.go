@@ -52,7 +52,7 @@ const MemoryPath = ":memory:"
 // Config configures a Store. Zero fields take the defaults of withDefaults.
 type Config struct {
 	// Path is the database file, created if missing; MemoryPath for a
-	// throw-away database.
+	// throw-away database. Required: Open refuses an empty Path.
 	Path string
 	// Logger receives driver events; nil discards them.
 	Logger *slog.Logger
@@ -214,12 +214,17 @@ type openHooks struct {
 }
 
 func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
+	if cfg.Path == "" {
+		// Most likely a setting left unset: a throw-away database in its
+		// place would lose every commit on Close, without a word.
+		return nil, errors.New("open sqlite store: Config.Path is empty: name the database file, or MemoryPath for a throw-away database")
+	}
 	cfg = cfg.withDefaults()
 	s := &Store{cfg: cfg, path: cfg.Path, done: make(chan struct{})}
 	if cfg.ReadOnly {
 		return s.openReadOnly(ctx)
 	}
-	if cfg.Path == MemoryPath || cfg.Path == "" {
+	if cfg.Path == MemoryPath {
 		dir, err := os.MkdirTemp("", "syncgo-sqlite-")
 		if err != nil {
 			return nil, fmt.Errorf("open sqlite store: %w", err)
