@@ -59,19 +59,8 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 	// the processes serving it (and wait behind their transactions).
 	var pending bool
 	err := s.readTx(ctx, func(c *conn) error {
-		core, err := planCore(c)
-		if err != nil {
-			return err
-		}
-		plan, err := planSchemaOn(c, cs, nil, false)
-		if err != nil {
-			return err
-		}
-		if plan.action == store.SchemaRefuse {
-			return plan.refusal
-		}
-		app, err := planUpgrade(c, cs)
-		pending = len(core)+len(app) > 0
+		steps, err := upgradeSteps(c, cs)
+		pending = len(steps) > 0
 		return err
 	})
 	if err != nil {
@@ -85,22 +74,10 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 		s.w.dropRecent = true // the log changes under the recent commits (recent.go)
 		done = nil
 		defer c.forget()
-		core, err := planCore(c)
+		steps, err := upgradeSteps(c, cs)
 		if err != nil {
 			return err
 		}
-		plan, err := planSchemaOn(c, cs, nil, false)
-		if err != nil {
-			return err
-		}
-		if plan.action == store.SchemaRefuse {
-			return plan.refusal
-		}
-		app, err := planUpgrade(c, cs)
-		if err != nil {
-			return err
-		}
-		steps := append(core, app...)
 		for _, st := range steps {
 			if err := c.execScript(st.sql); err != nil {
 				return fmt.Errorf("%s: %w", st.line, err)
@@ -113,6 +90,27 @@ func (s *Store) Upgrade(ctx context.Context, sc *schema.Compiled) ([]string, err
 		return nil, fmt.Errorf("upgrade: %w", err)
 	}
 	return done, nil
+}
+
+// upgradeSteps plans what Upgrade adds on c: the core steps, then the app
+// tables'; a database EnsureSchemaWith would refuse is refused.
+func upgradeSteps(c *conn, cs *compiledSchema) ([]ddlStep, error) {
+	core, err := planCore(c)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := planSchemaOn(c, cs, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	if plan.action == store.SchemaRefuse {
+		return nil, plan.refusal
+	}
+	app, err := planUpgrade(c, cs)
+	if err != nil {
+		return nil, err
+	}
+	return append(core, app...), nil
 }
 
 // HoldsCommitLog reports whether the database has a commit log
