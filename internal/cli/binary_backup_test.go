@@ -171,7 +171,7 @@ func TestBinarySQLiteLiveBackupRestore(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `partition "default": log epoch `+oldEpoch+" -> ") {
 		t.Fatalf("epoch rotate: exit %d\n%s%s", code, out, errOut)
 	}
-	p = binarytest.Serve(t, bin, binarytest.Options{}, args...)
+	binarytest.Serve(t, bin, binarytest.Options{}, args...)
 	rounds, err := ahead.SyncUntilQuiet(ctx, 0)
 	if err != nil {
 		t.Fatal(err)

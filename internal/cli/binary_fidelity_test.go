@@ -56,7 +56,7 @@ func TestBinaryExportImportValueFidelity(t *testing.T) {
 			"meta": metas[i], "raw": []byte{0, byte(i), 0xff}, "ref": nil}
 	}
 	rows["nulls"] = map[string]any{"id": "nulls", "project_id": "p1", "n": nil, "f": nil, "ok": nil, "meta": nil, "raw": nil, "ref": nil}
-	rows["min"] = map[string]any{"id": "min", "project_id": "p1", "n": int64(-(1<<53 - 1)), "f": -0.0, "ok": false, "meta": `{ }`, "raw": []byte{}, "ref": nil}
+	rows["min"] = map[string]any{"id": "min", "project_id": "p1", "n": int64(-(1<<53 - 1)), "f": math.Copysign(0, -1), "ok": false, "meta": `{ }`, "raw": []byte{}, "ref": nil}
 
 	pull := func(t *testing.T, url string) map[string]sspclient.Row {
 		t.Helper()
