@@ -50,7 +50,7 @@ func (t *CompiledTable) JSONValues(line []byte) (map[string]any, error) {
 			var f float64
 			if err = json.Unmarshal(v, &f); err == nil {
 				out[name] = f
-			} else if x, ok := nonFiniteFloats[string(v)]; ok {
+			} else if x, ok := nonFiniteFloat(string(v)); ok {
 				out[name], err = x, nil
 			}
 		case wire.TypeBoolean:
@@ -98,7 +98,7 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 			b = strconv.AppendInt(b, v.Int, 10)
 		case c.Type == wire.TypeFloat && (math.IsNaN(v.Float) || math.IsInf(v.Float, 0)):
 			// JSON has no number for these: the strings JSONValues reads.
-			b = append(b, nonFiniteJSON(v.Float)...)
+			b = strconv.AppendQuote(b, formatJSNumber(v.Float))
 		case c.Type == wire.TypeFloat:
 			f, err := json.Marshal(v.Float)
 			if err != nil {
@@ -131,17 +131,16 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 	return append(b, '}'), nil
 }
 
-// nonFiniteFloats are the JSON strings that stand for the float values
-// JSON has no number for, in JavaScript's spelling.
-var nonFiniteFloats = map[string]float64{`"NaN"`: math.NaN(), `"Infinity"`: math.Inf(1), `"-Infinity"`: math.Inf(-1)}
-
-// nonFiniteJSON is the JSON string of a NaN or infinite float.
-func nonFiniteJSON(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return `"NaN"`
-	case f > 0:
-		return `"Infinity"`
+// nonFiniteFloat reads the JSON strings that stand for the floats JSON
+// has no number for, in JavaScript's spelling (formatJSNumber's).
+func nonFiniteFloat(s string) (float64, bool) {
+	switch s {
+	case `"NaN"`:
+		return math.NaN(), true
+	case `"Infinity"`:
+		return math.Inf(1), true
+	case `"-Infinity"`:
+		return math.Inf(-1), true
 	}
-	return `"-Infinity"`
+	return 0, false
 }
