@@ -166,7 +166,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("pgstore: open: %w", err)
 	}
 	if !cfg.ReadOnly {
-		s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
+		s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients, s.log)
 	}
 	return s, nil
 }

@@ -281,7 +281,7 @@ func open(ctx context.Context, cfg Config, hooks openHooks) (*Store, error) {
 		s.w.ck = newCheckpointer(cc, &s.stats.batches, s.cfg.IdleCheckpoint)
 		go s.w.ck.run()
 	}
-	s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients)
+	s.clients = store.NewClientWriteBehind(clientWriteBehind, s.writeDeferredClients, s.cfg.Logger)
 	go s.w.run()
 	return s, nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -41,7 +42,21 @@ type DeferredClient struct {
 	UpdatedAtMs int64
 
 	subs []SubscriptionRecord
+	// failures counts the batches that failed to write this record.
+	failures int
 }
+
+// MaxDeferredClients bounds the records a ClientWriteBehind holds: past
+// it, Defer refuses a record it does not hold yet with ErrDeferFull, and
+// the caller writes that record itself. Only a write that keeps failing
+// (a database that refuses every batch) lets so many gather.
+const MaxDeferredClients = 1 << 16
+
+// maxDeferredFailures is how many failed batches a record is written in
+// before it is dropped. A deferred write only moves a stored cursor and
+// update time forward (retention's floor of active clients); one dropped
+// leaves them where they were, which keeps more of the log, never less.
+const maxDeferredFailures = 8
 
 type clientKey struct{ partition, clientID string }
 
@@ -53,6 +68,7 @@ type clientKey struct{ partition, clientID string }
 type ClientWriteBehind struct {
 	interval time.Duration
 	write    func(ctx context.Context, batch []DeferredClient) error
+	log      *slog.Logger
 
 	// flushing is held exclusively while a batch is written and shared by
 	// the synchronous writes of client records (Sync): a synchronous write
@@ -75,9 +91,14 @@ type ClientWriteBehind struct {
 // NewClientWriteBehind starts a write-behind that writes its pending
 // records with write at most interval after the first of them was queued.
 // write gets every pending record; a batch that fails (except for lack of
-// space) is queued again unless a newer write superseded it.
-func NewClientWriteBehind(interval time.Duration, write func(ctx context.Context, batch []DeferredClient) error) *ClientWriteBehind {
-	w := &ClientWriteBehind{interval: interval, write: write, pending: map[clientKey]*DeferredClient{},
+// space) is queued again unless a newer write superseded it, up to
+// maxDeferredFailures times for each record, then dropped with a warning
+// to log (nil discards it).
+func NewClientWriteBehind(interval time.Duration, write func(ctx context.Context, batch []DeferredClient) error, log *slog.Logger) *ClientWriteBehind {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	w := &ClientWriteBehind{interval: interval, write: write, log: log, pending: map[clientKey]*DeferredClient{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
@@ -122,6 +143,9 @@ func (w *ClientWriteBehind) Defer(partition, logEpoch string, rec ClientRecord, 
 		d.Cursor = max(d.Cursor, rec.Cursor)
 		d.UpdatedAtMs = max(d.UpdatedAtMs, rec.UpdatedAtMs)
 		return nil
+	}
+	if len(w.pending) >= MaxDeferredClients {
+		return ErrDeferFull
 	}
 	w.pending[k] = &DeferredClient{Partition: partition, ClientID: rec.ClientID, ActorID: rec.ActorID,
 		WireVersion: rec.WireVersion, LogEpoch: logEpoch, BaseCursor: baseCursor, Cursor: rec.Cursor,
@@ -284,11 +308,21 @@ func (w *ClientWriteBehind) Flush(ctx context.Context) error {
 	if w.closed {
 		return err
 	}
+	dropped := 0
 	for i := range batch {
 		k := clientKey{batch[i].Partition, batch[i].ClientID}
-		if _, ok := w.pending[k]; !ok {
-			w.pending[k] = &batch[i]
+		if _, ok := w.pending[k]; ok {
+			continue
 		}
+		if batch[i].failures++; batch[i].failures >= maxDeferredFailures {
+			dropped++
+			continue
+		}
+		w.pending[k] = &batch[i]
+	}
+	if dropped > 0 {
+		w.log.Warn("deferred client records dropped: their writes kept failing (their stored cursors stay behind)",
+			"records", dropped, "attempts", maxDeferredFailures, "err", err)
 	}
 	select {
 	case w.kick <- struct{}{}:

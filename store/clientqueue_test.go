@@ -2,7 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,7 +17,7 @@ import (
 // ack's cursor, and one of a record the batch did not update is kept as
 // it was.
 func TestAdvanceManySettlesPending(t *testing.T) {
-	w := NewClientWriteBehind(time.Hour, func(context.Context, []DeferredClient) error { return nil })
+	w := NewClientWriteBehind(time.Hour, func(context.Context, []DeferredClient) error { return nil }, nil)
 	t.Cleanup(func() { _ = w.Close(context.Background()) })
 	for _, c := range []struct {
 		id     string
@@ -74,5 +78,53 @@ func TestSubscriptionsDigestTellsSplitsApart(t *testing.T) {
 		if again := SubscriptionsDigest(slices.Clone(l)); again != d {
 			t.Errorf("list %d: digest %x, then %x", i, d, again)
 		}
+	}
+}
+
+// TestDeferredWritesThatKeepFailing: a record whose batches keep failing
+// is written in at most maxDeferredFailures of them, then dropped with a
+// warning, and the write-behind refuses new records past
+// MaxDeferredClients (the caller writes those itself) instead of holding
+// every client that pulls while the database refuses writes.
+func TestDeferredWritesThatKeepFailing(t *testing.T) {
+	var logged strings.Builder
+	attempts := map[string]int{}
+	fail := errors.New("database refuses writes")
+	w := NewClientWriteBehind(time.Hour, func(_ context.Context, batch []DeferredClient) error {
+		for _, d := range batch {
+			attempts[d.ClientID]++
+		}
+		return fail
+	}, slog.New(slog.NewTextHandler(&logged, nil)))
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	ctx := context.Background()
+	if err := w.Defer("p", "e", ClientRecord{ClientID: "c", ActorID: "a", WireVersion: 3, Cursor: 7}, 5); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3*maxDeferredFailures; i++ {
+		if err := w.Flush(ctx); err != nil && !errors.Is(err, fail) {
+			t.Fatalf("Flush %d: %v", i, err)
+		}
+	}
+	if attempts["c"] != maxDeferredFailures || w.Pending() != 0 {
+		t.Errorf("a record whose writes keep failing: written in %d batches, %d still pending; want %d batches, then dropped",
+			attempts["c"], w.Pending(), maxDeferredFailures)
+	}
+	if !strings.Contains(logged.String(), "deferred client records dropped") {
+		t.Errorf("no warning of the dropped record; log: %q", logged.String())
+	}
+
+	for i := range MaxDeferredClients {
+		if err := w.Defer("p", "e", ClientRecord{ClientID: fmt.Sprint("c", i), ActorID: "a", WireVersion: 3, Cursor: 7}, 5); err != nil {
+			t.Fatalf("Defer of record %d: %v", i, err)
+		}
+	}
+	err := w.Defer("p", "e", ClientRecord{ClientID: "one more", ActorID: "a", WireVersion: 3, Cursor: 7}, 5)
+	if !errors.Is(err, ErrDeferFull) || w.Pending() != MaxDeferredClients {
+		t.Errorf("Defer past the bound: %v with %d pending; want ErrDeferFull with %d", err, w.Pending(), MaxDeferredClients)
+	}
+	// A record already held still moves forward.
+	if err := w.Defer("p", "e", ClientRecord{ClientID: "c0", ActorID: "a", WireVersion: 3, Cursor: 9}, 5); err != nil {
+		t.Errorf("Defer of a held record at the bound: %v", err)
 	}
 }

@@ -26,6 +26,9 @@ var (
 	ErrClientBound = errors.New("store: clientId is bound to another actor")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrDeferFull: a ClientWriteBehind holds MaxDeferredClients records;
+	// write the record synchronously.
+	ErrDeferFull = errors.New("store: deferred client records at their bound")
 	// ErrSchemaNewer: the database holds a newer schema version than the
 	// running one (an older server against a migrated database).
 	ErrSchemaNewer = errors.New("store: stored schema is newer than the running schema")

@@ -292,6 +292,9 @@ func (r *request) saveClient(ctx context.Context) error {
 	var err error
 	if d, ok := r.e.cfg.Store.(store.ClientDeferrer); ok && r.deferrable(prev, rec) {
 		err = d.DeferClient(ctx, r.auth.Partition, r.partition.LogEpoch, rec, prev.Cursor)
+		if errors.Is(err, store.ErrDeferFull) {
+			err = r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
+		}
 	} else {
 		err = r.e.cfg.Store.PutClient(ctx, r.auth.Partition, rec)
 	}
