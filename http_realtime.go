@@ -55,7 +55,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
 		release()
-		noteUpgradeFailed(w)
+		noteUpgradeFailed(w, err)
 		return // the upgrader answered the HTTP error
 	}
 	var buffered []byte

@@ -2,6 +2,7 @@ package syncgo
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gobwas/ws"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/syncgo/syncgo/wire"
@@ -282,10 +284,17 @@ func noteOp(w http.ResponseWriter, op syncOp) {
 }
 
 // noteUpgradeFailed records a WebSocket upgrade that the upgrader refused
-// on the hijacked connection.
-func noteUpgradeFailed(w http.ResponseWriter) {
-	if ow, ok := w.(*observedWriter); ok {
-		ow.status = http.StatusBadRequest
+// with err on the hijacked connection: the status it answered (400 for a
+// malformed handshake, 405 for another method, 426 for another WebSocket
+// version, 505 for HTTP/1.0), 500 for any other failure.
+func noteUpgradeFailed(w http.ResponseWriter, err error) {
+	ow, ok := w.(*observedWriter)
+	if !ok {
+		return
+	}
+	ow.status = http.StatusInternalServerError
+	if rej, ok := errors.AsType[*ws.ConnectionRejectedError](err); ok {
+		ow.status = rej.StatusCode()
 	}
 }
 

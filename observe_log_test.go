@@ -134,3 +134,44 @@ func TestAccessLogCarriesNoSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A WebSocket upgrade that the upgrader refuses is logged with the status
+// the client got: 400 for a handshake without its headers, 426 for another
+// WebSocket version (not 400 for every refusal).
+func TestAccessLogRefusedUpgradeStatus(t *testing.T) {
+	var access lockedBuffer
+	e := newE2EEnv(t, e2eDrivers[0], func(c *syncgo.Config) {
+		c.Authenticate = secretAuth
+		c.AccessLog = slog.New(slog.NewJSONHandler(&access, nil))
+	})
+	for _, c := range []struct {
+		name    string
+		headers map[string]string
+	}{
+		{"no upgrade headers", nil},
+		{"WebSocket version 8", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket",
+			"Sec-WebSocket-Version": "8", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}},
+	} {
+		before := len(access.String())
+		req, _ := http.NewRequest(http.MethodGet, e.url+"/realtime?clientId=c1", nil)
+		req.Header.Set("Authorization", "Bearer alice:SECRET-TOKEN-123")
+		for k, v := range c.headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Fatalf("%s: answered %d, want a refusal", c.name, resp.StatusCode)
+		}
+		var line accessLine
+		eventually(t, c.name+": the access log line", func() bool {
+			return json.Unmarshal([]byte(strings.TrimSpace(access.String()[before:])), &line) == nil
+		})
+		if line.Route != "realtime" || line.Status != resp.StatusCode {
+			t.Errorf("%s: the client got %d, the access log says route %q status %d", c.name, resp.StatusCode, line.Route, line.Status)
+		}
+	}
+}

@@ -389,7 +389,7 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
-		noteUpgradeFailed(w)
+		noteUpgradeFailed(w, err)
 		return // the upgrader answered
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
