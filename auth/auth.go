@@ -36,8 +36,9 @@ type Identity struct {
 	// ExpiresAt is the token's exp plus the clock skew: when it stops
 	// being accepted.
 	ExpiresAt time.Time
-	// IssuedAt is the token's iat, or when it was verified if it has
-	// none.
+	// IssuedAt is the token's iat, else its nbf, else the zero time: a
+	// token that says nothing of when it was issued is older than any
+	// that does.
 	IssuedAt time.Time
 	// Claims are the token's claims (numbers as json.Number).
 	Claims map[string]any
@@ -216,9 +217,10 @@ func (a *Authenticator) Verify(ctx context.Context, token string) (Identity, err
 		return Identity{}, fmt.Errorf("%w: no usable exp", ErrRefused)
 	}
 	id.ExpiresAt = exp.Add(a.cfg.ClockSkew)
-	id.IssuedAt = a.cfg.Now()
 	if iat, err := claims.GetIssuedAt(); err == nil && iat != nil {
 		id.IssuedAt = iat.Time
+	} else if nbf, err := claims.GetNotBefore(); err == nil && nbf != nil {
+		id.IssuedAt = nbf.Time
 	}
 	return id, nil
 }

@@ -387,6 +387,34 @@ func TestGrants(t *testing.T) {
 	if err != nil || fmtScopes(got) != "list_id=l1 user_id=alice" {
 		t.Fatalf("after old, newer, old: %v %v; want the newer token's scopes", got, err)
 	}
+	// A token without iat (an older one, or one of an issuer that sets
+	// none) does not count as issued when it was verified: it does not
+	// replace the grant of a token that says it was issued later. Its
+	// nbf, when it has one, stands for its iat.
+	wide := map[string]any{"iat": nil, "lists": []string{"l1", "l2", "l3"}}
+	noIat := hs(claims(wide))
+	wide["nbf"] = testNow.Add(-2 * time.Hour).Unix()
+	oldNbf := hs(claims(wide))
+	for _, tok := range []string{noIat, oldNbf} {
+		if _, err := a.Authenticate(bearer(tok)); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := a.ResolveScopes(context.Background(), q); err != nil || fmtScopes(got) != "list_id=l1 user_id=alice" {
+			t.Fatalf("after a token without iat: %v %v; want the newer token's scopes still", got, err)
+		}
+	}
+	// Among tokens of an issuer that sets neither, the last accepted
+	// decides.
+	b := newAuth(t, Config{HS256Secret: testSecret, Now: func() time.Time { return now }})
+	narrow := hs(claims(map[string]any{"iat": nil, "lists": []string{"l2"}}))
+	for _, tok := range []string{noIat, narrow} {
+		if _, err := b.Authenticate(bearer(tok)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := b.ResolveScopes(context.Background(), q); err != nil || fmtScopes(got) != "list_id=l2 user_id=alice" {
+		t.Fatalf("tokens without iat, the narrower last: %v %v; want its scopes", got, err)
+	}
 	// Another actor, another partition: nothing.
 	if _, err := a.ResolveScopes(context.Background(), syncgo.ScopeRequest{Partition: "other", ActorID: "alice"}); !errors.Is(err, ErrNoGrant) {
 		t.Errorf("other partition: %v", err)
