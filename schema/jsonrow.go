@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/syncgo/syncgo/internal/jsnum"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -98,7 +99,7 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 			b = strconv.AppendInt(b, v.Int, 10)
 		case c.Type == wire.TypeFloat && (math.IsNaN(v.Float) || math.IsInf(v.Float, 0)):
 			// JSON has no number for these: the strings JSONValues reads.
-			b = strconv.AppendQuote(b, formatJSNumber(v.Float))
+			b = strconv.AppendQuote(b, jsnum.Format(v.Float))
 		case c.Type == wire.TypeFloat:
 			f, err := json.Marshal(v.Float)
 			if err != nil {
@@ -132,7 +133,7 @@ func (t *CompiledTable) AppendJSON(b []byte, vals []wire.Value) ([]byte, error) 
 }
 
 // nonFiniteFloat reads the JSON strings that stand for the floats JSON
-// has no number for, in JavaScript's spelling (formatJSNumber's).
+// has no number for, in JavaScript's spelling (jsnum.Format's).
 func nonFiniteFloat(s string) (float64, bool) {
 	switch s {
 	case `"NaN"`:

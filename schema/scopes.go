@@ -2,10 +2,10 @@ package schema
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 
+	"github.com/syncgo/syncgo/internal/jsnum"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -58,58 +58,9 @@ func RenderValue(t wire.ColumnType, v wire.Value) (string, bool) {
 	case wire.TypeBoolean:
 		s = strconv.FormatBool(v.Bool)
 	case wire.TypeFloat:
-		s = formatJSNumber(v.Float)
+		s = jsnum.Format(v.Float)
 	default:
 		return "", false
 	}
 	return s, s != ""
-}
-
-// formatJSNumber formats f like ECMAScript's Number::toString with radix
-// 10: the shortest digits that round-trip, in plain notation for decimal
-// exponents from -7 to 20 and in exponent notation otherwise.
-func formatJSNumber(f float64) string {
-	switch {
-	case math.IsNaN(f):
-		return "NaN"
-	case math.IsInf(f, 1):
-		return "Infinity"
-	case math.IsInf(f, -1):
-		return "-Infinity"
-	case f == 0:
-		return "0"
-	case f < 0:
-		return "-" + formatJSNumber(-f)
-	}
-	// "d.ddde±x": digits d…d and n, the position of the decimal point
-	// relative to the first digit, as the ECMAScript algorithm names them.
-	e := strconv.FormatFloat(f, 'e', -1, 64)
-	mantissa, exp, _ := strings.Cut(e, "e")
-	digits := strings.Replace(mantissa, ".", "", 1)
-	x, _ := strconv.Atoi(exp)
-	k, n := len(digits), x+1
-	switch {
-	case k <= n && n <= 21:
-		return digits + strings.Repeat("0", n-k)
-	case 0 < n && n <= 21:
-		return digits[:n] + "." + digits[n:]
-	case -6 < n && n <= 0:
-		return "0." + strings.Repeat("0", -n) + digits
-	}
-	sign := "+"
-	if n-1 < 0 {
-		sign = "-"
-	}
-	exponent := "e" + sign + strconv.Itoa(abs(n-1))
-	if k == 1 {
-		return digits + exponent
-	}
-	return digits[:1] + "." + digits[1:] + exponent
-}
-
-func abs(i int) int {
-	if i < 0 {
-		return -i
-	}
-	return i
 }

@@ -3,7 +3,6 @@ package schema
 import (
 	"encoding/json"
 	"errors"
-	"math"
 	"reflect"
 	"testing"
 
@@ -70,44 +69,6 @@ func TestRenderValue(t *testing.T) {
 		got, ok := RenderValue(tt.typ, tt.v)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("RenderValue(%s, %+v) = %q, %t; want %q, %t", tt.typ, tt.v, got, ok, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestFormatJSNumber(t *testing.T) {
-	t.Parallel()
-	point1, point2 := 0.1, 0.2 // variables, so that the sum is rounded
-	// Expected values are String(x) in Node.js.
-	tests := []struct {
-		f    float64
-		want string
-	}{
-		{1.5, "1.5"},
-		{100, "100"},
-		{1e21, "1e+21"},
-		{1e20, "100000000000000000000"},
-		{1.2345678901234568e20, "123456789012345680000"},
-		{0.000001, "0.000001"},
-		{0.0000015, "0.0000015"},
-		{1e-7, "1e-7"},
-		{1.5e-7, "1.5e-7"},
-		{-1e-7, "-1e-7"},
-		{math.Copysign(0, -1), "0"},
-		{-2.5, "-2.5"},
-		{point1 + point2, "0.30000000000000004"},
-		{5e-324, "5e-324"},
-		{math.MaxFloat64, "1.7976931348623157e+308"},
-		{123.456, "123.456"},
-		{12345000000000, "12345000000000"},
-		{0.00001234, "0.00001234"},
-		{1.0 / 3, "0.3333333333333333"},
-		{math.NaN(), "NaN"},
-		{math.Inf(1), "Infinity"},
-		{math.Inf(-1), "-Infinity"},
-	}
-	for _, tt := range tests {
-		if got := formatJSNumber(tt.f); got != tt.want {
-			t.Errorf("formatJSNumber(%v) = %q, want %q", tt.f, got, tt.want)
 		}
 	}
 }

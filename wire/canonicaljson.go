@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/syncgo/syncgo/internal/jsnum"
 )
 
 // canonMaxDepth bounds the nesting CanonicalJSON follows, so a cyclic map or
@@ -49,7 +51,7 @@ func appendCanonical(dst []byte, v any, depth int) ([]byte, *EncodeError) {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return dst, encodeErrorf("canonical json: non-finite number %v", x)
 		}
-		return appendJSNumber(dst, x), nil
+		return jsnum.Append(dst, x), nil
 	case json.Number:
 		if !canonJSONNumber(string(x)) {
 			return dst, encodeErrorf("canonical json: %q is not a JSON number", string(x))
@@ -58,7 +60,7 @@ func appendCanonical(dst []byte, v any, depth int) ([]byte, *EncodeError) {
 		if err != nil {
 			return dst, encodeErrorf("canonical json: number %s out of range", string(x))
 		}
-		return appendJSNumber(dst, f), nil
+		return jsnum.Append(dst, f), nil
 	case int:
 		return appendCanonicalInt(dst, int64(x))
 	case int64:
@@ -174,83 +176,6 @@ func canonJSONNumber(s string) bool {
 		}
 	}
 	return i == len(s)
-}
-
-// formatJSNumber renders f as JavaScript's Number.prototype.toString does
-// (ECMA-262 Number::toString, radix 10): the shortest digits that round-trip,
-// plain notation for decimal exponents in [-6, 21), exponent notation
-// ("1e+21", "1.5e-7") outside it, and "0" for negative zero.
-func formatJSNumber(f float64) string {
-	var buf [32]byte
-	return string(appendJSNumber(buf[:0], f))
-}
-
-// appendJSNumber appends formatJSNumber(f) to dst.
-func appendJSNumber(dst []byte, f float64) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(dst, "NaN"...)
-	case math.IsInf(f, 1):
-		return append(dst, "Infinity"...)
-	case math.IsInf(f, -1):
-		return append(dst, "-Infinity"...)
-	case f == 0:
-		return append(dst, '0')
-	}
-	if f < 0 {
-		dst = append(dst, '-')
-		f = -f
-	}
-	// Shortest round-trip digits in scientific form: d[.ddd]e±x.
-	var sci [32]byte
-	s := strconv.AppendFloat(sci[:0], f, 'e', -1, 64)
-	var digits [24]byte
-	k := 0
-	i := 0
-	for ; s[i] != 'e'; i++ {
-		if s[i] != '.' {
-			digits[k] = s[i]
-			k++
-		}
-	}
-	exp, neg := 0, s[i+1] == '-'
-	for _, c := range s[i+2:] { // skip 'e' and the sign AppendFloat always writes
-		exp = exp*10 + int(c-'0')
-	}
-	if neg {
-		exp = -exp
-	}
-	n := exp + 1 // the value is 0.d1d2…dk × 10^n
-	d := digits[:k]
-	switch {
-	case k <= n && n <= 21:
-		dst = append(dst, d...)
-		for range n - k {
-			dst = append(dst, '0')
-		}
-	case 0 < n && n <= 21:
-		dst = append(dst, d[:n]...)
-		dst = append(dst, '.')
-		dst = append(dst, d[n:]...)
-	case -6 < n && n <= 0:
-		dst = append(dst, '0', '.')
-		for range -n {
-			dst = append(dst, '0')
-		}
-		dst = append(dst, d...)
-	default:
-		dst = append(dst, d[0])
-		if k > 1 {
-			dst = append(dst, '.')
-			dst = append(dst, d[1:]...)
-		}
-		dst = append(dst, 'e')
-		if n-1 >= 0 {
-			dst = append(dst, '+')
-		}
-		dst = strconv.AppendInt(dst, int64(n-1), 10)
-	}
-	return dst
 }
 
 // appendJSString appends s as a JSON string literal escaped the way
