@@ -150,7 +150,7 @@ func planSchema(ctx context.Context, tx pgx.Tx, c *schema.Compiled, decls []stor
 		return refuse(err)
 	}
 	if len(p.app) > 0 {
-		p.action, p.refusal = store.SchemaUpgradeNeeded, upgradeRequired(p.upgradeLines())
+		p.action, p.refusal = store.SchemaUpgradeNeeded, store.UpgradeRequired(p.upgradeLines(), c.Version())
 		return p, nil
 	}
 	p.action = store.SchemaNone
@@ -222,17 +222,6 @@ func addsColumn(steps []coreStep, table, column string) bool {
 		}
 	}
 	return false
-}
-
-// upgradeRequired is the refusal of a same-version database that lacks
-// what Upgrade adds.
-func upgradeRequired(lines []string) error {
-	return &store.Error{
-		Code: store.CodePhysicalLayoutMismatch,
-		Message: "the database was written by an older server line and lacks what this server needs; " +
-			"run `syncgo migrate` to upgrade it (it adds columns and tables and rebuilds indexes; it rewrites no data)",
-		Details: map[string]any{"reason": "upgrade_required", "upgrade": lines},
-	}
 }
 
 // appendOnlyRefusal is the refusal of a bump that schema.CheckAppendOnly

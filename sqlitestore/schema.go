@@ -250,7 +250,7 @@ func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclarati
 			return schemaPlan{}, err
 		}
 		if len(steps) > 0 {
-			return schemaPlan{action: store.SchemaUpgradeNeeded, refusal: upgradeNeeded(steps), upgrade: steps}, nil
+			return schemaPlan{action: store.SchemaUpgradeNeeded, refusal: store.UpgradeRequired(stepLines(steps), sc.Version()), upgrade: steps}, nil
 		}
 		return schemaPlan{action: store.SchemaNone}, nil
 	case found:
@@ -260,15 +260,6 @@ func planSchemaOn(c *conn, cs *compiledSchema, decls []store.CheckpointDeclarati
 		return schemaPlan{action: store.SchemaMigrate, old: m.Layout}, nil
 	}
 	return schemaPlan{action: store.SchemaCreate}, nil
-}
-
-// upgradeNeeded is the refusal of a same-version database that lacks
-// what Upgrade adds (the code and details pgstore gives it too).
-func upgradeNeeded(steps []ddlStep) error {
-	return &store.Error{Code: store.CodePhysicalLayoutMismatch,
-		Message: "the database was written by an older server line and lacks what this server needs; " +
-			"run `syncgo migrate` to upgrade it (it adds columns and rebuilds indexes, and rewrites no data)",
-		Details: map[string]any{"reason": "upgrade_required", "upgrade": stepLines(steps)}}
 }
 
 // checkAppendOnly is the layout rule of a migration.

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/syncgo/syncgo/schema"
 )
@@ -59,4 +61,28 @@ type Upgrader interface {
 	// what it did (the same lines PlanSchema lists). Idempotent: a second
 	// call returns nothing.
 	Upgrade(ctx context.Context, s *schema.Compiled) ([]string, error)
+}
+
+// UpgradeRequired is the refusal of a database at the running schema
+// version that lacks what Upgrade adds (lines, as PlanSchema lists them).
+// When all it lacks are declared indexes, the likelier cause is a schema
+// whose index declarations changed without a new version, and the message
+// says so.
+func UpgradeRequired(lines []string, version int32) error {
+	msg := "the database was written by an older server line and lacks what this server needs; " +
+		"run `syncgo migrate` to upgrade it (it adds columns and tables and rebuilds indexes; it rewrites no data)"
+	indexesOnly := len(lines) > 0
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "create index ") && !strings.HasPrefix(l, "rebuild index ") {
+			indexesOnly = false
+		}
+	}
+	if indexesOnly {
+		msg = fmt.Sprintf("the schema declares indexes that the database at schema version %d does not have as declared (%s): "+
+			"a changed index declaration needs a new schema version, which builds it when the first server of that version starts; "+
+			"or run `syncgo migrate` to build them at this version (a database an older server line wrote lacks them too)",
+			version, strings.Join(lines, "; "))
+	}
+	return &Error{Code: CodePhysicalLayoutMismatch, Message: msg,
+		Details: map[string]any{"reason": "upgrade_required", "upgrade": lines}}
 }

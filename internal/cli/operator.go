@@ -127,7 +127,7 @@ func runSchema(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				running.Version(), running.Version())
 		case store.SchemaUpgradeNeeded:
 			startOK = false
-			fmt.Fprintf(stdout, "start: refused: the database was written by an older server line; run `syncgo migrate` first (%v)\n", plan.Refusal)
+			fmt.Fprintf(stdout, "start: refused until `syncgo migrate` runs (%v)\n", plan.Refusal)
 			for _, l := range plan.Upgrade {
 				fmt.Fprintln(stdout, "  "+l)
 			}

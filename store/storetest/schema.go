@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/syncgo/syncgo/schema"
@@ -21,6 +22,7 @@ func RunSchema(t *testing.T, open Opener) {
 		{"StoredLayoutMismatch", testStoredLayoutMismatch},
 		{"NoSchema", testNoSchema},
 		{"UnknownTable", testUnknownTable},
+		{"IndexAddedAtSameVersion", testIndexAddedAtSameVersion},
 	})
 }
 
@@ -190,5 +192,42 @@ func testUnknownTable(t *testing.T, open Opener) {
 		if err := c.call(); !errors.Is(err, store.ErrUnknownTable) {
 			t.Errorf("%s of a table outside the schema = %v, want ErrUnknownTable", c.name, err)
 		}
+	}
+}
+
+// testIndexAddedAtSameVersion: a start whose schema declares an index the
+// database lacks at the same version is refused with upgrade_required, and
+// the message says that a changed index declaration needs a new version
+// (not only that an older server line wrote the database); the same
+// declaration at a new version is migrated and builds the index.
+func testIndexAddedAtSameVersion(t *testing.T, open Opener) {
+	s := open(t)
+	if _, ok := s.(store.Upgrader); !ok {
+		t.Skip("the store has no physical layout to upgrade")
+	}
+	ctx := t.Context()
+	build := func(version int32, index bool) *schema.Compiled {
+		tb := schema.New(version).Table(TableTasks, "id", taskColumns()...).Scope("project:{project_id}")
+		if index {
+			tb = tb.Index("by_title", "title")
+		}
+		c, err := tb.Compile()
+		if err != nil {
+			t.Fatalf("compile: %v", err)
+		}
+		return c
+	}
+	if err := s.EnsureSchema(ctx, build(1, false)); err != nil {
+		t.Fatalf("EnsureSchema v1: %v", err)
+	}
+	err := s.EnsureSchema(ctx, build(1, true))
+	var se *store.Error
+	if !errors.As(err, &se) || se.Code != store.CodePhysicalLayoutMismatch || se.Details["reason"] != "upgrade_required" ||
+		!strings.Contains(se.Message, "needs a new schema version") || !strings.Contains(se.Message, "sync_ix_by_title") {
+		t.Fatalf("EnsureSchema v1 with an index added = %v; want %s (upgrade_required) saying the declaration needs a new schema version",
+			err, store.CodePhysicalLayoutMismatch)
+	}
+	if err := s.EnsureSchema(ctx, build(2, true)); err != nil {
+		t.Fatalf("EnsureSchema v2 with the index: %v", err)
 	}
 }
