@@ -637,7 +637,7 @@ func (s *watchSession) run(w *watchState) {
 			if s.beforeWrite != nil {
 				s.beforeWrite()
 			}
-			s.writeLocked(ws.OpText, b)
+			s.writeLocked(ws.OpBinary, b)
 		}
 		s.wmu.Unlock()
 		s.mu.Lock()
@@ -666,11 +666,14 @@ func (s *watchSession) sendError(watchID string, pe *syncerr.Error) {
 	b, err := remotewire.Marshal(&remotewire.WatchError{WatchID: watchID, Code: pe.Code, Message: pe.Message,
 		Retryable: pe.Entry().Retryable})
 	if err == nil {
-		s.write(ws.OpText, b)
+		s.write(ws.OpBinary, b)
 	}
 }
 
-// write sends one frame; a failed write ends the socket.
+// write sends one frame; a failed write ends the socket. Messages (a
+// snapshot, a watch_error) go in binary frames, as the reference server
+// sends them: its web client hands only binary messages to the watch
+// code and drops text ones.
 func (s *watchSession) write(op ws.OpCode, payload []byte) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
