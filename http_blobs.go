@@ -211,7 +211,8 @@ func (s *Server) handleBlobGet(w http.ResponseWriter, r *http.Request) {
 	etag := `"` + id + `"`
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
-	h.Set("Vary", "Authorization, Accept-Encoding")
+	// Added to, not replacing, the Vary: Origin of the CORS layer.
+	h.Add("Vary", "Authorization, Accept-Encoding")
 	if ps, ok := blobs.(store.BlobPresigner); ok && s.cfg.BlobStorePresignTTL > 0 {
 		// The provider enforces its expiry with no skew: announce the
 		// instant it was minted for, rounded down to a second.

@@ -42,7 +42,8 @@ func (s *Server) handleSegment(w http.ResponseWriter, r *http.Request) {
 	etag := `"` + id + `"`
 	h.Set("ETag", etag)
 	h.Set("Cache-Control", "private, max-age=0")
-	h.Set("Vary", "Authorization, X-Syncular-Scopes, Accept-Encoding")
+	// Added to, not replacing, the Vary: Origin of the CORS layer.
+	h.Add("Vary", "Authorization, X-Syncular-Scopes, Accept-Encoding")
 	if etagMatch(r.Header.Values("If-None-Match"), etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return

@@ -153,7 +153,8 @@ func (s *Server) handleSignedSegment(w http.ResponseWriter, r *http.Request, tok
 	// This server is the serving hop of its own URLs: it compresses per
 	// response, as the direct endpoint does (§5.8: the stored bytes stay
 	// uncompressed; a CDN in front would do the same at its edge).
-	h.Set("Vary", "Accept-Encoding")
+	// Added to, not replacing, the Vary: Origin of the CORS layer.
+	h.Add("Vary", "Accept-Encoding")
 	enc := negotiate(r)
 	if enc != "" {
 		h.Set("Content-Encoding", enc)
