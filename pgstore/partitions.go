@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -69,6 +71,31 @@ func (s *Store) RotateLogEpoch(ctx context.Context, partition, newEpoch string, 
 		}
 		return nil
 	})
+}
+
+// RotateLogEpochs rotates several partitions as RotateLogEpoch does, each
+// to its epoch in epochs (partition to new epoch): two statements over
+// arrays in one pipelined batch, one implicit transaction, so that an
+// interrupted call (a killed process, a lost connection) rotates none of
+// them.
+func (s *Store) RotateLogEpochs(ctx context.Context, epochs map[string]string, nowMs int64) error {
+	if err := s.checkWrite(); err != nil {
+		return err
+	}
+	parts := slices.Sorted(maps.Keys(epochs))
+	news := make([]string, len(parts))
+	for i, p := range parts {
+		if news[i] = epochs[p]; news[i] == "" {
+			return fmt.Errorf("rotate log epochs: partition %q: the new epoch is empty", p)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlRotateEpochs, parts, news, nowMs)
+	b.Queue(sqlDeleteClientsOf, parts)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("rotate log epochs: %w", storageFull(err))
+	}
+	return nil
 }
 
 // CommitSeqBefore returns the newest commit sequence created before

@@ -231,6 +231,15 @@ ON CONFLICT (partition) DO UPDATE SET log_epoch = EXCLUDED.log_epoch, epoch_requ
 
 	sqlDeleteClients = `DELETE FROM sync_clients WHERE partition = $1`
 
+	// sqlRotateEpochs is sqlRotateEpoch for the partitions $1, each to its
+	// epoch in $2.
+	sqlRotateEpochs = `INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+SELECT p, e, TRUE, $3 FROM unnest($1::text[], $2::text[]) AS r(p, e)
+ON CONFLICT (partition) DO UPDATE SET log_epoch = EXCLUDED.log_epoch, epoch_required = TRUE,
+  last_authenticated_at_ms = EXCLUDED.last_authenticated_at_ms`
+
+	sqlDeleteClientsOf = `DELETE FROM sync_clients WHERE partition = ANY($1::text[])`
+
 	// sqlRegistryEpochShared reads the epoch and keeps a rotation from
 	// committing until the prune does.
 	sqlRegistryEpochShared = `SELECT log_epoch FROM sync_partition_registry WHERE partition = $1 FOR SHARE`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -70,6 +72,31 @@ VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.lo
 		}
 		if err := c.exec("DELETE FROM sync_clients WHERE partition=?", partition); err != nil {
 			return fmt.Errorf("rotate log epoch: %w", err)
+		}
+		return nil
+	})
+}
+
+// RotateLogEpochs rotates several partitions as RotateLogEpoch does, each
+// to its epoch in epochs (partition to new epoch), in one transaction: an
+// interrupted call (a killed process, a full disk) rotates none of them.
+func (s *Store) RotateLogEpochs(ctx context.Context, epochs map[string]string, nowMs int64) error {
+	parts := slices.Sorted(maps.Keys(epochs))
+	for _, p := range parts {
+		if epochs[p] == "" {
+			return fmt.Errorf("rotate log epochs: partition %q: the new epoch is empty", p)
+		}
+	}
+	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+		for _, p := range parts {
+			if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.log_epoch, epoch_required = 1`,
+				p, epochs[p], nowMs); err != nil {
+				return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
+			}
+			if err := c.exec("DELETE FROM sync_clients WHERE partition=?", p); err != nil {
+				return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
+			}
 		}
 		return nil
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/syncgo/syncgo/internal/config"
 	"github.com/syncgo/syncgo/pgstore"
 	"github.com/syncgo/syncgo/sqlitestore"
+	"github.com/syncgo/syncgo/store"
 )
 
 const epochUsage = `usage: syncgo epoch rotate [-db DB] [-partition P]... [-yes] [-force]
@@ -22,7 +24,8 @@ client's next request is answered with resetRequired, so that it
 bootstraps again and re-sends the commits it still holds instead of
 keeping rows the restored database lost. The partitions' client records
 are deleted, and wire-version-1 clients (which know no epoch) are refused
-from then on.
+from then on. The partitions are rotated in one transaction: a rotation
+killed or interrupted part-way rotates none of them.
 
 Run it with every syncgo process on the database stopped, before any of
 them serves it. It refuses while another connection has the database open
@@ -101,20 +104,39 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintln(stderr, "syncgo epoch rotate: nothing rotated")
 		return 1
 	}
-	now := time.Now().UnixMilli()
+	rot, ok := st.(epochRotator)
+	if !ok {
+		return fail(fmt.Errorf("this store cannot rotate partitions together"))
+	}
+	olds := make(map[string]string, len(targets))
+	epochs := make(map[string]string, len(targets))
 	for _, p := range targets {
 		before, err := st.Partition(ctx, p)
-		old := before.LogEpoch
-		if err != nil {
-			old = "(none)"
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			olds[p] = "(none)"
+		case err != nil:
+			return fail(fmt.Errorf("partition %q: %w; nothing rotated", p, err))
+		default:
+			olds[p] = before.LogEpoch
 		}
-		epoch := newLogEpoch()
-		if err := st.RotateLogEpoch(ctx, p, epoch, now); err != nil {
-			return fail(fmt.Errorf("partition %q: %w", p, err))
-		}
-		fmt.Fprintf(stdout, "partition %q: log epoch %s -> %s\n", p, old, epoch)
+		epochs[p] = newLogEpoch()
+	}
+	// One transaction: a rotation killed or interrupted part-way rotates
+	// no partition, never some of them.
+	if err := rot.RotateLogEpochs(ctx, epochs, time.Now().UnixMilli()); err != nil {
+		return fail(fmt.Errorf("%w; nothing rotated", err))
+	}
+	for _, p := range targets {
+		fmt.Fprintf(stdout, "partition %q: log epoch %s -> %s\n", p, olds[p], epochs[p])
 	}
 	return 0
+}
+
+// epochRotator is what both drivers' stores offer to rotate several
+// partitions in one transaction.
+type epochRotator interface {
+	RotateLogEpochs(ctx context.Context, epochs map[string]string, nowMs int64) error
 }
 
 // otherConnections names the connections to db other than this command's
