@@ -90,10 +90,23 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return fail(err)
 	}
-	var counts struct{ rows, applied, cached, rejected int }
+	var counts struct{ rows, sent, applied, cached, rejected int }
 	var ops []producer.Op
 	digest := newBatchDigest(*table)
 	commit := 0
+	// stopped reports a run that ends early (an interrupt, an unreachable
+	// server, a bad line) with what it wrote before, so that the operator
+	// knows where it stands and how to finish.
+	stopped := func(err error) int {
+		fmt.Fprintf(stderr, "syncgo import: %v\n", err)
+		fmt.Fprintf(stderr, "syncgo import: stopped after %d rows in %d commits: %d applied, %d cached (already imported), %d rejected",
+			counts.sent, counts.applied+counts.cached+counts.rejected, counts.applied, counts.cached, counts.rejected)
+		if inFlight := commit - (counts.applied + counts.cached + counts.rejected); inFlight > 0 {
+			fmt.Fprintf(stderr, "; commit %d was sent and may have been written", commit)
+		}
+		fmt.Fprintln(stderr, "; running the import again with the same -id and -batch writes only what is missing")
+		return 1
+	}
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
@@ -104,6 +117,7 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		if err != nil {
 			return fmt.Errorf("commit %s: %w", id, err)
 		}
+		counts.sent += len(ops)
 		switch res.Status {
 		case wire.PushApplied:
 			counts.applied++
@@ -131,22 +145,22 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 		values, err := t.JSONValues([]byte(text))
 		if err != nil {
-			return fail(fmt.Errorf("line %d: %w", line, err))
+			return stopped(fmt.Errorf("line %d: %w", line, err))
 		}
 		ops = append(ops, producer.Upsert(*table, values))
 		digest.add(text)
 		counts.rows++
 		if len(ops) == *batch {
 			if err := flush(); err != nil {
-				return fail(err)
+				return stopped(err)
 			}
 		}
 	}
 	if err := sc2.Err(); err != nil {
-		return fail(fmt.Errorf("line %d: %w", line+1, err))
+		return stopped(fmt.Errorf("line %d: %w", line+1, err))
 	}
 	if err := flush(); err != nil {
-		return fail(err)
+		return stopped(err)
 	}
 	fmt.Fprintf(stdout, "imported %d rows into %s in %d commits: %d applied, %d cached (already imported), %d rejected\n",
 		counts.rows, *table, commit, counts.applied, counts.cached, counts.rejected)
