@@ -108,7 +108,7 @@ func TestBinaryEpochRotateKilledRotatesAllOrNone(t *testing.T) {
 }
 
 func testEpochRotateKilled(t *testing.T, bin, db string) {
-	const n = 1500
+	const n = 1000
 	ctx := context.Background()
 	parts := make([]string, n)
 	for i := range parts {
@@ -186,6 +186,39 @@ func testEpochRotateKilled(t *testing.T, bin, db string) {
 		}
 		t.Logf("killed after %v: %d line(s) printed, %d partitions rotated", delay, printed, rotated)
 		before, clients = after, left
+	}
+
+	// Interrupted (SIGINT) at the same points: it rotates all and says
+	// so (exit 0), or rotates none and says that (exit 1).
+	for i := 2; i < len(delays); i += 2 {
+		delay := delays[i]
+		cmd, lines, errLog := startCommand(t, bin, "epoch", "rotate", "-db", db, "-yes")
+		time.Sleep(delay)
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		printed := 0
+		for line := range lines {
+			if strings.HasPrefix(line, "partition ") {
+				printed++
+			}
+		}
+		after, left := epochState(t, db, parts)
+		rotated := 0
+		for _, p := range parts {
+			if after[p] != before[p] {
+				rotated++
+			}
+		}
+		code := cmd.ProcessState.ExitCode()
+		switch {
+		case code == 0 && rotated == n && printed == n && left == 0:
+		case code == 1 && rotated == 0 && printed == 0 && strings.Contains(errLog.String(), "nothing rotated"):
+		case code == -1 && rotated == 0 && printed == 0: // signalled before Go's handler was installed
+		default:
+			t.Fatalf("rotation interrupted after %v: exit %d, %d line(s) printed, %d of %d partitions rotated, %d client records left\n%s", delay, code, printed, rotated, n, left, errLog)
+		}
+		t.Logf("interrupted after %v: exit %d, %d partitions rotated", delay, code, rotated)
+		before = after
 	}
 
 	// Run to its end: every partition rotated, as it says.

@@ -65,9 +65,11 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		fmt.Fprintf(stderr, "syncgo epoch rotate: %v\n", err)
 		return 1
 	}
+	// failBefore reports an error before the rotation's transaction.
+	failBefore := func(err error) int { return fail(fmt.Errorf("%w; nothing rotated", err)) }
 	others, err := otherConnections(ctx, *db)
 	if err != nil {
-		return fail(err)
+		return failBefore(err)
 	}
 	if len(others) > 0 {
 		fmt.Fprintf(stderr, "syncgo epoch rotate: the database is open elsewhere:\n")
@@ -81,17 +83,17 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	st, err := openExistingStore(ctx, *db, false)
 	if err != nil {
-		return fail(err)
+		return failBefore(err)
 	}
 	defer st.Close()
 	targets := []string(partitions)
 	if len(targets) == 0 {
 		lister, ok := st.(partitionLister)
 		if !ok {
-			return fail(fmt.Errorf("this store cannot list its partitions: name them with -partition"))
+			return failBefore(fmt.Errorf("this store cannot list its partitions: name them with -partition"))
 		}
 		if targets, err = lister.Partitions(ctx); err != nil {
-			return fail(err)
+			return failBefore(err)
 		}
 		if len(targets) == 0 {
 			fmt.Fprintln(stdout, "no partitions: nothing to rotate")
@@ -106,7 +108,7 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	rot, ok := st.(epochRotator)
 	if !ok {
-		return fail(fmt.Errorf("this store cannot rotate partitions together"))
+		return failBefore(fmt.Errorf("this store cannot rotate partitions together"))
 	}
 	olds := make(map[string]string, len(targets))
 	epochs := make(map[string]string, len(targets))
@@ -116,7 +118,7 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		case errors.Is(err, store.ErrNotFound):
 			olds[p] = "(none)"
 		case err != nil:
-			return fail(fmt.Errorf("partition %q: %w; nothing rotated", p, err))
+			return failBefore(fmt.Errorf("partition %q: %w", p, err))
 		default:
 			olds[p] = before.LogEpoch
 		}
@@ -125,7 +127,18 @@ func runEpoch(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	// One transaction: a rotation killed or interrupted part-way rotates
 	// no partition, never some of them.
 	if err := rot.RotateLogEpochs(ctx, epochs, time.Now().UnixMilli()); err != nil {
-		return fail(fmt.Errorf("%w; nothing rotated", err))
+		// An interrupt or a lost connection can end the call after the
+		// transaction committed: the answer is read from the database.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		part, rerr := st.Partition(rctx, targets[0])
+		switch {
+		case rerr != nil:
+			return fail(fmt.Errorf("%w; whether the rotation committed is unknown (%v): run it again before starting any server", err, rerr))
+		case part.LogEpoch != epochs[targets[0]]:
+			return fail(fmt.Errorf("%w; nothing rotated", err))
+		}
+		fmt.Fprintf(stderr, "syncgo epoch rotate: %v, after the rotation committed\n", err)
 	}
 	for _, p := range targets {
 		fmt.Fprintf(stdout, "partition %q: log epoch %s -> %s\n", p, olds[p], epochs[p])
