@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -505,5 +506,223 @@ func TestBinaryImportInterrupted(t *testing.T) {
 	out, errOut, code := binarytest.Run(t, bin, []string{"SYNCGO_IMPORT_TOKEN=loader"}, args...)
 	if want := fmt.Sprintf("%d applied, %d cached", rows/batch-written, written); code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("the import again: exit %d\n%s%s\nwant %q", code, out, errOut, want)
+	}
+}
+
+// importSchemaIndexed is importSchema with a declared unique index, which
+// `syncgo migrate` rebuilds on a database of the older line.
+var importSchemaIndexed = strings.Replace(importSchema, `"scopes": ["project:{project_id}"],`,
+	`"scopes": ["project:{project_id}"], "indexes": [{"name": "items_by_n", "columns": ["n", "id"], "unique": true}],`, 1)
+
+// freeAddr returns a loopback address no listener has at the moment: the
+// servers of a test that restarts them keep one address, as a
+// deployment's clients see it.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	addr := l.Addr().String()
+	must(t, l.Close())
+	return addr
+}
+
+// execSQL runs statements on the test's database (either driver).
+func execSQL(t *testing.T, db string, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if strings.HasPrefix(db, "postgres://") {
+			pgtest.Exec(t, db, q)
+			continue
+		}
+		conn, err := sqlite.OpenConn(db)
+		must(t, err)
+		err = sqlitex.ExecuteTransient(conn, q, nil)
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// `syncgo migrate` of an older line's database killed (SIGKILL) at points
+// spread over its run: each kill leaves the database as it was or fully
+// upgraded (the upgrade is one transaction; SQLite's integrity_check
+// passes), the next run does what is left and says so, and once it ran,
+// the server starts and a client that synced before the upgrade goes on
+// from its cursor without a bootstrap.
+func TestBinaryMigrateKilled(t *testing.T) {
+	bin := binarytest.Build(t)
+	t.Run("sqlite", func(t *testing.T) {
+		testMigrateKilled(t, bin, filepath.Join(t.TempDir(), "s.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		testMigrateKilled(t, bin, pgtest.Schema(t, "h84_migrate", false))
+	})
+}
+
+func testMigrateKilled(t *testing.T, bin, db string) {
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "schema.json")
+	must(t, os.WriteFile(schemaPath, []byte(importSchemaIndexed), 0o600))
+	parsed, err := schema.ParseJSON([]byte(importSchemaIndexed))
+	must(t, err)
+	sc, err := schema.Compile(parsed)
+	must(t, err)
+	const rows = 4000
+	var input strings.Builder
+	for i := range rows {
+		fmt.Fprintf(&input, `{"id":"i%04d","project_id":"p1","n":%d,"f":null,"ok":true,"meta":null,"raw":null}`+"\n", i, i)
+	}
+	file := filepath.Join(dir, "items.jsonl")
+	must(t, os.WriteFile(file, []byte(input.String()), 0o600))
+	addr := freeAddr(t)
+	serveArgs := []string{"-listen", addr, "-schema", schemaPath, "-db", db}
+	p := binarytest.Serve(t, bin, binarytest.Options{}, serveArgs...)
+	if out, errOut, code := binarytest.Run(t, bin, []string{"SYNCGO_IMPORT_TOKEN=loader"},
+		"import", "-url", p.URL, "-schema", schemaPath, "-table", "items", "-id", "seed", "-batch", "500", file); code != 0 {
+		t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+	}
+	reader, err := sspclient.New(p.URL, "reader", sc, sspclient.Options{})
+	must(t, err)
+	must(t, reader.Subscribe("all", "items", map[string][]string{"project_id": {"p1"}}))
+	if _, err := reader.SyncUntilQuiet(context.Background(), 50); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop()
+
+	// The database becomes one of the older line: no
+	// _sync_column_versions, and (Postgres) the declared index not led by
+	// the partition.
+	pg := strings.HasPrefix(db, "postgres://")
+	execSQL(t, db, `ALTER TABLE items DROP COLUMN _sync_column_versions`)
+	if pg {
+		execSQL(t, db, `DROP INDEX sync_ix_items_by_n`, `CREATE UNIQUE INDEX sync_ix_items_by_n ON items (n, id)`)
+	}
+	upgraded := func() bool {
+		t.Helper()
+		out, errOut, code := binarytest.Run(t, bin, nil, "migrate", "-db", db, "-schema", schemaPath, "-dry-run")
+		switch {
+		case code == 0 && strings.Contains(out, "nothing to upgrade"):
+			return true
+		case code == 0 && strings.Contains(out, "add column items._sync_column_versions"):
+			return false
+		}
+		t.Fatalf("migrate -dry-run: exit %d\n%s%s", code, out, errOut)
+		return false
+	}
+
+	// A run to its end is timed on a copy of the older database: the
+	// kills fall in its span. (SQLite: the file is copied; Postgres: the
+	// run is not timed separately, a second is the span.)
+	span := time.Second
+	if !pg {
+		old, err := os.ReadFile(db)
+		must(t, err)
+		probe := filepath.Join(dir, "probe.db")
+		must(t, os.WriteFile(probe, old, 0o600))
+		start := time.Now()
+		if out, errOut, code := binarytest.Run(t, bin, nil, "migrate", "-db", probe, "-schema", schemaPath); code != 0 {
+			t.Fatalf("migrate a copy: exit %d\n%s%s", code, out, errOut)
+		}
+		span = time.Since(start)
+	}
+	// Interrupted (SIGINT) while its transaction waits for a lock another
+	// connection holds: it says that nothing was changed (before: only
+	// the error, "upgrade: lock sync_partitions: context canceled").
+	release := holdWriteLock(t, db)
+	cmd, lines, errLog := startCommand(t, bin, "migrate", "-db", db, "-schema", schemaPath)
+	time.Sleep(2 * time.Second)
+	_ = cmd.Process.Signal(os.Interrupt)
+	_ = cmd.Wait()
+	for range lines {
+	}
+	release()
+	if msg := errLog.String(); cmd.ProcessState.ExitCode() != 1 || !strings.Contains(msg, "nothing was changed; run syncgo migrate again") || upgraded() {
+		t.Fatalf("migrate interrupted while waiting for a lock: exit %d:\n%s", cmd.ProcessState.ExitCode(), msg)
+	}
+	done := false
+	for k := range 8 {
+		delay := span * time.Duration(k) / 6
+		cmd, lines, errLog := startCommand(t, bin, "migrate", "-db", db, "-schema", schemaPath)
+		time.Sleep(delay)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		said := ""
+		for line := range lines {
+			said += line + "\n"
+		}
+		if !pg {
+			sqliteIntegrity(t, db)
+		}
+		now := upgraded()
+		if done && !now {
+			t.Fatalf("killed after %v: an upgraded database is an older one again", delay)
+		}
+		if !done && now && said != "" && !strings.Contains(said, "upgraded (") {
+			t.Fatalf("killed after %v: upgraded, but it said %q %s", delay, said, errLog)
+		}
+		t.Logf("killed after %v: upgraded %v", delay, now)
+		done = now
+	}
+	out, errOut, code := binarytest.Run(t, bin, nil, "migrate", "-db", db, "-schema", schemaPath)
+	if code != 0 || (done != strings.Contains(out, "nothing to upgrade")) {
+		t.Fatalf("migrate after the kills (upgraded before: %v): exit %d\n%s%s", done, code, out, errOut)
+	}
+	if !upgraded() {
+		t.Fatal("not upgraded after migrate ran to its end")
+	}
+	if !pg {
+		sqliteIntegrity(t, db)
+	}
+
+	// The server starts on the upgraded database; the reader goes on
+	// from its cursor.
+	p = binarytest.Serve(t, bin, binarytest.Options{}, serveArgs...)
+	w, err := producer.New(producer.Config{URL: p.URL, Schema: sc, ClientID: "writer",
+		Token: func(context.Context) (string, error) { return "writer", nil }})
+	must(t, err)
+	if res, err := w.Push(context.Background(), "after-1", producer.Upsert("items", map[string]any{"id": "i0001", "project_id": "p1", "n": -1, "f": nil, "ok": false, "meta": nil, "raw": nil})); err != nil || res.Status != wire.PushApplied {
+		t.Fatalf("push after the upgrade: %v %+v", err, res)
+	}
+	results, err := reader.SyncUntilQuiet(context.Background(), 20)
+	must(t, err)
+	commits := 0
+	for _, res := range results {
+		for _, s := range res.Sections {
+			if s.Bootstrap {
+				t.Fatalf("the reader bootstrapped after the upgrade")
+			}
+			commits += s.Commits
+		}
+	}
+	if commits != 1 || len(reader.Rows("items")) != rows {
+		t.Fatalf("after the upgrade the reader pulled %d commits and holds %d rows; want 1 and %d", commits, len(reader.Rows("items")), rows)
+	}
+	seqs, ids := commitLog(t, db)
+	checkDense(t, seqs, ids)
+}
+
+// holdWriteLock holds, on a connection of its own, what keeps the
+// migration's transaction waiting (Postgres: sync_partitions in EXCLUSIVE
+// mode, which readers pass; SQLite: the write lock), until the returned
+// function is called.
+func holdWriteLock(t *testing.T, db string) func() {
+	t.Helper()
+	ctx := context.Background()
+	if strings.HasPrefix(db, "postgres://") {
+		conn, err := pgx.Connect(ctx, db)
+		must(t, err)
+		tx, err := conn.Begin(ctx)
+		must(t, err)
+		_, err = tx.Exec(ctx, "LOCK TABLE sync_partitions IN EXCLUSIVE MODE")
+		must(t, err)
+		return func() { _ = tx.Rollback(ctx); _ = conn.Close(ctx) }
+	}
+	conn, err := sqlite.OpenConn(db)
+	must(t, err)
+	must(t, sqlitex.ExecuteTransient(conn, "BEGIN IMMEDIATE", nil))
+	return func() {
+		_ = sqlitex.ExecuteTransient(conn, "ROLLBACK", nil)
+		conn.Close()
 	}
 }

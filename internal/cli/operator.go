@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/schema"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -392,6 +393,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		if lines, err = up.Upgrade(ctx, running); err != nil {
 			fmt.Fprintln(stderr, "syncgo migrate:", err)
+			if left := upgradeLeft(ctx, st, running); left != "" {
+				fmt.Fprintln(stderr, "syncgo migrate:", left)
+			}
 			return 1
 		}
 	}
@@ -408,4 +412,29 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stdout, "  "+l)
 	}
 	return 0
+}
+
+// upgradeLeft tells, after a failed or interrupted Upgrade, what it left
+// ("" for a refusal, which changes nothing and says why itself):
+// the upgrade is one transaction, committed whole or not at all, and an
+// interrupt can land after its commit, so the database is asked.
+func upgradeLeft(ctx context.Context, st store.Store, running *schema.Compiled) string {
+	const again = "run syncgo migrate again: it does only what is left"
+	in, ok := st.(store.Inspector)
+	if !ok {
+		return again
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	plan, err := in.PlanSchema(rctx, running, nil)
+	switch {
+	case err != nil:
+		return "whether the upgrade committed is unknown (" + err.Error() + "); " + again
+	case plan.Action == store.SchemaRefuse:
+		return "" // refused as the error says, nothing changed
+	case len(plan.Upgrade) == 0:
+		return "the upgrade committed before the error: nothing is left to do"
+	default:
+		return "nothing was changed; " + again
+	}
 }
