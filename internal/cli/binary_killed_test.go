@@ -507,6 +507,18 @@ func TestBinaryImportInterrupted(t *testing.T) {
 	if want := fmt.Sprintf("%d applied, %d cached", rows/batch-written, written); code != 0 || !strings.Contains(out, want) {
 		t.Fatalf("the import again: exit %d\n%s%s\nwant %q", code, out, errOut, want)
 	}
+
+	// An import for a schema version the server does not serve: its
+	// first commit is refused, and it says that nothing of it was
+	// written.
+	newer := filepath.Join(dir, "newer.json")
+	must(t, os.WriteFile(newer, []byte(strings.Replace(importSchema, `"version": 1`, `"version": 2`, 1)), 0o600))
+	_, errOut, code = binarytest.Run(t, bin, []string{"SYNCGO_IMPORT_TOKEN=loader"},
+		"import", "-url", p.URL, "-schema", newer, "-table", "items", "-id", "newer", file)
+	if code != 1 || !strings.Contains(errOut, "schema_unsupported") || !strings.Contains(errOut, "stopped after 0 rows in 0 commits") ||
+		!strings.Contains(errOut, "commit 1 was refused, nothing of it written") {
+		t.Fatalf("an import for schema version 2 to a server of version 1: exit %d\n%s", code, errOut)
+	}
 }
 
 // importSchemaIndexed is importSchema with a declared unique index, which

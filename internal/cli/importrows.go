@@ -94,6 +94,10 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	var ops []producer.Op
 	digest := newBatchDigest(*table)
 	commit := 0
+	// refused is set when the server refused the last commit sent (a
+	// producer.Error Push returned as it came, not retryable): it was
+	// not written.
+	refused := false
 	// stopped reports a run that ends early (an interrupt, an unreachable
 	// server, a bad line) with what it wrote before, so that the operator
 	// knows where it stands and how to finish.
@@ -101,7 +105,10 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		fmt.Fprintf(stderr, "syncgo import: %v\n", err)
 		fmt.Fprintf(stderr, "syncgo import: stopped after %d rows in %d commits: %d applied, %d cached (already imported), %d rejected",
 			counts.sent, counts.applied+counts.cached+counts.rejected, counts.applied, counts.cached, counts.rejected)
-		if inFlight := commit - (counts.applied + counts.cached + counts.rejected); inFlight > 0 {
+		switch inFlight := commit - (counts.applied + counts.cached + counts.rejected); {
+		case inFlight > 0 && refused:
+			fmt.Fprintf(stderr, "; commit %d was refused, nothing of it written", commit)
+		case inFlight > 0:
 			fmt.Fprintf(stderr, "; commit %d was sent and may have been written", commit)
 		}
 		fmt.Fprintln(stderr, "; running the import again with the same -id and -batch writes only what is missing")
@@ -115,6 +122,8 @@ func runImport(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		id := *name + "-" + strconv.Itoa(commit) + "-" + digest.sum()
 		res, err := p.Push(ctx, id, ops...)
 		if err != nil {
+			pe, ok := err.(*producer.Error)
+			refused = ok && !pe.Retryable
 			return fmt.Errorf("commit %s: %w", id, err)
 		}
 		counts.sent += len(ops)
