@@ -738,3 +738,85 @@ func holdWriteLock(t *testing.T, db string) func() {
 		conn.Close()
 	}
 }
+
+// `syncgo export -out FILE` killed (SIGKILL) or interrupted (SIGINT)
+// part-way leaves FILE as it was (absent here), never a FILE with some of
+// the rows, which the documented export-then-import loop would import as
+// the whole table; before, FILE was created at the start and written as
+// the rows were read. Complete, FILE holds every row. The file driver is
+// SQLite only: what changed is how the output file is written.
+func TestBinaryExportKilledLeavesNoPartialFile(t *testing.T) {
+	bin := binarytest.Build(t)
+	dir := t.TempDir()
+	schemaPath := filepath.Join(dir, "schema.json")
+	must(t, os.WriteFile(schemaPath, []byte(importSchema), 0o600))
+	const rows = 20000
+	var input strings.Builder
+	for i := range rows {
+		fmt.Fprintf(&input, `{"id":"i%05d","project_id":"p1","n":%d,"f":null,"ok":true,"meta":{"pad":"%s"},"raw":null}`+"\n", i, i, strings.Repeat("x", 100))
+	}
+	file := filepath.Join(dir, "items.jsonl")
+	must(t, os.WriteFile(file, []byte(input.String()), 0o600))
+	db := filepath.Join(dir, "s.db")
+	// The server keeps running: export reads beside it.
+	p := binarytest.Serve(t, bin, binarytest.Options{}, "-listen", "127.0.0.1:0", "-schema", schemaPath, "-db", db)
+	if out, errOut, code := binarytest.Run(t, bin, []string{"SYNCGO_IMPORT_TOKEN=loader"},
+		"import", "-url", p.URL, "-schema", schemaPath, "-table", "items", "-id", "seed", "-batch", "500", file); code != 0 {
+		t.Fatalf("import: exit %d\n%s%s", code, out, errOut)
+	}
+	outDir := t.TempDir()
+	target := filepath.Join(outDir, "items.jsonl")
+	args := []string{"export", "-db", db, "-schema", schemaPath, "-partition", "default", "-table", "items", "-out", target}
+	start := time.Now()
+	if _, errOut, code := binarytest.Run(t, bin, nil, args...); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errOut)
+	}
+	span := time.Since(start)
+	full, err := os.ReadFile(target)
+	must(t, err)
+	if string(full) != strings.TrimSuffix(input.String(), "\n") && string(full) != input.String() {
+		t.Fatalf("the export differs from the input (%d bytes; want %d)", len(full), input.Len())
+	}
+	for k := range 8 {
+		for _, sig := range []os.Signal{os.Kill, os.Interrupt} {
+			// A clean directory: no target, nothing a kill left.
+			must(t, os.RemoveAll(outDir))
+			must(t, os.Mkdir(outDir, 0o700))
+			delay := span * time.Duration(k) / 6
+			cmd, lines, errLog := startCommand(t, bin, args...)
+			time.Sleep(delay)
+			_ = cmd.Process.Signal(sig)
+			_ = cmd.Wait()
+			for range lines {
+			}
+			got, err := os.ReadFile(target)
+			complete := err == nil
+			switch {
+			case err == nil && string(got) == string(full):
+			case os.IsNotExist(err):
+			case err != nil:
+				t.Fatal(err)
+			default:
+				t.Fatalf("export stopped by %v after %v (exit %d) left %s with %d of %d bytes\n%s", sig, delay, cmd.ProcessState.ExitCode(), target, len(got), len(full), errLog)
+			}
+			entries, err := os.ReadDir(outDir)
+			must(t, err)
+			for _, e := range entries {
+				if e.Name() != "items.jsonl" && !strings.HasPrefix(e.Name(), "items.jsonl.partial-") {
+					t.Fatalf("export stopped by %v after %v left %s", sig, delay, e.Name())
+				}
+			}
+			if sig == os.Interrupt && cmd.ProcessState.ExitCode() != -1 {
+				// Go's handler ran: nothing is left beside the target.
+				entries, err := os.ReadDir(outDir)
+				must(t, err)
+				for _, e := range entries {
+					if e.Name() != "items.jsonl" {
+						t.Fatalf("export interrupted after %v left %s", delay, e.Name())
+					}
+				}
+			}
+			t.Logf("%v after %v: exit %d, complete file: %v", sig, delay, cmd.ProcessState.ExitCode(), complete)
+		}
+	}
+}

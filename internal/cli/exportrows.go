@@ -3,10 +3,13 @@ package cli
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 const exportUsage = `usage: syncgo export -db DB -partition P -table TABLE [-schema FILE] [-out FILE]
@@ -26,7 +29,8 @@ text; NULL as null.
   -partition P    the partition (default: default)
   -table TABLE    the table
   -schema FILE    the schema IR the database serves (default: the demo schema)
-  -out FILE       where to write (default: standard output)
+  -out FILE       where to write (default: standard output); written as
+                  FILE.partial-<random> and renamed to FILE once complete
 `
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -64,13 +68,13 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(fmt.Errorf("the database does not serve this schema: %w", err))
 	}
 	w := stdout
+	var part *partialFile
 	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
+		if part, err = createPartial(*out); err != nil {
 			return fail(err)
 		}
-		defer f.Close()
-		w = f
+		defer part.discard()
+		w = part.f
 	}
 	bw := bufio.NewWriter(w)
 	codec := t.RowCodec()
@@ -102,6 +106,62 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := bw.Flush(); err != nil {
 		return fail(err)
 	}
+	if part != nil {
+		if err := part.commit(); err != nil {
+			return fail(err)
+		}
+	}
 	fmt.Fprintf(stderr, "exported %d rows of %s in partition %s\n", n, *table, *partition)
 	return 0
+}
+
+// partialFile is an export being written beside its -out file, renamed
+// over it once complete: an export killed, interrupted or failed part-way
+// never leaves a -out that holds some of the rows (which an import would
+// take for the whole table), only the file it writes, named
+// <out>.partial-<random>.
+type partialFile struct {
+	f      *os.File
+	target string
+	done   bool
+}
+
+func createPartial(target string) (*partialFile, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	// O_EXCL with the mode os.Create uses: the umask applies, as it did
+	// to the -out file written directly.
+	f, err := os.OpenFile(target+".partial-"+hex.EncodeToString(b[:]), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err != nil {
+		return nil, err
+	}
+	return &partialFile{f: f, target: target}, nil
+}
+
+// commit makes the file durable and renames it over the target.
+func (p *partialFile) commit() error {
+	if err := p.f.Sync(); err != nil {
+		return err
+	}
+	if err := p.f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(p.f.Name(), p.target); err != nil {
+		return err
+	}
+	p.done = true
+	if d, err := os.Open(filepath.Dir(p.target)); err == nil {
+		_ = d.Sync() // the rename itself durable, where the system allows
+		d.Close()
+	}
+	return nil
+}
+
+// discard removes the file unless it was committed.
+func (p *partialFile) discard() {
+	if p.done {
+		return
+	}
+	p.f.Close()
+	os.Remove(p.f.Name())
 }
