@@ -17,6 +17,7 @@ import (
 	"zombiezen.com/go/sqlite/sqlitex"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/cli"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
@@ -817,6 +818,54 @@ func TestBinaryExportKilledLeavesNoPartialFile(t *testing.T) {
 				}
 			}
 			t.Logf("%v after %v: exit %d, complete file: %v", sig, delay, cmd.ProcessState.ExitCode(), complete)
+		}
+	}
+}
+
+// `syncgo export` with a schema file of another version than the
+// database's names both versions, on both drivers; before, SQLite said
+// only "ensure schema: sqlitestore: the store is read-only" for a
+// database older than the file.
+func TestExportOtherSchemaVersionNamesBoth(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testExportOtherSchemaVersion(t, filepath.Join(t.TempDir(), "s.db")) })
+	t.Run("postgres", func(t *testing.T) { testExportOtherSchemaVersion(t, pgtest.Schema(t, "h84_exportv", false)) })
+}
+
+func testExportOtherSchemaVersion(t *testing.T, db string) {
+	dir := t.TempDir()
+	v1 := filepath.Join(dir, "v1.json")
+	v2src := strings.Replace(strings.Replace(importSchema, `"version": 1`, `"version": 2`, 1),
+		`{"name": "raw", "type": "bytes", "nullable": true}`, `{"name": "raw", "type": "bytes", "nullable": true}, {"name": "note", "type": "string", "nullable": true}`, 1)
+	v2 := filepath.Join(dir, "v2.json")
+	must(t, os.WriteFile(v1, []byte(importSchema), 0o600))
+	must(t, os.WriteFile(v2, []byte(v2src), 0o600))
+	for _, c := range []struct{ db, file string }{{"v1", v2}, {"v2", v1}} {
+		path := db
+		if !strings.HasPrefix(db, "postgres://") {
+			path = filepath.Join(filepath.Dir(db), c.db+".db")
+		}
+		src := importSchema
+		if c.db == "v2" {
+			src = v2src
+		}
+		parsed, err := schema.ParseJSON([]byte(src))
+		must(t, err)
+		sc, err := schema.Compile(parsed)
+		must(t, err)
+		st := killedStore(t, path)
+		must(t, st.EnsureSchema(context.Background(), sc))
+		must(t, st.Close())
+		var stdout, stderr strings.Builder
+		code := cli.Run(context.Background(), []string{"export", "-db", path, "-schema", c.file, "-partition", "default", "-table", "items"}, nil, &stdout, &stderr)
+		held, file := 1, 2
+		if c.db == "v2" {
+			held, file = 2, 1
+		}
+		if want := fmt.Sprintf("the database holds schema version %d, -schema is version %d", held, file); code != 1 || !strings.Contains(stderr.String(), want) {
+			t.Fatalf("export of a %s database with the other schema: exit %d: %s\nwant %q", c.db, code, stderr.String(), want)
+		}
+		if strings.HasPrefix(db, "postgres://") {
+			break // one schema of the test database: the older case only
 		}
 	}
 }

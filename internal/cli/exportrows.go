@@ -65,6 +65,12 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// Read-only: checks that the database serves this schema, writes
 	// nothing.
 	if err := st.EnsureSchema(ctx, sc); err != nil {
+		if m, merr := st.Marker(ctx); merr == nil && int64(m.SchemaVersion) != int64(sc.Version()) {
+			// Said plainly: a read-only store's refusal to migrate
+			// ("the store is read-only") does not name the versions.
+			return fail(fmt.Errorf("the database holds schema version %d, -schema is version %d: export with the schema file the database's servers run (%w)",
+				m.SchemaVersion, sc.Version(), err))
+		}
 		return fail(fmt.Errorf("the database does not serve this schema: %w", err))
 	}
 	w := stdout
