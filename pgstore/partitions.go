@@ -89,13 +89,19 @@ func (s *Store) RotateLogEpochs(ctx context.Context, epochs map[string]string, n
 			return fmt.Errorf("rotate log epochs: partition %q: the new epoch is empty", p)
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlRotateEpochs, parts, news, nowMs)
-	b.Queue(sqlDeleteClientsOf, parts)
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("rotate log epochs: %w", storageFull(err))
+	write := func() error {
+		b := &pgx.Batch{}
+		b.Queue(sqlRotateEpochs, parts, news, nowMs)
+		b.Queue(sqlDeleteClientsOf, parts)
+		if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("rotate log epochs: %w", storageFull(err))
+		}
+		return nil
 	}
-	return nil
+	if s.clients == nil {
+		return write()
+	}
+	return s.clients.SyncPartitions(parts, write)
 }
 
 // CommitSeqBefore returns the newest commit sequence created before

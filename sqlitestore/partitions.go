@@ -87,19 +87,25 @@ func (s *Store) RotateLogEpochs(ctx context.Context, epochs map[string]string, n
 			return fmt.Errorf("rotate log epochs: partition %q: the new epoch is empty", p)
 		}
 	}
-	return s.w.do(ctx, func(ctx context.Context, c *conn) error {
-		for _, p := range parts {
-			if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
+	write := func() error {
+		return s.w.do(ctx, func(ctx context.Context, c *conn) error {
+			for _, p := range parts {
+				if err := c.exec(`INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
 VALUES (?, ?, 1, ?) ON CONFLICT(partition) DO UPDATE SET log_epoch = excluded.log_epoch, epoch_required = 1`,
-				p, epochs[p], nowMs); err != nil {
-				return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
+					p, epochs[p], nowMs); err != nil {
+					return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
+				}
+				if err := c.exec("DELETE FROM sync_clients WHERE partition=?", p); err != nil {
+					return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
+				}
 			}
-			if err := c.exec("DELETE FROM sync_clients WHERE partition=?", p); err != nil {
-				return fmt.Errorf("rotate log epochs: partition %q: %w", p, err)
-			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
+	if s.clients == nil {
+		return write()
+	}
+	return s.clients.SyncPartitions(parts, write)
 }
 
 // CommitSeqBefore returns the newest commit sequence created before

@@ -225,6 +225,25 @@ func (w *ClientWriteBehind) Sync(partition, clientID string, fn func() error) er
 	return fn()
 }
 
+// SyncPartitions is Sync of every record of several partitions, in one
+// fn (a rotation of their log epochs in one transaction).
+func (w *ClientWriteBehind) SyncPartitions(partitions []string, fn func() error) error {
+	w.flushing.RLock()
+	defer w.flushing.RUnlock()
+	in := make(map[string]bool, len(partitions))
+	for _, p := range partitions {
+		in[p] = true
+	}
+	w.mu.Lock()
+	for k := range w.pending {
+		if in[k.partition] {
+			delete(w.pending, k)
+		}
+	}
+	w.mu.Unlock()
+	return fn()
+}
+
 // Advance runs a monotone cursor write (a realtime ack) that fn reports as
 // having set the stored cursor to cursor (updated) or not: no batch runs
 // during it, and a pending write the ack passed is dropped, while a
