@@ -898,3 +898,37 @@ func testExportOtherSchemaVersion(t *testing.T, db string) {
 		}
 	}
 }
+
+// RotateLogEpochs forgets the partitions' deferred client records still
+// waiting for their write: a record bound after the rotation is read as
+// bound, never with the cursor a client reached under the old epoch.
+func TestRotateLogEpochsDropsDeferredClients(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) { testRotateDropsDeferred(t, filepath.Join(t.TempDir(), "s.db")) })
+	t.Run("postgres", func(t *testing.T) { testRotateDropsDeferred(t, pgtest.Schema(t, "h84_rotdefer", false)) })
+}
+
+func testRotateDropsDeferred(t *testing.T, db string) {
+	ctx := context.Background()
+	st := killedStore(t, db)
+	defer st.Close()
+	part, err := st.TouchPartition(ctx, "p1", 1000, "old")
+	must(t, err)
+	rec := store.ClientRecord{ClientID: "c1", ActorID: "a", WireVersion: 3, Cursor: 0, UpdatedAtMs: 1000}
+	_, err = st.BindClient(ctx, "p1", rec)
+	must(t, err)
+	moved := rec
+	moved.Cursor, moved.UpdatedAtMs = 500, 1001
+	must(t, st.(store.ClientDeferrer).DeferClient(ctx, "p1", part.LogEpoch, moved, 0))
+	rot := st.(interface {
+		RotateLogEpochs(context.Context, map[string]string, int64) error
+	})
+	must(t, rot.RotateLogEpochs(ctx, map[string]string{"p1": "new"}, 1002))
+	// The client bootstraps under the new epoch and binds again.
+	_, err = st.BindClient(ctx, "p1", rec)
+	must(t, err)
+	got, err := st.Client(ctx, "p1", "c1")
+	must(t, err)
+	if got.Cursor != 0 {
+		t.Fatalf("the client record bound after the rotation reads cursor %d, the old epoch's; want 0", got.Cursor)
+	}
+}
