@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
+)
+
+// TestSoakShort is the soak's short mode: about 25 s of mixed load with
+// SIGKILLs, dropped sockets and (on Postgres, a fleet of two) terminated
+// backends, then the invariant checks. It runs only with SYNCGO_SOAK=1:
+// it takes about a minute per driver and loads the machine.
+func TestSoakShort(t *testing.T) {
+	if os.Getenv("SYNCGO_SOAK") == "" {
+		t.Skip("SYNCGO_SOAK is not set: skipping the short soak (about a minute per driver)")
+	}
+	bin := binarytest.Build(t)
+	t.Run("sqlite", func(t *testing.T) {
+		shortSoak(t, bin, filepath.Join(t.TempDir(), "soak.db"), 1)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		shortSoak(t, bin, pgtest.Schema(t, "soak", true), 2)
+	})
+}
+
+func shortSoak(t *testing.T, bin, db string, instances int) {
+	cfg := config{bin: bin, db: db, instances: instances, out: t.TempDir(),
+		secret:   "soak-test-secret-soak-test-secret-0123456",
+		duration: 25 * time.Second, clients: 30, tenants: 3, projects: 4, sockets: 0.5,
+		think: 300 * time.Millisecond, reinstall: true, faults: true,
+		killEvery: 8 * time.Second, terminateEvery: 6 * time.Second, dropEvery: 3 * time.Second,
+		settle: time.Minute, seed: time.Now().UnixNano()}
+	cfg.defaults()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := soak(ctx, cfg, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.write(&b)
+	t.Log("seed ", cfg.seed, "\n", b.String())
+	if rep.Applied == 0 || rep.FaultCounts["sigkill"] == 0 {
+		t.Errorf("the soak acknowledged %d commits and injected %d SIGKILLs: too little to check anything", rep.Applied, rep.FaultCounts["sigkill"])
+	}
+	if len(rep.Violations) > 0 {
+		t.Errorf("%d invariants violated (logs under %s)", len(rep.Violations), cfg.out)
+	}
+}
