@@ -371,8 +371,44 @@ func (b *batch) commit() error {
 	}
 	if err = closeBatch(br, err); err != nil {
 		b.s.log.WarnContext(b.ctx, "pgstore: commit notification failed", "partition", b.partition, "seq", b.seq, "err", err)
+		if appended {
+			b.s.renotify(b.ctx, b.partition, b.seq)
+		}
 	}
 	return nil
+}
+
+// renotifyAttempts and renotifyTimeout bound renotify.
+const (
+	renotifyAttempts = 3
+	renotifyTimeout  = 3 * time.Second
+)
+
+// renotify announces a committed sequence again, on connections of the
+// pool, after the notification that followed its COMMIT failed (the
+// writer's connection was lost right after the COMMIT, as
+// pg_terminate_backend or a pooler's restart does to it while the
+// listeners' direct connections stay up). Without it no other instance
+// would hear of the commit before the partition's next one, and their
+// sockets would miss its delta until then. It tries a few times, within
+// renotifyTimeout; the commit stands whatever comes of it.
+func (s *Store) renotify(ctx context.Context, partition string, seq int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renotifyTimeout)
+	defer cancel()
+	var err error
+	for attempt := range renotifyAttempts {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+			}
+		}
+		if _, err = s.pool.Exec(ctx, sqlNotifyCommit, partition, s.dbSchema, seq); err == nil {
+			return
+		}
+	}
+	s.log.ErrorContext(ctx, "pgstore: commit notification lost: other instances hear of the commit with the partition's next one",
+		"partition", partition, "seq", seq, "err", err)
 }
 
 // rollback ends a transaction that did not commit. When it fails, the
