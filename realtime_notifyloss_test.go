@@ -1,0 +1,57 @@
+package syncgo_test
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/syncgo/syncgo/internal/binarytest"
+	"github.com/syncgo/syncgo/internal/pgtest"
+)
+
+// TestRealtimeAcrossProcessesNotificationLost: two `syncgo serve`
+// processes on one Postgres schema; the notification that follows a
+// commit's COMMIT on the first fails (its writer connection lost right
+// after the COMMIT, as pg_terminate_backend or a pooler's restart does,
+// while the listen connections stay up). The commit is durable and must
+// still reach a socket of the second process as a delta, not wait for the
+// partition's next commit.
+//
+// The failure is injected by a pg_notify of the test's schema, ahead of
+// pg_catalog in the first process's search_path, that fails the first
+// commit notification of the partition.
+func TestRealtimeAcrossProcessesNotificationLost(t *testing.T) {
+	base := pgtest.URL(t)
+	if testing.Short() {
+		t.Skip("builds and runs the syncgo binary")
+	}
+	t.Parallel()
+	sc := mpDemoSchema(t)
+	bin := binarytest.Build(t)
+	db := pgtest.Schema(t, "syncgo_mp", false)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	name := q.Get("search_path")
+	pgtest.Exec(t, base, "CREATE SEQUENCE "+name+".notify_failures")
+	pgtest.Exec(t, base, `CREATE FUNCTION `+name+`.pg_notify(channel text, payload text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF payload LIKE '%:default' AND nextval('`+name+`.notify_failures') = 1 THEN
+    RAISE EXCEPTION 'injected: the connection was lost after the COMMIT';
+  END IF;
+  PERFORM pg_catalog.pg_notify(channel, payload);
+END $$`)
+	q.Set("search_path", name+",pg_catalog")
+	u.RawQuery = q.Encode()
+	first := mpServe(t, bin, u.String(), "first")
+	second := mpServe(t, bin, db, "second")
+
+	epoch, sock := mpSubscribedSocket(t, second.URL, "c2")
+	seq := mpPushTask(t, sc, first.URL, epoch, "c1", "task-1", "one")
+	sock.wantTask(t, seq, "task-1", "one", false)
+	if !strings.Contains(first.Stderr.String(), "commit notification failed") {
+		t.Errorf("the first process did not log the injected failure; stderr:\n%s", first.Stderr)
+	}
+}
