@@ -138,9 +138,12 @@
 // partition announce in commit order. It is not in the batch's
 // transaction because Postgres holds a database-wide lock from the commit
 // of a transaction that notifies until its commit record is flushed,
-// which would serialize the commits of all partitions. A process that
-// dies between the COMMIT and the notification (both already sent)
-// leaves the batch to be announced by the partition's next one.
+// which would serialize the commits of all partitions. When the
+// notification fails after the COMMIT succeeded (the writer's connection
+// lost in between), it is sent again on connections of the pool, a few
+// times within seconds (renotify). A process that dies between the COMMIT
+// and the notification (both already sent) leaves the batch to be
+// announced by the partition's next one.
 // [Store.ListenCommits] (the [store.CommitListener] the
 // server uses for realtime fan-out) receives them on a dedicated
 // connection, outside the pool, which therefore may go through a
