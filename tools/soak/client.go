@@ -176,6 +176,21 @@ func (v *vclient) round(ctx context.Context, c *sspclient.Client) {
 	v.note(err)
 }
 
+// catchUp pulls until a round needs no follow-up (a bootstrap in pages,
+// a catch-up limited by limitCommits), as a client does on a wake-up.
+func (v *vclient) catchUp(ctx context.Context, c *sspclient.Client) {
+	for range 50 {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		res, err := c.Sync(rctx)
+		cancel()
+		v.rounds.Add(1)
+		v.note(err)
+		if err != nil || !res.More() {
+			return
+		}
+	}
+}
+
 // pickRow returns a random synced item of a granted project.
 func (v *vclient) pickRow(c *sspclient.Client, rng *rand.Rand) (id, project string, ok bool) {
 	rows := c.Rows("items")
@@ -304,7 +319,7 @@ func (v *vclient) socketLoop(ctx context.Context) {
 		v.rt = rt
 		v.mu.Unlock()
 		stop := context.AfterFunc(ctx, func() { _ = rt.Drop() })
-		v.round(ctx, c) // catch up with what happened while away
+		v.catchUp(ctx, c) // what happened while away
 		if f, ok := c.AckFloor(); ok {
 			_ = rt.Ack(f)
 		}
@@ -317,7 +332,7 @@ func (v *vclient) socketLoop(ctx context.Context) {
 			case m.Delta != nil:
 				if _, err := c.ApplyDelta(m.Delta); err != nil {
 					v.wakeups.Add(1)
-					v.round(ctx, c)
+					v.catchUp(ctx, c)
 				} else {
 					v.deltas.Add(1)
 				}
@@ -327,7 +342,7 @@ func (v *vclient) socketLoop(ctx context.Context) {
 			case m.Event != nil:
 				if _, ok := m.Event.(wire.Wake); ok {
 					v.wakeups.Add(1)
-					v.round(ctx, c)
+					v.catchUp(ctx, c)
 				}
 			}
 		}

@@ -83,6 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.pgRestart, "pg-restart", "", "Postgres: restart the cluster once, at these offsets into the run (comma-separated durations), with pg_ctlcluster; the cluster is shared: use sparingly")
 	fs.StringVar(&c.pgCluster, "pg-cluster", "", "VERSION of pg_ctlcluster VERSION main restart (default: the only directory of /etc/postgresql)")
 	fs.DurationVar(&c.settle, "settle", 0, "bound of the catch-up after the faults stop (default 3m)")
+	fs.DurationVar(&c.quiet, "quiet", 0, "after the faults stop and the outboxes drain, how long the sockets alone have to bring every replica up to date before it is compared with the server (default 15s)")
 	fs.Int64Var(&c.seed, "seed", 1, "random seed of the clients' actions")
 	printConfig := fs.Bool("print-config", false, "print the schema and the YAML settings a server driven by -url needs, and exit")
 	if err := fs.Parse(args); err != nil {

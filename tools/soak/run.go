@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -39,7 +40,7 @@ type config struct {
 	terminateEvery       time.Duration
 	dropEvery            time.Duration
 	pgRestart, pgCluster string
-	settle               time.Duration
+	settle, quiet        time.Duration
 	seed                 int64
 }
 
@@ -55,6 +56,7 @@ func (c *config) defaults() {
 	def(&c.terminateEvery, 45*time.Second)
 	def(&c.dropEvery, 10*time.Second)
 	def(&c.settle, 3*time.Minute)
+	def(&c.quiet, 15*time.Second)
 	c.instances = max(c.instances, 1)
 	c.tenants = max(c.tenants, 1)
 	c.projects = max(c.projects, 2)
@@ -206,11 +208,13 @@ func soak(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 	r.makeClients()
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	var load sync.WaitGroup
+	sockCtx, stopSockets := context.WithCancel(ctx)
+	defer stopSockets()
+	var load, socks sync.WaitGroup
 	for _, v := range r.clients {
 		load.Go(func() { v.loop(loadCtx, cfg.think) })
 		if v.socket {
-			load.Go(func() { v.socketLoop(loadCtx) })
+			socks.Go(func() { v.socketLoop(sockCtx) })
 		}
 	}
 	sampCtx, stopSampling := context.WithCancel(ctx)
@@ -237,7 +241,7 @@ wait:
 	progress.Stop()
 	stopFaults()
 	faulting.Wait()
-	r.logf("load and faults stop; catching up")
+	r.logf("load and faults stop; outboxes drain, then %s of quiet for the sockets", cfg.quiet)
 	stopLoad()
 	load.Wait()
 	if ctx.Err() != nil {
@@ -250,6 +254,11 @@ wait:
 			return nil, err
 		}
 	}
+	r.drainOutboxes(ctx)
+	sleep(ctx, cfg.quiet)
+	r.checkRealtime(ctx)
+	stopSockets()
+	socks.Wait()
 	r.settle(ctx)
 	stopSampling()
 	sampling.Wait()
@@ -477,6 +486,89 @@ func (r *run) restartPostgres(ctx context.Context) {
 		return
 	}
 	r.noteFault("pg_restarted", fmt.Sprintf("in %s", time.Since(t0).Round(time.Millisecond)))
+}
+
+// drainOutboxes pushes every client's outbox (push-only requests: the
+// replicas learn of these commits, and of each other's, through their
+// sockets alone until settle).
+func (r *run) drainOutboxes(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.settle)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, v := range r.clients {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			c := v.client()
+			for c.Pending() > 0 && ctx.Err() == nil {
+				rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+				_, err := c.Push(rctx)
+				rcancel()
+				if errors.Is(err, sspclient.ErrNoEpoch) {
+					v.round(ctx, c)
+				} else if err != nil {
+					v.note(err)
+					sleep(ctx, time.Second)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// checkRealtime compares, once the outboxes drained and the sockets had
+// the quiet period to deliver, the replicas of the clients with a socket
+// to a fresh bootstrap of their tenant: what the sockets did not bring
+// (a delta never sent, a commit never announced to the process holding
+// the socket) shows as a difference. The replicas pulled only when their
+// socket connected or woke them.
+func (r *run) checkRealtime(ctx context.Context) {
+	fresh := map[string]*sspclient.Client{}
+	behind, checked := 0, 0
+	for _, v := range r.clients {
+		if !v.socket {
+			continue
+		}
+		a, ok := fresh[v.tenant]
+		if !ok {
+			var err error
+			if a, err = r.auditor(ctx, v.tenant); err != nil {
+				r.violation("tenant %s: bootstrap for the realtime check: %v", v.tenant, err)
+			}
+			fresh[v.tenant] = a
+		}
+		if a == nil {
+			continue
+		}
+		checked++
+		c := v.client()
+		for _, tbl := range []string{"items", "marks"} {
+			mine, server := c.Rows(tbl), a.Rows(tbl)
+			var diff []string
+			for id, srow := range server {
+				if !slices.Contains(v.projects, srow.Values[1].Str) {
+					continue
+				}
+				if crow, ok := mine[id]; !ok || crow.Version != srow.Version {
+					diff = append(diff, id)
+				}
+			}
+			for id := range mine {
+				if _, ok := server[id]; !ok {
+					diff = append(diff, id)
+				}
+			}
+			if len(diff) > 0 {
+				behind++
+				slices.Sort(diff)
+				r.violation("client %s (socket on %s): after %s of quiet, %d %s rows differ from the server's (e.g. %s)",
+					v.actor, r.url(v.inst), r.cfg.quiet, len(diff), tbl, diff[0])
+				break
+			}
+		}
+	}
+	r.logf("realtime check: %d clients with sockets, %d behind", checked, behind)
 }
 
 // settle brings every client up to date once the faults stopped: first

@@ -35,7 +35,7 @@ func shortSoak(t *testing.T, bin, db string, instances int) {
 		duration: 25 * time.Second, clients: 30, tenants: 3, projects: 4, sockets: 0.5,
 		think: 300 * time.Millisecond, reinstall: true, faults: true,
 		killEvery: 8 * time.Second, terminateEvery: 6 * time.Second, dropEvery: 3 * time.Second,
-		settle: time.Minute, seed: time.Now().UnixNano()}
+		settle: time.Minute, quiet: 5 * time.Second, seed: time.Now().UnixNano()}
 	cfg.defaults()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
