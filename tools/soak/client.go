@@ -57,7 +57,6 @@ type vclient struct {
 	forbid   map[string]bool   // commit ids written to the forbidden project
 	replicas int               // reinstalls
 	marks    map[string]string // commit id → mark id
-	lastErr  atomic.Value      // string
 	rounds   atomic.Int64
 	deltas   atomic.Int64
 	wakeups  atomic.Int64
@@ -100,7 +99,6 @@ func (v *vclient) note(err error) {
 		return
 	}
 	v.errs.Add(1)
-	v.lastErr.Store(err.Error())
 	v.r.noteErr(err)
 	var he *sspclient.HTTPError
 	if errors.As(err, &he) {
