@@ -314,8 +314,17 @@ func (v *vclient) socketLoop(ctx context.Context) {
 			continue
 		}
 		v.mu.Lock()
-		v.rt = rt
+		current := v.c == c
+		if current {
+			v.rt = rt
+		}
 		v.mu.Unlock()
+		if !current {
+			// A reinstall replaced the replica during the dial: this
+			// socket would feed the old one.
+			_ = rt.Drop()
+			continue
+		}
 		stop := context.AfterFunc(ctx, func() { _ = rt.Drop() })
 		v.catchUp(ctx, c) // what happened while away
 		if f, ok := c.AckFloor(); ok {

@@ -546,24 +546,41 @@ func (r *run) checkRealtime(ctx context.Context) {
 		for _, tbl := range []string{"items", "marks"} {
 			mine, server := c.Rows(tbl), a.Rows(tbl)
 			var diff []string
+			missing, older, newer, extra := 0, 0, 0, 0
 			for id, srow := range server {
 				if !slices.Contains(v.projects, srow.Values[1].Str) {
 					continue
 				}
-				if crow, ok := mine[id]; !ok || crow.Version != srow.Version {
-					diff = append(diff, id)
+				crow, ok := mine[id]
+				switch {
+				case !ok:
+					missing++
+				case crow.Version < srow.Version:
+					older++
+				case crow.Version > srow.Version:
+					newer++
+				default:
+					continue
 				}
+				diff = append(diff, id)
 			}
 			for id := range mine {
 				if _, ok := server[id]; !ok {
+					extra++
 					diff = append(diff, id)
 				}
 			}
 			if len(diff) > 0 {
 				behind++
 				slices.Sort(diff)
-				r.violation("client %s (socket on %s): after %s of quiet, %d %s rows differ from the server's (e.g. %s)",
-					v.actor, r.url(v.inst), r.cfg.quiet, len(diff), tbl, diff[0])
+				var cursors []string
+				for _, p := range v.projects {
+					if st, ok := c.Subscription(tbl + ":" + p); ok {
+						cursors = append(cursors, fmt.Sprintf("%s=%d", st.ID, st.Cursor))
+					}
+				}
+				r.violation("client %s (replica %s, socket on %s): after %s of quiet, %d %s rows differ from the server's: %d missing, %d older, %d newer, %d deleted on the server (e.g. %s); cursors %v",
+					v.actor, c.ClientID(), r.url(v.inst), r.cfg.quiet, len(diff), tbl, missing, older, newer, extra, diff[0], cursors)
 				break
 			}
 		}
