@@ -278,7 +278,13 @@ func mpDial(t *testing.T, base, clientID string) *mpSocket {
 // next returns the next message other than a heartbeat.
 func (s *mpSocket) next(t *testing.T, what string) mpMessage {
 	t.Helper()
-	timer := time.NewTimer(10 * time.Second)
+	return s.nextWithin(t, what, 10*time.Second)
+}
+
+// nextWithin is next with another bound.
+func (s *mpSocket) nextWithin(t *testing.T, what string, d time.Duration) mpMessage {
+	t.Helper()
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		select {
@@ -291,7 +297,7 @@ func (s *mpSocket) next(t *testing.T, what string) mpMessage {
 			}
 			return m
 		case <-timer.C:
-			t.Fatalf("waiting for %s: nothing within 10 s", what)
+			t.Fatalf("waiting for %s: nothing within %s", what, d)
 		}
 	}
 }
@@ -315,7 +321,13 @@ func (s *mpSocket) hello(t *testing.T) wire.Hello {
 // accepted instead (the commit fell into a listener gap).
 func (s *mpSocket) wantTask(t *testing.T, seq int64, id, title string, wakeOK bool) {
 	t.Helper()
-	m := s.next(t, fmt.Sprintf("the delta of commit %d", seq))
+	s.wantTaskWithin(t, seq, id, title, wakeOK, 10*time.Second)
+}
+
+// wantTaskWithin is wantTask with another bound.
+func (s *mpSocket) wantTaskWithin(t *testing.T, seq int64, id, title string, wakeOK bool, d time.Duration) {
+	t.Helper()
+	m := s.nextWithin(t, fmt.Sprintf("the delta of commit %d", seq), d)
 	if m.op == ws.OpText {
 		ev, err := wire.ParseServerEvent(m.data)
 		if w, ok := ev.(wire.Wake); err == nil && ok && wakeOK && w.Reason == wire.WakeCatchupRequired && w.Cursor >= seq {

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncgo/syncgo/internal/binarytest"
 	"github.com/syncgo/syncgo/internal/pgtest"
@@ -53,5 +54,47 @@ END $$`)
 	sock.wantTask(t, seq, "task-1", "one", false)
 	if !strings.Contains(first.Stderr.String(), "commit notification failed") {
 		t.Errorf("the first process did not log the injected failure; stderr:\n%s", first.Stderr)
+	}
+}
+
+// TestRealtimeAcrossProcessesNotificationNeverSent: the first process's
+// notifications of the partition all fail, the one after the COMMIT and
+// the ones sent again, as when the process dies between its COMMIT and
+// its notification. The partition then stays quiet. The second process's
+// socket still gets the commit's delta: its quiet sweep (every 10 s) reads
+// the partition's newest commit. Before the sweep, nothing announced the
+// commit until the partition's next one.
+func TestRealtimeAcrossProcessesNotificationNeverSent(t *testing.T) {
+	base := pgtest.URL(t)
+	if testing.Short() {
+		t.Skip("builds and runs the syncgo binary")
+	}
+	t.Parallel()
+	sc := mpDemoSchema(t)
+	bin := binarytest.Build(t)
+	db := pgtest.Schema(t, "syncgo_mp", false)
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	name := q.Get("search_path")
+	pgtest.Exec(t, base, `CREATE FUNCTION `+name+`.pg_notify(channel text, payload text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF payload LIKE '%:default' THEN
+    RAISE EXCEPTION 'injected: the process died after the COMMIT';
+  END IF;
+  PERFORM pg_catalog.pg_notify(channel, payload);
+END $$`)
+	q.Set("search_path", name+",pg_catalog")
+	u.RawQuery = q.Encode()
+	first := mpServe(t, bin, u.String(), "first")
+	second := mpServe(t, bin, db, "second")
+
+	epoch, sock := mpSubscribedSocket(t, second.URL, "c2")
+	seq := mpPushTask(t, sc, first.URL, epoch, "c1", "task-1", "one")
+	sock.wantTaskWithin(t, seq, "task-1", "one", false, 25*time.Second)
+	if !strings.Contains(first.Stderr.String(), "commit notification lost") {
+		t.Errorf("the first process did not give up on the notification; stderr:\n%s", first.Stderr)
 	}
 }

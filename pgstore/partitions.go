@@ -36,6 +36,29 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 	return scanPartitionRow(s.pool.QueryRow(ctx, sqlPartition, partition), partition)
 }
 
+// CommitHeads returns the newest commit sequence of each of the
+// partitions that has a commit-log counter row, in one statement.
+func (s *Store) CommitHeads(ctx context.Context, partitions []string) (map[string]int64, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, sqlCommitHeads, partitions)
+	if err != nil {
+		return nil, fmt.Errorf("commit heads: %w", err)
+	}
+	out := make(map[string]int64, len(partitions))
+	var id string
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq}, func() error {
+		out[id] = seq
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("commit heads: %w", err)
+	}
+	return out, nil
+}
+
 // scanPartitionRow reads a partition's state from a sqlPartition row;
 // ErrNotFound when the partition is unknown.
 func scanPartitionRow(row pgx.Row, partition string) (store.Partition, error) {

@@ -224,6 +224,8 @@ SELECT reg.log_epoch, reg.epoch_required, reg.last_authenticated_at_ms,
   LEFT JOIN sync_partition_registry r ON r.partition = k.id
   LEFT JOIN sync_partitions p ON p.partition = k.id`
 
+	sqlCommitHeads = `SELECT partition, max_commit_seq FROM sync_partitions WHERE partition = ANY($1::text[])`
+
 	sqlRotateEpoch = `INSERT INTO sync_partition_registry(partition, log_epoch, epoch_required, last_authenticated_at_ms)
 VALUES ($1, $2, TRUE, $3)
 ON CONFLICT (partition) DO UPDATE SET log_epoch = EXCLUDED.log_epoch, epoch_required = TRUE,

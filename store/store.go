@@ -296,6 +296,17 @@ type CommitListener interface {
 	ListenCommits(ctx context.Context, fn func(CommitNotification)) error
 }
 
+// CommitHeadsReader is implemented by stores with a CommitListener: it
+// reads the newest commit sequence of many partitions in one call. A
+// listening instance uses it to find commits whose notification never came
+// (the process that appended them died between its COMMIT and its
+// notification) in partitions that have gone quiet since.
+type CommitHeadsReader interface {
+	// CommitHeads returns each known partition's newest commit sequence
+	// (0 for a partition without commits); unknown ones are left out.
+	CommitHeads(ctx context.Context, partitions []string) (map[string]int64, error)
+}
+
 // CommitNotification announces a durable commit, or (Grants set) that an
 // actor's grants changed.
 type CommitNotification struct {

@@ -80,6 +80,12 @@ type Config struct {
 	// ReorderWait is how long fan-out waits for a missing commit
 	// notification before treating it as a gap. Default 50 ms.
 	ReorderWait time.Duration
+	// QuietSweep is how often a hub that listens to a shared store
+	// (Listen) looks for commits never announced to it in partitions that
+	// have had no notification for that long: a process that died between
+	// a commit and its notification leaves it to the partition's next
+	// commit, which a quiet partition may not have. Default 10 s.
+	QuietSweep time.Duration
 	// ReresolveInterval is how often every socket's scopes are resolved
 	// again, narrowing its registrations to what is still granted.
 	// Default 60 s; negative disables the periodic pass.
@@ -161,6 +167,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AckFlushSpread <= 0 {
 		c.AckFlushSpread = 10
+	}
+	if c.QuietSweep <= 0 {
+		c.QuietSweep = 10 * time.Second
 	}
 	if c.ReorderWait <= 0 {
 		c.ReorderWait = 50 * time.Millisecond
@@ -324,6 +333,9 @@ type partition struct {
 	// seq orders notifications: next is the sequence fan-out expects.
 	next    int64
 	pending map[int64]notified
+	// noticed is when the partition's last notification came (Notify,
+	// or a remote one): the quiet sweep reads the heads of the others.
+	noticed time.Time
 	timer   *time.Timer
 	// outbox holds notifications ready for fan-out, in order; one
 	// goroutine at a time drains it, so every session sees commits in
@@ -709,6 +721,7 @@ func (h *Hub) Notify(cn engine.CommitNotice) {
 		return
 	}
 	n := notified{CommitNotice: cn, rounds: h.roundsLocked(p, cn)}
+	p.noticed = time.Now()
 	if p.next == 0 {
 		p.next = n.Seq // first notification seen
 	}

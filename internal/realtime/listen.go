@@ -2,6 +2,7 @@ package realtime
 
 import (
 	"context"
+	"time"
 
 	"github.com/syncgo/syncgo/internal/engine"
 	"github.com/syncgo/syncgo/store"
@@ -17,6 +18,11 @@ const remoteBatch = 1000
 // instance already delivered are skipped; after a listener reconnect, the
 // partitions with sessions are checked for commits missed meanwhile.
 func (h *Hub) Listen(ctx context.Context, l store.CommitListener) error {
+	if heads, ok := h.cfg.Store.(store.CommitHeadsReader); ok {
+		sweepCtx, stop := context.WithCancel(ctx)
+		defer stop()
+		go h.sweepQuiet(sweepCtx, heads)
+	}
 	return l.ListenCommits(ctx, func(n store.CommitNotification) {
 		if n.Grants {
 			// Resolver calls must not hold up the listener.
@@ -50,12 +56,72 @@ func (h *Hub) remote(ctx context.Context, partition string, seq int64) {
 		return
 	}
 	p.mu.Lock()
+	p.noticed = time.Now()
 	next, idle := p.next, len(p.sessions) == 0
 	p.mu.Unlock()
 	if idle || next == 0 || seq < next {
 		return
 	}
 	h.deliverRange(ctx, p, next-1, seq)
+}
+
+// quietSweepBatch bounds the partitions whose heads one read asks for.
+const quietSweepBatch = 5000
+
+// sweepQuiet runs every QuietSweep until ctx ends: the partitions with
+// sessions that have had no notification for that long have their newest
+// commit read (in batches, one statement each), and commits past what
+// fan-out delivered are delivered now. They are commits whose
+// notification never came: their process died after the COMMIT and
+// before it announced them (a failed notification is sent again by a
+// process that lives), and in a quiet partition no later commit carries
+// them along.
+func (h *Hub) sweepQuiet(ctx context.Context, heads store.CommitHeadsReader) {
+	t := time.NewTicker(h.cfg.QuietSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		quiet := map[string]*partition{}
+		ids := []string{}
+		cutoff := time.Now().Add(-h.cfg.QuietSweep)
+		h.mu.Lock()
+		parts := make([]*partition, 0, len(h.parts))
+		for _, p := range h.parts {
+			parts = append(parts, p)
+		}
+		h.mu.Unlock()
+		for _, p := range parts {
+			p.mu.Lock()
+			if len(p.sessions) > 0 && p.next != 0 && p.noticed.Before(cutoff) {
+				quiet[p.id] = p
+				ids = append(ids, p.id)
+			}
+			p.mu.Unlock()
+		}
+		for len(ids) > 0 && ctx.Err() == nil {
+			n := min(len(ids), quietSweepBatch)
+			got, err := heads.CommitHeads(ctx, ids[:n])
+			if err != nil {
+				h.cfg.Logger.Debug("realtime: quiet sweep: reading commit heads failed", "err", err)
+				break
+			}
+			for id, seq := range got {
+				p := quiet[id]
+				p.mu.Lock()
+				next := p.next
+				p.mu.Unlock()
+				if next != 0 && seq >= next {
+					h.cfg.Logger.Info("realtime: delivering commits whose notification never came", "partition", id, "after", next-1, "through", seq)
+					h.deliverRange(ctx, p, next-1, seq)
+				}
+			}
+			ids = ids[n:]
+		}
+	}
 }
 
 // coverStarting handles a remote commit through seq for a partition whose
