@@ -114,7 +114,7 @@ func TestBinaryEpochRotateKilledRotatesAllOrNone(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		// A database of its own: the rotation refuses while other
 		// sessions of the database are open.
-		testEpochRotateKilled(t, bin, pgtest.Database(t, "h84_rotate"))
+		testEpochRotateKilled(t, bin, pgtest.Database(t, "cli_rotate_killed"))
 	})
 }
 
@@ -347,18 +347,13 @@ func TestBinaryImportKilledUnderLoad(t *testing.T) {
 		testImportKilled(t, bin, filepath.Join(t.TempDir(), "s.db"))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		testImportKilled(t, bin, pgtest.Schema(t, "h84_import", false))
+		testImportKilled(t, bin, pgtest.Schema(t, "cli_import_killed", false))
 	})
 }
 
 func testImportKilled(t *testing.T, bin, db string) {
 	dir := t.TempDir()
-	schemaPath := filepath.Join(dir, "schema.json")
-	must(t, os.WriteFile(schemaPath, []byte(importSchema), 0o600))
-	parsed, err := schema.ParseJSON([]byte(importSchema))
-	must(t, err)
-	sc, err := schema.Compile(parsed)
-	must(t, err)
+	schemaPath, sc := writeSchema(t, dir, importSchema)
 	const rows, batch = 2000, 20
 	const commits = rows / batch
 	var input strings.Builder
@@ -598,18 +593,13 @@ func TestBinaryMigrateKilled(t *testing.T) {
 		testMigrateKilled(t, bin, filepath.Join(t.TempDir(), "s.db"))
 	})
 	t.Run("postgres", func(t *testing.T) {
-		testMigrateKilled(t, bin, pgtest.Schema(t, "h84_migrate", false))
+		testMigrateKilled(t, bin, pgtest.Schema(t, "cli_migrate_killed", false))
 	})
 }
 
 func testMigrateKilled(t *testing.T, bin, db string) {
 	dir := t.TempDir()
-	schemaPath := filepath.Join(dir, "schema.json")
-	must(t, os.WriteFile(schemaPath, []byte(importSchemaIndexed), 0o600))
-	parsed, err := schema.ParseJSON([]byte(importSchemaIndexed))
-	must(t, err)
-	sc, err := schema.Compile(parsed)
-	must(t, err)
+	schemaPath, sc := writeSchema(t, dir, importSchemaIndexed)
 	const rows = 4000
 	var input strings.Builder
 	for i := range rows {
@@ -857,7 +847,7 @@ func TestBinaryExportKilledLeavesNoPartialFile(t *testing.T) {
 // database older than the file.
 func TestExportOtherSchemaVersionNamesBoth(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { testExportOtherSchemaVersion(t, filepath.Join(t.TempDir(), "s.db")) })
-	t.Run("postgres", func(t *testing.T) { testExportOtherSchemaVersion(t, pgtest.Schema(t, "h84_exportv", false)) })
+	t.Run("postgres", func(t *testing.T) { testExportOtherSchemaVersion(t, pgtest.Schema(t, "cli_export_version", false)) })
 }
 
 func testExportOtherSchemaVersion(t *testing.T, db string) {
@@ -904,7 +894,7 @@ func testExportOtherSchemaVersion(t *testing.T, db string) {
 // bound, never with the cursor a client reached under the old epoch.
 func TestRotateLogEpochsDropsDeferredClients(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) { testRotateDropsDeferred(t, filepath.Join(t.TempDir(), "s.db")) })
-	t.Run("postgres", func(t *testing.T) { testRotateDropsDeferred(t, pgtest.Schema(t, "h84_rotdefer", false)) })
+	t.Run("postgres", func(t *testing.T) { testRotateDropsDeferred(t, pgtest.Schema(t, "cli_rotate_deferred", false)) })
 }
 
 func testRotateDropsDeferred(t *testing.T, db string) {
@@ -931,4 +921,17 @@ func testRotateDropsDeferred(t *testing.T, db string) {
 	if got.Cursor != 0 {
 		t.Fatalf("the client record bound after the rotation reads cursor %d, the old epoch's; want 0", got.Cursor)
 	}
+}
+
+// writeSchema writes the schema text to dir/schema.json and returns the
+// file's path and the schema compiled.
+func writeSchema(t *testing.T, dir, text string) (string, *schema.Compiled) {
+	t.Helper()
+	path := filepath.Join(dir, "schema.json")
+	must(t, os.WriteFile(path, []byte(text), 0o600))
+	parsed, err := schema.ParseJSON([]byte(text))
+	must(t, err)
+	sc, err := schema.Compile(parsed)
+	must(t, err)
+	return path, sc
 }

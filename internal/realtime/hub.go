@@ -84,7 +84,7 @@ type Config struct {
 	// (Listen) looks for commits never announced to it in partitions that
 	// have had no notification for that long: a process that died between
 	// a commit and its notification leaves it to the partition's next
-	// commit, which a quiet partition may not have. Default 10 s.
+	// commit, which a quiet partition may not have. Default 5 s.
 	QuietSweep time.Duration
 	// ReresolveInterval is how often every socket's scopes are resolved
 	// again, narrowing its registrations to what is still granted.
@@ -169,7 +169,7 @@ func (c Config) withDefaults() Config {
 		c.AckFlushSpread = 10
 	}
 	if c.QuietSweep <= 0 {
-		c.QuietSweep = 10 * time.Second
+		c.QuietSweep = 5 * time.Second
 	}
 	if c.ReorderWait <= 0 {
 		c.ReorderWait = 50 * time.Millisecond

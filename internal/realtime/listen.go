@@ -88,13 +88,7 @@ func (h *Hub) sweepQuiet(ctx context.Context, heads store.CommitHeadsReader) {
 		quiet := map[string]*partition{}
 		ids := []string{}
 		cutoff := time.Now().Add(-h.cfg.QuietSweep)
-		h.mu.Lock()
-		parts := make([]*partition, 0, len(h.parts))
-		for _, p := range h.parts {
-			parts = append(parts, p)
-		}
-		h.mu.Unlock()
-		for _, p := range parts {
+		for _, p := range h.partitions() {
 			p.mu.Lock()
 			if len(p.sessions) > 0 && p.next != 0 && p.noticed.Before(cutoff) {
 				quiet[p.id] = p
@@ -175,16 +169,21 @@ func (h *Hub) deliverRange(ctx context.Context, p *partition, after, through int
 	}
 }
 
-// catchUpAll checks every partition with sessions for commits appended
-// while the listener was down.
-func (h *Hub) catchUpAll(ctx context.Context) {
+// partitions returns the partitions the hub holds now.
+func (h *Hub) partitions() []*partition {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	parts := make([]*partition, 0, len(h.parts))
 	for _, p := range h.parts {
 		parts = append(parts, p)
 	}
-	h.mu.Unlock()
-	for _, p := range parts {
+	return parts
+}
+
+// catchUpAll checks every partition with sessions for commits appended
+// while the listener was down.
+func (h *Hub) catchUpAll(ctx context.Context) {
+	for _, p := range h.partitions() {
 		p.mu.Lock()
 		next, idle := p.next, len(p.sessions) == 0
 		p.mu.Unlock()
