@@ -161,15 +161,6 @@ func (in *instance) kill(sig syscall.Signal) {
 	in.cmd = nil
 }
 
-func (in *instance) pid() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.cmd == nil {
-		return 0
-	}
-	return in.cmd.Process.Pid
-}
-
 // sample is one measurement of a process.
 type sample struct {
 	At         time.Duration // since the run's start
