@@ -299,35 +299,67 @@ func (r *run) compareClients() {
 			if a == nil {
 				continue // the tenant's bootstrap failed: reported by compareTenant
 			}
-			server := a.Rows(tbl)
-			for id, srow := range server {
-				if !slices.Contains(v.projects, srow.Values[1].Str) {
-					continue
-				}
-				crow, ok := mine[id]
-				switch {
-				case !ok:
-					diffs++
-					if diffs <= 5 {
-						r.violation("client %s (replica %s) lacks %s row %s (server version %d)", v.actor, c.ClientID(), tbl, id, srow.Version)
-					}
-				case crow.Version != srow.Version || !slices.EqualFunc(crow.Values, srow.Values, sameValue):
-					diffs++
-					if diffs <= 5 {
-						r.violation("client %s (replica %s) %s row %s: version %d, server %d (values equal: %v)", v.actor, c.ClientID(), tbl, id, crow.Version, srow.Version, slices.EqualFunc(crow.Values, srow.Values, sameValue))
-					}
+			d := diffRows(mine, a.Rows(tbl), v.projects)
+			for _, id := range d.missing {
+				if diffs++; diffs <= 5 {
+					r.violation("client %s (replica %s) lacks %s row %s (server version %d)", v.actor, c.ClientID(), tbl, id, d.server[id].Version)
 				}
 			}
-			for id := range mine {
-				if _, ok := server[id]; !ok {
-					diffs++
-					if diffs <= 5 {
-						r.violation("client %s (replica %s) holds %s row %s the server does not have", v.actor, c.ClientID(), tbl, id)
-					}
+			for _, id := range slices.Concat(d.older, d.newer, d.changed) {
+				if diffs++; diffs <= 5 {
+					r.violation("client %s (replica %s) %s row %s: version %d, server %d (values equal: %v)", v.actor, c.ClientID(), tbl, id,
+						mine[id].Version, d.server[id].Version, slices.EqualFunc(mine[id].Values, d.server[id].Values, sameValue))
+				}
+			}
+			for _, id := range d.extra {
+				if diffs++; diffs <= 5 {
+					r.violation("client %s (replica %s) holds %s row %s the server does not have", v.actor, c.ClientID(), tbl, id)
 				}
 			}
 		}
 	}
+}
+
+// rowDiff is how a client's rows of a table differ from the server's
+// rows of the client's projects, each list of row ids sorted.
+type rowDiff struct {
+	server  map[string]sspclient.Row
+	missing []string // on the server, not on the client
+	older   []string // at a lower version on the client
+	newer   []string // at a higher version on the client
+	changed []string // at the same version with other values
+	extra   []string // on the client, not on the server
+}
+
+// diffRows compares a client's rows with the server's (a fresh bootstrap
+// of the whole tenant), within the client's projects.
+func diffRows(mine, server map[string]sspclient.Row, projects []string) rowDiff {
+	d := rowDiff{server: server}
+	for id, srow := range server {
+		if !slices.Contains(projects, srow.Values[1].Str) {
+			continue
+		}
+		crow, ok := mine[id]
+		switch {
+		case !ok:
+			d.missing = append(d.missing, id)
+		case crow.Version < srow.Version:
+			d.older = append(d.older, id)
+		case crow.Version > srow.Version:
+			d.newer = append(d.newer, id)
+		case !slices.EqualFunc(crow.Values, srow.Values, sameValue):
+			d.changed = append(d.changed, id)
+		}
+	}
+	for id := range mine {
+		if _, ok := server[id]; !ok {
+			d.extra = append(d.extra, id)
+		}
+	}
+	for _, l := range []*[]string{&d.missing, &d.older, &d.newer, &d.changed, &d.extra} {
+		slices.Sort(*l)
+	}
+	return d
 }
 
 func (rep *report) write(w io.Writer) {

@@ -544,43 +544,18 @@ func (r *run) checkRealtime(ctx context.Context) {
 		checked++
 		c := v.client()
 		for _, tbl := range []string{"items", "marks"} {
-			mine, server := c.Rows(tbl), a.Rows(tbl)
-			var diff []string
-			missing, older, newer, extra := 0, 0, 0, 0
-			for id, srow := range server {
-				if !slices.Contains(v.projects, srow.Values[1].Str) {
-					continue
-				}
-				crow, ok := mine[id]
-				switch {
-				case !ok:
-					missing++
-				case crow.Version < srow.Version:
-					older++
-				case crow.Version > srow.Version:
-					newer++
-				default:
-					continue
-				}
-				diff = append(diff, id)
-			}
-			for id := range mine {
-				if _, ok := server[id]; !ok {
-					extra++
-					diff = append(diff, id)
-				}
-			}
+			d := diffRows(c.Rows(tbl), a.Rows(tbl), v.projects)
+			diff := slices.Sorted(slices.Values(slices.Concat(d.missing, d.older, d.newer, d.changed, d.extra)))
 			if len(diff) > 0 {
 				behind++
-				slices.Sort(diff)
 				var cursors []string
 				for _, p := range v.projects {
 					if st, ok := c.Subscription(tbl + ":" + p); ok {
 						cursors = append(cursors, fmt.Sprintf("%s=%d", st.ID, st.Cursor))
 					}
 				}
-				r.violation("client %s (replica %s, socket on %s): after %s of quiet, %d %s rows differ from the server's: %d missing, %d older, %d newer, %d deleted on the server (e.g. %s); cursors %v",
-					v.actor, c.ClientID(), r.url(v.inst), r.cfg.quiet, len(diff), tbl, missing, older, newer, extra, diff[0], cursors)
+				r.violation("client %s (replica %s, socket on %s): after %s of quiet, %d %s rows differ from the server's: %d missing, %d older, %d newer, %d changed at the same version, %d deleted on the server (e.g. %s); cursors %v",
+					v.actor, c.ClientID(), r.url(v.inst), r.cfg.quiet, len(diff), tbl, len(d.missing), len(d.older), len(d.newer), len(d.changed), len(d.extra), diff[0], cursors)
 				break
 			}
 		}
