@@ -299,7 +299,11 @@ func (v *vclient) reinstall(ctx context.Context) {
 func (v *vclient) socketLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		c := v.client()
-		if _, ok := c.LogEpoch(); !ok {
+		if _, ok := c.LogEpoch(); !ok || !v.registered(c) {
+			// Under the HTTP binding a socket's registrations are the
+			// client record's at connect (spec §8.1): one dialed before
+			// the replica's first pull registered its subscriptions
+			// gets no delta for its whole life.
 			v.round(ctx, c)
 			sleep(ctx, 200*time.Millisecond)
 			continue
@@ -362,6 +366,21 @@ func (v *vclient) socketLoop(ctx context.Context) {
 		v.mu.Unlock()
 		sleep(ctx, time.Duration(100+rand.IntN(900))*time.Millisecond)
 	}
+}
+
+// registered reports whether every subscription of the granted projects
+// has completed a pull (a cursor, no bootstrap under way), so that the
+// server holds them in the replica's client record.
+func (v *vclient) registered(c *sspclient.Client) bool {
+	for _, p := range v.projects {
+		for _, t := range []string{"items", "marks"} {
+			st, ok := c.Subscription(t + ":" + p)
+			if !ok || st.Cursor < 0 || st.BootstrapState != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // dropSocket closes the client's socket without a close frame.
