@@ -220,6 +220,27 @@ func (s *Store) DropReaction(ctx context.Context, partition, key string) (bool, 
 		`DELETE FROM sync_reactions WHERE partition = $1 AND idempotency_key = $2 AND status = 'dead-letter'`, partition, key)
 }
 
+// sqlRenameReactions moves the pending reactions and dead letters of $1
+// to $2 and counts, by state, what it moved and the leased ones left.
+const sqlRenameReactions = `WITH moved AS (
+  UPDATE sync_reactions SET type = $2 WHERE type = $1 AND status IN ('pending', 'dead-letter') RETURNING status)
+SELECT
+  (SELECT count(*) FROM moved WHERE status = 'pending'),
+  (SELECT count(*) FROM moved WHERE status = 'dead-letter'),
+  (SELECT count(*) FROM sync_reactions WHERE type = $1 AND status = 'leased')`
+
+// RenameReactions implements store.ReactionRenamer.
+func (s *Store) RenameReactions(ctx context.Context, from, to string) (store.ReactionRename, error) {
+	if err := s.checkWrite(); err != nil {
+		return store.ReactionRename{}, err
+	}
+	var r store.ReactionRename
+	if err := s.pool.QueryRow(ctx, sqlRenameReactions, from, to).Scan(&r.Pending, &r.Dead, &r.Leased); err != nil {
+		return store.ReactionRename{}, fmt.Errorf("rename reactions: %w", storageFull(err))
+	}
+	return r, nil
+}
+
 // sqlReactionBacklog counts the reactions not completed, reading the
 // status-led indexes.
 const sqlReactionBacklog = `SELECT

@@ -196,6 +196,36 @@ func (s *Store) DropReaction(ctx context.Context, partition, key string) (bool, 
 		`DELETE FROM sync_reactions WHERE partition = ? AND idempotency_key = ? AND status = 'dead-letter'`, partition, key)
 }
 
+// RenameReactions implements store.ReactionRenamer.
+func (s *Store) RenameReactions(ctx context.Context, from, to string) (store.ReactionRename, error) {
+	var r store.ReactionRename
+	err := s.w.do(ctx, func(_ context.Context, c *conn) error {
+		var err error
+		if r.Pending, err = c.execChanges(`UPDATE sync_reactions SET type = ? WHERE status = 'pending' AND type = ?`, to, from); err != nil {
+			return err
+		}
+		if r.Dead, err = c.execChanges(`UPDATE sync_reactions SET type = ? WHERE status = 'dead-letter' AND type = ?`, to, from); err != nil {
+			return err
+		}
+		rows, err := c.query(`SELECT count(*) FROM sync_reactions WHERE status = 'leased' AND type = ?`, from)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if rows.Next() {
+			err = rows.Scan(&r.Leased)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		return err
+	})
+	if err != nil {
+		return store.ReactionRename{}, fmt.Errorf("rename reactions: %w", err)
+	}
+	return r, nil
+}
+
 // sqlReactionBacklog counts the reactions not completed, reading the
 // status-led indexes.
 const sqlReactionBacklog = `SELECT

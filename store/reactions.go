@@ -131,6 +131,30 @@ type ReactionQuery struct {
 	Limit int
 }
 
+// ReactionRename reports what RenameReactions moved and left.
+type ReactionRename struct {
+	// Pending and Dead are the pending reactions and dead letters now
+	// under the new name.
+	Pending, Dead int64
+	// Leased are the reactions of the old name left under it because a
+	// runner holds them: a process still running the old handler
+	// delivers them, or, when its lease expires, the next claim of any
+	// runner makes them pending again (under the old name).
+	Leased int64
+}
+
+// ReactionRenamer is implemented by the stores that keep reactions
+// (both drivers): an operator who renames a handler moves its
+// undelivered reactions to the new name, since a runner claims only the
+// names it has handlers for. The stored payload, idempotency key,
+// attempts and due time stay as they are.
+type ReactionRenamer interface {
+	// RenameReactions gives the pending reactions and dead letters named
+	// from the name to, in one transaction, and counts the leased ones
+	// it left.
+	RenameReactions(ctx context.Context, from, to string) (ReactionRename, error)
+}
+
 // ReactionStore is implemented by stores that keep reactions (both
 // drivers), in sync_reactions. A claim and every transition after it are
 // atomic; a transition that names an owner applies only while that owner

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/syncgo/syncgo/reaction"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -21,6 +22,8 @@ commands:
   retry     make a dead letter pending again, due now, attempts cleared
             (-partition P -key K)
   drop      delete a dead letter (-partition P -key K)
+  rename    give the pending reactions and dead letters of a renamed
+            handler (a webhook's name) its new name (-from OLD -to NEW)
 
 Every command takes -db (SQLite file path or postgres:// URL; SYNCGO_DB).
 backlog and list only read.
@@ -40,8 +43,10 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	key := fs.String("key", "", "the reaction's idempotency key, as list prints it")
 	state := fs.String("state", string(store.ReactionDead), "list: pending, leased, completed, dead-letter, or all")
 	limit := fs.Int("limit", 100, "list: at most this many (1-1000)")
+	from := fs.String("from", "", "rename: the handler's old name")
+	to := fs.String("to", "", "rename: the handler's new name")
 	switch sub {
-	case "backlog", "list", "retry", "drop":
+	case "backlog", "list", "retry", "drop", "rename":
 	default:
 		fmt.Fprintf(stderr, "syncgo reactions: unknown command %q\n\n%s", sub, reactionsUsage)
 		return 2
@@ -56,6 +61,18 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if (sub == "retry" || sub == "drop") && (*partition == "" || *key == "") {
 		fmt.Fprintf(stderr, "syncgo reactions %s: -partition and -key are required\n", sub)
 		return 2
+	}
+	if sub == "rename" {
+		for _, n := range []string{*from, *to} {
+			if err := reaction.CheckName(n); err != nil {
+				fmt.Fprintf(stderr, "syncgo reactions rename: -from and -to: %v\n", err)
+				return 2
+			}
+		}
+		if *from == *to {
+			fmt.Fprintf(stderr, "syncgo reactions rename: -from and -to are the same name\n")
+			return 2
+		}
 	}
 	var (
 		st  store.Store
@@ -123,6 +140,20 @@ func runReactions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		verb := map[string]string{"retry": "retried (pending, due now)", "drop": "dropped"}[sub]
 		fmt.Fprintf(stdout, "%s %s\n", verb, *key)
+	case "rename":
+		rn, ok := st.(store.ReactionRenamer)
+		if !ok {
+			return fail(fmt.Errorf("this store cannot rename reactions"))
+		}
+		r, err := rn.RenameReactions(ctx, *from, *to)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "renamed %s to %s: %d pending, %d dead letters\n", *from, *to, r.Pending, r.Dead)
+		if r.Leased > 0 {
+			fmt.Fprintf(stdout, "left under %s: %d leased by a runner (a process still running %s delivers them; "+
+				"a lease that expires makes them pending again: run rename again then)\n", *from, r.Leased, *from)
+		}
 	}
 	return 0
 }

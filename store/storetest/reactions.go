@@ -29,6 +29,7 @@ func RunReactions(t *testing.T, open Opener) {
 		{"ConcurrentClaims", testReactionConcurrentClaims},
 		{"ReleaseClaim", testReactionReleaseClaim},
 		{"SurviveLogPrune", testReactionSurviveLogPrune},
+		{"Rename", testReactionRename},
 	})
 }
 
@@ -483,6 +484,62 @@ func testReactionOperator(t *testing.T, open Opener) {
 	}
 	if left := keysOf(e.list(store.ReactionQuery{})); !slices.Equal(left, []string{done[1].key}) {
 		t.Errorf("after dropping: %v", left)
+	}
+}
+
+// testReactionRename: RenameReactions moves the pending reactions and
+// dead letters of one name to another, leaves leased and completed ones
+// and other names alone, counts what it left, and a runner of the new
+// name claims what moved, payload and key unchanged.
+func testReactionRename(t *testing.T, open Opener) {
+	e := newReactionEnv(t, open)
+	rn, ok := e.s.(store.ReactionRenamer)
+	if !ok {
+		t.Skip("the driver is not a store.ReactionRenamer")
+	}
+	e.touch("p")
+	e.touch("q")
+	e.enqueue("p", newReactions("c", "old", 5, 100))
+	e.enqueue("p", newReactions("d", "other", 1, 100))
+	e.enqueue("q", newReactions("c", "old", 1, 100))
+	got := e.claim("w", []string{"old"}, 1000, 10_000, 3)
+	if len(got) != 3 {
+		t.Fatalf("claimed %d; want 3", len(got))
+	}
+	ok, err := e.rs.CompleteReaction(e.ctx, got[0].Partition, got[0].IdempotencyKey, "w", 1100)
+	e.wantOK("CompleteReaction", ok, err, true)
+	ok, err = e.rs.FailReaction(e.ctx, got[1].Partition, got[1].IdempotencyKey, "w", store.ReactionFailure{Code: "app.x", AtMs: 1100})
+	e.wantOK("FailReaction", ok, err, true)
+	// Now under "old": 1 completed, 1 dead letter, 1 leased, 3 pending
+	// (two in p, one in q); "other": 1 pending.
+	before := map[string]store.Reaction{}
+	for _, r := range e.list(store.ReactionQuery{}) {
+		before[r.Partition+"/"+r.IdempotencyKey] = r
+	}
+	r, err := rn.RenameReactions(e.ctx, "old", "new")
+	if err != nil || r != (store.ReactionRename{Pending: 3, Dead: 1, Leased: 1}) {
+		t.Fatalf("RenameReactions = %+v, %v; want 3 pending and 1 dead moved, 1 leased left", r, err)
+	}
+	for _, a := range e.list(store.ReactionQuery{}) {
+		b := before[a.Partition+"/"+a.IdempotencyKey]
+		want := b.Type
+		if b.Type == "old" && (b.State == store.ReactionPending || b.State == store.ReactionDead) {
+			want = "new"
+		}
+		if a.Type != want || a.State != b.State || a.Attempts != b.Attempts || a.AvailableAtMs != b.AvailableAtMs ||
+			string(a.Payload) != string(b.Payload) {
+			t.Errorf("%s/%s: was %s %s (%d attempts), is %s %s (%d); want name %s, the rest unchanged",
+				a.Partition, a.IdempotencyKey, b.Type, b.State, b.Attempts, a.Type, a.State, a.Attempts, want)
+		}
+	}
+	if got := e.claim("w2", []string{"old"}, 2000, 10_000, 10); len(got) != 0 {
+		t.Errorf("a runner of the old name claimed %v", keysOf(got))
+	}
+	if got := e.claim("w2", []string{"new"}, 2000, 10_000, 10); len(got) != 3 {
+		t.Errorf("a runner of the new name claimed %v; want the 3 pending", keysOf(got))
+	}
+	if r, err := rn.RenameReactions(e.ctx, "old", "new"); err != nil || r != (store.ReactionRename{Leased: 1}) {
+		t.Errorf("a second RenameReactions = %+v, %v; want nothing moved, 1 leased left", r, err)
 	}
 }
 
