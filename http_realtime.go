@@ -52,6 +52,10 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	if p := auth.WebSocketProtocol; p != "" {
 		upgrader.Protocol = func(offered string) bool { return offered == p }
 	}
+	deflate := false
+	if !s.cfg.Realtime.DisableCompression {
+		upgrader.Negotiate = realtime.NegotiateDeflate(&deflate)
+	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
 		release()
@@ -65,7 +69,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 	}
 	err = s.hub.Attach(r.Context(), realtime.Conn{NetConn: conn, Buffered: buffered,
 		Auth: engine.Auth{ActorID: auth.ActorID, Partition: auth.Partition}, ClientID: clientID, ExpiresAt: auth.ExpiresAt,
-		OnClose: release})
+		Deflate: deflate, OnClose: release})
 	if err != nil {
 		s.cfg.Logger.Error("realtime attach failed", "err", err)
 		_ = conn.Close()

@@ -352,6 +352,9 @@ type rtMsg struct {
 	op   ws.OpCode
 	data []byte
 	at   time.Time
+	// compressed: the message came compressed (RSV1, permessage-deflate)
+	// and data is what it inflated to (deflate sockets only).
+	compressed bool
 }
 
 func (m rtMsg) String() string {
@@ -376,6 +379,9 @@ type rtSock struct {
 	done     chan struct{}
 	endErr   error // set before done closes: wsutil.ClosedError or a read error
 	pending  []rtMsg
+	// deflate: the socket negotiated permessage-deflate; its data
+	// messages are sent compressed (see realtime_deflate_test.go).
+	deflate bool
 }
 
 // rtDialer returns the Dialer of an actor's token.
@@ -445,6 +451,9 @@ func (s *rtSock) readLoop() {
 func (s *rtSock) write(op ws.OpCode, payload []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if s.deflate && (op == ws.OpText || op == ws.OpBinary) {
+		return writeDeflated(s.nc, op, payload)
+	}
 	return wsutil.WriteClientMessage(s.nc, op, payload)
 }
 

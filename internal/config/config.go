@@ -237,6 +237,9 @@ type Realtime struct {
 	// default (500), negative disables it, and the release after a
 	// drained burst of requests with it.
 	ReleaseAfterChurn int `yaml:"release_after_churn"`
+	// DisableCompression declines permessage-deflate on /realtime
+	// sockets (accepted by default).
+	DisableCompression bool `yaml:"disable_compression"`
 }
 
 // Retention is the pruning of the commit log (spec §4.6;

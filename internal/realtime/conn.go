@@ -46,6 +46,9 @@ const closeLinger = time.Second
 type frame struct {
 	b    []byte
 	prio prio
+	// z, when set, is the same message compressed (RFC 7692), sent
+	// instead of b to a connection that negotiated permessage-deflate.
+	z []byte
 }
 
 func textFrame(payload []byte) frame {
@@ -82,7 +85,10 @@ type wsConn struct {
 	rc syscall.RawConn // nc's descriptor, for writes that do not wait; nil when nc has none
 	// fc is nc when the hub owns the socket's descriptor (adopt): the
 	// poller's events wake its waiting reads and writes.
-	fc       *fdConn
+	fc *fdConn
+	// z compresses and inflates messages when the connection negotiated
+	// permessage-deflate (nil: it did not). It is the hub's, shared.
+	z        *codec
 	maxMsgs  int
 	maxBytes int
 	writeTO  time.Duration
@@ -136,6 +142,10 @@ func newConn(nc net.Conn, maxMsgs, maxBytes int, writeTO time.Duration, slow *at
 // send queues f. It never blocks: a frame over the bounds is refused. A
 // wake-up replaces one still queued: wakes are coalescible (§8.3).
 func (c *wsConn) send(f frame) error {
+	if f.z != nil && c.z != nil {
+		f.b = f.z
+	}
+	f.z = nil
 	c.mu.Lock()
 	if c.closed || c.closing {
 		c.mu.Unlock()
@@ -547,6 +557,7 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, b
 	defer c.armRead(0)
 	r := &stallReader{c: c, r: br, stall: stall}
 	var out message
+	compressed := false
 	defer func() {
 		if err != nil && out.taken > 0 {
 			budget.GiveBody(out.taken)
@@ -572,8 +583,16 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, b
 		if h.Length > max || int64(len(out.payload))+h.Length > max {
 			return message{}, errTooLarge
 		}
-		if !h.Masked || h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
+		if !h.Masked || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
 			return message{}, errProtocol
+		}
+		if h.Rsv != 0 {
+			// RSV1 only, only on the first frame of a data message, only
+			// when permessage-deflate was negotiated (RFC 7692 §6).
+			if c.z == nil || h.Rsv != rsv1 || h.OpCode.IsControl() || h.OpCode == ws.OpContinuation {
+				return message{}, errProtocol
+			}
+			compressed = true
 		}
 		if budget != nil && !h.OpCode.IsControl() {
 			if need := int64(len(out.payload)) + h.Length - BodyFreeBytes - out.taken; need > 0 {
@@ -616,9 +635,47 @@ func (c *wsConn) readMessage(br *bufio.Reader, max int64, stall time.Duration, b
 			return message{}, errProtocol
 		}
 		if h.Fin {
+			if compressed {
+				var ierr error
+				if out, ierr = c.inflate(out, max, budget); ierr != nil {
+					return message{}, ierr // the deferred give-back sees what out holds
+				}
+			}
 			return out, nil
 		}
 	}
+}
+
+// inflate replaces a compressed message's payload with its inflated
+// bytes, bounded by max as an uncompressed message is; the budget is
+// taken for the inflated payload as it grows, and holds exactly its bytes
+// past the free part at the end. On error the caller gives back what the
+// message holds.
+func (c *wsConn) inflate(m message, limit int64, budget BodyBudget) (message, error) {
+	reserve := func(n int64) bool {
+		need := n - BodyFreeBytes - m.taken
+		if need <= 0 || budget == nil {
+			return true
+		}
+		if !budget.TakeBody(need) {
+			return false
+		}
+		m.taken += need
+		return true
+	}
+	p, err := c.z.inflate(m.payload, limit, reserve)
+	if err != nil {
+		if errors.Is(err, errInflate) {
+			err = errProtocol
+		}
+		return m, err
+	}
+	m.payload = p
+	if extra := m.taken - max(0, int64(len(p))-BodyFreeBytes); extra > 0 {
+		budget.GiveBody(extra)
+		m.taken -= extra
+	}
+	return m, nil
 }
 
 var errTooLarge = errors.New("message too large")

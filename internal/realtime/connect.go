@@ -28,6 +28,10 @@ type Conn struct {
 	ClientID string
 	// ExpiresAt, when set, closes the socket when the credentials expire.
 	ExpiresAt time.Time
+	// Deflate: the upgrade negotiated permessage-deflate without context
+	// takeover (NegotiateDeflate): the client may send compressed
+	// messages, and large messages are sent to it compressed.
+	Deflate bool
 	// OnClose, when set, is called once the socket is closed and its
 	// session removed (or at once when Attach refuses the socket because
 	// the hub is closed). It is not called when Attach returns an error.
@@ -54,6 +58,9 @@ const readBufferSize = 512
 // delta — can precede hello.
 func (h *Hub) Attach(ctx context.Context, c Conn) error {
 	wc := newConn(c.NetConn, h.cfg.QueueMessages, h.cfg.QueueBytes, h.cfg.WriteTimeout, &h.stats.closedSlow)
+	if c.Deflate {
+		wc.z = &h.z
+	}
 	if h.isClosed() {
 		h.refuse(wc)
 		if c.OnClose != nil {

@@ -232,6 +232,10 @@ type Stats struct {
 	// the partitions with sessions were checked for commits missed
 	// meanwhile.
 	ListenerConnects int64
+	// Compressed counts the messages compressed for sockets that
+	// negotiated permessage-deflate: a delta fanned out to many such
+	// sockets is compressed once.
+	Compressed int64
 	// ListenerUp is whether that commit listener is connected and
 	// listening now: while it is not, commits of other instances reach
 	// this one's sockets only on their clients' next pull.
@@ -287,6 +291,9 @@ type Hub struct {
 	// reader goroutines.
 	poll    *poller
 	readers chan *bufio.Reader
+	// z compresses and inflates the messages of the sockets that
+	// negotiated permessage-deflate (Conn.Deflate).
+	z codec
 	// polledReaders counts the reader goroutines started for polled
 	// sockets (acks are read by the poller itself, without one).
 	polledReaders atomic.Int64
@@ -408,7 +415,7 @@ func (h *Hub) Stats() Stats {
 		DropsBehind:      s.dropsBehind.Load(), DropsInRound: s.dropsInRound.Load(),
 		ClosedSlow: s.closedSlow.Load(), ClosedProtocol: s.closedProtocol.Load(), ClosedBusy: s.closedBusy.Load(),
 		NotificationGap: s.gaps.Load(), Narrowed: s.narrowed.Load(), MemoryReleases: h.cfg.Releaser.Released(memfree.Connections),
-		ListenerConnects: s.listenerConnects.Load(), ListenerUp: s.listenerUp.Load()}
+		ListenerConnects: s.listenerConnects.Load(), ListenerUp: s.listenerUp.Load(), Compressed: h.z.compressed.Load()}
 }
 
 // Partitions is the number of partitions the hub keeps state for.

@@ -235,6 +235,9 @@ func (w *roundWriter) Write(p []byte) (int, error) {
 	payload = append(payload, wire.ChannelTagRound)
 	payload = append(payload, p...)
 	f := binaryFrame(payload)
+	if z := w.s.conn.z; z != nil {
+		f.z = z.compress(ws.OpBinary, payload)
+	}
 	w.held = &f
 	w.scan.feed(p)
 	return len(p), nil

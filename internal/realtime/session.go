@@ -239,6 +239,10 @@ type deltaCache struct {
 	matches bool
 	frame   *frame
 	err     error // the delta cannot be encoded
+	// z is the frame compressed (nil: sent as is), made on the first use
+	// by a socket that negotiated permessage-deflate (zdone) and shared.
+	z     []byte
+	zdone bool
 }
 
 // deltaCaches is one fan-out goroutine's handle on a commit's deltaCache
@@ -254,7 +258,9 @@ type deltaCaches struct {
 	dc     *deltaCache // the entry of sig; nil before the first lookup
 	frame  *frame
 	err    error
-	framed bool // frame and err are dc's
+	framed bool        // frame and err are dc's
+	zdc    *deltaCache // the entry whose compressed frame z is
+	z      []byte
 }
 
 // deltaShared is the entries of one commit, per registration signature.
@@ -313,6 +319,25 @@ func (c *deltaCaches) frameFor(s *session, n engine.CommitNotice, dc *deltaCache
 		c.frame, c.err, c.framed = f, err, true
 	}
 	return f, err
+}
+
+// compressedFor returns the entry's delta frame f compressed, compressed
+// on first use and shared by every socket that negotiated
+// permessage-deflate (nil: the frame goes as it is). s.mu is held.
+func (c *deltaCaches) compressedFor(s *session, dc *deltaCache, f frame) []byte {
+	if c.zdc == dc {
+		return c.z
+	}
+	sh := c.shared
+	sh.mu.Lock()
+	if !dc.zdone {
+		dc.z = s.conn.z.compress(ws.OpBinary, payloadOf(f.b))
+		dc.zdone = true
+	}
+	z := dc.z
+	sh.mu.Unlock()
+	c.zdc, c.z = dc, z
+	return z
 }
 
 // roundCommitLocked takes the in-round path (§8.7 interleaving) for a
@@ -414,6 +439,9 @@ func (s *session) deliverMarked(n engine.CommitNotice, cache *deltaCaches, inRou
 			s.suppressed = true
 			s.wakeLocked(wire.WakeDeltaTooLarge)
 			return
+		}
+		if s.conn.z != nil {
+			f.z = cache.compressedFor(s, dc, f)
 		}
 		// Counted before the send: the frame may be on the wire when
 		// send returns.
