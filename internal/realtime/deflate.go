@@ -29,6 +29,12 @@ const deflateMin = 128
 // compressed message, §7.2.2 has the receiver append it back.
 const deflateTail = "\x00\x00\xff\xff"
 
+// inflateEnd is what inflate appends to a compressed message: the tail,
+// then an empty final stored block, so that a message that ends where a
+// block ends inflates to a clean end of stream, and one cut inside a
+// block does not (it fails instead of passing for what it held so far).
+const inflateEnd = deflateTail + "\x01\x00\x00\xff\xff"
+
 // rsv1 is the per-message compressed bit (RFC 7692 §6) of ws.Header.Rsv
 // (ws.Rsv(true, false, false)).
 const rsv1 byte = 0x04
@@ -88,7 +94,7 @@ var errInflate = errors.New("compressed message does not inflate")
 // uncompressed message may. reserve is asked, before the payload's buffer
 // grows to n bytes, whether it may (false fails with errBodyBudget).
 func (z *codec) inflate(c []byte, maxBytes int64, reserve func(n int64) bool) ([]byte, error) {
-	src := io.MultiReader(bytes.NewReader(c), strings.NewReader(deflateTail))
+	src := io.MultiReader(bytes.NewReader(c), strings.NewReader(inflateEnd))
 	r, _ := z.readers.Get().(io.ReadCloser)
 	if r == nil {
 		r = flate.NewReader(src)
@@ -122,9 +128,9 @@ func (z *codec) inflate(c []byte, maxBytes int64, reserve func(n int64) bool) ([
 		p = p[:len(p)+n]
 		switch {
 		case err == nil:
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-			// A sync flush ends the stream without a final block: the
-			// whole input read is the end of the message.
+		case err == io.EOF:
+			// The final block: the one inflateEnd adds, or the
+			// client's own.
 			if int64(len(p)) > maxBytes {
 				return nil, errTooLarge
 			}
