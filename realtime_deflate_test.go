@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -407,5 +409,46 @@ func TestRealtimeDeflateFanout(t *testing.T) {
 	}
 	if got := e.srv.RealtimeStats().Compressed - before; got != 1 {
 		t.Fatalf("the delta to %d deflate sockets was compressed %d times, want once", n, got)
+	}
+}
+
+// TestRealtimeDeflateSSPClient: the test client's RealtimeDeflate (the
+// bench's -ws-deflate) negotiates the extension and applies a compressed
+// delta.
+func TestRealtimeDeflateSSPClient(t *testing.T) {
+	e := newRTEnv(t)
+	c, err := sspclient.New(e.url, "alice", e.schema, sspclient.Options{ClientID: "sc1", RealtimeDeflate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe("s1", "tasks", map[string][]string{"project_id": {"p1"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.SyncUntilQuiet(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := c.DialRealtime(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rt.Close() }()
+	if !rt.Deflate {
+		t.Fatal("permessage-deflate not negotiated")
+	}
+	notes := strings.Repeat("compressed on the wire ", 30)
+	seq := e.peer("bob", "b1").push("c1", rtTask{id: "t1", project: "p1", title: "one", notes: notes})
+	m, err := rt.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Delta == nil {
+		t.Fatalf("got %+v, want a delta", m)
+	}
+	if got, err := c.ApplyDelta(m.Delta); err != nil || got != seq {
+		t.Fatalf("ApplyDelta: %d %v, want %d", got, err, seq)
+	}
+	if r, ok := c.Row("tasks", "t1"); !ok || !strings.Contains(fmt.Sprint(r), "compressed on the wire") {
+		t.Fatalf("row t1 after the delta: %v %v", r, ok)
 	}
 }

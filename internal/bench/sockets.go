@@ -58,7 +58,7 @@ type socketCounters struct {
 // with a pull.
 func (r *runner) newSocket(ctx context.Context, i int) (*vsocket, error) {
 	rx := &rxClock{}
-	c, err := r.client(i, sspclient.Options{RealtimeNetDial: rx.dial})
+	c, err := r.client(i, sspclient.Options{RealtimeNetDial: rx.dial, RealtimeDeflate: r.cfg.WSDeflate})
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +104,10 @@ func (s *vsocket) connect(ctx context.Context) error {
 	rt, err := s.c.DialRealtime(ctx, s.r.cfg.authHeader(s.i))
 	if err != nil {
 		return fmt.Errorf("client %d: %w", s.i, err)
+	}
+	if s.r.cfg.WSDeflate && !rt.Deflate {
+		_ = rt.Drop()
+		return fmt.Errorf("client %d: the server declined permessage-deflate", s.i)
 	}
 	s.rt, s.done = rt, make(chan struct{})
 	if rt.Hello.RequiresSync {

@@ -58,6 +58,10 @@ type Options struct {
 	// RealtimeNetDial, when set, opens the realtime channel's TCP
 	// connections (DialRealtime). Default: a net.Dialer.
 	RealtimeNetDial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// RealtimeDeflate offers permessage-deflate (RFC 7692) on the
+	// realtime channel, as browsers do (Chrome's offer); Next inflates
+	// the compressed messages of a connection that negotiated it.
+	RealtimeDeflate bool
 }
 
 func (o Options) withDefaults() Options {

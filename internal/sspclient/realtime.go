@@ -2,6 +2,7 @@ package sspclient
 
 import (
 	"bufio"
+	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
@@ -9,9 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsflate"
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/syncgo/syncgo/wire"
@@ -29,6 +33,8 @@ type Realtime struct {
 	wmu  sync.Mutex
 	// Hello is the handshake event the server sent on connect (§8.1).
 	Hello wire.Hello
+	// Deflate: the server accepted permessage-deflate (Options.RealtimeDeflate).
+	Deflate bool
 }
 
 // RealtimeMessage is one message of the realtime channel: a JSON control
@@ -67,7 +73,11 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 		h.Set("Authorization", "Bearer "+c.token)
 	}
 	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h), NetDial: c.opts.RealtimeNetDial}
-	conn, br, _, err := d.Dial(ctx, u.String())
+	if c.opts.RealtimeDeflate {
+		// Chrome's offer: permessage-deflate; client_max_window_bits.
+		d.Extensions = []httphead.Option{wsflate.Parameters{ClientMaxWindowBits: 1}.Option()}
+	}
+	conn, br, hs, err := d.Dial(ctx, u.String())
 	if err != nil {
 		return nil, fmt.Errorf("sspclient: realtime dial: %w", err)
 	}
@@ -76,6 +86,11 @@ func (c *Client) DialRealtime(ctx context.Context, header http.Header) (*Realtim
 		r = br // holds bytes read past the handshake; keeps reading conn
 	}
 	rt := &Realtime{c: c, conn: conn, br: bufio.NewReader(r)}
+	for _, x := range hs.Extensions {
+		if string(x.Name) == wsflate.ExtensionName {
+			rt.Deflate = true
+		}
+	}
 	rt.rw = struct {
 		io.Reader
 		io.Writer
@@ -117,7 +132,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // Next reads the next data message. A close from the server ends the
 // connection with an error (a wsutil.ClosedError for a close frame).
 func (rt *Realtime) Next() (RealtimeMessage, error) {
-	b, op, err := wsutil.ReadServerData(rt.rw)
+	b, op, err := rt.readData()
 	if err != nil {
 		return RealtimeMessage{}, err
 	}
@@ -362,4 +377,38 @@ func (c *Client) behindDropped() bool {
 		}
 	}
 	return false
+}
+
+// readData reads the next data message, answering control frames; a
+// compressed one (RSV1, on a connection that negotiated
+// permessage-deflate) is inflated.
+func (rt *Realtime) readData() ([]byte, ws.OpCode, error) {
+	if !rt.Deflate {
+		return wsutil.ReadServerData(rt.rw)
+	}
+	var state wsflate.MessageState
+	r := &wsutil.Reader{Source: rt.rw, State: ws.StateClientSide | ws.StateExtended,
+		Extensions:     []wsutil.RecvExtension{&state},
+		OnIntermediate: wsutil.ControlFrameHandler(rt.rw, ws.StateClientSide)}
+	for {
+		h, err := r.NextFrame()
+		if err != nil {
+			return nil, 0, err
+		}
+		if h.OpCode.IsControl() {
+			if err := r.OnIntermediate(h, r); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		var src io.Reader = r
+		if state.IsCompressed() {
+			src = flate.NewReader(io.MultiReader(r, strings.NewReader("\x00\x00\xff\xff\x01\x00\x00\xff\xff")))
+		}
+		b, err := io.ReadAll(src)
+		if err != nil {
+			return nil, 0, err
+		}
+		return b, h.OpCode, nil
+	}
 }
