@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsflate"
 
 	"github.com/syncgo/syncgo/wire"
 )
@@ -164,8 +166,16 @@ func rtCPU() time.Duration {
 // BenchmarkRealtimeIdleSocketMemory reports the server's bytes per idle
 // socket; see the file comment for the method.
 func BenchmarkRealtimeIdleSocketMemory(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchIdleSocketMemory(b, false) })
+	// Sockets that negotiated permessage-deflate hold nothing more: no
+	// compressor state is kept between messages.
+	b.Run("deflate", func(b *testing.B) { benchIdleSocketMemory(b, true) })
+}
+
+func benchIdleSocketMemory(b *testing.B, deflate bool) {
 	rtRaiseNoFile(b, 2*rtBenchSockets+256)
 	e := newRTEnv(b)
+	e.deflateChild = deflate
 	e.peer("bob", "b1").push("c0", rtTask{id: "t0", project: "p1"})
 	e.rtRegister(b, rtBenchSockets, "k")
 	// One measurement whatever b.N: each costs a child process and 1,000
@@ -200,6 +210,9 @@ func rtStartChild(b *testing.B, e *rtEnv, mode string, n int) *rtChild {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestRealtimeBenchChild$", "-test.v")
 	cmd.Env = append(os.Environ(), "RT_CHILD_URL="+e.wsURL(""), "RT_CHILD_N="+strconv.Itoa(n), "RT_CHILD_MODE="+mode)
+	if e.deflateChild {
+		cmd.Env = append(cmd.Env, "RT_CHILD_DEFLATE=1")
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -304,7 +317,12 @@ func TestRealtimeBenchChild(t *testing.T) {
 	}
 	socks := make([]*rtSock, n)
 	for i := range n {
-		s, err := rtDial(context.Background(), rtDialer("alice"), base+"k"+strconv.Itoa(i), 4)
+		d := rtDialer("alice")
+		if os.Getenv("RT_CHILD_DEFLATE") != "" {
+			// Chrome's offer: the sockets negotiate permessage-deflate.
+			d.Extensions = []httphead.Option{wsflate.Parameters{ClientMaxWindowBits: 1}.Option()}
+		}
+		s, err := rtDial(context.Background(), d, base+"k"+strconv.Itoa(i), 4)
 		if err != nil {
 			fail(err)
 		}

@@ -28,7 +28,7 @@ type serverCollector struct {
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns      *prometheus.Desc
 	pageCache, images, readAhead, catchUpResets                 *prometheus.Desc
 	admCapacity, admInFlight, admQueued, admRefused, bodyMemory *prometheus.Desc
-	socketsRefused                                              *prometheus.Desc
+	socketsRefused, compressed                                  *prometheus.Desc
 	ready, readyPhase, pending, schemaVersion                   *prometheus.Desc
 }
 
@@ -42,8 +42,10 @@ func newServerCollector(s *Server) *serverCollector {
 		wakes:       d("syncgo_realtime_wakes_total", "Wake-up messages queued to realtime sockets."),
 		drops: d("syncgo_realtime_drops_total", "Commits a socket got as a wake-up instead of a delta, by reason "+
 			"(queue_full, too_large, unencodable, behind, in_round).", "reason"),
-		closes:   d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol, busy).", "reason"),
-		gaps:     d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
+		closes: d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol, busy).", "reason"),
+		gaps:   d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
+		compressed: d("syncgo_realtime_compressed_total", "Messages compressed for realtime sockets that negotiated permessage-deflate "+
+			"(once per message, whatever the number of sockets it goes to)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
 		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+
 			"the burst was (connections: socket connects and disconnects and HTTP connections opened and closed; requests: "+
@@ -106,7 +108,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects, c.listenerUp,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused,
+		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused, c.compressed,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -136,6 +138,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.closes, rt.ClosedBusy, "busy")
 	counter(c.gaps, rt.NotificationGap)
 	counter(c.narrowed, rt.Narrowed)
+	counter(c.compressed, rt.Compressed)
 	counter(c.memoryReleases, s.releaser.Released(memfree.Connections), memfree.Connections)
 	counter(c.memoryReleases, s.releaser.Released(memfree.Requests), memfree.Requests)
 	ch <- prometheus.MustNewConstMetric(c.memoryReleaseSeconds, prometheus.CounterValue, s.releaser.Spent().Seconds())

@@ -53,6 +53,9 @@ type rtEnv struct {
 	// actorOf names the actor of a client that rtRegister and dialMany
 	// set up; nil: every client is alice's.
 	actorOf func(clientID string) string
+	// deflateChild: the benchmarks' child process offers
+	// permessage-deflate on its sockets.
+	deflateChild bool
 }
 
 // actor is the actor of a client that rtRegister and dialMany set up.
@@ -415,9 +418,13 @@ func (e *rtEnv) dialWith(d ws.Dialer, clientID string) *rtSock {
 }
 
 func rtDial(ctx context.Context, d ws.Dialer, url string, buffer int) (*rtSock, error) {
-	nc, br, _, err := d.Dial(ctx, url)
+	nc, br, hs, err := d.Dial(ctx, url)
 	if err != nil {
 		return nil, err
+	}
+	if len(d.Extensions) > 0 && len(hs.Extensions) == 0 {
+		_ = nc.Close()
+		return nil, errors.New("the server declined the extensions offered")
 	}
 	s := &rtSock{nc: nc, r: bufio.NewReaderSize(nc, 4096), in: make(chan rtMsg, buffer), done: make(chan struct{})}
 	if br != nil {

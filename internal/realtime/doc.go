@@ -24,6 +24,13 @@
 // a client that starts its next round on reading END is never taken for a
 // pipelining one.
 //
+// permessage-deflate (RFC 7692) is negotiated without context takeover:
+// a connection keeps no compressor or inflater between messages. A delta
+// is compressed once per registration set, like its encoding, and shared
+// by the connections that negotiated the extension; round chunks are
+// compressed per connection; client messages are inflated under the same
+// bounds as plain ones.
+//
 // Closing writes a close frame (queued data is dropped), shuts the write
 // side and lets the reader discard what still arrives until the peer
 // closes or a short linger ends.
