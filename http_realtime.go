@@ -53,7 +53,7 @@ func (s *Server) handleRealtime(w http.ResponseWriter, r *http.Request) {
 		upgrader.Protocol = func(offered string) bool { return offered == p }
 	}
 	deflate := false
-	if !s.cfg.Realtime.DisableCompression {
+	if !s.cfg.Realtime.DisableCompression && realtime.ExtensionsParse(r.Header.Values("Sec-WebSocket-Extensions")) {
 		upgrader.Negotiate = realtime.NegotiateDeflate(&deflate)
 	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)

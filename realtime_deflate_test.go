@@ -165,6 +165,10 @@ func TestRealtimeDeflateNegotiation(t *testing.T) {
 		{"permessage-deflate; server_max_window_bits=15", accepted + "; server_max_window_bits=15"},
 		{"permessage-deflate; unknown_param", ""},
 		{"x-webkit-deflate-frame", ""},
+		// A header that does not parse is ignored, as before the
+		// extension was negotiated: the upgrade still succeeds.
+		{"permessage-deflate; =;", ""},
+		{"permessage-deflate, \"x", ""},
 		{"", ""},
 	} {
 		s, got, _ := e.upgradeOffering("alice", fmt.Sprintf("n%d", i), c.offer)

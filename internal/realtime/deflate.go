@@ -183,3 +183,16 @@ func payloadOf(b []byte) []byte {
 		return b[2:]
 	}
 }
+
+// ExtensionsParse reports whether the Sec-WebSocket-Extensions header
+// values parse. The upgrader fails a handshake whose header does not,
+// once it negotiates extensions; a server that negotiated none accepted
+// such a handshake, and still does: it negotiates nothing for it.
+func ExtensionsParse(values []string) bool {
+	for _, v := range values {
+		if _, ok := httphead.ParseOptions([]byte(v), nil); !ok {
+			return false
+		}
+	}
+	return true
+}
