@@ -17,6 +17,7 @@ func RunPushResults(t *testing.T, open Opener) {
 		{"ConcurrentDuplicateDelivery", testDuplicateDelivery},
 		{"FirstWriterWins", testFirstWriterWins},
 		{"NotFound", testPushResultNotFound},
+		{"Prune", testPushResultPrune},
 		{"RoundTrip", testPushResultRoundTrip},
 		{"Unreadable", testPushResultUnreadable},
 	})
@@ -238,4 +239,82 @@ func testPushResultUnreadable(t *testing.T, open Opener) {
 		}
 		return nil
 	})
+}
+
+// testPushResultPrune: a journal prune, batch after batch in key order,
+// deletes the records recorded before the cutoff, in every partition, and
+// keeps the younger ones and those without a recorded time; the batches
+// resume where the previous one stopped, and a second pass deletes nothing.
+func testPushResultPrune(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	pr, ok := e.s.(store.PushResultPruner)
+	if !ok {
+		t.Skip("the store does not prune the push-result journal")
+	}
+	type key struct{ partition, client, commit string }
+	recorded := map[key]int64{}
+	put := func(k key, at int64) {
+		recorded[k] = at
+		e.write(k.partition, func(ctx context.Context, tx store.WriteTx) error {
+			_, err := tx.PutPushResult(ctx, k.client, k.commit, store.PushRecord{
+				Status: wire.PushApplied, CommitSeq: 1, RecordedAtMs: at, Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpApplied}}})
+			return err
+		})
+	}
+	e.touch("p1")
+	e.touch("p2")
+	for i := range 10 {
+		put(key{"p1", "client-1", fmt.Sprintf("cc-%02d", i)}, int64(1000*(i+1)))
+	}
+	put(key{"p1", "client-0", "cc-untimed"}, 0)
+	put(key{"p2", "client-1", "cc-old"}, 1000)
+	put(key{"p2", "client-1", "cc-young"}, 9000)
+	const cutoff, limit = 5500, 3
+	pass := func() (examined, deleted int64, batches int) {
+		var after *store.PushResultKey
+		for {
+			res, err := pr.PrunePushResults(e.ctx, after, cutoff, limit)
+			if err != nil {
+				t.Fatalf("PrunePushResults: %v", err)
+			}
+			if res.Skipped {
+				t.Fatalf("PrunePushResults skipped a batch with no other pruner")
+			}
+			if res.Examined > limit {
+				t.Fatalf("a batch examined %d rows; limit %d", res.Examined, limit)
+			}
+			if after != nil && res.Examined > 0 {
+				prev, last := *after, res.Last
+				if [3]string{last.Partition, last.ClientID, last.ClientCommitID} == [3]string{prev.Partition, prev.ClientID, prev.ClientCommitID} {
+					t.Fatalf("a batch did not move past %v", prev)
+				}
+			}
+			examined, deleted, batches = examined+res.Examined, deleted+res.Deleted, batches+1
+			if res.Done {
+				return
+			}
+			if batches > 20 {
+				t.Fatalf("the pass did not end after %d batches", batches)
+			}
+			last := res.Last
+			after = &last
+		}
+	}
+	examined, deleted, batches := pass()
+	if examined != 13 || deleted != 6 || batches < 5 {
+		t.Errorf("first pass: examined %d, deleted %d in %d batches; want 13, 6 in at least 5", examined, deleted, batches)
+	}
+	for k, at := range recorded {
+		_, err := e.s.PushResult(e.ctx, k.partition, k.client, k.commit)
+		gone := at != 0 && at < cutoff
+		switch {
+		case gone && !errors.Is(err, store.ErrNotFound):
+			t.Errorf("PushResult%v (recorded at %d) = %v; want ErrNotFound (pruned)", k, at, err)
+		case !gone && err != nil:
+			t.Errorf("PushResult%v (recorded at %d) = %v; want it kept", k, at, err)
+		}
+	}
+	if examined, deleted, _ := pass(); examined != 7 || deleted != 0 {
+		t.Errorf("second pass: examined %d, deleted %d; want 7, 0", examined, deleted)
+	}
 }
