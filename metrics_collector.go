@@ -28,7 +28,7 @@ type serverCollector struct {
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns      *prometheus.Desc
 	pageCache, images, readAhead, catchUpResets                 *prometheus.Desc
 	admCapacity, admInFlight, admQueued, admRefused, bodyMemory *prometheus.Desc
-	socketsRefused, compressed                                  *prometheus.Desc
+	socketsRefused, compressed, pushResultsPruned               *prometheus.Desc
 	ready, readyPhase, pending, schemaVersion                   *prometheus.Desc
 }
 
@@ -95,6 +95,9 @@ func newServerCollector(s *Server) *serverCollector {
 		socketsRefused: d("syncgo_realtime_sockets_refused_total", "Socket upgrades (/realtime, /operations/realtime) refused with sync.websocket_connection_limit, "+
 			"by the cap reached (total, actor).", "cap"),
 
+		pushResultsPruned: d("syncgo_push_results_pruned_total", "Push-result journal records (sync_push_results) deleted by "+
+			"retention.push_results_max_age, by this process."),
+
 		ready: d("syncgo_ready", "1 when the server is ready to serve (as /readyz answers), 0 otherwise."),
 		readyPhase: d("syncgo_readiness_phase", "1 for the phase a server that is not ready is in (starting, storage_migration, "+
 			"backfill_checkpoint, database, stopping); no series when ready.", "phase"),
@@ -108,7 +111,7 @@ func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects, c.listenerUp,
 		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
-		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused, c.compressed,
+		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused, c.compressed, c.pushResultsPruned,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
 		ch <- d
 	}
@@ -182,6 +185,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.readAhead, raUsed, "used")
 	counter(c.readAhead, raPre, "precompressed")
 	counter(c.catchUpResets, s.eng.CatchUpResets())
+	counter(c.pushResultsPruned, s.eng.PushResultsPruned())
 	im := s.eng.SQLiteImageStats()
 	counter(c.images, im.Built, "built")
 	counter(c.images, im.Reused, "reused")

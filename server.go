@@ -214,7 +214,8 @@ type Config struct {
 	// OnCommit is called after each applied commit.
 	OnCommit func(CommitNotice)
 	// Retention is the pruning policy; values below the normative floors
-	// of §4.6 are raised to them.
+	// of §4.6 are raised to them. Its PushResultsMaxAge turns on the
+	// pruning of the push-result journal, in the same retention rounds.
 	Retention RetentionPolicy
 	// Declarations are the backfill checkpoints this process declares: it
 	// may serve while they are incomplete, and a schema bump installs them
@@ -225,8 +226,9 @@ type Config struct {
 	// Realtime tunes the realtime channel.
 	Realtime RealtimeConfig
 	// RetentionInterval is how often the retention service prunes each
-	// partition this process serves. Default 1 minute; negative disables
-	// it.
+	// partition this process serves (and, with
+	// Retention.PushResultsMaxAge, the next stretch of the push-result
+	// journal). Default 1 minute; negative disables it.
 	RetentionInterval time.Duration
 	// Operations are the remote operations served at POST /operations
 	// and GET /operations/realtime (REMOTE.md; docs/remote-operations.md).
@@ -804,6 +806,16 @@ func (s *Server) Stop(ctx context.Context) error {
 // horizon. The policy's values below the §4.6 floors are raised to them.
 func (s *Server) Prune(ctx context.Context, partition string, policy RetentionPolicy) (int64, error) {
 	return s.eng.Prune(ctx, partition, policy)
+}
+
+// PrunePushResults prunes the whole push-result journal now, in the
+// batches the retention rounds use, deleting the records older than
+// policy.PushResultsMaxAge (raised to the policy's active window, itself
+// raised to its floor); it returns how many it deleted. A zero
+// PushResultsMaxAge deletes nothing. On Postgres it stops early, without
+// an error, while another process is pruning the journal.
+func (s *Server) PrunePushResults(ctx context.Context, policy RetentionPolicy) (int64, error) {
+	return s.eng.PrunePushResults(ctx, policy)
 }
 
 // readyOnly answers sync.schema_not_ready until Start has succeeded.

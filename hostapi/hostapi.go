@@ -99,6 +99,16 @@ type RetentionPolicy struct {
 	// MinRetainedCommits: the newest commits always kept. Default (and
 	// floor) 1000.
 	MinRetainedCommits int64
+	// PushResultsMaxAge turns on the pruning of the push-result journal
+	// (the idempotency records of §2.3, sync_push_results): a record
+	// recorded longer ago is deleted by the retention rounds, and a retry
+	// of its commit is then applied anew as a new commit. Zero (the
+	// default) or negative keeps the journal forever. A value below
+	// ActiveWindow (after its floor) is raised to it: a client offline
+	// for less than the active window that lost an ack must find its
+	// commit's record when it retries. Records without a recorded time
+	// are kept.
+	PushResultsMaxAge time.Duration
 }
 
 // LeaseConfig turns auth leases on (§7.3).

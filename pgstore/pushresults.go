@@ -95,4 +95,5 @@ func (s *Store) PrunePushResults(ctx context.Context, after *store.PushResultKey
 	}
 	return out, nil
 }
+
 var _ store.PushResultPruner = (*Store)(nil)

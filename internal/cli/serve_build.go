@@ -133,6 +133,7 @@ func (p *servePlan) serverConfig(cfg config.Config, st store.Store, obs *observa
 			ActiveWindow:       cfg.Retention.ActiveWindow,
 			AgeForce:           cfg.Retention.AgeForce,
 			MinRetainedCommits: cfg.Retention.MinRetainedCommits,
+			PushResultsMaxAge:  cfg.Retention.PushResultsMaxAge,
 		},
 	}
 	if len(cfg.Webhooks) > 0 {

@@ -88,7 +88,7 @@ func limitSummary(cfg config.Config) ([]string, error) {
 // filled in.
 func retentionSummary(r config.Retention) string {
 	if r.Interval < 0 {
-		return "retention: off (the commit log is never pruned)"
+		return "retention: off (the commit log and the push-result journal are never pruned)"
 	}
 	or := func(v, def time.Duration) time.Duration {
 		if v == 0 {
@@ -100,8 +100,12 @@ func retentionSummary(r config.Retention) string {
 	if kept == 0 {
 		kept = config.FloorRetainedCommits
 	}
-	return fmt.Sprintf("retention: pruned every %v; clients seen within %v hold the log back, commits older than %v go regardless, the newest %d always kept",
-		or(r.Interval, time.Minute), or(r.ActiveWindow, config.FloorActiveWindow), or(r.AgeForce, config.FloorAgeForce), kept)
+	journal := "push results kept forever"
+	if r.PushResultsMaxAge > 0 {
+		journal = fmt.Sprintf("push results older than %v pruned", r.PushResultsMaxAge)
+	}
+	return fmt.Sprintf("retention: pruned every %v; clients seen within %v hold the log back, commits older than %v go regardless, the newest %d always kept; %s",
+		or(r.Interval, time.Minute), or(r.ActiveWindow, config.FloorActiveWindow), or(r.AgeForce, config.FloorAgeForce), kept, journal)
 }
 
 func rateString(r float64, burst int) string {

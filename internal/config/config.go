@@ -259,6 +259,10 @@ type Retention struct {
 	// MinRetainedCommits: the newest commits always kept (default and
 	// floor 1000).
 	MinRetainedCommits int64 `yaml:"min_retained_commits"`
+	// PushResultsMaxAge: push-result journal records older than it are
+	// deleted by the retention rounds (zero: kept forever, the
+	// default). It may not be below the active window (or its default).
+	PushResultsMaxAge time.Duration `yaml:"push_results_max_age"`
 }
 
 // Floors of the retention policy (spec §4.6).
@@ -278,6 +282,16 @@ func (r Retention) validate() error {
 	}
 	if r.MinRetainedCommits != 0 && r.MinRetainedCommits < FloorRetainedCommits {
 		errs = append(errs, fmt.Errorf("retention.min_retained_commits %d is below the protocol's floor of 1000", r.MinRetainedCommits))
+	}
+	active := r.ActiveWindow
+	if active == 0 {
+		active = FloorActiveWindow
+	}
+	switch {
+	case r.PushResultsMaxAge < 0:
+		errs = append(errs, fmt.Errorf("retention.push_results_max_age %v is negative (zero or absent keeps the journal forever)", r.PushResultsMaxAge))
+	case r.PushResultsMaxAge > 0 && r.PushResultsMaxAge < active:
+		errs = append(errs, fmt.Errorf("retention.push_results_max_age %v is below retention.active_window %v: a client offline for less than the active window that lost a commit's ack would have it applied a second time when it retries", r.PushResultsMaxAge, active))
 	}
 	return errors.Join(errs...)
 }

@@ -353,6 +353,52 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// retention.push_results_max_age: parsed from the file and the
+// environment, off when absent, refused when negative or below the
+// active window (its default or its value), accepted at it.
+func TestRetentionPushResultsMaxAge(t *testing.T) {
+	path := writeFile(t, "retention:\n  push_results_max_age: 2160h\n")
+	c, err := Load(path, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Retention.PushResultsMaxAge != 2160*time.Hour {
+		t.Fatalf("push_results_max_age %v, want 2160h", c.Retention.PushResultsMaxAge)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c, err = Load(path, env(map[string]string{"SYNCGO_RETENTION_PUSH_RESULTS_MAX_AGE": "400h"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Retention.PushResultsMaxAge != 400*time.Hour {
+		t.Fatalf("push_results_max_age from the environment %v, want 400h", c.Retention.PushResultsMaxAge)
+	}
+	if Default().Retention.PushResultsMaxAge != 0 {
+		t.Fatalf("the default is %v; want 0 (kept forever)", Default().Retention.PushResultsMaxAge)
+	}
+	for _, tt := range []struct {
+		r    Retention
+		want string
+	}{
+		{Retention{PushResultsMaxAge: -time.Hour}, "negative"},
+		{Retention{PushResultsMaxAge: FloorActiveWindow - time.Hour}, "below retention.active_window 336h"},
+		{Retention{ActiveWindow: 720 * time.Hour, PushResultsMaxAge: 500 * time.Hour}, "below retention.active_window 720h"},
+	} {
+		c.Retention = tt.r
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "retention.push_results_max_age") || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: %v; want push_results_max_age refused (%s)", tt.r, err, tt.want)
+		}
+	}
+	for _, r := range []Retention{{PushResultsMaxAge: FloorActiveWindow}, {ActiveWindow: 720 * time.Hour, PushResultsMaxAge: 720 * time.Hour}} {
+		c.Retention = r
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: %v; want it accepted (at the active window)", r, err)
+		}
+	}
+}
+
 // schema_window: the file's relative paths are relative to its
 // directory, and SYNCGO_SCHEMA_WINDOW (comma-separated) replaces them.
 func TestSchemaWindowPaths(t *testing.T) {

@@ -223,6 +223,9 @@ type Engine struct {
 	// (catchup.go); catchUpResets counts the pulls they reset.
 	rowFloors     rowFloors
 	catchUpResets atomic.Int64
+	// pushResultsPruned counts the push-result journal records the
+	// journal prunes deleted (pushresults.go).
+	pushResultsPruned atomic.Int64
 }
 
 type touchState struct {

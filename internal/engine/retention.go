@@ -25,6 +25,12 @@ func withFloors(p RetentionPolicy) RetentionPolicy {
 	p.ActiveWindow = max(p.ActiveWindow, minActiveWindow)
 	p.AgeForce = max(p.AgeForce, minAgeForce)
 	p.MinRetainedCommits = max(p.MinRetainedCommits, minRetainedCommit)
+	switch {
+	case p.PushResultsMaxAge < 0:
+		p.PushResultsMaxAge = 0
+	case p.PushResultsMaxAge > 0:
+		p.PushResultsMaxAge = max(p.PushResultsMaxAge, p.ActiveWindow)
+	}
 	return p
 }
 
@@ -87,6 +93,7 @@ func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol R
 		e.mu.Unlock()
 	}()
 	forgetAfter := (withFloors(pol).AgeForce + e.cfg.Limits.TouchInterval + interval).Milliseconds()
+	var journal journalPosition
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	type served struct {
@@ -119,6 +126,11 @@ func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol R
 					delete(e.touched, p.id)
 				}
 				e.mu.Unlock()
+			}
+		}
+		if ctx.Err() == nil {
+			if _, _, err := e.prunePushResultsPass(ctx, &journal, withFloors(pol).PushResultsMaxAge, pushResultsPassRows); err != nil && ctx.Err() == nil {
+				e.cfg.Logger.WarnContext(ctx, "push-result journal prune failed", "err", err)
 			}
 		}
 	}
