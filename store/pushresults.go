@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 )
 
 // PushResultKey is the primary key of a push-result journal row
@@ -54,18 +55,22 @@ func PushRecordedAt(doc []byte) (int64, bool) {
 		doc = []byte(inner)
 	}
 	var in struct {
-		RecordedAtMs *json.Number `json:"recordedAtMs"`
+		RecordedAtMs json.RawMessage `json:"recordedAtMs"`
 	}
-	if err := json.Unmarshal(doc, &in); err != nil || in.RecordedAtMs == nil {
+	if err := json.Unmarshal(doc, &in); err != nil || len(in.RecordedAtMs) == 0 {
 		return 0, false
 	}
-	v, err := in.RecordedAtMs.Int64()
+	// A number only: null, a string or anything else is no recorded time.
+	v, err := strconv.ParseInt(string(in.RecordedAtMs), 10, 64)
 	if err != nil {
-		f, ferr := in.RecordedAtMs.Float64()
+		f, ferr := strconv.ParseFloat(string(in.RecordedAtMs), 64)
 		if ferr != nil {
 			return 0, false
 		}
 		v = int64(f)
 	}
-	return v, v > 0
+	if v <= 0 {
+		return 0, false
+	}
+	return v, true
 }
