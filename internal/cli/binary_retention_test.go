@@ -58,6 +58,16 @@ func TestBinaryRetention(t *testing.T) {
 		!strings.Contains(errOut, "retention.min_retained_commits 10") {
 		t.Fatalf("config check of retention below the floors: exit %d: %s", code, errOut)
 	}
+	must(t, os.WriteFile(good, []byte("retention:\n  active_window: 400h\n  push_results_max_age: 800h\n"), 0o600))
+	out, errOut, code = binarytest.Run(t, bin, nil, "config", "check", good)
+	if code != 0 || !strings.Contains(out, "the newest 1000 always kept; push results older than 800h0m0s pruned") {
+		t.Fatalf("config check of push_results_max_age: exit %d: %s %s", code, out, errOut)
+	}
+	must(t, os.WriteFile(bad, []byte("retention:\n  active_window: 400h\n  push_results_max_age: 300h\n"), 0o600))
+	_, errOut, code = binarytest.Run(t, bin, nil, "config", "check", bad)
+	if code == 0 || !strings.Contains(errOut, "retention.push_results_max_age 300h0m0s is below retention.active_window 400h0m0s") {
+		t.Fatalf("config check of push_results_max_age below the active window: exit %d: %s", code, errOut)
+	}
 }
 
 // clientAger sets a client record's update time back by age (0: only
@@ -174,4 +184,87 @@ func ageClientPG(t *testing.T, url, clientID string, age time.Duration) time.Dur
 		return 0 // no record yet
 	}
 	return time.Since(time.UnixMilli(at))
+}
+
+// retention.push_results_max_age reaches the server's retention rounds,
+// on SQLite and on Postgres: a pushed commit's journal record, made 500 h
+// old in the database, is deleted within a few intervals, while a
+// younger one stays.
+func TestBinaryRetentionPushResults(t *testing.T) {
+	bin := binarytest.Build(t)
+	for _, d := range []struct {
+		name string
+		open func(t *testing.T) (db string, exec func(sql string, args ...any) int64)
+	}{
+		{"sqlite", func(t *testing.T) (string, func(string, ...any) int64) {
+			db := filepath.Join(t.TempDir(), "r.db")
+			return db, func(q string, args ...any) int64 {
+				conn, err := sqlite.OpenConn(db, sqlite.OpenReadWrite)
+				must(t, err)
+				defer conn.Close()
+				conn.SetBusyTimeout(10 * time.Second)
+				var n int64
+				must(t, sqlitex.Execute(conn, q, &sqlitex.ExecOptions{Args: args,
+					ResultFunc: func(stmt *sqlite.Stmt) error { n = stmt.ColumnInt64(0); return nil }}))
+				return n
+			}
+		}},
+		{"postgres", func(t *testing.T) (string, func(string, ...any) int64) {
+			url := pgtest.Schema(t, "retention_journal", false)
+			return url, func(q string, args ...any) int64 {
+				ctx := context.Background()
+				conn, err := pgx.Connect(ctx, url)
+				must(t, err)
+				defer conn.Close(ctx)
+				rows, err := conn.Query(ctx, q, args...)
+				must(t, err)
+				defer rows.Close()
+				var n int64
+				for rows.Next() {
+					must(t, rows.Scan(&n))
+				}
+				must(t, rows.Err())
+				return n
+			}
+		}},
+	} {
+		t.Run(d.name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, exec := d.open(t)
+			cfgPath := filepath.Join(dir, "syncgo.yaml")
+			must(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ndb: %q\nretention:\n  interval: 100ms\n  push_results_max_age: 400h\n", db)), 0o600))
+			p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", cfgPath)
+			ctx := context.Background()
+			device, err := sspclient.New(p.URL, "alice", schemaDemo(t), sspclient.Options{})
+			must(t, err)
+			_, err = device.Sync(ctx) // the log epoch
+			must(t, err)
+			for _, id := range []string{"t-old", "t-young"} {
+				_, err = device.Upsert("tasks", map[string]any{"id": id, "project_id": "p1", "title": "x", "done": false, "notes": nil})
+				must(t, err)
+				_, err = device.Push(ctx)
+				must(t, err)
+			}
+			count := "SELECT count(*) FROM sync_push_results"
+			if n := exec(count); n != 2 {
+				t.Fatalf("%d journal records after two pushes; want 2", n)
+			}
+			old := time.Now().Add(-500 * time.Hour).UnixMilli()
+			if d.name == "sqlite" {
+				exec(`UPDATE sync_push_results SET result = json_set(result, '$.recordedAtMs', ?)
+WHERE (partition, client_id, client_commit_id) = (SELECT partition, client_id, client_commit_id FROM sync_push_results ORDER BY json_extract(result, '$.recordedAtMs') LIMIT 1)`, old)
+			} else {
+				exec(`UPDATE sync_push_results SET result = jsonb_set(result, '{recordedAtMs}', to_jsonb($1::bigint))
+WHERE (partition, client_id, client_commit_id) = (SELECT partition, client_id, client_commit_id FROM sync_push_results ORDER BY result->>'recordedAtMs' LIMIT 1)`, old)
+			}
+			eventually(t, "the old journal record to be pruned", func() bool {
+				time.Sleep(100 * time.Millisecond)
+				return exec(count) == 1
+			})
+			time.Sleep(300 * time.Millisecond)
+			if n := exec(count); n != 1 {
+				t.Fatalf("%d journal records after the prune; want 1 (the young one kept)", n)
+			}
+		})
+	}
 }

@@ -12,9 +12,13 @@ import (
 // own short transaction, at most pushResultsPassRows rows per retention
 // round; the position is kept between rounds, so successive rounds cover
 // the whole journal and a round's work is bounded whatever its size.
+// After each batch the prune waits pushResultsPause times as long as the
+// batch took, so it takes at most a third of the store's time (of the
+// SQLite writer's, the pushes' bottleneck) while it runs.
 const (
 	pushResultsBatch    = 2000
 	pushResultsPassRows = 200_000
+	pushResultsPause    = 2
 )
 
 // journalPosition is where the next journal prune batch starts: after
@@ -37,9 +41,24 @@ func (e *Engine) prunePushResultsPass(ctx context.Context, pos *journalPosition,
 		return 0, false, nil
 	}
 	before := e.cfg.Now() - maxAge.Milliseconds()
-	var examined int64
+	var (
+		examined int64
+		pause    time.Duration
+	)
 	for examined < maxRows {
+		if examined > 0 {
+			// The pause after the previous batch.
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return deleted, false, ctx.Err()
+			case <-t.C:
+			}
+		}
+		started := time.Now()
 		res, err := pr.PrunePushResults(ctx, pos.after, before, pushResultsBatch)
+		pause = pushResultsPause * time.Since(started)
 		if err != nil {
 			return deleted, false, err
 		}
