@@ -79,9 +79,10 @@ func (e *Engine) prunePushResultsPass(ctx context.Context, pos *journalPosition,
 }
 
 // PrunePushResults prunes the whole push-result journal once, from its
-// first row to its last, deleting the records recorded more than maxAge
-// ago (raised to the policy's active window, as RetentionPolicy says);
-// it returns how many it deleted. maxAge zero or negative deletes nothing;
+// first row to its last, deleting the records recorded more than
+// pol.PushResultsMaxAge ago (raised to the policy's active window, as
+// RetentionPolicy says); it returns how many it deleted. A zero or
+// negative age deletes nothing;
 // it stops early, without an error, when another process is pruning the
 // journal (Postgres).
 func (e *Engine) PrunePushResults(ctx context.Context, pol RetentionPolicy) (int64, error) {
