@@ -243,7 +243,8 @@ type Realtime struct {
 }
 
 // Retention is the pruning of the commit log (spec §4.6;
-// syncgo.RetentionPolicy and Config.RetentionInterval); zero keeps the
+// syncgo.RetentionPolicy and Config.RetentionInterval) and, when
+// PushResultsMaxAge is set, of the push-result journal; zero keeps the
 // default. The protocol's floors are the defaults: a host may raise
 // them, not lower them.
 type Retention struct {
