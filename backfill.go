@@ -101,6 +101,10 @@ func RunBackfill(ctx context.Context, st store.Store, bf Backfill) (store.Checkp
 				through = commits[len(commits)-1].Seq
 			}
 			sources := onlySources(commits, bf.Sources)
+			// The function may run more than once (a driver runs a Write
+			// again after a lost connection): what it counts is kept from
+			// its last run only.
+			var added int64
 			err = st.Write(ctx, bf.Partition, func(ctx context.Context, tx store.WriteTx) error {
 				var n int64
 				if bf.Project != nil && len(sources) > 0 {
@@ -120,12 +124,13 @@ func RunBackfill(ctx context.Context, st store.Store, bf Backfill) (store.Checkp
 				if !advanced {
 					return ErrBackfillSuperseded
 				}
-				observed += n
+				added = n
 				return nil
 			})
 			if err != nil {
 				return cp, err
 			}
+			observed += added
 			watermark = through
 			if bf.Progress != nil {
 				bf.Progress(BackfillProgress{Watermark: watermark, Target: target, ObservedRows: observed})

@@ -23,7 +23,7 @@ type serverCollector struct {
 	memoryReleases, memoryReleaseSeconds, listenerConnects      *prometheus.Desc
 	listenerUp                                                  *prometheus.Desc
 	storeWrites, storeWriteErrors, storeBatches, storeCommits   *prometheus.Desc
-	storeRecentWindows, storeSharedReads                        *prometheus.Desc
+	storeRecentWindows, storeSharedReads, storeConnRetries      *prometheus.Desc
 	poolConns, poolMax, poolAcquires, poolAcquireSeconds        *prometheus.Desc
 	poolWaits, poolWaitSeconds, poolCanceled, poolNewConns      *prometheus.Desc
 	pageCache, images, readAhead, catchUpResets                 *prometheus.Desc
@@ -66,6 +66,8 @@ func newServerCollector(s *Server) *serverCollector {
 			"memory instead of read from the log (SQLite)."),
 		storeSharedReads: d("syncgo_store_shared_read_answers_total", "Reads answered by one read shared with the others asked at the "+
 			"same time, by read (window: short commit windows, entry: request entries).", "read"),
+		storeConnRetries: d("syncgo_store_connection_retries_total", "Store operations run again on another database connection after "+
+			"the one they ran on was lost (Postgres: a terminated backend, a restart, a failover)."),
 
 		poolConns:          d("syncgo_db_pool_connections", "Database pool connections by state (acquired, idle, constructing).", "state"),
 		poolMax:            d("syncgo_db_pool_max_connections", "Database pool capacity."),
@@ -109,7 +111,7 @@ func newServerCollector(s *Server) *serverCollector {
 // Describe implements prometheus.Collector.
 func (c *serverCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.socketsOpen, c.deltas, c.wakes, c.drops, c.closes, c.gaps, c.narrowed, c.memoryReleases, c.memoryReleaseSeconds, c.listenerConnects, c.listenerUp,
-		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads,
+		c.storeWrites, c.storeWriteErrors, c.storeBatches, c.storeCommits, c.storeRecentWindows, c.storeSharedReads, c.storeConnRetries,
 		c.poolConns, c.poolMax, c.poolAcquires, c.poolAcquireSeconds, c.poolWaits, c.poolWaitSeconds, c.poolCanceled, c.poolNewConns,
 		c.pageCache, c.images, c.readAhead, c.catchUpResets, c.admCapacity, c.admInFlight, c.admQueued, c.admRefused, c.bodyMemory, c.socketsRefused, c.compressed, c.pushResultsPruned,
 		c.ready, c.readyPhase, c.pending, c.schemaVersion} {
@@ -162,6 +164,7 @@ func (c *serverCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.storeRecentWindows, st.RecentWindows)
 	counter(c.storeSharedReads, st.SharedWindows, "window")
 	counter(c.storeSharedReads, st.SharedEntries, "entry")
+	counter(c.storeConnRetries, st.ConnRetries)
 
 	if pr, ok := s.cfg.Store.(store.PoolReporter); ok {
 		ps := pr.PoolStats()

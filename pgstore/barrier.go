@@ -248,6 +248,11 @@ func (s *Store) ActivateCheckpoint(ctx context.Context, partition, name string, 
 
 // ReadCheckpoints lists a partition's checkpoints by name.
 func (s *Store) ReadCheckpoints(ctx context.Context, partition string) ([]store.Checkpoint, error) {
+	return retry(s, ctx, "ReadCheckpoints", func() ([]store.Checkpoint, error) { return s.readCheckpointsOnce(ctx, partition) })
+}
+
+// readCheckpointsOnce is ReadCheckpoints, once (see "Lost connections", retry.go).
+func (s *Store) readCheckpointsOnce(ctx context.Context, partition string) ([]store.Checkpoint, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -283,6 +288,11 @@ func readServeGate(r pgx.Row) (store.ServeGate, error) {
 // ReadServeGate reads the serve gate for a partition and the running
 // schema version, in one statement.
 func (s *Store) ReadServeGate(ctx context.Context, partition string, running int32) (store.ServeGate, error) {
+	return retry(s, ctx, "ReadServeGate", func() (store.ServeGate, error) { return s.readServeGateOnce(ctx, partition, running) })
+}
+
+// readServeGateOnce is ReadServeGate, once (see "Lost connections", retry.go).
+func (s *Store) readServeGateOnce(ctx context.Context, partition string, running int32) (store.ServeGate, error) {
 	if err := s.check(); err != nil {
 		return store.ServeGate{}, err
 	}
@@ -292,6 +302,11 @@ func (s *Store) ReadServeGate(ctx context.Context, partition string, running int
 // SourceCoverageSeq returns the newest commit sequence that changed a
 // source table, or 0.
 func (s *Store) SourceCoverageSeq(ctx context.Context, partition string, sources []string) (int64, error) {
+	return retry(s, ctx, "SourceCoverageSeq", func() (int64, error) { return s.sourceCoverageSeqOnce(ctx, partition, sources) })
+}
+
+// sourceCoverageSeqOnce is SourceCoverageSeq, once (see "Lost connections", retry.go).
+func (s *Store) sourceCoverageSeqOnce(ctx context.Context, partition string, sources []string) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}
@@ -307,6 +322,11 @@ func (s *Store) SourceCoverageSeq(ctx context.Context, partition string, sources
 // horizon and the scan come from one statement, so an empty scan of a
 // pruned window is unverifiable rather than clean.
 func (s *Store) HasSourceChangesAbove(ctx context.Context, partition string, sources []string, seq int64) (store.Coverage, error) {
+	return retry(s, ctx, "HasSourceChangesAbove", func() (store.Coverage, error) { return s.hasSourceChangesAboveOnce(ctx, partition, sources, seq) })
+}
+
+// hasSourceChangesAboveOnce is HasSourceChangesAbove, once (see "Lost connections", retry.go).
+func (s *Store) hasSourceChangesAboveOnce(ctx context.Context, partition string, sources []string, seq int64) (store.Coverage, error) {
 	if err := s.check(); err != nil {
 		return "", err
 	}

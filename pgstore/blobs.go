@@ -66,6 +66,11 @@ WHERE partition = $1 AND blob_id = $2`, partition, blobID).Scan(&o.info.ByteLeng
 
 // StatBlob implements store.BlobStore.
 func (b blobStore) StatBlob(ctx context.Context, partition, blobID string) (store.BlobInfo, error) {
+	return retry(b.s, ctx, "StatBlob", func() (store.BlobInfo, error) { return b.statBlobOnce(ctx, partition, blobID) })
+}
+
+// statBlobOnce is StatBlob, once (see "Lost connections", retry.go).
+func (b blobStore) statBlobOnce(ctx context.Context, partition, blobID string) (store.BlobInfo, error) {
 	o, err := b.object(ctx, partition, blobID)
 	return o.info, err
 }
@@ -312,6 +317,11 @@ func (b blobStore) SweepUploads(ctx context.Context, startedBeforeMs int64) (int
 
 // BlobRefs implements store.BlobRefIndex.
 func (s *Store) BlobRefs(ctx context.Context, partition, blobID string, after *store.BlobRef, limit int) ([]store.BlobRef, error) {
+	return retry(s, ctx, "BlobRefs", func() ([]store.BlobRef, error) { return s.blobRefsOnce(ctx, partition, blobID, after, limit) })
+}
+
+// blobRefsOnce is BlobRefs, once (see "Lost connections", retry.go).
+func (s *Store) blobRefsOnce(ctx context.Context, partition, blobID string, after *store.BlobRef, limit int) ([]store.BlobRef, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}

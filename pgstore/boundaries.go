@@ -49,6 +49,11 @@ const walkCursor = "sync_walk"
 // backend half as much again. Bootstraps do not ask for it (ChainPages);
 // catch-ups ask CountScopeRows.
 func (s *Store) PageBoundaries(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
+	return retry(s, ctx, "PageBoundaries", func() ([]string, error) { return s.pageBoundariesOnce(ctx, partition, q, pages) })
+}
+
+// pageBoundariesOnce is PageBoundaries, once (see "Lost connections", retry.go).
+func (s *Store) pageBoundariesOnce(ctx context.Context, partition string, q store.RowScanQuery, pages int) ([]string, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -152,6 +157,11 @@ const sqlCountScopeRows = `SELECT count(*) FROM (SELECT 1 FROM sync_row_scopes
 // CountScopeRows implements store.ScopeRowCounter in one statement over
 // the row scope index.
 func (s *Store) CountScopeRows(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error) {
+	return retry(s, ctx, "CountScopeRows", func() (int, error) { return s.countScopeRowsOnce(ctx, partition, table, scope, limit) })
+}
+
+// countScopeRowsOnce is CountScopeRows, once (see "Lost connections", retry.go).
+func (s *Store) countScopeRowsOnce(ctx context.Context, partition, table string, scope wire.ScopeValues, limit int) (int, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}

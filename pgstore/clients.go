@@ -17,6 +17,11 @@ import (
 // Client returns a client record, with this process's deferred write of
 // it applied.
 func (s *Store) Client(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
+	return retry(s, ctx, "Client", func() (store.ClientRecord, error) { return s.clientOnce(ctx, partition, clientID) })
+}
+
+// clientOnce is Client, once (see "Lost connections", retry.go).
+func (s *Store) clientOnce(ctx context.Context, partition, clientID string) (store.ClientRecord, error) {
 	return s.clients.ReadClient(partition, func() (store.ClientRecord, error) {
 		return s.readClient(ctx, partition, clientID)
 	})
@@ -57,6 +62,11 @@ func scanClient(row pgx.Row, clientID string) (store.ClientRecord, error) {
 // (store.RequestStateReader), shared with the concurrent requests of the
 // partition (entry_share.go).
 func (s *Store) ReadRequestState(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
+	return retry(s, ctx, "ReadRequestState", func() (store.RequestState, error) { return s.readRequestStateOnce(ctx, partition, clientID, running) })
+}
+
+// readRequestStateOnce is ReadRequestState, once (see "Lost connections", retry.go).
+func (s *Store) readRequestStateOnce(ctx context.Context, partition, clientID string, running int32) (store.RequestState, error) {
 	if err := s.check(); err != nil {
 		return store.RequestState{}, err
 	}
@@ -131,16 +141,21 @@ func (s *Store) PutClient(ctx context.Context, partition string, rec store.Clien
 		return fmt.Errorf("put client: %w", err)
 	}
 	return s.syncClient(partition, rec.ClientID, func() error {
-		tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
-			rec.Cursor, subs, rec.UpdatedAtMs)
-		if err != nil {
-			return fmt.Errorf("put client: %w", storageFull(err))
-		}
-		if tag.RowsAffected() == 0 {
-			return store.ErrClientBound
-		}
-		return nil
+		return s.retryingWrite(ctx, "PutClient", func() error { return s.putClient(ctx, partition, rec, subs) })
 	})
+}
+
+// putClient runs PutClient's statement, once.
+func (s *Store) putClient(ctx context.Context, partition string, rec store.ClientRecord, subs []byte) error {
+	tag, err := s.pool.Exec(ctx, sqlPutClient, partition, rec.ClientID, rec.ActorID, int32(rec.WireVersion),
+		rec.Cursor, subs, rec.UpdatedAtMs)
+	if err != nil {
+		return fmt.Errorf("put client: %w", storageFull(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrClientBound
+	}
+	return nil
 }
 
 // clientWriteBehind bounds how long a deferred client record waits.
@@ -185,6 +200,11 @@ func (s *Store) writeDeferredClients(ctx context.Context, batch []store.Deferred
 // BindClient creates a client record unless one exists, and returns the
 // stored record.
 func (s *Store) BindClient(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
+	return retryWrite(s, ctx, "BindClient", func() (store.ClientRecord, error) { return s.bindClientOnce(ctx, partition, rec) })
+}
+
+// bindClientOnce is BindClient, once (see "Lost connections", retry.go).
+func (s *Store) bindClientOnce(ctx context.Context, partition string, rec store.ClientRecord) (store.ClientRecord, error) {
 	if err := s.checkWrite(); err != nil {
 		return store.ClientRecord{}, err
 	}
@@ -209,6 +229,11 @@ func (s *Store) BindClient(ctx context.Context, partition string, rec store.Clie
 
 // AdvanceClientCursor applies a realtime ack in one statement.
 func (s *Store) AdvanceClientCursor(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
+	return retryWrite(s, ctx, "AdvanceClientCursor", func() (bool, error) { return s.advanceClientCursorOnce(ctx, partition, a) })
+}
+
+// advanceClientCursorOnce is AdvanceClientCursor, once (see "Lost connections", retry.go).
+func (s *Store) advanceClientCursorOnce(ctx context.Context, partition string, a store.CursorAdvance) (bool, error) {
 	if err := s.checkWrite(); err != nil {
 		return false, err
 	}
@@ -248,6 +273,11 @@ var _ store.CursorBatchAdvancer = (*Store)(nil)
 // sent (the others report false), and the acks go in client order, so
 // that two instances' batches lock the records they share in one order.
 func (s *Store) AdvanceClientCursors(ctx context.Context, partition string, advances []store.CursorAdvance) ([]bool, error) {
+	return retryWrite(s, ctx, "AdvanceClientCursors", func() ([]bool, error) { return s.advanceClientCursorsOnce(ctx, partition, advances) })
+}
+
+// advanceClientCursorsOnce is AdvanceClientCursors, once (see "Lost connections", retry.go).
+func (s *Store) advanceClientCursorsOnce(ctx context.Context, partition string, advances []store.CursorAdvance) ([]bool, error) {
 	if err := s.checkWrite(); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,11 @@ SELECT c.commit_seq, c.created_at_ms, c.actor_id, c.client_id, c.client_commit_i
 
 // ReadCommits reads whole commits of a window, oldest first.
 func (s *Store) ReadCommits(ctx context.Context, partition string, afterSeq, throughSeq int64, limit int) ([]store.Commit, error) {
+	return retry(s, ctx, "ReadCommits", func() ([]store.Commit, error) { return s.readCommitsOnce(ctx, partition, afterSeq, throughSeq, limit) })
+}
+
+// readCommitsOnce is ReadCommits, once (see "Lost connections", retry.go).
+func (s *Store) readCommitsOnce(ctx context.Context, partition string, afterSeq, throughSeq int64, limit int) ([]store.Commit, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}

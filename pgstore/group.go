@@ -126,8 +126,73 @@ func (s *Store) runBatch(partition string, reqs []*writeReq) {
 	}
 }
 
-// runLive runs the requests reqs[live] and sets their results.
+// runLive runs the requests reqs[live] and sets their results. A batch
+// that ended on a lost connection runs again from the start, on another
+// connection (see "Lost connections", retry.go), when that is safe:
+//
+//   - The connection was lost before the COMMIT was sent, or the server's
+//     own answer to a statement before it was that it ended the session
+//     (statements of a connection run in order: the COMMIT after it never
+//     ran). Then nothing of the batch was written: its functions run
+//     again, and their sequences, journal records and rows are read and
+//     written anew.
+//   - The COMMIT was sent and its outcome is unknown (the connection failed
+//     while the COMMIT's answer was awaited, or before the answer to an
+//     earlier statement came back): the batch may have committed. It runs
+//     again only when every request of it is a push commit with its key
+//     in the push-result journal (WriteReads.ClientCommitID, which the
+//     engine's function re-checks in the transaction before it applies
+//     anything). If the first run committed, the journal records it wrote
+//     are there: the run again finds each commit's record and answers it
+//     as a replay (cached), appending nothing; if it did not, the run
+//     again is the only one that applies them. The partition lock orders
+//     the run again after any other transaction of the partition, so a
+//     commit is applied at most once whichever way it went, and a commit
+//     answered as applied is one whose record the run that answers it
+//     wrote. Other Writes (a remote command's, a backfill's, or any
+//     Write without its journal key) fail with the lost connection: their
+//     callers retry with their own idempotency (a command's journal key,
+//     a checkpoint's watermark).
 func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results []error) {
+	for attempt := 0; ; attempt++ {
+		lost, unknown := s.runAttempt(partition, reqs, live, results)
+		if lost == nil {
+			return
+		}
+		s.noteLost()
+		if attempt == maxConnRetries || (unknown && !journaled(reqs, live)) {
+			return
+		}
+		var again []int
+		for _, i := range live {
+			if results[i] = reqs[i].ctx.Err(); results[i] == nil {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		live = again
+		s.retried(reqs[live[0]].ctx, "write", attempt, lost)
+	}
+}
+
+// journaled reports whether every request of reqs[live] is a push commit
+// keyed in the push-result journal.
+func journaled(reqs []*writeReq, live []int) bool {
+	for _, i := range live {
+		if r := reqs[i].reads; r == nil || r.ClientCommitID == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// runAttempt runs the requests reqs[live] once, in one batch, and sets
+// their results. lost is the error of a batch that ended on a lost
+// connection (nil otherwise); unknown reports that its COMMIT was sent and
+// may have been carried out.
+func (s *Store) runAttempt(partition string, reqs []*writeReq, live []int, results []error) (lost error, unknown bool) {
 	// The batch's statements run with a context of its own, cancelled only
 	// when every request of the batch gave up: a caller that goes away
 	// must not interrupt a statement of the shared connection. Each call
@@ -149,7 +214,10 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 		for _, i := range live {
 			results[i] = fmt.Errorf("write: acquire connection: %w", err)
 		}
-		return
+		if connLost(err) && ctx.Err() == nil {
+			return err, false
+		}
+		return nil, false
 	}
 	defer conn.Release()
 	b := newBatch(s, conn, ctx, partition, len(live) > 1)
@@ -160,6 +228,23 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 	}
 	b.readAhead(liveReqs)
 	defer b.rollback() // no-op after a commit
+	defer func() {
+		// The batch ended on a lost connection: an error that says so, or
+		// a connection closed under it while its context was live (a
+		// function may have returned the driver's error translated).
+		if b.committed || (b.broken == nil && lost == nil) {
+			return
+		}
+		end := lost
+		if end == nil {
+			end = b.broken
+		}
+		if connLost(end) || (conn.Conn().IsClosed() && ctx.Err() == nil) {
+			lost, unknown = end, b.commitSent && !b.commitNotRun
+			return
+		}
+		lost = nil
+	}()
 	txs := make([]*writeTx, len(reqs))
 	var applied []int
 	for _, i := range live {
@@ -177,19 +262,20 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 		}
 	}
 	if len(applied) == 0 {
-		return
+		return nil, false
 	}
 	err = b.broken
 	if err == nil {
 		if err = b.commit(); err != nil {
 			err = fmt.Errorf("write: commit: %w", err)
+			lost = err
 		}
 	}
 	if err != nil {
 		for _, i := range applied {
 			results[i] = err
 		}
-		return
+		return lost, false
 	}
 	if b.committed {
 		s.batches.Add(1)
@@ -201,6 +287,7 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 			s.commits.Add(txs[i].appended)
 		}
 	}
+	return nil, false
 }
 
 // run runs one request's function, in the savepoint syncgo_commit when the

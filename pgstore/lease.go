@@ -49,6 +49,11 @@ func (s *Store) IssueLease(ctx context.Context, partition, clientID string, l st
 
 // LoadLease implements store.LeaseStore.
 func (s *Store) LoadLease(ctx context.Context, partition, clientID string) (store.Lease, error) {
+	return retry(s, ctx, "LoadLease", func() (store.Lease, error) { return s.loadLeaseOnce(ctx, partition, clientID) })
+}
+
+// loadLeaseOnce is LoadLease, once (see "Lost connections", retry.go).
+func (s *Store) loadLeaseOnce(ctx context.Context, partition, clientID string) (store.Lease, error) {
 	if err := s.check(); err != nil {
 		return store.Lease{}, err
 	}

@@ -15,6 +15,11 @@ import (
 // TouchPartition upserts the registry entry (its epoch only when new) and
 // returns the partition's state, in one statement.
 func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Partition, error) {
+	return retryWrite(s, ctx, "TouchPartition", func() (store.Partition, error) { return s.touchPartitionOnce(ctx, partition, nowMs, newEpoch) })
+}
+
+// touchPartitionOnce is TouchPartition, once (see "Lost connections", retry.go).
+func (s *Store) touchPartitionOnce(ctx context.Context, partition string, nowMs int64, newEpoch string) (store.Partition, error) {
 	if err := s.checkWrite(); err != nil {
 		return store.Partition{}, err
 	}
@@ -30,6 +35,11 @@ func (s *Store) TouchPartition(ctx context.Context, partition string, nowMs int6
 // Partition returns the partition's state. A partition is known when it
 // has a registry entry or a commit-log counter row.
 func (s *Store) Partition(ctx context.Context, partition string) (store.Partition, error) {
+	return retry(s, ctx, "Partition", func() (store.Partition, error) { return s.partitionOnce(ctx, partition) })
+}
+
+// partitionOnce is Partition, once (see "Lost connections", retry.go).
+func (s *Store) partitionOnce(ctx context.Context, partition string) (store.Partition, error) {
 	if err := s.check(); err != nil {
 		return store.Partition{}, err
 	}
@@ -39,6 +49,11 @@ func (s *Store) Partition(ctx context.Context, partition string) (store.Partitio
 // CommitHeads returns the newest commit sequence of each of the
 // partitions that has a commit-log counter row, in one statement.
 func (s *Store) CommitHeads(ctx context.Context, partitions []string) (map[string]int64, error) {
+	return retry(s, ctx, "CommitHeads", func() (map[string]int64, error) { return s.commitHeadsOnce(ctx, partitions) })
+}
+
+// commitHeadsOnce is CommitHeads, once (see "Lost connections", retry.go).
+func (s *Store) commitHeadsOnce(ctx context.Context, partitions []string) (map[string]int64, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
@@ -130,6 +145,11 @@ func (s *Store) RotateLogEpochs(ctx context.Context, epochs map[string]string, n
 // CommitSeqBefore returns the newest commit sequence created before
 // beforeMs, or 0.
 func (s *Store) CommitSeqBefore(ctx context.Context, partition string, beforeMs int64) (int64, error) {
+	return retry(s, ctx, "CommitSeqBefore", func() (int64, error) { return s.commitSeqBeforeOnce(ctx, partition, beforeMs) })
+}
+
+// commitSeqBeforeOnce is CommitSeqBefore, once (see "Lost connections", retry.go).
+func (s *Store) commitSeqBeforeOnce(ctx context.Context, partition string, beforeMs int64) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}

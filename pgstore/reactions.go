@@ -252,6 +252,11 @@ const sqlReactionBacklog = `SELECT
 
 // ReactionBacklog implements store.ReactionStore.
 func (s *Store) ReactionBacklog(ctx context.Context, nowMs int64) (store.ReactionBacklog, error) {
+	return retry(s, ctx, "ReactionBacklog", func() (store.ReactionBacklog, error) { return s.reactionBacklogOnce(ctx, nowMs) })
+}
+
+// reactionBacklogOnce is ReactionBacklog, once (see "Lost connections", retry.go).
+func (s *Store) reactionBacklogOnce(ctx context.Context, nowMs int64) (store.ReactionBacklog, error) {
 	if err := s.check(); err != nil {
 		return store.ReactionBacklog{}, err
 	}
@@ -266,6 +271,11 @@ func (s *Store) ReactionBacklog(ctx context.Context, nowMs int64) (store.Reactio
 // ListReactions implements store.ReactionStore. Keys compare bytewise, as
 // on SQLite.
 func (s *Store) ListReactions(ctx context.Context, q store.ReactionQuery) ([]store.Reaction, error) {
+	return retry(s, ctx, "ListReactions", func() ([]store.Reaction, error) { return s.listReactionsOnce(ctx, q) })
+}
+
+// listReactionsOnce is ListReactions, once (see "Lost connections", retry.go).
+func (s *Store) listReactionsOnce(ctx context.Context, q store.ReactionQuery) ([]store.Reaction, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,11 @@ import (
 
 // Row returns a committed current row.
 func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.Row, error) {
+	return retry(s, ctx, "Row", func() (store.Row, error) { return s.rowOnce(ctx, partition, table, rowID) })
+}
+
+// rowOnce is Row, once (see "Lost connections", retry.go).
+func (s *Store) rowOnce(ctx context.Context, partition, table, rowID string) (store.Row, error) {
 	ts, err := s.table(table)
 	if err != nil {
 		return store.Row{}, err
@@ -30,6 +35,11 @@ func (s *Store) Row(ctx context.Context, partition, table, rowID string) (store.
 
 // PushResult reads the push-result journal.
 func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommitID string) (store.PushRecord, error) {
+	return retry(s, ctx, "PushResult", func() (store.PushRecord, error) { return s.pushResultOnce(ctx, partition, clientID, clientCommitID) })
+}
+
+// pushResultOnce is PushResult, once (see "Lost connections", retry.go).
+func (s *Store) pushResultOnce(ctx context.Context, partition, clientID, clientCommitID string) (store.PushRecord, error) {
 	if err := s.check(); err != nil {
 		return store.PushRecord{}, err
 	}
@@ -45,6 +55,11 @@ func (s *Store) PushResult(ctx context.Context, partition, clientID, clientCommi
 // scanSQL): every row of the page matches every key, so a short page is
 // the last one.
 func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
+	return retry(s, ctx, "ScanRows", func() ([]store.Row, error) { return s.scanRowsOnce(ctx, partition, q) })
+}
+
+// scanRowsOnce is ScanRows, once (see "Lost connections", retry.go).
+func (s *Store) scanRowsOnce(ctx context.Context, partition string, q store.RowScanQuery) ([]store.Row, error) {
 	ts, err := s.table(q.Table)
 	if err != nil {
 		return nil, err
@@ -114,6 +129,11 @@ func (s *Store) ScanRows(ctx context.Context, partition string, q store.RowScanQ
 // ListRows reads a page of a table's current rows in bytewise row-id
 // order, whatever their scopes.
 func (s *Store) ListRows(ctx context.Context, partition, table string, after *string, limit int) ([]store.Row, error) {
+	return retry(s, ctx, "ListRows", func() ([]store.Row, error) { return s.listRowsOnce(ctx, partition, table, after, limit) })
+}
+
+// listRowsOnce is ListRows, once (see "Lost connections", retry.go).
+func (s *Store) listRowsOnce(ctx context.Context, partition, table string, after *string, limit int) ([]store.Row, error) {
 	ts, err := s.table(table)
 	if err != nil {
 		return nil, err
@@ -140,6 +160,11 @@ func (s *Store) ListRows(ctx context.Context, partition, table string, after *st
 // table carries one of the scope's values, or 0, from the change scope
 // index alone.
 func (s *Store) LatestScopedChangeSeq(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error) {
+	return retry(s, ctx, "LatestScopedChangeSeq", func() (int64, error) { return s.latestScopedChangeSeqOnce(ctx, partition, table, scope) })
+}
+
+// latestScopedChangeSeqOnce is LatestScopedChangeSeq, once (see "Lost connections", retry.go).
+func (s *Store) latestScopedChangeSeqOnce(ctx context.Context, partition, table string, scope wire.ScopeValues) (int64, error) {
 	if err := s.check(); err != nil {
 		return 0, err
 	}

@@ -11,6 +11,11 @@ import (
 // entry or a log, in bytewise order: what an operator rotates after a
 // restore.
 func (s *Store) Partitions(ctx context.Context) ([]string, error) {
+	return retry(s, ctx, "Partitions", func() ([]string, error) { return s.partitionsOnce(ctx) })
+}
+
+// partitionsOnce is Partitions, once (see "Lost connections", retry.go).
+func (s *Store) partitionsOnce(ctx context.Context) ([]string, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,11 @@ import (
 
 // Marker returns the database's schema marker.
 func (s *Store) Marker(ctx context.Context) (store.Marker, error) {
+	return retry(s, ctx, "Marker", func() (store.Marker, error) { return s.markerOnce(ctx) })
+}
+
+// markerOnce is Marker, once (see "Lost connections", retry.go).
+func (s *Store) markerOnce(ctx context.Context) (store.Marker, error) {
 	if err := s.check(); err != nil {
 		return store.Marker{}, err
 	}

@@ -218,6 +218,11 @@ func scanPublication(r pgx.Row, lead ...any) (store.SegmentPublication, error) {
 // publication its own columns hold. A segment stored as a body is
 // decoded.
 func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, error) {
+	return retry(g.s, ctx, "Segment", func() (store.Segment, error) { return g.segmentOnce(ctx, id) })
+}
+
+// segmentOnce is Segment, once (see "Lost connections", retry.go).
+func (g segmentStore) segmentOnce(ctx context.Context, id string) (store.Segment, error) {
 	seg, n, err := g.segment(ctx, id)
 	if err != nil || seg.Encoding == "" {
 		return seg, err
@@ -231,6 +236,11 @@ func (g segmentStore) Segment(ctx context.Context, id string) (store.Segment, er
 
 // SegmentBody implements store.SegmentBodyStore.
 func (g segmentStore) SegmentBody(ctx context.Context, id string) (store.Segment, error) {
+	return retry(g.s, ctx, "SegmentBody", func() (store.Segment, error) { return g.segmentBodyOnce(ctx, id) })
+}
+
+// segmentBodyOnce is SegmentBody, once (see "Lost connections", retry.go).
+func (g segmentStore) segmentBodyOnce(ctx context.Context, id string) (store.Segment, error) {
 	seg, n, err := g.segment(ctx, id)
 	seg.ByteLength = n
 	return seg, err
@@ -299,6 +309,11 @@ func (g segmentStore) segment(ctx context.Context, id string) (store.Segment, in
 
 // FindSegment implements store.SegmentStore.
 func (g segmentStore) FindSegment(ctx context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
+	return retry(g.s, ctx, "FindSegment", func() (store.SegmentRecord, error) { return g.findSegmentOnce(ctx, key, nowMs) })
+}
+
+// findSegmentOnce is FindSegment, once (see "Lost connections", retry.go).
+func (g segmentStore) findSegmentOnce(ctx context.Context, key store.SegmentKey, nowMs int64) (store.SegmentRecord, error) {
 	var rec store.SegmentRecord
 	if err := g.s.check(); err != nil {
 		return rec, err

@@ -84,6 +84,16 @@ type Store struct {
 	// coalesced tails that committed (coalesce.go; tests read them).
 	coalesced, tailFallbacks, coalescedRows atomic.Int64
 
+	// connRetries counts the operations run again on a fresh connection
+	// after a lost one (retry.go); lostAt is when a lost connection was
+	// last seen (unix nanoseconds; 0: never): the pool pings a connection
+	// idle since before it when handing it out.
+	connRetries atomic.Int64
+	lostAt      atomic.Int64
+	// renotifier announces again, in the background, the commits whose
+	// notification failed (write.go).
+	renotifier *renotifier
+
 	writes      atomic.Int64
 	writeErrors atomic.Int64
 	batches     atomic.Int64
@@ -110,6 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, listenDeliveryWait: listenDeliveryWaitDefault, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
 		groups: groups{m: map[string]*group{}}}
+	s.renotifier = newRenotifier(s)
 	if s.pool == nil {
 		if cfg.URL == "" {
 			return nil, errors.New("pgstore: open: neither URL nor Pool is set")
@@ -151,6 +162,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			// store's own checks still refuse every write.
 			pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
 		}
+		// A connection idle when a lost one was seen is pinged before it
+		// is handed out (pgxpool pings those idle for over a second
+		// anyway): after a Postgres restart every idle connection is dead.
+		pc.ShouldPing = s.shouldPing
 		if s.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			return nil, fmt.Errorf("pgstore: open: %w", err)
 		}
@@ -206,6 +221,7 @@ func (s *Store) Stats() store.Stats {
 		WriteErrors: s.writeErrors.Load(),
 		Batches:     s.batches.Load(),
 		Commits:     s.commits.Load(),
+		ConnRetries: s.connRetries.Load(),
 
 		SharedWindows: s.sharedAnswers.Load(),
 		SharedEntries: s.sharedEntries.Load(),
@@ -219,6 +235,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	close(s.done)
+	s.renotifier.close()
 	if s.clients != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		if err := s.clients.Close(ctx); err != nil {

@@ -23,6 +23,28 @@ const int8OID = 20
 // rows after the last one visited are read by ScanRows and visited; any
 // other scan is ScanRows' rows, visited.
 func (s *Store) VisitRows(ctx context.Context, partition string, q store.RowScanQuery, visit func(r *store.Row) bool) error {
+	// Run again after a lost connection only while no row was visited:
+	// the caller has consumed the rows it was handed.
+	visited := false
+	seen := func(r *store.Row) bool {
+		visited = true
+		return visit(r)
+	}
+	for attempt := 0; ; attempt++ {
+		err := s.visitRowsOnce(ctx, partition, q, seen)
+		if err == nil || !connLost(err) {
+			return err
+		}
+		s.noteLost()
+		if visited || attempt == maxConnRetries || ctx.Err() != nil {
+			return err
+		}
+		s.retried(ctx, "VisitRows", attempt, err)
+	}
+}
+
+// visitRowsOnce is VisitRows, once (see "Lost connections", retry.go).
+func (s *Store) visitRowsOnce(ctx context.Context, partition string, q store.RowScanQuery, visit func(r *store.Row) bool) error {
 	ts, err := s.table(q.Table)
 	if err != nil {
 		return err

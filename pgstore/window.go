@@ -24,6 +24,11 @@ import (
 // store.MatchScopes. A commit that would take the changes past
 // LimitChanges stops the scan (Complete false), unless it is the first.
 func (s *Store) ReadCommitWindow(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
+	return retry(s, ctx, "ReadCommitWindow", func() (store.CommitWindow, error) { return s.readCommitWindowOnce(ctx, partition, q) })
+}
+
+// readCommitWindowOnce is ReadCommitWindow, once (see "Lost connections", retry.go).
+func (s *Store) readCommitWindowOnce(ctx context.Context, partition string, q store.CommitWindowQuery) (store.CommitWindow, error) {
 	ts, err := s.table(q.Table)
 	if err != nil {
 		return store.CommitWindow{}, err

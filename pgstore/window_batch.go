@@ -20,6 +20,11 @@ import (
 // commit. A longer window, or a short one whose read reached its row
 // limit, is read afterwards by ReadCommitWindow, with a state of its own.
 func (s *Store) ReadCommitWindows(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
+	return retry(s, ctx, "ReadCommitWindows", func() ([]store.CommitWindow, error) { return s.readCommitWindowsOnce(ctx, partition, qs) })
+}
+
+// readCommitWindowsOnce is ReadCommitWindows, once (see "Lost connections", retry.go).
+func (s *Store) readCommitWindowsOnce(ctx context.Context, partition string, qs []store.CommitWindowQuery) ([]store.CommitWindow, error) {
 	out := make([]store.CommitWindow, len(qs))
 	b := &pgx.Batch{}
 	var (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,6 +91,10 @@ type batch struct {
 	broken    error
 	done      bool
 	committed bool
+	// commitSent: the COMMIT went out in a round trip; commitNotRun: the
+	// server's answer to a statement before it was that it ended the
+	// session, so the COMMIT never ran (group.go, runLive).
+	commitSent, commitNotRun bool
 }
 
 // cachedGate is a serve gate read for a running version.
@@ -325,6 +330,7 @@ func (b *batch) commit() error {
 			bb.Queue(sqlSetMaxCommitSeq, b.partition, b.seq)
 		}
 		bb.Queue("COMMIT")
+		b.commitSent = true
 		if appended {
 			bb.Queue(sqlNotifyCommit, b.partition, b.s.dbSchema, b.seq)
 		}
@@ -342,6 +348,7 @@ func (b *batch) commit() error {
 		br, err = b.send(b.ctx, nil, queue)
 	}
 	if err != nil {
+		b.commitNotRun = serverEnded(err)
 		return err
 	}
 	if originals != nil {
@@ -351,6 +358,7 @@ func (b *batch) commit() error {
 	if appended {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
+			b.commitNotRun = serverEnded(err)
 			return fmt.Errorf("write back sequence: %w", err)
 		}
 	}
@@ -372,28 +380,99 @@ func (b *batch) commit() error {
 	if err = closeBatch(br, err); err != nil {
 		b.s.log.WarnContext(b.ctx, "pgstore: commit notification failed", "partition", b.partition, "seq", b.seq, "err", err)
 		if appended {
-			b.s.renotify(b.ctx, b.partition, b.seq)
+			b.s.renotifier.add(b.partition, b.seq)
 		}
 	}
 	return nil
 }
 
-// renotifyAttempts and renotifyTimeout bound renotify.
+// renotifyAttempts and renotifyTimeout bound the announcing again of one
+// commit.
 const (
 	renotifyAttempts = 3
 	renotifyTimeout  = 3 * time.Second
 )
 
-// renotify announces a committed sequence again, on connections of the
-// pool, after the notification that followed its COMMIT failed (the
+// renotifier announces committed sequences again, on connections of the
+// pool, after the notification that followed their COMMIT failed (the
 // writer's connection was lost right after the COMMIT, as
 // pg_terminate_backend or a pooler's restart does to it while the
 // listeners' direct connections stay up). Without it no other instance
 // would hear of the commit before the partition's next one, and their
-// sockets would miss its delta until then. It tries a few times, within
-// renotifyTimeout; the commit stands whatever comes of it.
+// sockets would miss its delta until then. It works in the background, so
+// that the Write, whose commit stands whatever comes of the notification,
+// answers at once: one goroutine at most, started when a sequence is
+// queued and gone when none waits, holding the newest failed sequence of
+// each partition (a notification announces the partition's log up to its
+// sequence, so a newer one covers an older). Each is tried a few times,
+// within renotifyTimeout. Close stops it.
+type renotifier struct {
+	s      *Store
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	pending map[string]int64 // partition -> newest sequence to announce
+	running bool
+	wg      sync.WaitGroup
+}
+
+// newRenotifier returns the store's renotifier, idle.
+func newRenotifier(s *Store) *renotifier {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &renotifier{s: s, ctx: ctx, cancel: cancel, pending: map[string]int64{}}
+}
+
+// add queues the announcing again of partition's sequence seq.
+func (r *renotifier) add(partition string, seq int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil {
+		return
+	}
+	r.pending[partition] = max(r.pending[partition], seq)
+	if !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.run()
+	}
+}
+
+// run announces what is pending until nothing is.
+func (r *renotifier) run() {
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		var partition string
+		var seq int64
+		found := false
+		for p, q := range r.pending {
+			partition, seq, found = p, q, true
+			break
+		}
+		if !found || r.ctx.Err() != nil {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		delete(r.pending, partition)
+		r.mu.Unlock()
+		r.s.renotify(r.ctx, partition, seq)
+	}
+}
+
+// close stops the renotifier and waits for it.
+func (r *renotifier) close() {
+	r.mu.Lock()
+	r.cancel()
+	r.mu.Unlock()
+	r.wg.Wait()
+}
+
+// renotify announces partition's sequence seq again: a few times, within
+// renotifyTimeout.
 func (s *Store) renotify(ctx context.Context, partition string, seq int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renotifyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, renotifyTimeout)
 	defer cancel()
 	var err error
 	for attempt := range renotifyAttempts {

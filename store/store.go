@@ -34,7 +34,12 @@ type Store interface {
 	// returns fn's error, or the commit's. Drivers may run the functions
 	// of concurrent Write calls in one database transaction (group
 	// commit); each still commits or rolls back on its own, and Write
-	// returns only once its writes are durable.
+	// returns only once its writes are durable. A driver may run fn more
+	// than once, each time in a new transaction from the start, when the
+	// database connection was lost before the transaction committed (and,
+	// for a WriteReadAhead with its journal key, when the COMMIT's outcome
+	// is unknown): fn must read what it depends on through tx and keep
+	// what it returns to its caller from its last run only.
 	Write(ctx context.Context, partition string, fn func(ctx context.Context, tx WriteTx) error) error
 
 	// Row returns a current row; ErrNotFound when absent.

@@ -237,6 +237,9 @@ type Stats struct {
 	Batches int64
 	// Commits counts appended commits.
 	Commits int64
+	// ConnRetries counts operations run again on a fresh database
+	// connection after the one they ran on was lost (Postgres).
+	ConnRetries int64
 	// RecentWindows counts commit windows cut from the commits the
 	// store's writer keeps in memory instead of read from the log
 	// (SQLite).

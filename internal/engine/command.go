@@ -27,7 +27,9 @@ type Command struct {
 	// runs under the partition's write boundary, after the idempotency
 	// re-check, and reads through tx; it is not run for a commit the
 	// journal already holds. Its error aborts the transaction: nothing is
-	// written or recorded, and RunCommand returns it.
+	// written or recorded, and RunCommand returns it. It may run again, in
+	// a new transaction, when the database connection was lost before the
+	// first one committed: only its last run's operations are written.
 	Build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
 
