@@ -93,6 +93,9 @@ type Store struct {
 	// renotifier announces again, in the background, the commits whose
 	// notification failed (write.go).
 	renotifier *renotifier
+	// renotifyTimeout bounds the announcing again of one commit
+	// (renotifyTimeout; longer in tests).
+	renotifyTimeout time.Duration
 
 	writes      atomic.Int64
 	writeErrors atomic.Int64
@@ -120,7 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg = cfg.withDefaults()
 	s := &Store{pool: cfg.Pool, log: cfg.Logger, cfg: cfg, done: make(chan struct{}), listenProbe: listenProbeAfter, listenDeliveryWait: listenDeliveryWaitDefault, shortWindow: shortWindowCommits, shortRows: shortWindowRows,
 		groups: groups{m: map[string]*group{}}}
-	s.renotifier = newRenotifier(s)
+	s.renotifier, s.renotifyTimeout = newRenotifier(s), renotifyTimeout
 	if s.pool == nil {
 		if cfg.URL == "" {
 			return nil, errors.New("pgstore: open: neither URL nor Pool is set")

@@ -470,9 +470,9 @@ func (r *renotifier) close() {
 }
 
 // renotify announces partition's sequence seq again: a few times, within
-// renotifyTimeout.
+// s.renotifyTimeout.
 func (s *Store) renotify(ctx context.Context, partition string, seq int64) {
-	ctx, cancel := context.WithTimeout(ctx, renotifyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.renotifyTimeout)
 	defer cancel()
 	var err error
 	for attempt := range renotifyAttempts {
