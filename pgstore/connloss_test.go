@@ -51,7 +51,7 @@ func terminate(t *testing.T, pids string, args ...any) int {
 	}
 	defer conn.Close(ctx)
 	var n int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM (`+pids+`) p) x`, args...).Scan(&n); err != nil {
+	if err := conn.QueryRow(ctx, `WITH p AS MATERIALIZED (`+pids+`) SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM p) x`, args...).Scan(&n); err != nil {
 		t.Fatalf("terminate: %v", err)
 	}
 	for {
