@@ -34,6 +34,9 @@ type Config struct {
 	// Through a transaction-mode pooler its ConnConfig needs a
 	// DefaultQueryExecMode without named statements (cache_describe);
 	// Open logs a warning when it finds a pooler and the statement cache.
+	// Its ShouldPing is kept: a pool Open creates also pings, before
+	// handing it out, a connection idle since a lost connection was seen
+	// (retry.go), which a given pool does not.
 	Pool *pgxpool.Pool
 	// ListenURL is the connection string of the dedicated connection that
 	// [Store.ListenCommits] opens for LISTEN. It must reach Postgres

@@ -141,7 +141,8 @@
 // which would serialize the commits of all partitions. When the
 // notification fails after the COMMIT succeeded (the writer's connection
 // lost in between), it is sent again on connections of the pool, a few
-// times within seconds (renotify). A process that dies between the COMMIT
+// times within seconds, by a background worker of the store that the
+// Write does not wait for (renotifier). A process that dies between the COMMIT
 // and the notification (both already sent) leaves the batch to be
 // announced by the partition's next one.
 // [Store.ListenCommits] (the [store.CommitListener] the
