@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/store"
 )
 
@@ -303,5 +305,67 @@ func TestReadRetryFails(t *testing.T) {
 	}
 	if n := s.Stats().ConnRetries; n != maxConnRetries {
 		t.Errorf("Stats().ConnRetries = %d; want %d", n, maxConnRetries)
+	}
+}
+
+// TestConnectionLostThroughPooler: through a PgBouncer in transaction
+// mode, the pooler's server connections are terminated (a Postgres
+// restart behind the pooler). The pooler answers the next statement on
+// each of them with a connection error, or finds them dead itself; the
+// next read and Write still succeed on the first call. A Write whose
+// server connection is terminated mid-transaction gets the pooler's
+// connection error (class 08) and runs again.
+func TestConnectionLostThroughPooler(t *testing.T) {
+	db := pgtest.Database(t, "h87_pooler")
+	via := pgtest.Bouncer(t, db, "transaction", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: via, MaxConns: 4})
+	if err != nil {
+		t.Fatalf("Open through the pooler: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ensure(t, s, testSchema(t, 1))
+	applyTask(t, s, "p", "t0")
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbName := strings.TrimPrefix(u.Path, "/")
+	if n := terminate(t, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'`, dbName); n < 1 {
+		t.Fatalf("terminated %d server connections of the pooler; want its pool's", n)
+	}
+	if _, err := s.ReadCommits(ctx, "p", 0, 10, 10); err != nil {
+		t.Errorf("ReadCommits after the restart behind the pooler: %v", err)
+	}
+	applyTask(t, s, "p", "t1")
+
+	// The server connection of a transaction in progress: the pooler
+	// answers the transaction's next statement with a connection error.
+	c := testSchema(t, 1)
+	w := task{id: "t2", project: "p1", owner: "o"}.write(t, c, 1)
+	runs := 0
+	err = s.Write(ctx, "p", func(ctx context.Context, tx store.WriteTx) error {
+		runs++
+		if _, err := tx.Row(ctx, "tasks", "t2"); !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+		if runs == 1 {
+			terminate(t, `SELECT pid FROM pg_stat_activity WHERE datname = $1 AND state = 'idle in transaction'`, dbName)
+		}
+		if err := tx.UpsertRow(ctx, w); err != nil {
+			return err
+		}
+		_, err := tx.AppendCommit(ctx, commitOf("through-pooler", upsertChange(w)))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Write whose server connection was lost behind the pooler: %v", err)
+	}
+	if runs != 2 {
+		t.Errorf("the function ran %d times; want 2", runs)
+	}
+	if n := commitCount(t, s, "through-pooler"); n != 1 {
+		t.Errorf("the log holds the commit %d times; want 1", n)
 	}
 }

@@ -68,12 +68,18 @@ const (
 	sqlstateAdminShutdown    = "57P01"
 	sqlstateCrashShutdown    = "57P02"
 	sqlstateCannotConnectNow = "57P03"
+	sqlstateIdleSession      = "57P05"
+	// sqlstateClassConnection is the class of connection exceptions: a
+	// pooler (PgBouncer) answers with one when its server connection was
+	// lost ("server conn crashed?").
+	sqlstateClassConnection = "08"
 )
 
 // connLost reports whether err is the loss of the connection a statement
 // ran on, rather than an answer of the database: the statement was never
 // sent (pgconn.SafeToRetry), the server ended the session (57P01 admin
-// shutdown, 57P02 crash shutdown, 57P03 cannot connect now), or the
+// shutdown, 57P02 crash shutdown, 57P03 cannot connect now, 57P05 idle
+// session timeout), a pooler lost its server connection (class 08), or the
 // socket failed (EOF, a reset, a closed connection). A timeout or a
 // cancelled context is not a lost connection: the caller gave up.
 func connLost(err error) bool {
@@ -82,7 +88,7 @@ func connLost(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return sessionEnded(pgErr)
+		return sessionEnded(pgErr) || strings.HasPrefix(pgErr.Code, sqlstateClassConnection)
 	}
 	if pgconn.SafeToRetry(err) {
 		return true
@@ -101,7 +107,7 @@ func connLost(err error) bool {
 // sessionEnded reports whether a server error ended the session.
 func sessionEnded(pgErr *pgconn.PgError) bool {
 	switch pgErr.Code {
-	case sqlstateAdminShutdown, sqlstateCrashShutdown, sqlstateCannotConnectNow:
+	case sqlstateAdminShutdown, sqlstateCrashShutdown, sqlstateCannotConnectNow, sqlstateIdleSession:
 		return true
 	}
 	return false
