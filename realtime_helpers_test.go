@@ -435,6 +435,24 @@ func rtDial(ctx context.Context, d ws.Dialer, url string, buffer int) (*rtSock, 
 
 func (s *rtSock) startReading() { go s.readLoop() }
 
+// readFirst reads the next server message now, before startReading, and
+// keeps it for next: a test that leaves a socket unread (a slow
+// consumer) first waits for its hello, so that its session has started
+// (read the partition) before the commits it is to receive.
+func (s *rtSock) readFirst() {
+	s.t.Helper()
+	_ = s.nc.SetReadDeadline(time.Now().Add(rtWait))
+	data, op, err := wsutil.ReadServerData(struct {
+		io.Reader
+		io.Writer
+	}{s.r, io.Discard})
+	_ = s.nc.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.t.Fatalf("%s: first message: %v", s.clientID, err)
+	}
+	s.pending = append(s.pending, rtMsg{op: op, data: data, at: time.Now()})
+}
+
 // readLoop reads server messages with wsutil.ReadServerData until the
 // connection ends. Replies to control frames are discarded: the test
 // observes the server's close frame, it does not need to echo it.
