@@ -1,15 +1,12 @@
 package syncgo_test
 
 import (
-	"bufio"
 	"bytes"
 	"compress/flate"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"reflect"
 	"runtime"
 	"strings"
@@ -49,32 +46,7 @@ type wireCount struct {
 // response's Sec-WebSocket-Extensions and the counts of what it reads.
 func (e *rtEnv) upgradeOffering(token, clientID, offer string) (*rtSock, string, *wireCount) {
 	e.t.Helper()
-	host := strings.TrimPrefix(e.url, "http://")
-	nc, err := net.Dial("tcp", host)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { _ = nc.Close() })
-	req := "GET /realtime?clientId=" + clientID + " HTTP/1.1\r\nHost: " + host +
-		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" +
-		"\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token + "\r\n"
-	if offer != "" {
-		req += "Sec-WebSocket-Extensions: " + offer + "\r\n"
-	}
-	if _, err := nc.Write([]byte(req + "\r\n")); err != nil {
-		e.t.Fatal(err)
-	}
-	br := bufio.NewReader(nc)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		e.t.Fatalf("upgrade: %d", resp.StatusCode)
-	}
-	ext := resp.Header.Get("Sec-WebSocket-Extensions")
-	s := &rtSock{t: e.t, clientID: clientID, nc: nc, r: br, in: make(chan rtMsg, 256), done: make(chan struct{}),
-		deflate: ext != ""}
+	s, ext := e.handUpgrade(token, clientID, offer, nil)
 	wc := &wireCount{}
 	go readDeflating(s, wc)
 	return s, ext, wc

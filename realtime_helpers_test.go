@@ -791,6 +791,17 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // extra bytes in one write, so frames arrive with the handshake.
 func (e *rtEnv) rawUpgrade(token, clientID string, extra []byte) *rtSock {
 	e.t.Helper()
+	s, _ := e.handUpgrade(token, clientID, "", extra)
+	s.startReading()
+	return s
+}
+
+// handUpgrade opens a socket by hand: the upgrade request, with a
+// Sec-WebSocket-Extensions header offering offer when it is not empty,
+// and extra bytes after it in the same write. It returns the socket, not
+// read yet, and the response's Sec-WebSocket-Extensions.
+func (e *rtEnv) handUpgrade(token, clientID, offer string, extra []byte) (*rtSock, string) {
+	e.t.Helper()
 	host := strings.TrimPrefix(e.url, "http://")
 	nc, err := net.Dial("tcp", host)
 	if err != nil {
@@ -799,8 +810,11 @@ func (e *rtEnv) rawUpgrade(token, clientID string, extra []byte) *rtSock {
 	e.t.Cleanup(func() { _ = nc.Close() })
 	req := "GET /realtime?clientId=" + clientID + " HTTP/1.1\r\nHost: " + host +
 		"\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" +
-		"\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token + "\r\n\r\n"
-	if _, err := nc.Write(append([]byte(req), extra...)); err != nil {
+		"\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer " + token + "\r\n"
+	if offer != "" {
+		req += "Sec-WebSocket-Extensions: " + offer + "\r\n"
+	}
+	if _, err := nc.Write(append([]byte(req+"\r\n"), extra...)); err != nil {
 		e.t.Fatal(err)
 	}
 	br := bufio.NewReader(nc)
@@ -811,9 +825,9 @@ func (e *rtEnv) rawUpgrade(token, clientID string, extra []byte) *rtSock {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		e.t.Fatalf("upgrade: %d", resp.StatusCode)
 	}
-	s := &rtSock{t: e.t, clientID: clientID, nc: nc, r: br, in: make(chan rtMsg, 256), done: make(chan struct{})}
-	s.startReading()
-	return s
+	ext := resp.Header.Get("Sec-WebSocket-Extensions")
+	return &rtSock{t: e.t, clientID: clientID, nc: nc, r: br, in: make(chan rtMsg, 256), done: make(chan struct{}),
+		deflate: ext != ""}, ext
 }
 
 // rtClientFrame encodes one masked client frame.
