@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -297,19 +296,13 @@ func TestPostgresConnectionsTerminated(t *testing.T) {
 func TestPostgresReadRetryFails(t *testing.T) {
 	pgtest.URL(t)
 	t.Parallel()
-	var refuse atomic.Bool
+	var refuse *atomic.Bool
 	le := newLossEnv(t, func(t *testing.T, u string) store.Store {
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
 			t.Fatal(err)
 		}
-		dial := cfg.ConnConfig.DialFunc
-		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if refuse.Load() {
-				return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused (test)")}
-			}
-			return dial(ctx, network, addr)
-		}
+		refuse = pgtest.RefuseDials(&cfg.ConnConfig.Config)
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)

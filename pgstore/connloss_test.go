@@ -3,10 +3,8 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"net"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -273,14 +271,7 @@ func TestReadRetryFails(t *testing.T) {
 	app := uniq("h87-refused-")
 	cfg.ConnConfig.RuntimeParams["search_path"] = name
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
-	var refuse atomic.Bool
-	dial := cfg.ConnConfig.DialFunc
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if refuse.Load() {
-			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused (test)")}
-		}
-		return dial(ctx, network, addr)
-	}
+	refuse := pgtest.RefuseDials(&cfg.ConnConfig.Config)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,14 +7,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Env names the URL of the test database.
@@ -109,4 +113,19 @@ func noticeSkip() {
 	}
 	defer tty.Close()
 	fmt.Fprintf(tty, "syncgo: %s is not set: the Postgres tests are skipped (README, \"Tests\")\n", Env)
+}
+
+// RefuseDials wraps cfg's dialer so that, once the returned switch is on,
+// every new connection is refused as a down server refuses it (a test
+// of what the store does when it cannot reconnect).
+func RefuseDials(cfg *pgconn.Config) *atomic.Bool {
+	refuse := new(atomic.Bool)
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if refuse.Load() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused (test)")}
+		}
+		return dial(ctx, network, addr)
+	}
+	return refuse
 }
