@@ -36,17 +36,37 @@ type report struct {
 	Statuses   map[int]int    `json:"httpErrorStatuses"`
 	ErrKinds   map[string]int `json:"clientErrorsByKind"`
 	// Unexplained are the 5xx answers outside every fault's window.
-	Unexplained []string       `json:"unexplained5xx"`
-	Faults      []fault        `json:"faults"`
-	FaultCounts map[string]int `json:"faultCounts"`
-	Samples     []sample       `json:"samples"`
-	Rows        map[string]int `json:"serverRowsByTenant"`
-	LogProblems []string       `json:"logProblems"`
-	Violations  []string       `json:"violations"`
+	Unexplained []string `json:"unexplained5xx"`
+	// UnexplainedTransport are the client errors without an HTTP status
+	// (a response cut short, a reset or refused connection) outside the
+	// windows of the faults that cut connections: a process killed or
+	// restarted, sockets dropped.
+	UnexplainedTransport []string       `json:"unexplainedTransportErrors"`
+	Faults               []fault        `json:"faults"`
+	FaultCounts          map[string]int `json:"faultCounts"`
+	Samples              []sample       `json:"samples"`
+	Rows                 map[string]int `json:"serverRowsByTenant"`
+	LogProblems          []string       `json:"logProblems"`
+	Violations           []string       `json:"violations"`
 }
 
 // faultWindow is how long after a fault a 5xx answer is put down to it.
 const faultWindow = 20 * time.Second
+
+// cutByFault reports whether a client error at at falls in the window of
+// a fault that cuts connections: a server process killed or restarted,
+// or sockets dropped. A Postgres fault answers 5xx; it cuts no response.
+func cutByFault(faults []fault, at time.Duration) bool {
+	for _, f := range faults {
+		switch f.Kind {
+		case "sigkill", "restarted", "socket_drop":
+			if at >= f.At-time.Second && at <= f.At+faultWindow {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // acked is an acknowledged commit.
 type acked struct {
@@ -161,6 +181,11 @@ func (r *run) check(ctx context.Context) *report {
 			rep.Unexplained = append(rep.Unexplained, fmt.Sprintf("%s: %d %s", s.At.Round(time.Millisecond), s.Status, s.Msg))
 		}
 	}
+	for _, e := range r.errEvents {
+		if !cutByFault(r.faults, e.At) {
+			rep.UnexplainedTransport = append(rep.UnexplainedTransport, fmt.Sprintf("%s: %s", e.At.Round(time.Millisecond), e.Kind))
+		}
+	}
 	rep.Samples = r.samples
 	rep.ErrKinds = r.errKinds
 	r.mu.Unlock()
@@ -178,6 +203,9 @@ func (r *run) check(ctx context.Context) *report {
 	}
 	if len(rep.Unexplained) > 0 {
 		r.violation("%d 5xx answers outside every fault's window", len(rep.Unexplained))
+	}
+	if len(rep.UnexplainedTransport) > 0 {
+		r.violation("%d client errors without an HTTP status outside the windows of killed processes and dropped sockets", len(rep.UnexplainedTransport))
 	}
 	rep.Reinstalls = r.reinstalls.Load()
 	r.mu.Lock()
@@ -373,6 +401,10 @@ func (rep *report) write(w io.Writer) {
 	}
 	fmt.Fprintf(w, "HTTP error statuses: %v; 5xx outside fault windows: %d\n", rep.Statuses, len(rep.Unexplained))
 	for _, u := range rep.Unexplained[:min(len(rep.Unexplained), 10)] {
+		fmt.Fprintln(w, "  ", u)
+	}
+	fmt.Fprintf(w, "client errors without an HTTP status outside the windows of killed processes and dropped sockets: %d\n", len(rep.UnexplainedTransport))
+	for _, u := range rep.UnexplainedTransport[:min(len(rep.UnexplainedTransport), 10)] {
 		fmt.Fprintln(w, "  ", u)
 	}
 	fmt.Fprintf(w, "faults: %v\n", rep.FaultCounts)

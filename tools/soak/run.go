@@ -72,6 +72,16 @@ type fault struct {
 }
 
 // statusEvent is one HTTP error answer a client received.
+// errEvent is a client error that carried no HTTP status: a refused or
+// reset connection, a response cut short, a timeout.
+type errEvent struct {
+	At   time.Duration
+	Kind string
+}
+
+// maxErrEvents bounds the transport errors kept with their times.
+const maxErrEvents = 10000
+
 type statusEvent struct {
 	At     time.Duration
 	Status int
@@ -93,6 +103,7 @@ type run struct {
 	faults     []fault
 	statuses   []statusEvent
 	errKinds   map[string]int // client errors by kind
+	errEvents  []errEvent     // client errors without an HTTP status, in order (at most maxErrEvents)
 	violations []string
 	samples    []sample
 	auditors   map[string]*sspclient.Client // by tenant
@@ -142,8 +153,12 @@ func (r *run) noteErr(err error) {
 	if len(msg) > 120 {
 		msg = msg[:120]
 	}
+	var he *sspclient.HTTPError
 	r.mu.Lock()
 	r.errKinds[msg]++
+	if !errors.As(err, &he) && !errors.Is(err, context.Canceled) && len(r.errEvents) < maxErrEvents {
+		r.errEvents = append(r.errEvents, errEvent{At: time.Since(r.start), Kind: msg})
+	}
 	r.mu.Unlock()
 }
 
