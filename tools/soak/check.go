@@ -41,32 +41,60 @@ type report struct {
 	// (a response cut short, a reset or refused connection) outside the
 	// windows of the faults that cut connections: a process killed or
 	// restarted, sockets dropped.
-	UnexplainedTransport []string       `json:"unexplainedTransportErrors"`
-	Faults               []fault        `json:"faults"`
-	FaultCounts          map[string]int `json:"faultCounts"`
-	Samples              []sample       `json:"samples"`
-	Rows                 map[string]int `json:"serverRowsByTenant"`
-	LogProblems          []string       `json:"logProblems"`
-	Violations           []string       `json:"violations"`
+	UnexplainedTransport []string `json:"unexplainedTransportErrors"`
+	// CutResponses are the times of the responses cut short (the client
+	// read part of a body or none of it: EOF, a reset, a truncated
+	// message), to set beside the faults' times.
+	CutResponses []string       `json:"cutResponses"`
+	Faults       []fault        `json:"faults"`
+	FaultCounts  map[string]int `json:"faultCounts"`
+	Samples      []sample       `json:"samples"`
+	Rows         map[string]int `json:"serverRowsByTenant"`
+	LogProblems  []string       `json:"logProblems"`
+	Violations   []string       `json:"violations"`
 }
 
 // faultWindow is how long after a fault a 5xx answer is put down to it.
 const faultWindow = 20 * time.Second
 
-// cutByFault reports whether a client error at at falls in the window of
-// a fault that cuts connections: a server process killed or restarted,
-// or sockets dropped. A Postgres fault answers 5xx; it cuts no response.
-func cutByFault(faults []fault, at time.Duration) bool {
-	for _, f := range faults {
-		switch f.Kind {
-		case "sigkill", "restarted", "socket_drop":
-			if at >= f.At-time.Second && at <= f.At+faultWindow {
-				return true
-			}
+// cutResponse reports whether a client error of kind (noteErr's form) is
+// a response cut short rather than a connection refused or a timeout.
+func cutResponse(kind string) bool {
+	for _, k := range []string{"EOF", "connection reset", "truncated message"} {
+		if strings.Contains(kind, k) {
+			return true
 		}
 	}
 	return false
 }
+
+// cutByFault reports whether a client error of kind at at falls in the
+// window of a fault that cuts connections: a server process killed or
+// restarted, or sockets dropped. A Postgres fault answers 5xx; it cuts no
+// response. A response cut short (cutResponse) is cut at the fault's
+// instant, so its window is a few seconds; a refused connection or a
+// timeout can follow a kill for as long as the process takes to restart
+// and the client to back off.
+func cutByFault(faults []fault, kind string, at time.Duration) bool {
+	cut := cutResponse(kind)
+	for _, f := range faults {
+		window := faultWindow
+		switch {
+		case cut && (f.Kind == "sigkill" || f.Kind == "socket_drop"):
+			window = cutWindow
+		case cut, f.Kind != "sigkill" && f.Kind != "restarted" && f.Kind != "socket_drop":
+			continue
+		}
+		if at >= f.At-time.Second && at <= f.At+window {
+			return true
+		}
+	}
+	return false
+}
+
+// cutWindow is how long after a SIGKILL or a socket drop a response cut
+// short is put down to it.
+const cutWindow = 3 * time.Second
 
 // acked is an acknowledged commit.
 type acked struct {
@@ -182,7 +210,10 @@ func (r *run) check(ctx context.Context) *report {
 		}
 	}
 	for _, e := range r.errEvents {
-		if !cutByFault(r.faults, e.At) {
+		if cutResponse(e.Kind) && len(rep.CutResponses) < 200 {
+			rep.CutResponses = append(rep.CutResponses, fmt.Sprintf("%s: %s", e.At.Round(time.Millisecond), e.Kind))
+		}
+		if !cutByFault(r.faults, e.Kind, e.At) {
 			rep.UnexplainedTransport = append(rep.UnexplainedTransport, fmt.Sprintf("%s: %s", e.At.Round(time.Millisecond), e.Kind))
 		}
 	}
@@ -402,6 +433,10 @@ func (rep *report) write(w io.Writer) {
 	fmt.Fprintf(w, "HTTP error statuses: %v; 5xx outside fault windows: %d\n", rep.Statuses, len(rep.Unexplained))
 	for _, u := range rep.Unexplained[:min(len(rep.Unexplained), 10)] {
 		fmt.Fprintln(w, "  ", u)
+	}
+	fmt.Fprintf(w, "responses cut short: %d\n", len(rep.CutResponses))
+	for _, c := range rep.CutResponses[:min(len(rep.CutResponses), 10)] {
+		fmt.Fprintln(w, "  ", c)
 	}
 	fmt.Fprintf(w, "client errors without an HTTP status outside the windows of killed processes and dropped sockets: %d\n", len(rep.UnexplainedTransport))
 	for _, u := range rep.UnexplainedTransport[:min(len(rep.UnexplainedTransport), 10)] {

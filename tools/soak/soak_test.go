@@ -53,3 +53,32 @@ func shortSoak(t *testing.T, bin, db string, instances int) {
 		t.Errorf("%d invariants violated (logs under %s)", len(rep.Violations), cfg.out)
 	}
 }
+
+// TestCutByFault: which client errors the report puts down to a fault.
+// A response cut short counts only within cutWindow of a SIGKILL or a
+// socket drop; a refused connection within faultWindow of a kill or a
+// restart; nothing is put down to a Postgres fault.
+func TestCutByFault(t *testing.T) {
+	faults := []fault{
+		{At: 10 * time.Second, Kind: "sigkill"},
+		{At: 14 * time.Second, Kind: "restarted"},
+		{At: 60 * time.Second, Kind: "pg_terminate_backend"},
+	}
+	for _, c := range []struct {
+		kind string
+		at   time.Duration
+		want bool
+	}{
+		{"EOF", 10*time.Second + 400*time.Millisecond, true},
+		{"sspclient: response: sync.invalid_request: truncated message: SEGMENT_INLINE frame payload", 9500 * time.Millisecond, true},
+		{"connection reset by peer", 20 * time.Second, false},
+		{"EOF", 61 * time.Second, false},
+		{"connection refused", 25 * time.Second, true},
+		{"connection refused", 35 * time.Second, false},
+		{"connection refused", 61 * time.Second, false},
+	} {
+		if got := cutByFault(faults, c.kind, c.at); got != c.want {
+			t.Errorf("%q at %s: put down to a fault %v, want %v", c.kind, c.at, got, c.want)
+		}
+	}
+}
