@@ -69,10 +69,11 @@ func cutResponse(kind string) bool {
 }
 
 // cutByFault reports whether a client error of kind at at falls in the
-// window of a fault that cuts connections: a server process killed or
-// restarted, or sockets dropped. A Postgres fault answers 5xx; it cuts no
-// response. A response cut short (cutResponse) is cut at the fault's
-// instant, so its window is a few seconds; a refused connection or a
+// window of a fault that cuts connections: a server process killed,
+// restarted or stopped for a deploy, or sockets dropped. A Postgres fault
+// answers 5xx; it cuts no response. A response cut short (cutResponse) is
+// cut at a SIGKILL's or a socket drop's instant, so its window is a few
+// seconds, and a deploy's graceful stop cuts none; a refused connection or a
 // timeout can follow a kill for as long as the process takes to restart
 // and the client to back off.
 func cutByFault(faults []fault, kind string, at time.Duration) bool {
@@ -82,7 +83,7 @@ func cutByFault(faults []fault, kind string, at time.Duration) bool {
 		switch {
 		case cut && (f.Kind == "sigkill" || f.Kind == "socket_drop"):
 			window = cutWindow
-		case cut, f.Kind != "sigkill" && f.Kind != "restarted" && f.Kind != "socket_drop":
+		case cut, f.Kind != "sigkill" && f.Kind != "restarted" && f.Kind != "socket_drop" && f.Kind != "deploy":
 			continue
 		}
 		if at >= f.At-time.Second && at <= f.At+window {

@@ -82,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.dropEvery, "drop-every", 0, "drop a tenth of the sockets without a close frame this often (default 10s; negative: never)")
 	fs.StringVar(&c.pgRestart, "pg-restart", "", "Postgres: restart the cluster once, at these offsets into the run (comma-separated durations), with pg_ctlcluster; the cluster is shared: use sparingly")
 	fs.StringVar(&c.pgCluster, "pg-cluster", "", "VERSION of pg_ctlcluster VERSION main restart (default: the only directory of /etc/postgresql)")
+	fs.DurationVar(&c.deployAt, "deploy-at", 0, "roll every process, one at a time (SIGTERM, start), to schema version 2 (a nullable column appended to items), with version 1 in its schema window, at this offset into the run; the clients stay at version 1 (default: never)")
 	fs.DurationVar(&c.settle, "settle", 0, "bound of the catch-up after the faults stop (default 3m)")
 	fs.DurationVar(&c.quiet, "quiet", 0, "after the faults stop and the outboxes drain, how long the sockets alone have to bring every replica up to date before it is compared with the server (default 15s)")
 	fs.Int64Var(&c.seed, "seed", 1, "random seed of the clients' actions")

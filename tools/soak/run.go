@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type config struct {
 	terminateEvery       time.Duration
 	dropEvery            time.Duration
 	pgRestart, pgCluster string
+	deployAt             time.Duration
 	settle, quiet        time.Duration
 	seed                 int64
 }
@@ -107,6 +109,7 @@ type run struct {
 	violations []string
 	samples    []sample
 	auditors   map[string]*sspclient.Client // by tenant
+	schemaPath string                       // version 1's file, the processes' schema at start
 	reinstalls atomic.Int64
 	log        io.Writer
 }
@@ -196,13 +199,13 @@ func soak(ctx context.Context, cfg config, logw io.Writer) (*report, error) {
 		}
 	}
 	if cfg.bin != "" {
-		schemaPath := filepath.Join(r.cfg.out, "schema.json")
-		if err := os.WriteFile(schemaPath, soakSchema, 0o644); err != nil {
+		r.schemaPath = filepath.Join(r.cfg.out, "schema.json")
+		if err := os.WriteFile(r.schemaPath, soakSchema, 0o644); err != nil {
 			return nil, err
 		}
 		for i := range cfg.instances {
 			name := fmt.Sprintf("s%d", i)
-			in, err := newInstance(name, cfg.bin, filepath.Join(r.cfg.out, name), r.cfg.db, schemaPath, cfg.secret)
+			in, err := newInstance(name, cfg.bin, filepath.Join(r.cfg.out, name), r.cfg.db, r.schemaPath, cfg.secret)
 			if err != nil {
 				return nil, err
 			}
@@ -365,6 +368,64 @@ func (r *run) sampleLoop(ctx context.Context) {
 	}
 }
 
+// deploy rolls every process to schema version 2 (soakSchemaV2), with
+// version 1 in its schema window, one at a time: SIGTERM (a graceful
+// stop), start on the new configuration, 5 s before the next. The first
+// process of version 2 migrates the database at its start and raises the
+// writer fences, so the processes still on version 1 refuse writes
+// (sync.schema_not_ready, retryable) until they are rolled; the clients
+// stay at version 1, served through the window.
+func (r *run) deploy(ctx context.Context) {
+	v2, err := soakSchemaV2()
+	if err != nil {
+		r.violation("deploy: %v", err)
+		return
+	}
+	path := filepath.Join(r.cfg.out, "schema-v2.json")
+	if err := os.WriteFile(path, v2, 0o644); err != nil {
+		r.violation("deploy: %v", err)
+		return
+	}
+	for i, in := range r.insts {
+		if i > 0 {
+			sleep(ctx, 5*time.Second)
+		}
+		if err := in.writeConfig(path, r.schemaPath); err != nil {
+			r.violation("deploy %s: %v", in.name, err)
+			return
+		}
+		r.noteFault("deploy", in.name+": SIGTERM, start at schema version 2")
+		t0 := time.Now()
+		in.kill(syscall.SIGTERM)
+		stopped := time.Since(t0)
+		if err := in.start(context.WithoutCancel(ctx)); err != nil {
+			r.violation("deploy %s: start at schema version 2: %v", in.name, err)
+			return
+		}
+		r.noteFault("deployed", fmt.Sprintf("%s: stopped in %s, ready in %s", in.name, stopped.Round(time.Millisecond), (time.Since(t0)-stopped).Round(time.Millisecond)))
+	}
+}
+
+// soakSchemaV2 is the soak schema at version 2: items gains a nullable
+// column, which the migration appends to every stored row and logged
+// upsert of it.
+func soakSchemaV2() ([]byte, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(soakSchema, &doc); err != nil {
+		return nil, err
+	}
+	doc["version"] = 2
+	tables, _ := doc["tables"].([]any)
+	for _, t := range tables {
+		if t, ok := t.(map[string]any); ok && t["name"] == "items" {
+			cols, _ := t["columns"].([]any)
+			t["columns"] = append(cols, map[string]any{"name": "note", "type": "string", "nullable": true})
+			return json.MarshalIndent(doc, "", "  ")
+		}
+	}
+	return nil, errors.New("the soak schema has no table items")
+}
+
 // faultLoop injects the faults until ctx ends.
 func (r *run) faultLoop(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(uint64(r.seed), 11))
@@ -394,6 +455,10 @@ func (r *run) faultLoop(ctx context.Context) {
 			}
 			restarts = append(restarts, time.After(d-time.Since(r.start)))
 		}
+	}
+	var deploy <-chan time.Time
+	if len(r.insts) > 0 && r.cfg.deployAt > 0 {
+		deploy = time.After(r.cfg.deployAt - time.Since(r.start))
 	}
 	restartAny := func() <-chan time.Time {
 		if len(restarts) == 0 {
@@ -435,6 +500,8 @@ func (r *run) faultLoop(ctx context.Context) {
 				}
 			}
 			r.noteFault("socket_drop", fmt.Sprintf("%d sockets", n))
+		case <-deploy:
+			r.deploy(ctx)
 		case <-restartAny():
 			restarts = restarts[1:]
 			r.restartPostgres(ctx)

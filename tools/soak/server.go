@@ -28,6 +28,10 @@ type instance struct {
 	url       string // the protocol mount point
 	adminURL  string
 	logPath   string
+	db        string
+	secret    string
+	port      int
+	adminPort int
 	mu        sync.Mutex
 	cmd       *exec.Cmd
 	exited    chan struct{}
@@ -58,18 +62,29 @@ func newInstance(name, bin, dir, db, schemaPath, secret string) (*instance, erro
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ndb: %q\nschema: %q\nadmin:\n  listen: 127.0.0.1:%d\n",
-		port, db, schemaPath, aport) + authYAML(secret)
-	path := filepath.Join(dir, "syncgo.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return nil, err
-	}
-	return &instance{
-		name: name, bin: bin, dir: dir, config: path,
+	in := &instance{
+		name: name, bin: bin, dir: dir, config: filepath.Join(dir, "syncgo.yaml"),
+		db: db, secret: secret, port: port, adminPort: aport,
 		url:      fmt.Sprintf("http://127.0.0.1:%d", port),
 		adminURL: fmt.Sprintf("http://127.0.0.1:%d", aport),
 		logPath:  filepath.Join(dir, "server.log"),
-	}, nil
+	}
+	return in, in.writeConfig(schemaPath)
+}
+
+// writeConfig writes the process's configuration with the schema file
+// and the older schema files it still serves (schema_window); the
+// process reads it at its next start.
+func (in *instance) writeConfig(schemaPath string, window ...string) error {
+	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ndb: %q\nschema: %q\nadmin:\n  listen: 127.0.0.1:%d\n",
+		in.port, in.db, schemaPath, in.adminPort) + authYAML(in.secret)
+	if len(window) > 0 {
+		cfg += "schema_window:\n"
+		for _, w := range window {
+			cfg += fmt.Sprintf("  - %q\n", w)
+		}
+	}
+	return os.WriteFile(in.config, []byte(cfg), 0o600)
 }
 
 // authYAML is the authentication and scope rules of a soak server:

@@ -57,12 +57,14 @@ func shortSoak(t *testing.T, bin, db string, instances int) {
 // TestCutByFault: which client errors the report puts down to a fault.
 // A response cut short counts only within cutWindow of a SIGKILL or a
 // socket drop; a refused connection within faultWindow of a kill or a
-// restart; nothing is put down to a Postgres fault.
+// restart or a deploy; nothing is put down to a Postgres fault, and no
+// response cut short to a deploy's graceful stop.
 func TestCutByFault(t *testing.T) {
 	faults := []fault{
 		{At: 10 * time.Second, Kind: "sigkill"},
 		{At: 14 * time.Second, Kind: "restarted"},
 		{At: 60 * time.Second, Kind: "pg_terminate_backend"},
+		{At: 100 * time.Second, Kind: "deploy"},
 	}
 	for _, c := range []struct {
 		kind string
@@ -76,6 +78,8 @@ func TestCutByFault(t *testing.T) {
 		{"connection refused", 25 * time.Second, true},
 		{"connection refused", 35 * time.Second, false},
 		{"connection refused", 61 * time.Second, false},
+		{"connection refused", 101 * time.Second, true},
+		{"EOF", 100*time.Second + 10*time.Millisecond, false}, // a graceful stop cuts no response
 	} {
 		if got := cutByFault(faults, c.kind, c.at); got != c.want {
 			t.Errorf("%q at %s: put down to a fault %v, want %v", c.kind, c.at, got, c.want)
