@@ -753,6 +753,9 @@ func (s *Server) onCommit(n CommitNotice) {
 // Drain turns the readiness report (/readyz, CheckReady) to "stopping"
 // while the server goes on serving: a load balancer that follows it stops
 // sending new clients here before Stop closes the sockets. Stop after it.
+// While draining, each answer but a socket upgrade closes its connection
+// (Connection: close), so that clients move to new connections before
+// the listener's stop closes the idle ones.
 func (s *Server) Drain() { s.stopping.Store(true) }
 
 // Stop closes the realtime sockets with a going-away close frame, stops
@@ -828,6 +831,16 @@ func (s *Server) readyOnly(route string, h http.HandlerFunc) http.HandlerFunc {
 			}
 			s.writeError(w, route, notReadyError(err))
 			return
+		}
+		if s.stopping.Load() && r.Header.Get("Upgrade") == "" {
+			// Draining: the connection closes after this answer, so the
+			// client's next request opens a new one (which a load
+			// balancer sends elsewhere) instead of racing the stop's
+			// close of idle connections, where a request sent as the
+			// connection closes fails with a reset or an EOF. HTTP/2
+			// answers it with a GOAWAY. Socket upgrades go on as they
+			// are.
+			w.Header().Set("Connection", "close")
 		}
 		h(w, r)
 	}

@@ -370,7 +370,8 @@ func (r *run) sampleLoop(ctx context.Context) {
 
 // deploy rolls every process to schema version 2 (soakSchemaV2), with
 // version 1 in its schema window, one at a time: SIGTERM (a graceful
-// stop), start on the new configuration, 5 s before the next. The first
+// stop after shutdownDelay), start on the new configuration, 5 s before
+// the next. The first
 // process of version 2 migrates the database at its start and raises the
 // writer fences, so the processes still on version 1 refuse writes
 // (sync.schema_not_ready, retryable) until they are rolled; the clients
@@ -390,14 +391,14 @@ func (r *run) deploy(ctx context.Context) {
 		if i > 0 {
 			sleep(ctx, 5*time.Second)
 		}
+		r.noteFault("deploy", fmt.Sprintf("%s: SIGTERM (shutdown_delay %s), start at schema version 2", in.name, shutdownDelay))
+		t0 := time.Now()
+		in.kill(syscall.SIGTERM)
+		stopped := time.Since(t0)
 		if err := in.writeConfig(path, r.schemaPath); err != nil {
 			r.violation("deploy %s: %v", in.name, err)
 			return
 		}
-		r.noteFault("deploy", in.name+": SIGTERM, start at schema version 2")
-		t0 := time.Now()
-		in.kill(syscall.SIGTERM)
-		stopped := time.Since(t0)
 		if err := in.start(context.WithoutCancel(ctx)); err != nil {
 			r.violation("deploy %s: start at schema version 2: %v", in.name, err)
 			return

@@ -72,12 +72,17 @@ func newInstance(name, bin, dir, db, schemaPath, secret string) (*instance, erro
 	return in, in.writeConfig(schemaPath)
 }
 
+// shutdownDelay is every process's shutdown_delay: a SIGTERM (a deploy,
+// the run's end) drains for it, as a deploy behind a load balancer does
+// (here the clients keep sending to the process while it drains).
+const shutdownDelay = 2 * time.Second
+
 // writeConfig writes the process's configuration with the schema file
 // and the older schema files it still serves (schema_window); the
 // process reads it at its next start.
 func (in *instance) writeConfig(schemaPath string, window ...string) error {
-	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ndb: %q\nschema: %q\nadmin:\n  listen: 127.0.0.1:%d\n",
-		in.port, in.db, schemaPath, in.adminPort) + authYAML(in.secret)
+	cfg := fmt.Sprintf("listen: 127.0.0.1:%d\ndb: %q\nschema: %q\nshutdown_delay: %s\nadmin:\n  listen: 127.0.0.1:%d\n",
+		in.port, in.db, schemaPath, shutdownDelay, in.adminPort) + authYAML(in.secret)
 	if len(window) > 0 {
 		cfg += "schema_window:\n"
 		for _, w := range window {
