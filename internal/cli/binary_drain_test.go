@@ -18,6 +18,7 @@ func TestBinaryShutdownDelay(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	p := binarytest.Serve(t, bin, binarytest.Options{}, "-listen", "127.0.0.1:0",
 		"-db", filepath.Join(t.TempDir(), "drain.db"), "-shutdown-delay", delay.String())
+	closes := false // the last answer's Connection: close
 	status := func(method, path string) int {
 		t.Helper()
 		req, err := http.NewRequest(method, p.URL+path, nil)
@@ -29,6 +30,7 @@ func TestBinaryShutdownDelay(t *testing.T) {
 			t.Fatalf("%s %s: %v", method, path, err)
 		}
 		resp.Body.Close()
+		closes = resp.Close
 		return resp.StatusCode
 	}
 	if got := status("GET", "/readyz"); got != http.StatusOK {
@@ -49,6 +51,11 @@ func TestBinaryShutdownDelay(t *testing.T) {
 	// refused connection.
 	if got := status("POST", "/sync"); got != http.StatusUnauthorized && got != http.StatusUnsupportedMediaType {
 		t.Fatalf("POST /sync during the delay: %d", got)
+	}
+	// ... and closes the connection after the answer, so that the
+	// client's next request does not race the stop's close of it.
+	if !closes {
+		t.Fatal("POST /sync during the delay kept its connection open (no Connection: close)")
 	}
 	select {
 	case <-p.Exited():
