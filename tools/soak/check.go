@@ -71,19 +71,32 @@ func cutResponse(kind string) bool {
 // cutByFault reports whether a client error of kind at at falls in the
 // window of a fault that cuts connections: a server process killed,
 // restarted or stopped for a deploy, or sockets dropped. A Postgres fault
-// answers 5xx; it cuts no response. A response cut short (cutResponse) is
-// cut at a SIGKILL's or a socket drop's instant, so its window is a few
-// seconds, and a deploy's graceful stop cuts none; a refused connection or a
-// timeout can follow a kill for as long as the process takes to restart
-// and the client to back off.
+// answers 5xx; it cuts no response.
+//
+//   - A response cut short (cutResponse) is cut at a SIGKILL's or a
+//     socket drop's instant, so its window there is a few seconds.
+//   - A deploy's graceful stop closes the keep-alive connections left
+//     idle by its drain, and a request sent on one as it closes fails
+//     with a reset or an EOF before any answer (HTTP/1.1 has no race-free
+//     close of an idle connection; clients retry such requests). It must
+//     never cut an answer's body: a truncated message is not put down to
+//     a deploy.
+//   - A refused connection or a timeout can follow a kill, a restart or a
+//     deploy for as long as the process takes to start and the client to
+//     back off.
 func cutByFault(faults []fault, kind string, at time.Duration) bool {
 	cut := cutResponse(kind)
+	body := strings.Contains(kind, "truncated message")
 	for _, f := range faults {
 		window := faultWindow
 		switch {
 		case cut && (f.Kind == "sigkill" || f.Kind == "socket_drop"):
 			window = cutWindow
-		case cut, f.Kind != "sigkill" && f.Kind != "restarted" && f.Kind != "socket_drop" && f.Kind != "deploy":
+		case f.Kind == "deploy":
+			if body {
+				continue
+			}
+		case cut, f.Kind != "sigkill" && f.Kind != "restarted" && f.Kind != "socket_drop":
 			continue
 		}
 		if at >= f.At-time.Second && at <= f.At+window {
