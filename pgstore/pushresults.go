@@ -2,9 +2,12 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -20,6 +23,24 @@ WHERE (partition, client_id, client_commit_id) > ($1, $2, $3)
 ORDER BY partition, client_id, client_commit_id LIMIT $4`
 	sqlDeletePushResults = `DELETE FROM sync_push_results
 WHERE (partition, client_id, client_commit_id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))`
+
+	// The stored position (store.PushResultsPositionName): one row of
+	// sync_backfill_checkpoints in partition ''.
+	sqlPushResultsPositionWhere = `partition = '' AND (name = '` + store.PushResultsPositionName + `' OR left(name, ` +
+		pushResultsPositionPrefixLen + `) = '` + store.PushResultsPositionName + `:')`
+	sqlPushResultsPosition = `SELECT name, watermark, observed_rows, updated_at_ms FROM sync_backfill_checkpoints
+WHERE ` + sqlPushResultsPositionWhere + ` ORDER BY updated_at_ms DESC LIMIT 1`
+	sqlClearPushResultsPosition = `DELETE FROM sync_backfill_checkpoints WHERE ` + sqlPushResultsPositionWhere
+	sqlPutPushResultsPosition   = `INSERT INTO sync_backfill_checkpoints(partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms)
+VALUES ('', $1, 0, 'activated', $2, 0, $3, $4)`
+	pushResultsPositionPrefixLen = "26" // len(store.PushResultsPositionName + ":")
+
+	// maxStoredPositionBytes bounds the stored name: with partition ''
+	// its index entry stays under the B-tree limit (about 2.7 KB). Only
+	// a journal key within some 100 bytes of that limit itself (ids far
+	// over the server's 512-byte identifiers) is longer; the position is
+	// then cleared rather than stored.
+	maxStoredPositionBytes = 2600
 )
 
 // PrunePushResults implements store.PushResultPruner: one transaction,
@@ -30,6 +51,19 @@ WHERE (partition, client_id, client_commit_id) IN (SELECT * FROM unnest($1::text
 // (json.go), so a record that does not decode is kept instead of failing
 // the batch.
 func (s *Store) PrunePushResults(ctx context.Context, after *store.PushResultKey, beforeMs int64, limit int) (store.PushResultPrune, error) {
+	return s.prunePushResults(ctx, after, false, beforeMs, limit)
+}
+
+// ResumePushResultsPrune implements store.PushResultPruner: as
+// PrunePushResults, and under the same lock it reads the stored position
+// (pipelined with the lock, so no round trip of its own) and writes the
+// new one pipelined with the batch's delete, in the batch's transaction:
+// the processes of a fleet take turns on batches of one walk.
+func (s *Store) ResumePushResultsPrune(ctx context.Context, fallback *store.PushResultKey, beforeMs int64, limit int) (store.PushResultPrune, error) {
+	return s.prunePushResults(ctx, fallback, true, beforeMs, limit)
+}
+
+func (s *Store) prunePushResults(ctx context.Context, after *store.PushResultKey, resume bool, beforeMs int64, limit int) (store.PushResultPrune, error) {
 	var out store.PushResultPrune
 	if err := s.checkWrite(); err != nil {
 		return out, err
@@ -38,23 +72,44 @@ func (s *Store) PrunePushResults(ctx context.Context, after *store.PushResultKey
 		return out, fmt.Errorf("prune push results: limit %d is not positive", limit)
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		out = store.PushResultPrune{}
-		var locked bool
-		if err := tx.QueryRow(ctx, sqlTryLockPushResultsPrune).Scan(&locked); err != nil {
+		out = store.PushResultPrune{From: after}
+		var (
+			locked bool
+			stored store.PushResultsPosition
+		)
+		if resume {
+			b := &pgx.Batch{}
+			b.Queue(sqlTryLockPushResultsPrune)
+			b.Queue(sqlPushResultsPosition)
+			br := tx.SendBatch(ctx, b)
+			err := br.QueryRow().Scan(&locked)
+			if err == nil {
+				stored, err = scanPushResultsPosition(br.QueryRow())
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			if stored.Stored {
+				out.From = stored.After
+			}
+		} else if err := tx.QueryRow(ctx, sqlTryLockPushResultsPrune).Scan(&locked); err != nil {
 			return err
 		}
 		if !locked {
-			out.Skipped = true
+			out = store.PushResultPrune{Skipped: true}
 			return nil
 		}
 		var (
 			rs  pgx.Rows
 			err error
 		)
-		if after == nil {
+		if from := out.From; from == nil {
 			rs, err = tx.Query(ctx, sqlPushResultsFirst, limit)
 		} else {
-			rs, err = tx.Query(ctx, sqlPushResultsAfter, after.Partition, after.ClientID, after.ClientCommitID, limit)
+			rs, err = tx.Query(ctx, sqlPushResultsAfter, from.Partition, from.ClientID, from.ClientCommitID, limit)
 		}
 		if err != nil {
 			return err
@@ -80,20 +135,63 @@ func (s *Store) PrunePushResults(ctx context.Context, after *store.PushResultKey
 			return err
 		}
 		out.Done = out.Examined < int64(limit)
-		if len(parts) == 0 {
+		b := &pgx.Batch{}
+		if len(parts) > 0 {
+			b.Queue(sqlDeletePushResults, parts, clients, commits).Exec(func(tag pgconn.CommandTag) error {
+				out.Deleted = tag.RowsAffected()
+				return nil
+			})
+		}
+		if resume {
+			b.Queue(sqlClearPushResultsPosition)
+			next := store.NextPushResultsPosition(stored, out, time.Now().UnixMilli())
+			if name := store.EncodePushResultsPosition(next.After); len(name) <= maxStoredPositionBytes {
+				b.Queue(sqlPutPushResultsPosition, name, next.Laps, next.Examined, next.UpdatedAtMs)
+			}
+		}
+		if b.Len() == 0 {
 			return nil
 		}
-		tag, err := tx.Exec(ctx, sqlDeletePushResults, parts, clients, commits)
-		if err != nil {
-			return err
-		}
-		out.Deleted = tag.RowsAffected()
-		return nil
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return store.PushResultPrune{}, fmt.Errorf("prune push results: %w", err)
 	}
 	return out, nil
+}
+
+// PushResultsPosition implements store.PushResultPruner.
+func (s *Store) PushResultsPosition(ctx context.Context) (store.PushResultsPosition, error) {
+	if err := s.check(); err != nil {
+		return store.PushResultsPosition{}, err
+	}
+	p, err := scanPushResultsPosition(s.pool.QueryRow(ctx, sqlPushResultsPosition))
+	if err != nil {
+		return store.PushResultsPosition{}, fmt.Errorf("read the push-result prune position: %w", err)
+	}
+	return p, nil
+}
+
+// scanPushResultsPosition reads the stored position's row; no row, or a
+// name that is not a position's, is no position.
+func scanPushResultsPosition(r pgx.Row) (store.PushResultsPosition, error) {
+	var (
+		p    store.PushResultsPosition
+		name string
+	)
+	err := r.Scan(&name, &p.Laps, &p.Examined, &p.UpdatedAtMs)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.PushResultsPosition{}, nil
+	}
+	if err != nil {
+		return store.PushResultsPosition{}, err
+	}
+	after, ok := store.DecodePushResultsPosition(name)
+	if !ok {
+		return store.PushResultsPosition{}, nil
+	}
+	p.Stored, p.After = true, after
+	return p, nil
 }
 
 var _ store.PushResultPruner = (*Store)(nil)

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/syncgo/syncgo/store"
@@ -84,4 +85,59 @@ VALUES ('p', 'c', 'old', '{"status":"applied","commitSeq":1,"recordedAtMs":1000,
 	if err != nil || res.Skipped || res.Deleted != 1 {
 		t.Fatalf("PrunePushResults once the other is done = %+v, %v; want 1 deleted", res, err)
 	}
+}
+
+// TestPushResultsPositionLongKey: a position whose stored name would be
+// longer than maxStoredPositionBytes (a journal key near Postgres's
+// B-tree entry limit) is not stored: the batch clears the stored position
+// instead of failing on the index, and the next batch goes on from its
+// caller's fallback; one exactly at the bound, of text that does not
+// compress, is stored.
+func TestPushResultsPositionLongKey(t *testing.T) {
+	t.Parallel()
+	s := openStore(t)
+	ensure(t, s, testSchema(t, 1))
+	ctx := context.Background()
+	rnd := rand.New(rand.NewPCG(1, 2))
+	text := func(n int) string {
+		const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = alnum[rnd.IntN(len(alnum))]
+		}
+		return string(b)
+	}
+	long := store.PushResultKey{Partition: "p", ClientID: "b" + text(1299), ClientCommitID: text(1300)}
+	// at is a key whose stored name is exactly maxStoredPositionBytes.
+	at := store.PushResultKey{Partition: "p", ClientID: "c" + text(1000)}
+	at.ClientCommitID = text(maxStoredPositionBytes - len(store.EncodePushResultsPosition(&at)) - 3) // "0:" becomes "NNNN:"
+	if n := len(store.EncodePushResultsPosition(&at)); n != maxStoredPositionBytes {
+		t.Fatalf("the key at the bound is stored in %d bytes", n)
+	}
+	keys := []store.PushResultKey{{Partition: "p", ClientID: "a", ClientCommitID: "1"}, long, at, {Partition: "p", ClientID: "d", ClientCommitID: "1"}}
+	for _, k := range keys {
+		if _, err := s.pool.Exec(ctx, `INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+VALUES ($1, $2, $3, '{"status":"applied","commitSeq":1,"recordedAtMs":9000,"results":[]}'::jsonb)`, k.Partition, k.ClientID, k.ClientCommitID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step := func(fallback *store.PushResultKey, wantFrom *store.PushResultKey, wantStored bool) store.PushResultPrune {
+		t.Helper()
+		res, err := s.ResumePushResultsPrune(ctx, fallback, 5000, 1)
+		if err != nil {
+			t.Fatalf("ResumePushResultsPrune: %v", err)
+		}
+		if (res.From == nil) != (wantFrom == nil) || (res.From != nil && *res.From != *wantFrom) || res.Examined != 1 {
+			t.Fatalf("batch from %v, examined %d; want from %v", res.From, res.Examined, wantFrom)
+		}
+		p, err := s.PushResultsPosition(ctx)
+		if err != nil || p.Stored != wantStored || (wantStored && *p.After != res.Last) {
+			t.Fatalf("stored position after the batch to %.20v = %+v, %v; stored want %v", res.Last, p, err, wantStored)
+		}
+		return res
+	}
+	step(nil, nil, true)
+	res := step(nil, &keys[0], false) // ends at the long key: cleared
+	step(&res.Last, &long, true)      // from the fallback; ends at the key at the bound: stored
+	step(nil, &at, true)
 }

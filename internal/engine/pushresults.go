@@ -10,8 +10,10 @@ import (
 // The push-result journal prune (RetentionPolicy.PushResultsMaxAge) walks
 // the journal's primary key in batches of pushResultsBatch rows, each its
 // own short transaction, at most pushResultsPassRows rows per retention
-// round; the position is kept between rounds, so successive rounds cover
-// the whole journal and a round's work is bounded whatever its size.
+// round; the position is kept between rounds, in the database (each
+// batch stores its end), so successive rounds, of this process, of one
+// restarted or of the other processes of a fleet, cover the whole journal
+// and a round's work is bounded whatever its size.
 // After each batch the prune waits pushResultsPause times as long as the
 // batch took, so it takes at most a third of the store's time (of the
 // SQLite writer's, the pushes' bottleneck) while it runs.
@@ -22,9 +24,13 @@ const (
 )
 
 // journalPosition is where the next journal prune batch starts: after
-// the key, or at the journal's first row when nil.
+// the key, or at the journal's first row when nil. A resumed walk (the
+// retention rounds') starts from the position stored in the database
+// instead, the end of the last batch of any process, and stores its
+// own; after is then only the fallback for a database without one.
 type journalPosition struct {
-	after *store.PushResultKey
+	after  *store.PushResultKey
+	resume bool
 }
 
 // PushResultsPruned is the number of push-result journal records the
@@ -57,7 +63,12 @@ func (e *Engine) prunePushResultsPass(ctx context.Context, pos *journalPosition,
 			}
 		}
 		started := time.Now()
-		res, err := pr.PrunePushResults(ctx, pos.after, before, pushResultsBatch)
+		var res store.PushResultPrune
+		if pos.resume {
+			res, err = pr.ResumePushResultsPrune(ctx, pos.after, before, pushResultsBatch)
+		} else {
+			res, err = pr.PrunePushResults(ctx, pos.after, before, pushResultsBatch)
+		}
 		pause = pushResultsPause * time.Since(started)
 		if err != nil {
 			return deleted, false, err

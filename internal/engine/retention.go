@@ -93,7 +93,7 @@ func (e *Engine) RunRetention(ctx context.Context, interval time.Duration, pol R
 		e.mu.Unlock()
 	}()
 	forgetAfter := (withFloors(pol).AgeForce + e.cfg.Limits.TouchInterval + interval).Milliseconds()
-	var journal journalPosition
+	journal := journalPosition{resume: true}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	type served struct {

@@ -18,6 +18,7 @@ func RunPushResults(t *testing.T, open Opener) {
 		{"FirstWriterWins", testFirstWriterWins},
 		{"NotFound", testPushResultNotFound},
 		{"Prune", testPushResultPrune},
+		{"PruneResumes", testPushResultPruneResumes},
 		{"RoundTrip", testPushResultRoundTrip},
 		{"Unreadable", testPushResultUnreadable},
 	})
@@ -316,5 +317,125 @@ func testPushResultPrune(t *testing.T, open Opener) {
 	}
 	if examined, deleted, _ := pass(); examined != 7 || deleted != 0 {
 		t.Errorf("second pass: examined %d, deleted %d; want 7, 0", examined, deleted)
+	}
+}
+
+// testPushResultPruneResumes: a resumed journal prune stores where each
+// batch ended, in the database, so that the next batch, of the same
+// store, of a reopened one (a restarted process) or of another store on
+// the database (a fleet), goes on from there, whatever position its
+// caller kept; at the journal's end the walk starts over with one lap
+// more. The caller's fallback counts only while nothing is stored, an
+// explicit batch leaves the stored position alone, and the stored row
+// (in sync_backfill_checkpoints) holds back neither the serve gate nor
+// the migration barrier.
+func testPushResultPruneResumes(t *testing.T, open Opener) {
+	e := newEnv(t, open)
+	pr, ok := e.s.(store.PushResultPruner)
+	if !ok {
+		t.Skip("the store does not prune the push-result journal")
+	}
+	e.touch("p1")
+	const cutoff, limit = 5500, 3
+	var keys []store.PushResultKey
+	for i := range 10 {
+		k := store.PushResultKey{Partition: "p1", ClientID: "client-1", ClientCommitID: fmt.Sprintf("cc-%02d", i)}
+		keys = append(keys, k)
+		at := int64(9000) // young: kept, so that every lap reads every row
+		if i == 8 {
+			at = 1000
+		}
+		e.write("p1", func(ctx context.Context, tx store.WriteTx) error {
+			_, err := tx.PutPushResult(ctx, k.ClientID, k.ClientCommitID, store.PushRecord{
+				Status: wire.PushApplied, CommitSeq: 1, RecordedAtMs: at, Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpApplied}}})
+			return err
+		})
+	}
+	fmtKey := func(k *store.PushResultKey) string {
+		if k == nil {
+			return "the start"
+		}
+		return k.ClientCommitID
+	}
+	position := func(s store.Store) store.PushResultsPosition {
+		t.Helper()
+		p, err := s.(store.PushResultPruner).PushResultsPosition(e.ctx)
+		if err != nil {
+			t.Fatalf("PushResultsPosition: %v", err)
+		}
+		return p
+	}
+	// batch runs one resumed batch on s and checks where it started and
+	// ended (nil last: at the journal's end), and the position it stored.
+	batch := func(s store.Store, fallback *store.PushResultKey, from, last *store.PushResultKey, examined, deleted, laps, lapRows int64) {
+		t.Helper()
+		res, err := s.(store.PushResultPruner).ResumePushResultsPrune(e.ctx, fallback, cutoff, limit)
+		if err != nil {
+			t.Fatalf("ResumePushResultsPrune: %v", err)
+		}
+		if res.Skipped || fmtKey(res.From) != fmtKey(from) || res.Examined != examined || res.Deleted != deleted || res.Done != (last == nil) ||
+			(last != nil && res.Last != *last) {
+			t.Fatalf("ResumePushResultsPrune(fallback %s) = from %s, examined %d, deleted %d, last %s, done %v, skipped %v; "+
+				"want from %s, examined %d, deleted %d, last %s",
+				fmtKey(fallback), fmtKey(res.From), res.Examined, res.Deleted, res.Last.ClientCommitID, res.Done, res.Skipped,
+				fmtKey(from), examined, deleted, fmtKey(last))
+		}
+		p := position(e.s)
+		if !p.Stored || fmtKey(p.After) != fmtKey(last) || p.Laps != laps || p.Examined != lapRows || p.UpdatedAtMs <= 0 {
+			t.Fatalf("stored position after the batch = %+v (after %s); want after %s, %d laps, %d rows into the lap",
+				p, fmtKey(p.After), fmtKey(last), laps, lapRows)
+		}
+	}
+	if p := position(e.s); p.Stored {
+		t.Fatalf("a new database has a stored position: %+v", p)
+	}
+	// Nothing stored: the caller's fallback is where the batch starts.
+	batch(e.s, &keys[1], &keys[1], &keys[4], 3, 0, 0, 3)
+	// Stored: the fallback no longer counts.
+	batch(e.s, nil, &keys[4], &keys[7], 3, 0, 0, 6)
+	// An explicit batch neither reads nor moves the stored position.
+	if res, err := pr.PrunePushResults(e.ctx, nil, cutoff, limit); err != nil || res.From != nil || res.Last != keys[2] {
+		t.Fatalf("PrunePushResults(from the start) = %+v, %v; want the first 3 rows", res, err)
+	}
+	if p := position(e.s); fmtKey(p.After) != fmtKey(&keys[7]) {
+		t.Fatalf("an explicit batch moved the stored position to %s", fmtKey(p.After))
+	}
+	second := reopen(t, e.s)
+	if second == nil {
+		t.Skip(skipNoReopen)
+	}
+	// A reopened store (a restarted process, another of a fleet) goes on
+	// where the first one stopped, whatever its own fallback.
+	batch(second, &keys[0], &keys[7], nil, 2, 1, 1, 0)
+	if _, err := e.s.PushResult(e.ctx, "p1", "client-1", "cc-08"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PushResult(cc-08, old) after the resumed batch = %v; want ErrNotFound (pruned)", err)
+	}
+	// The end reached: the next batch of either store starts over.
+	batch(e.s, &keys[7], nil, &keys[2], 3, 0, 1, 3)
+	batch(second, nil, &keys[2], &keys[5], 3, 0, 1, 6)
+	batch(e.s, &keys[0], &keys[5], &keys[9], 3, 0, 1, 9)
+	batch(second, nil, &keys[9], nil, 0, 0, 2, 0)
+
+	// The row in sync_backfill_checkpoints is no checkpoint to the gate
+	// or the barrier: the partition serves, the schema ensures again.
+	b, ok := e.s.(store.Barrier)
+	if !ok {
+		return
+	}
+	g, err := b.ReadServeGate(e.ctx, "p1", FixtureSchema(t).Version())
+	if err != nil || len(g.Pending) != 0 || g.WriterFence != 0 {
+		t.Fatalf("ReadServeGate with a stored position = %+v, %v; want nothing pending, no fence", g, err)
+	}
+	if cps, err := b.ReadCheckpoints(e.ctx, "p1"); err != nil || len(cps) != 0 {
+		t.Fatalf("ReadCheckpoints(p1) = %+v, %v; want none", cps, err)
+	}
+	if err := e.s.EnsureSchema(e.ctx, FixtureSchema(t)); err != nil {
+		t.Fatalf("EnsureSchema again with a stored position: %v", err)
+	}
+	if err := b.EnsureSchemaWith(e.ctx, grownSchema(t), nil); err != nil {
+		t.Fatalf("EnsureSchemaWith(version 2) with a stored position: %v", err)
+	}
+	if p := position(e.s); !p.Stored || p.Laps != 2 {
+		t.Fatalf("stored position after the schema bump = %+v; want it kept", p)
 	}
 }
