@@ -16,6 +16,7 @@ import (
 	"github.com/syncgo/syncgo/internal/binarytest"
 	"github.com/syncgo/syncgo/internal/pgtest"
 	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -189,29 +190,46 @@ func ageClientPG(t *testing.T, url, clientID string, age time.Duration) time.Dur
 // retention.push_results_max_age reaches the server's retention rounds,
 // on SQLite and on Postgres: a pushed commit's journal record, made 500 h
 // old in the database, is deleted within a few intervals, while a
-// younger one stays.
+// younger one stays. Then the prune's position survives a crash: with
+// 30,000 more (young) records, the process is killed in the middle of a
+// lap, and the restarted one goes on from the stored position instead of
+// the journal's start (the rows it counts into the lap stay the rows up
+// to its position).
 func TestBinaryRetentionPushResults(t *testing.T) {
 	bin := binarytest.Build(t)
 	for _, d := range []struct {
 		name string
-		open func(t *testing.T) (db string, exec func(sql string, args ...any) int64)
+		open func(t *testing.T) (db string, query func(sql string, args []any, dest ...any) bool)
 	}{
-		{"sqlite", func(t *testing.T) (string, func(string, ...any) int64) {
+		{"sqlite", func(t *testing.T) (string, func(string, []any, ...any) bool) {
 			db := filepath.Join(t.TempDir(), "r.db")
-			return db, func(q string, args ...any) int64 {
+			return db, func(q string, args []any, dest ...any) bool {
 				conn, err := sqlite.OpenConn(db, sqlite.OpenReadWrite)
 				must(t, err)
 				defer conn.Close()
 				conn.SetBusyTimeout(10 * time.Second)
-				var n int64
+				found := false
 				must(t, sqlitex.Execute(conn, q, &sqlitex.ExecOptions{Args: args,
-					ResultFunc: func(stmt *sqlite.Stmt) error { n = stmt.ColumnInt64(0); return nil }}))
-				return n
+					ResultFunc: func(stmt *sqlite.Stmt) error {
+						found = true
+						for i, d := range dest {
+							switch d := d.(type) {
+							case *int64:
+								*d = stmt.ColumnInt64(i)
+							case *string:
+								*d = stmt.ColumnText(i)
+							default:
+								return fmt.Errorf("cannot scan into %T", d)
+							}
+						}
+						return nil
+					}}))
+				return found
 			}
 		}},
-		{"postgres", func(t *testing.T) (string, func(string, ...any) int64) {
+		{"postgres", func(t *testing.T) (string, func(string, []any, ...any) bool) {
 			url := pgtest.Schema(t, "retention_journal", false)
-			return url, func(q string, args ...any) int64 {
+			return url, func(q string, args []any, dest ...any) bool {
 				ctx := context.Background()
 				conn, err := pgx.Connect(ctx, url)
 				must(t, err)
@@ -219,18 +237,28 @@ func TestBinaryRetentionPushResults(t *testing.T) {
 				rows, err := conn.Query(ctx, q, args...)
 				must(t, err)
 				defer rows.Close()
-				var n int64
+				found := false
 				for rows.Next() {
-					must(t, rows.Scan(&n))
+					found = true
+					if len(dest) > 0 {
+						must(t, rows.Scan(dest...))
+					}
 				}
 				must(t, rows.Err())
-				return n
+				return found
 			}
 		}},
 	} {
 		t.Run(d.name, func(t *testing.T) {
 			dir := t.TempDir()
-			db, exec := d.open(t)
+			db, query := d.open(t)
+			exec := func(q string, args ...any) int64 {
+				var n int64
+				if !query(q, args, &n) {
+					return 0
+				}
+				return n
+			}
 			cfgPath := filepath.Join(dir, "syncgo.yaml")
 			must(t, os.WriteFile(cfgPath, []byte(fmt.Sprintf("listen: 127.0.0.1:0\ndb: %q\nretention:\n  interval: 100ms\n  push_results_max_age: 400h\n", db)), 0o600))
 			p := binarytest.Serve(t, bin, binarytest.Options{Dir: dir}, "-config", cfgPath)
@@ -264,6 +292,98 @@ WHERE (partition, client_id, client_commit_id) = (SELECT partition, client_id, c
 			time.Sleep(300 * time.Millisecond)
 			if n := exec(count); n != 1 {
 				t.Fatalf("%d journal records after the prune; want 1 (the young one kept)", n)
+			}
+
+			// The position across a crash.
+			const bulk = 30_000
+			young := fmt.Sprintf(`{"status":"applied","commitSeq":1,"recordedAtMs":%d,"results":[]}`, time.Now().UnixMilli())
+			if d.name == "sqlite" {
+				exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i+1 FROM n WHERE i < ?)
+INSERT INTO sync_push_results(partition, client_id, client_commit_id, result) SELECT 'bulk', 'c', printf('cc-%06d', i), ? FROM n`, bulk-1, young)
+			} else {
+				exec(`INSERT INTO sync_push_results(partition, client_id, client_commit_id, result)
+SELECT 'bulk', 'c', 'cc-' || lpad(i::text, 6, '0'), $2::jsonb FROM generate_series(0, $1::int) i`, bulk-1, young)
+			}
+			type position struct {
+				stored         bool
+				after          *store.PushResultKey
+				laps, examined int64
+			}
+			read := func() position {
+				var (
+					pos  position
+					name string
+				)
+				pos.stored = query(`SELECT name, watermark, observed_rows FROM sync_backfill_checkpoints
+WHERE partition = '' AND (name = 'syncgo.push_results_prune' OR substr(name, 1, 26) = 'syncgo.push_results_prune:')`, nil, &name, &pos.laps, &pos.examined)
+				if pos.stored {
+					var ok bool
+					if pos.after, ok = store.DecodePushResultsPosition(name); !ok {
+						t.Fatalf("stored position %q does not decode", name)
+					}
+				}
+				return pos
+			}
+			// upTo counts the journal rows up to k: those a lap has read
+			// when its position is k.
+			upTo := func(k *store.PushResultKey) int64 {
+				if d.name == "sqlite" {
+					return exec(`SELECT count(*) FROM sync_push_results WHERE (partition, client_id, client_commit_id) <= (?, ?, ?)`, k.Partition, k.ClientID, k.ClientCommitID)
+				}
+				return exec(`SELECT count(*) FROM sync_push_results WHERE (partition, client_id, client_commit_id) <= ($1, $2, $3)`, k.Partition, k.ClientID, k.ClientCommitID)
+			}
+			start := read()
+			if !start.stored {
+				t.Fatalf("no push-result prune position stored in sync_backfill_checkpoints after the rounds ran")
+			}
+			// Kill the process in a lap begun after the bulk insert, before
+			// a third of it.
+			var before position
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				before = read()
+				if before.laps > start.laps && before.after != nil && before.examined <= bulk/3 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the prune did not stop within the first third of a lap in 60 s (last position %+v)", before)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			must(t, p.Cmd.Process.Kill())
+			<-p.Exited()
+			before = read()
+			if before.after == nil || before.examined != upTo(before.after) {
+				t.Fatalf("position at the kill: %+v, after %v; want one inside the journal, with the rows up to it counted", before, before.after)
+			}
+			p = binarytest.Serve(t, bin, binarytest.Options{Dir: dir, Name: "restarted syncgo serve"}, "-config", cfgPath)
+			var next position
+			deadline = time.Now().Add(60 * time.Second)
+			for {
+				next = read()
+				if next.laps != before.laps || next.after == nil || *next.after != *before.after {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the restarted process did not move the position in 60 s: %+v", next)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			// A walk from the journal's start would stand before the killed
+			// one's position, or count rows it has not read.
+			if next.laps != before.laps || next.after == nil || upTo(next.after) <= before.examined || next.examined != upTo(next.after) {
+				var rows int64
+				if next.after != nil {
+					rows = upTo(next.after)
+				}
+				t.Fatalf("after the restart, the position went from %v (lap %d, %d rows) to %v (lap %d, %d rows, %d rows up to it); "+
+					"want it further in the same lap, the rows before it all counted", before.after, before.laps, before.examined,
+					next.after, next.laps, next.examined, rows)
+			}
+			t.Logf("killed at %v (lap %d, %d rows); the restarted process's first position stored: %v (lap %d, %d rows)",
+				before.after, before.laps, before.examined, next.after, next.laps, next.examined)
+			if n := exec(count); n != bulk+1 {
+				t.Fatalf("%d journal records; want %d (nothing young pruned)", n, bulk+1)
 			}
 		})
 	}
