@@ -85,3 +85,9 @@ func BenchmarkPublishSegment(b *testing.B) {
 	testURL(b)
 	storetest.BenchmarkPublishSegment(b, openTest)
 }
+
+// BenchmarkPushResultsPrune measures journal prune batches
+// (storetest.BenchmarkPushResultsPrune) on Postgres.
+func BenchmarkPushResultsPrune(b *testing.B) {
+	storetest.BenchmarkPushResultsPrune(b, openTest)
+}

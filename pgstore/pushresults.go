@@ -34,6 +34,12 @@ WHERE ` + sqlPushResultsPositionWhere + ` ORDER BY updated_at_ms DESC LIMIT 1`
 	sqlPutPushResultsPosition   = `INSERT INTO sync_backfill_checkpoints(partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms)
 VALUES ('', $1, 0, 'activated', $2, 0, $3, $4)`
 	pushResultsPositionPrefixLen = "26" // len(store.PushResultsPositionName + ":")
+	// sqlPushResultsAsyncCommit: a resumed batch writes (its position)
+	// even when it deletes nothing, and its commit need not wait for the
+	// WAL flush: a crash that loses it loses a position and deletes that
+	// the next lap redoes (a record that comes back only answers a retry
+	// cached, which the pruned record's retry may also get).
+	sqlPushResultsAsyncCommit = `SET LOCAL synchronous_commit = off`
 
 	// maxStoredPositionBytes bounds the stored name: with partition ''
 	// its index entry stays under the B-tree limit (about 2.7 KB). Only
@@ -58,7 +64,8 @@ func (s *Store) PrunePushResults(ctx context.Context, after *store.PushResultKey
 // PrunePushResults, and under the same lock it reads the stored position
 // (pipelined with the lock, so no round trip of its own) and writes the
 // new one pipelined with the batch's delete, in the batch's transaction:
-// the processes of a fleet take turns on batches of one walk.
+// the processes of a fleet take turns on batches of one walk. Its commit
+// does not wait for the WAL flush (sqlPushResultsAsyncCommit).
 func (s *Store) ResumePushResultsPrune(ctx context.Context, fallback *store.PushResultKey, beforeMs int64, limit int) (store.PushResultPrune, error) {
 	return s.prunePushResults(ctx, fallback, true, beforeMs, limit)
 }
@@ -79,10 +86,14 @@ func (s *Store) prunePushResults(ctx context.Context, after *store.PushResultKey
 		)
 		if resume {
 			b := &pgx.Batch{}
+			b.Queue(sqlPushResultsAsyncCommit)
 			b.Queue(sqlTryLockPushResultsPrune)
 			b.Queue(sqlPushResultsPosition)
 			br := tx.SendBatch(ctx, b)
-			err := br.QueryRow().Scan(&locked)
+			_, err := br.Exec()
+			if err == nil {
+				err = br.QueryRow().Scan(&locked)
+			}
 			if err == nil {
 				stored, err = scanPushResultsPosition(br.QueryRow())
 			}

@@ -76,3 +76,5 @@ func BenchmarkRequestEntry(b *testing.B) { storetest.BenchmarkRequestEntry(b, op
 // BenchmarkPublishSegment is a bootstrap page's segment store write, as
 // bytes and as a zstd body.
 func BenchmarkPublishSegment(b *testing.B) { storetest.BenchmarkPublishSegment(b, openTest) }
+
+func BenchmarkPushResultsPrune(b *testing.B) { storetest.BenchmarkPushResultsPrune(b, openTest) }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/syncgo/syncgo/store"
+	"github.com/syncgo/syncgo/wire"
 )
 
 // BenchmarkAppend measures the commit throughput of a store: each commit
@@ -309,4 +310,76 @@ func BenchmarkScanPages(b *testing.B, open Opener) {
 			}
 		}
 	})
+}
+
+// BenchmarkPushResultsPrune measures one journal prune batch of 2,000
+// rows (the engine's batch) on a journal of 20,000 records none of which
+// is old enough to delete, so that the batch is all reading: mode=explicit
+// is PrunePushResults from a caller's position, mode=resume is
+// ResumePushResultsPrune, which also reads and stores the position in
+// the database. Each iteration is one batch, walking the journal in
+// laps. Reports rows/s examined.
+func BenchmarkPushResultsPrune(b *testing.B, open Opener) {
+	const rows, batch = 20_000, 2_000
+	s := open(b)
+	ctx := b.Context()
+	pr, ok := s.(store.PushResultPruner)
+	if !ok {
+		b.Skip("the store does not prune the push-result journal")
+	}
+	if err := s.EnsureSchema(ctx, FixtureSchema(b)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.TouchPartition(ctx, "p1", 1000, epochOf("p1")); err != nil {
+		b.Fatal(err)
+	}
+	for from := 0; from < rows; from += 5_000 {
+		err := s.Write(ctx, "p1", func(ctx context.Context, tx store.WriteTx) error {
+			for i := from; i < from+5_000; i++ {
+				rec := store.PushRecord{Status: wire.PushApplied, CommitSeq: int64(i + 1), RecordedAtMs: 1_000_000, CacheIdentity: "0123456789abcdef",
+					ActorID: "alice", Results: []wire.OpResult{{OpIndex: 0, Status: wire.OpApplied}}}
+				if _, err := tx.PutPushResult(ctx, fmt.Sprintf("client-%05d-0000-4000-8000-000000000000", i/100),
+					fmt.Sprintf("%08x-0000-4000-8000-000000000000", i), rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, resume := range []bool{false, true} {
+		mode := "explicit"
+		if resume {
+			mode = "resume"
+		}
+		b.Run("mode="+mode, func(b *testing.B) {
+			var (
+				after    *store.PushResultKey
+				examined int64
+			)
+			for b.Loop() {
+				var (
+					res store.PushResultPrune
+					err error
+				)
+				if resume {
+					res, err = pr.ResumePushResultsPrune(ctx, after, 1000, batch)
+				} else {
+					res, err = pr.PrunePushResults(ctx, after, 1000, batch)
+				}
+				if err != nil || res.Deleted != 0 {
+					b.Fatalf("batch: %+v, %v", res, err)
+				}
+				examined += res.Examined
+				after = nil
+				if !res.Done {
+					last := res.Last
+					after = &last
+				}
+			}
+			b.ReportMetric(float64(examined)/b.Elapsed().Seconds(), "rows/s")
+		})
+	}
 }
