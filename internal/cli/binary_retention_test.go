@@ -356,7 +356,7 @@ WHERE partition = '' AND (name = 'syncgo.push_results_prune' OR substr(name, 1, 
 			if before.after == nil || before.examined != upTo(before.after) {
 				t.Fatalf("position at the kill: %+v, after %v; want one inside the journal, with the rows up to it counted", before, before.after)
 			}
-			p = binarytest.Serve(t, bin, binarytest.Options{Dir: dir, Name: "restarted syncgo serve"}, "-config", cfgPath)
+			binarytest.Serve(t, bin, binarytest.Options{Dir: dir, Name: "restarted syncgo serve"}, "-config", cfgPath)
 			var next position
 			deadline = time.Now().Add(60 * time.Second)
 			for {
