@@ -29,7 +29,8 @@ type Command struct {
 	// journal already holds. Its error aborts the transaction: nothing is
 	// written or recorded, and RunCommand returns it. It may run again, in
 	// a new transaction, when the database connection was lost before the
-	// first one committed: only its last run's operations are written.
+	// first one committed, or when the COMMIT's outcome is unknown and the
+	// first one did not commit: only its last run's operations are written.
 	Build func(ctx context.Context, tx store.WriteTx) ([]wire.Operation, error)
 }
 
@@ -67,11 +68,38 @@ func (e *Engine) RunCommand(ctx context.Context, c Command) (CommandOutcome, err
 	case !errors.Is(err, store.ErrNotFound):
 		return CommandOutcome{}, err
 	default:
-		err = st.Write(ctx, p.ID, func(ctx context.Context, tx store.WriteTx) error {
+		// The driver may run apply more than once (store.Store.Write):
+		// again from the start when the connection was lost before the
+		// COMMIT, and, since the journal key is named (WriteReadAhead),
+		// also when the COMMIT's outcome is unknown. The run again then
+		// re-checks the journal first: a record there is this request's
+		// own when it carries the random CacheIdentity one of its earlier
+		// runs wrote (that run committed after all), and the command is
+		// answered as that run applied it; any other record is a replay.
+		var fresh []pushOutcome
+		apply := func(ctx context.Context, tx store.WriteTx) error {
 			var err error
 			out, err = r.applyCommit(ctx, tx, pc)
-			return err
-		})
+			if err != nil {
+				return err
+			}
+			if !out.replay && !out.cacheMiss {
+				fresh = append(fresh, out)
+				return nil
+			}
+			for _, f := range fresh {
+				if out.replay && f.record.CacheIdentity != "" && f.record.CacheIdentity == out.record.CacheIdentity {
+					out = f
+					break
+				}
+			}
+			return nil
+		}
+		if ra, ok := st.(store.ReadAheadWriter); ok {
+			err = ra.WriteReadAhead(ctx, p.ID, store.WriteReads{ClientID: c.ClientID, ClientCommitID: c.ClientCommitID}, apply)
+		} else {
+			err = st.Write(ctx, p.ID, apply)
+		}
 		if store.ErrorCode(err) == store.CodeWriterFenceRejected {
 			return CommandOutcome{}, notReady(gateDetails{RunningSchemaVersion: e.cfg.Schema.Version()})
 		}

@@ -1,0 +1,351 @@
+package syncgo_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/syncgo/syncgo"
+	"github.com/syncgo/syncgo/internal/pgtest"
+	"github.com/syncgo/syncgo/internal/remotewire"
+	"github.com/syncgo/syncgo/internal/sspclient"
+	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/wire"
+)
+
+// Remote commands (REMOTE.md §3) whose transaction loses its Postgres
+// connection, over real HTTP: before the COMMIT (a trigger terminates
+// its own backend as the commit is appended), during the COMMIT (a
+// deferred trigger terminates it at COMMIT time: the transaction does not
+// commit, and the server cannot know it), and after the COMMIT was
+// carried out but before its answer came back (the connection is cut on
+// the server's side of the socket once the COMMIT was sent: the commit is
+// durable and the server cannot know it). Every time the command's one
+// HTTP response is its result, and the log holds its commit once.
+
+// commitCut cuts, once armed, the first connection that sends a COMMIT
+// right after sending it: the server carries the COMMIT out, and its
+// answer never comes back (the connection reads EOF, as when the network
+// or the server's host fails at that moment).
+type commitCut struct {
+	armed atomic.Bool
+	cuts  atomic.Int32
+}
+
+// dial wraps a dialer.
+func (c *commitCut) dial(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cutConn{Conn: nc, c: c}, nil
+	}
+}
+
+// cutConn is a connection that commitCut may cut.
+type cutConn struct {
+	net.Conn
+	c       *commitCut
+	tripped atomic.Bool
+	once    sync.Once
+}
+
+// executesCommit reports whether b, frontend messages from a message's
+// start, runs a COMMIT: an unnamed statement's Parse of it (the store's
+// connections here parse each statement every time) and an Execute after
+// it. The describe round trip that may come first parses it and runs
+// nothing.
+func executesCommit(b []byte) bool {
+	parsed := false
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n < 4 || len(b) < 1+n {
+			return false
+		}
+		body := b[5 : 1+n]
+		switch b[0] {
+		case 'P':
+			parsed = parsed || bytes.HasPrefix(body, []byte("\x00COMMIT\x00"))
+		case 'E':
+			if parsed {
+				return true
+			}
+		}
+		b = b[1+n:]
+	}
+	return false
+}
+
+func (cc *cutConn) Write(b []byte) (int, error) {
+	if executesCommit(b) && cc.c.armed.CompareAndSwap(true, false) {
+		cc.tripped.Store(true)
+		cc.c.cuts.Add(1)
+	}
+	return cc.Conn.Write(b)
+}
+
+func (cc *cutConn) Read(b []byte) (int, error) {
+	if !cc.tripped.Load() {
+		n, err := cc.Conn.Read(b)
+		if !cc.tripped.Load() {
+			return n, err
+		}
+	}
+	// What the server answered after the COMMIT was sent is dropped; the
+	// server is given the time to carry the COMMIT out first.
+	cc.once.Do(func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = cc.Conn.Close()
+	})
+	return 0, io.EOF
+}
+
+// openCutStore opens a pgstore of the schema URL whose connections
+// commitCut may cut.
+func openCutStore(t *testing.T, u string, cut *commitCut) *pgstore.Store {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 8
+	pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	pc.ConnConfig.DialFunc = cut.dial(pc.ConnConfig.DialFunc)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s, err := pgstore.Open(context.Background(), pgstore.Config{Pool: pool})
+	if err != nil {
+		t.Fatalf("pgstore.Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// cmdLossEnv is an operations server on a Postgres schema of its own.
+type cmdLossEnv struct {
+	*opsFixture
+	st        *pgstore.Store
+	schemaURL string
+	name      string
+	cut       *commitCut
+}
+
+func newCmdLossEnv(t *testing.T, tweak ...func(*syncgo.Config)) *cmdLossEnv {
+	t.Helper()
+	e := &cmdLossEnv{schemaURL: pgtest.Schema(t, "syncgo_cmdloss", false), cut: &commitCut{}}
+	e.name = schemaOf(t, e.schemaURL)
+	e.st = openCutStore(t, e.schemaURL, e.cut)
+	e.opsFixture = newOpsFixtureOn(t, e.st, tweak...)
+	return e
+}
+
+// logged is how many commits of the log have the client commit id.
+func (e *cmdLossEnv) logged(t *testing.T, commitID string) int64 {
+	t.Helper()
+	return lossQueryInt(t, e.schemaURL, `SELECT count(*) FROM sync_commits WHERE client_commit_id = $1`, commitID)
+}
+
+// createTask is the command's request; its commit id is
+// ["createTask",requestID].
+func createTask(requestID, id string) remotewire.Object {
+	return command("job", "createTask", requestID, remotewire.Object{{Key: "id", Value: id},
+		{Key: "project", Value: "p1"}, {Key: "title", Value: "from " + requestID}})
+}
+
+func cmdCommitID(requestID string) string { return `["createTask","` + requestID + `"]` }
+
+// TestPostgresCommandConnectionLost: a command's transaction loses its
+// connection before its COMMIT, during it, and after it. The command's
+// one response is its result (applied), its function ran again only when
+// its first run did not commit, and a retry with the same requestId is
+// answered from the journal (cached, the same commitSeq).
+func TestPostgresCommandConnectionLost(t *testing.T) {
+	base := pgtest.URL(t)
+	t.Parallel()
+	e := newCmdLossEnv(t)
+	seed(t, e.e2eEnv, "alice", "tasks", taskRow("t0", "p1", "zero"))
+	pgtest.Exec(t, base, "CREATE SEQUENCE "+e.name+".kills")
+	// Before the COMMIT: the append of a commit of requestId kill-before.
+	pgtest.Exec(t, base, `CREATE FUNCTION `+e.name+`.kill_append() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.client_commit_id LIKE '%"kill-before"%' AND nextval('`+e.name+`.kills') % 2 = 1 THEN
+    PERFORM pg_terminate_backend(pg_backend_pid());
+    PERFORM pg_sleep(5); -- the termination ends the backend here
+  END IF;
+  RETURN NEW;
+END $$`)
+	pgtest.Exec(t, base, `CREATE TRIGGER kill_append BEFORE INSERT ON `+e.name+`.sync_commits FOR EACH ROW EXECUTE FUNCTION `+e.name+`.kill_append()`)
+	// During the COMMIT (deferred to it): a commit of requestId kill-commit.
+	pgtest.Exec(t, base, `CREATE FUNCTION `+e.name+`.kill_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.client_commit_id LIKE '%"kill-commit"%' AND nextval('`+e.name+`.kills') % 2 = 1 THEN
+    PERFORM pg_terminate_backend(pg_backend_pid());
+    PERFORM pg_sleep(5); -- the termination ends the backend here
+  END IF;
+  RETURN NULL;
+END $$`)
+	pgtest.Exec(t, base, `CREATE CONSTRAINT TRIGGER kill_at_commit AFTER INSERT ON `+e.name+`.sync_commits
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+e.name+`.kill_at_commit()`)
+
+	for _, tc := range []struct {
+		name, requestID, row string
+		cut                  bool
+		runs                 int64 // the command function's runs for the first request
+	}{
+		{"before the COMMIT", "kill-before", "t1", false, 2},
+		{"during the COMMIT, not committed", "kill-commit", "t2", false, 2},
+		{"after the COMMIT, committed", "cut-after", "t3", true, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runs, retries := e.runs.Load(), e.st.Stats().ConnRetries
+			e.cut.armed.Store(tc.cut)
+			before := e.partitionState().MaxCommitSeq
+			r := postOp(t, e.e2eEnv, "worker", createTask(tc.requestID, tc.row))
+			e.cut.armed.Store(false)
+			if tc.cut && e.cut.cuts.Load() != 1 {
+				t.Fatalf("the COMMIT's connection was cut %d times; want 1", e.cut.cuts.Load())
+			}
+			if r.status != 200 || r.msg["kind"] != "command" || r.msg["status"] != "applied" || r.msg["commitSeq"] != float64(before+1) {
+				t.Errorf("command whose connection was lost: HTTP %d %v; want 200, applied at commitSeq %d", r.status, r.msg, before+1)
+			}
+			if got := e.runs.Load() - runs; got != tc.runs {
+				t.Errorf("the command's function ran %d times; want %d", got, tc.runs)
+			}
+			if n := e.logged(t, cmdCommitID(tc.requestID)); n != 1 {
+				t.Errorf("the log holds the command's commit %d times; want 1", n)
+			}
+			if n := e.st.Stats().ConnRetries - retries; n < 1 {
+				t.Errorf("Stats().ConnRetries grew by %d; want at least 1", n)
+			}
+			again := postOp(t, e.e2eEnv, "worker", createTask(tc.requestID, tc.row))
+			if again.status != 200 || again.msg["status"] != "cached" || again.msg["commitSeq"] != float64(before+1) {
+				t.Errorf("the retry with the same requestId: HTTP %d %v; want 200, cached at commitSeq %d", again.status, again.msg, before+1)
+			}
+			if n := e.logged(t, cmdCommitID(tc.requestID)); n != 1 {
+				t.Errorf("after the retry the log holds the command's commit %d times; want 1", n)
+			}
+			if got := e.partitionState().MaxCommitSeq; got != before+1 {
+				t.Errorf("maxCommitSeq %d; want %d (one commit)", got, before+1)
+			}
+		})
+	}
+}
+
+// TestPostgresMixedBatchCommitCut: a push and a command share one
+// group-commit batch, whose COMMIT is carried out and its answer lost.
+// Both answer their result at once (the batch runs again: every Write of
+// it is keyed in the journal), the log holds each commit once, and the
+// command's function ran once.
+func TestPostgresMixedBatchCommitCut(t *testing.T) {
+	base := pgtest.URL(t)
+	t.Parallel()
+	// gate is a command whose function waits inside its write batch until
+	// released, then fails (its batch rolls back: no COMMIT): the Writes
+	// made meanwhile queue and form the next batch together.
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	e := newCmdLossEnv(t, func(c *syncgo.Config) {
+		c.Operations.Commands = append(c.Operations.Commands, syncgo.Command{ID: "gate",
+			Authorize: func(context.Context, syncgo.Caller, any) (bool, error) { return true, nil },
+			Run: func(context.Context, *syncgo.CommandContext, any) ([]syncgo.Mutation, error) {
+				entered <- struct{}{}
+				<-release
+				return nil, errors.New("the gate fails its batch")
+			}})
+	})
+	seed(t, e.e2eEnv, "alice", "tasks", taskRow("m0", "p1", "zero"))
+	// A deferred trigger records the top transaction of each commit (a
+	// commit's rows carry its savepoint's subtransaction id instead).
+	pgtest.Exec(t, base, `CREATE TABLE `+e.name+`.commit_xids (client_commit_id text, xid bigint)`)
+	pgtest.Exec(t, base, `CREATE FUNCTION `+e.name+`.note_xid() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO `+e.name+`.commit_xids VALUES (NEW.client_commit_id, txid_current());
+  RETURN NULL;
+END $$`)
+	pgtest.Exec(t, base, `CREATE CONSTRAINT TRIGGER note_xid AFTER INSERT ON `+e.name+`.sync_commits
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+e.name+`.note_xid()`)
+	c := e.client("alice", sspclient.Options{})
+	pushID := mustUpsert(t, c, taskRow("m1", "p1", "pushed"))
+	before := e.partitionState().MaxCommitSeq
+	runs := e.runs.Load()
+
+	var (
+		wg      sync.WaitGroup
+		res     *sspclient.RoundResult
+		pushErr error
+		r, g    opResult
+	)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		g = postOp(t, e.e2eEnv, "worker", command("job", "gate", "g1", remotewire.Object{}))
+	}()
+	<-entered
+	go func() {
+		defer wg.Done()
+		res, pushErr = c.Sync(context.Background())
+	}()
+	go func() {
+		defer wg.Done()
+		r = postOp(t, e.e2eEnv, "worker", createTask("mixed", "m2"))
+	}()
+	time.Sleep(time.Second) // the push and the command queue behind the gate
+	e.cut.armed.Store(true)
+	close(release)
+	wg.Wait()
+	e.cut.armed.Store(false)
+	if g.msg["code"] != "operation.execution_failed" {
+		t.Errorf("the gate: %v; want its failure", g.msg)
+	}
+	if n := e.cut.cuts.Load(); n != 1 {
+		t.Fatalf("the COMMIT's connection was cut %d times; want 1", n)
+	}
+	// The two commits were one transaction.
+	if n := lossQueryInt(t, e.schemaURL, `SELECT count(DISTINCT xid) FROM commit_xids WHERE client_commit_id = ANY($1)`,
+		[]string{pushID, cmdCommitID("mixed")}); n != 1 {
+		t.Fatalf("the push and the command committed in %d transactions; want 1 (one batch)", n)
+	}
+	// The command's run again finds the record its first run wrote (its
+	// CacheIdentity), so it answers applied; the push's finds a record
+	// and answers it cached.
+	if r.status != 200 || r.msg["kind"] != "command" || r.msg["status"] != "applied" {
+		t.Errorf("command of the cut batch: HTTP %d %v; want 200, applied", r.status, r.msg)
+	}
+	if pushErr != nil {
+		t.Errorf("push of the cut batch: %v; want its result", pushErr)
+	} else if o := pushed(t, res, pushID); o.Status != wire.PushApplied && o.Status != wire.PushCached {
+		t.Errorf("push of the cut batch: %s; want applied or cached", statusOf(o))
+	}
+	for _, id := range []string{pushID, cmdCommitID("mixed")} {
+		if n := e.logged(t, id); n != 1 {
+			t.Errorf("the log holds commit %s %d times; want 1", id, n)
+		}
+	}
+	if got := e.partitionState().MaxCommitSeq; got != before+2 {
+		t.Errorf("maxCommitSeq %d; want %d (two commits)", got, before+2)
+	}
+	if got := e.runs.Load() - runs; got != 1 {
+		t.Errorf("the command's function ran %d times; want 1 (its first run committed)", got)
+	}
+	// The retries of both are answered from the journal.
+	again := postOp(t, e.e2eEnv, "worker", createTask("mixed", "m2"))
+	if again.msg["status"] != "cached" {
+		t.Errorf("the command's retry: %v; want cached", again.msg)
+	}
+	if got := e.partitionState().MaxCommitSeq; got != before+2 {
+		t.Errorf("after the retries maxCommitSeq %d; want %d", got, before+2)
+	}
+}
