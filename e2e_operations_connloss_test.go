@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,8 @@ import (
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/pgstore"
+	"github.com/syncgo/syncgo/reaction"
+	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/wire"
 )
 
@@ -347,5 +350,73 @@ END $$`)
 	}
 	if got := e.partitionState().MaxCommitSeq; got != before+2 {
 		t.Errorf("after the retries maxCommitSeq %d; want %d", got, before+2)
+	}
+}
+
+// TestPostgresReactionOutcomeAfterConnectionsLost: while a reaction's
+// handler runs, every connection of the server's store is terminated (a
+// Postgres restart). The handler's success is then recorded on the first
+// try (the statement runs again on another connection: the dead one
+// answered that the server ended its session, so it did not commit),
+// rather than left to the lease's expiry, which would run the handler a
+// second time.
+func TestPostgresReactionOutcomeAfterConnectionsLost(t *testing.T) {
+	pgtest.URL(t)
+	t.Parallel()
+	app := "syncgo-rxloss-" + randomHex(t)
+	u, err := url.Parse(pgtest.Schema(t, "syncgo_rxloss", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var calls atomic.Int32
+	// The runner is woken by the commit; it does not poll, and renews the
+	// lease only after 20 s: the completion is the first statement after
+	// the termination.
+	rc := &syncgo.ReactionConfig{Planner: taskPlanner("mail"), PollInterval: time.Hour, LeaseDuration: time.Minute,
+		Handlers: map[string]reaction.Handler{"mail": func(ctx context.Context, dl *reaction.Delivery) error {
+			calls.Add(1)
+			started <- struct{}{}
+			<-release
+			return nil
+		}}}
+	e := reactionServer(t, reactionDB{driver: "postgres", dsn: u.String()}, rc)
+	c := e.client("alice", sspclient.Options{})
+	syncQuiet(t, c)
+	if o := pushTasks(t, c, "p1", []string{"t1"}, []string{"hello"}); o.Status != wire.PushApplied {
+		t.Fatalf("push: %s", statusOf(o))
+	}
+	<-started
+	retries := e.store.Stats().ConnRetries
+	if n := terminatePids(t, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app); n == 0 {
+		t.Fatal("no backend of the store was terminated")
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rs := reactionsIn(t, e.srv, store.ReactionQuery{})
+		if len(rs) == 1 && rs[0].State == store.ReactionCompleted {
+			if rs[0].Attempts != 1 {
+				t.Errorf("the reaction completed after %d attempts; want 1", rs[0].Attempts)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			var states []store.ReactionState
+			for _, r := range rs {
+				states = append(states, r.State)
+			}
+			t.Fatalf("the handler's success was not recorded within 5 s after the connections were lost: states %v", states)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the handler ran %d times; want 1", n)
+	}
+	if n := e.store.Stats().ConnRetries - retries; n < 1 {
+		t.Errorf("Stats().ConnRetries grew by %d; want at least 1", n)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/syncgo/syncgo/store"
 )
@@ -97,19 +98,24 @@ func (s *Store) ClaimReactions(ctx context.Context, c store.ReactionClaim) ([]st
 	if len(c.Types) == 0 || c.Limit <= 0 {
 		return nil, nil
 	}
-	b := &pgx.Batch{}
-	b.Queue(sqlSettleExpired, c.NowMs, string(store.ReactionExpiredFailure(c.NowMs)))
-	b.Queue(sqlClaimReactions, c.NowMs, c.Types, c.Limit, c.Owner, c.LeaseUntilMs)
-	br := s.pool.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var out []store.Reaction
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			out, err = scanReactions(rows)
+	// The pipeline is one implicit transaction: run again only when it
+	// certainly did not commit (retryWrite), so a claim is never lost.
+	out, err := retryWrite(s, ctx, "ClaimReactions", func() ([]store.Reaction, error) {
+		b := &pgx.Batch{}
+		b.Queue(sqlSettleExpired, c.NowMs, string(store.ReactionExpiredFailure(c.NowMs)))
+		b.Queue(sqlClaimReactions, c.NowMs, c.Types, c.Limit, c.Owner, c.LeaseUntilMs)
+		br := s.pool.SendBatch(ctx, b)
+		_, err := br.Exec()
+		var out []store.Reaction
+		if err == nil {
+			var rows pgx.Rows
+			if rows, err = br.Query(); err == nil {
+				out, err = scanReactions(rows)
+			}
 		}
-	}
-	if err = closeBatch(br, err); err != nil {
+		return out, closeBatch(br, err)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("claim reactions: %w", storageFull(err))
 	}
 	return out, nil
@@ -149,12 +155,15 @@ func scanReactions(rows pgx.Rows) ([]store.Reaction, error) {
 }
 
 // transition runs one owner-compared (or state-compared) statement and
-// reports whether it changed a row.
+// reports whether it changed a row. It runs again on another connection
+// when the connection was lost before it could commit (retryWrite): a
+// handler's outcome is then recorded rather than left to its lease's
+// expiry, which would run the handler again.
 func (s *Store) transition(ctx context.Context, what, sql string, args ...any) (bool, error) {
 	if err := s.checkWrite(); err != nil {
 		return false, err
 	}
-	tag, err := s.pool.Exec(ctx, sql, args...)
+	tag, err := retryWrite(s, ctx, what, func() (pgconn.CommandTag, error) { return s.pool.Exec(ctx, sql, args...) })
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", what, storageFull(err))
 	}
@@ -198,9 +207,11 @@ func (s *Store) ReleaseClaim(ctx context.Context, owner string, leaseUntilMs, no
 	if err := s.checkWrite(); err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE sync_reactions SET status = 'pending', available_at_ms = $3,
+	tag, err := retryWrite(s, ctx, "release claim", func() (pgconn.CommandTag, error) {
+		return s.pool.Exec(ctx, `UPDATE sync_reactions SET status = 'pending', available_at_ms = $3,
   attempts = greatest(attempts - 1, 0), lease_owner = NULL, lease_expires_at_ms = NULL
 WHERE status = 'leased' AND lease_expires_at_ms = $2 AND lease_owner = $1`, owner, leaseUntilMs, nowMs)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("release claim: %w", storageFull(err))
 	}
@@ -235,7 +246,9 @@ func (s *Store) RenameReactions(ctx context.Context, from, to string) (store.Rea
 		return store.ReactionRename{}, err
 	}
 	var r store.ReactionRename
-	if err := s.pool.QueryRow(ctx, sqlRenameReactions, from, to).Scan(&r.Pending, &r.Dead, &r.Leased); err != nil {
+	if err := s.retryingWrite(ctx, "rename reactions", func() error {
+		return s.pool.QueryRow(ctx, sqlRenameReactions, from, to).Scan(&r.Pending, &r.Dead, &r.Leased)
+	}); err != nil {
 		return store.ReactionRename{}, fmt.Errorf("rename reactions: %w", storageFull(err))
 	}
 	return r, nil
@@ -303,10 +316,12 @@ func (s *Store) PruneReactions(ctx context.Context, completedBeforeMs, deadBefor
 		return 0, 0, nil
 	}
 	prune := func(state, column string, before int64, limit int) (int, error) {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM sync_reactions AS r USING (
+		tag, err := retryWrite(s, ctx, "prune reactions", func() (pgconn.CommandTag, error) {
+			return s.pool.Exec(ctx, `DELETE FROM sync_reactions AS r USING (
   SELECT partition, idempotency_key FROM sync_reactions WHERE status = $1 AND `+column+` < $2
    ORDER BY `+column+` FOR UPDATE SKIP LOCKED LIMIT $3) AS old
 WHERE r.partition = old.partition AND r.idempotency_key = old.idempotency_key`, state, before, limit)
+		})
 		return int(tag.RowsAffected()), err
 	}
 	completed, err := prune(string(store.ReactionCompleted), "completed_at_ms", completedBeforeMs, limit)
