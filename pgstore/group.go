@@ -139,8 +139,8 @@ func (s *Store) runBatch(partition string, reqs []*writeReq) {
 //   - The COMMIT was sent and its outcome is unknown (the connection failed
 //     while the COMMIT's answer was awaited, or before the answer to an
 //     earlier statement came back): the batch may have committed. It runs
-//     again only when every request of it is a push commit with its key
-//     in the push-result journal (WriteReads.ClientCommitID, which the
+//     again only when every request of it is a commit (a push, a remote
+//     command) with its key in the push-result journal (WriteReads.ClientCommitID, which the
 //     engine's function re-checks in the transaction before it applies
 //     anything). If the first run committed, the journal records it wrote
 //     are there: the run again finds each commit's record and answers it
@@ -149,10 +149,11 @@ func (s *Store) runBatch(partition string, reqs []*writeReq) {
 //     the run again after any other transaction of the partition, so a
 //     commit is applied at most once whichever way it went, and a commit
 //     answered as applied is one whose record the run that answers it
-//     wrote. Other Writes (a remote command's, a backfill's, or any
-//     Write without its journal key) fail with the lost connection: their
-//     callers retry with their own idempotency (a command's journal key,
-//     a checkpoint's watermark).
+//     wrote. A remote command's Write is keyed the same way (its journal
+//     key in the server-command namespace). Other Writes (a backfill's,
+//     or any Write without its journal key) fail with the lost
+//     connection, and so does the batch that holds one: their callers
+//     retry with their own idempotency (a checkpoint's watermark).
 func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results []error) {
 	for attempt := 0; ; attempt++ {
 		lost, unknown := s.runAttempt(partition, reqs, live, results)
@@ -177,8 +178,8 @@ func (s *Store) runLive(partition string, reqs []*writeReq, live []int, results 
 	}
 }
 
-// journaled reports whether every request of reqs[live] is a push commit
-// keyed in the push-result journal.
+// journaled reports whether every request of reqs[live] is a commit (a
+// push or a remote command) keyed in the push-result journal.
 func journaled(reqs []*writeReq, live []int) bool {
 	for _, i := range live {
 		if r := reqs[i].reads; r == nil || r.ClientCommitID == "" {

@@ -15,9 +15,10 @@ import (
 // connection, at most maxConnRetries times, within the caller's context:
 //
 //   - A read (retrying) is always safe to run again.
-//   - A statement that writes on its own is run again only when it is
-//     safe to: it was never sent, or the server's answer to it was that
-//     it ended the session, so it did not commit (retryingWrite).
+//   - A statement that writes on its own (reaction statements among
+//     them) is run again only when it is safe to: it was never sent, or
+//     the server's answer to it was that it ended the session, so it did
+//     not commit (retryingWrite).
 //   - A Write's transaction is run again from the start (group.go,
 //     runLive), unless the COMMIT itself may have been carried out.
 //
