@@ -36,9 +36,9 @@ import (
 // durable and the server cannot know it). Every time the command's one
 // HTTP response is its result, and the log holds its commit once.
 
-// commitCut cuts, once armed, the first connection that sends a COMMIT
-// right after sending it: the server carries the COMMIT out, and its
-// answer never comes back (the connection reads EOF, as when the network
+// commitCut cuts, once armed, the first connection that sends a COMMIT,
+// once the server answered it: the COMMIT was carried out, and its answer
+// never reaches the store (the connection reads EOF, as when the network
 // or the server's host fails at that moment).
 type commitCut struct {
 	armed atomic.Bool
@@ -99,19 +99,47 @@ func (cc *cutConn) Write(b []byte) (int, error) {
 }
 
 func (cc *cutConn) Read(b []byte) (int, error) {
+	var first []byte
 	if !cc.tripped.Load() {
 		n, err := cc.Conn.Read(b)
 		if !cc.tripped.Load() {
 			return n, err
 		}
+		first = b[:n]
 	}
-	// What the server answered after the COMMIT was sent is dropped; the
-	// server is given the time to carry the COMMIT out first.
+	// What the server answered after the COMMIT was sent is dropped, once
+	// the whole answer came (the COMMIT was carried out).
 	cc.once.Do(func() {
-		time.Sleep(300 * time.Millisecond)
+		drainThroughReady(cc.Conn, first)
 		_ = cc.Conn.Close()
 	})
 	return 0, io.EOF
+}
+
+// drainThroughReady reads the server's messages, first being the start of
+// them, until a ReadyForQuery (the end of the pipeline's answer), for at
+// most 10 s.
+func drainThroughReady(c net.Conn, first []byte) {
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := append([]byte(nil), first...)
+	tmp := make([]byte, 4096)
+	for {
+		for i := 0; i+5 <= len(buf); {
+			n := int(binary.BigEndian.Uint32(buf[i+1 : i+5]))
+			if n < 4 || i+1+n > len(buf) {
+				break
+			}
+			if buf[i] == 'Z' {
+				return
+			}
+			i += 1 + n
+		}
+		n, err := c.Read(tmp)
+		buf = append(buf, tmp[:n]...)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // openCutStore opens a pgstore of the schema URL whose connections
@@ -383,7 +411,18 @@ func TestPostgresReactionOutcomeAfterConnectionsLost(t *testing.T) {
 			<-release
 			return nil
 		}}}
-	e := reactionServer(t, reactionDB{driver: "postgres", dsn: u.String()}, rc)
+	// The commit listener's connection is named apart: it is not
+	// terminated, so that its reconnection does not use the pool first.
+	lq := u.Query()
+	lq.Set("application_name", app+"-listen")
+	lu := *u
+	lu.RawQuery = lq.Encode()
+	st, err := pgstore.Open(context.Background(), pgstore.Config{URL: u.String(), ListenURL: lu.String(), MaxConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := reactionServerOn(t, st, rc)
 	c := e.client("alice", sspclient.Options{})
 	syncQuiet(t, c)
 	if o := pushTasks(t, c, "p1", []string{"t1"}, []string{"hello"}); o.Status != wire.PushApplied {

@@ -124,7 +124,12 @@ func (db reactionDB) open(t testing.TB) store.Store {
 // over real HTTP.
 func reactionServer(t *testing.T, db reactionDB, rc *syncgo.ReactionConfig, tweak ...func(*syncgo.Config)) *e2eEnv {
 	t.Helper()
-	st := db.open(t)
+	return reactionServerOn(t, db.open(t), rc, tweak...)
+}
+
+// reactionServerOn is reactionServer on a given store.
+func reactionServerOn(t *testing.T, st store.Store, rc *syncgo.ReactionConfig, tweak ...func(*syncgo.Config)) *e2eEnv {
+	t.Helper()
 	e := &e2eEnv{t: t, store: st, schema: e2eSchema(t, 1), allowed: map[string]map[string][]string{}}
 	cfg := syncgo.Config{Store: st, Schema: e.schema, Authenticate: bearerAuth, ResolveScopes: e.resolve,
 		RetentionInterval: -1, Reactions: rc}
