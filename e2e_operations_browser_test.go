@@ -2,7 +2,10 @@ package syncgo_test
 
 import (
 	"bufio"
+	"bytes"
+	"compress/flate"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobwas/httphead"
 	"github.com/gobwas/ws"
 
 	"github.com/syncgo/syncgo/internal/remotewire"
@@ -24,11 +28,16 @@ type browserWatchSock struct {
 	t    *testing.T
 	conn net.Conn
 	br   *bufio.Reader
+	// deflate: the server accepted Chrome's permessage-deflate offer.
+	deflate bool
 }
 
 type watchFrame struct {
 	op  ws.OpCode
 	msg map[string]any
+	// compressed: the frame had RSV1 (permessage-deflate).
+	compressed bool
+	size       int // the inflated payload's length
 }
 
 func dialBrowserWatch(t *testing.T, e *e2eEnv, token string) *browserWatchSock {
@@ -39,19 +48,24 @@ func dialBrowserWatch(t *testing.T, e *e2eEnv, token string) *browserWatchSock {
 	// server's own origin and the token in the Authorization header the
 	// fixture reads.
 	h := http.Header{
-		"Origin":                   {"http://" + host},
-		"Cache-Control":            {"no-cache"},
-		"Pragma":                   {"no-cache"},
-		"Accept-Encoding":          {"gzip, deflate, br, zstd"},
-		"Accept-Language":          {"en-US,en;q=0.9"},
-		"User-Agent":               {"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36"},
-		"Sec-WebSocket-Extensions": {"permessage-deflate; client_max_window_bits"},
-		"Authorization":            {"Bearer " + token},
+		"Origin":          {"http://" + host},
+		"Cache-Control":   {"no-cache"},
+		"Pragma":          {"no-cache"},
+		"Accept-Encoding": {"gzip, deflate, br, zstd"},
+		"Accept-Language": {"en-US,en;q=0.9"},
+		"User-Agent":      {"Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36"},
+		"Authorization":   {"Bearer " + token},
 	}
-	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h)}
+	// Chrome's Sec-WebSocket-Extensions: the dialer writes the header
+	// and checks that the answer is one of its offers.
+	offer, ok := httphead.ParseOptions([]byte(chromeOffer), nil)
+	if !ok {
+		t.Fatal("Chrome's offer does not parse")
+	}
+	d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(h), Extensions: offer}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, br, _, err := d.Dial(ctx, "ws://"+host+"/operations/realtime")
+	conn, br, hs, err := d.Dial(ctx, "ws://"+host+"/operations/realtime")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +74,11 @@ func dialBrowserWatch(t *testing.T, e *e2eEnv, token string) *browserWatchSock {
 	if br != nil {
 		r = io.MultiReader(br, conn)
 	}
-	return &browserWatchSock{t: t, conn: conn, br: bufio.NewReader(r)}
+	deflate := false
+	for _, e := range hs.Extensions {
+		deflate = deflate || string(e.Name) == "permessage-deflate"
+	}
+	return &browserWatchSock{t: t, conn: conn, br: bufio.NewReader(r), deflate: deflate}
 }
 
 // sendBinary sends one client message as a masked binary frame, as the
@@ -92,14 +110,22 @@ func (s *browserWatchSock) next() watchFrame {
 			}
 			continue
 		}
-		if f.Header.Rsv != 0 {
-			s.t.Fatalf("frame with reserved bits %b: no extension was negotiated", f.Header.Rsv)
+		compressed := f.Header.Rsv1()
+		if f.Header.Rsv2() || f.Header.Rsv3() || (compressed && !s.deflate) {
+			s.t.Fatalf("frame with reserved bits %b (permessage-deflate negotiated: %v)", f.Header.Rsv, s.deflate)
+		}
+		if compressed {
+			p, err := io.ReadAll(flate.NewReader(io.MultiReader(bytes.NewReader(f.Payload), strings.NewReader(deflateTail))))
+			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+				s.t.Fatalf("inflate: %v", err)
+			}
+			f.Payload = p
 		}
 		v, err := remotewire.Decode(f.Payload)
 		if err != nil {
 			s.t.Fatalf("undecodable watch message %q: %v", f.Payload, err)
 		}
-		return watchFrame{op: f.Header.OpCode, msg: plain(v).(map[string]any)}
+		return watchFrame{op: f.Header.OpCode, msg: plain(v).(map[string]any), compressed: compressed, size: len(f.Payload)}
 	}
 }
 
@@ -124,6 +150,9 @@ func TestOperationsWatchFramesAreBinary(t *testing.T) {
 		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
 		f.awaitWatchListener(t)
 		w := dialBrowserWatch(t, f.e2eEnv, "alice")
+		if !w.deflate {
+			t.Fatal("the server declined Chrome's permessage-deflate offer")
+		}
 		watch := func(id, op string, params remotewire.Object) {
 			w.sendBinary(remotewire.Object{{Key: "revision", Value: 1}, {Key: "kind", Value: "watch"},
 				{Key: "watchId", Value: id}, {Key: "clientId", Value: "browser"}, {Key: "operationId", Value: op},
@@ -148,6 +177,12 @@ func TestOperationsWatchFramesAreBinary(t *testing.T) {
 		if fr.op != ws.OpBinary {
 			t.Errorf("the rerun snapshot came in a %s frame, want binary", opName(fr.op))
 		}
+		// Messages of 128 bytes or more come compressed (RSV1 on the
+		// binary frame, as Chrome inflates it), shorter ones as they are.
+		if want := fr.size >= 128; fr.compressed != want {
+			t.Errorf("a %d-byte snapshot came compressed: %v, want %v", fr.size, fr.compressed, want)
+		}
+		t.Logf("rerun snapshot: %d bytes, compressed %v", fr.size, fr.compressed)
 
 		watch("nope", "noSuchQuery", nil)
 		fr = w.next()

@@ -44,7 +44,7 @@ func newServerCollector(s *Server) *serverCollector {
 			"(queue_full, too_large, unencodable, behind, in_round).", "reason"),
 		closes: d("syncgo_realtime_closes_total", "Sockets closed by the server, by reason (slow, protocol, busy).", "reason"),
 		gaps:   d("syncgo_realtime_notification_gaps_total", "Commit notifications given up on (the sockets got catch-up wake-ups)."),
-		compressed: d("syncgo_realtime_compressed_total", "Messages compressed for realtime sockets that negotiated permessage-deflate "+
+		compressed: d("syncgo_realtime_compressed_total", "Messages compressed for sockets (/realtime, /operations/realtime) that negotiated permessage-deflate "+
 			"(once per message, whatever the number of sockets it goes to)."),
 		narrowed: d("syncgo_realtime_narrowed_total", "Times a socket's registrations were narrowed or dropped after its grants changed."),
 		memoryReleases: d("syncgo_memory_releases_total", "Times free memory was returned to the system after a burst, by what "+

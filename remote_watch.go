@@ -12,6 +12,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/syncgo/syncgo/internal/realtime"
 	"github.com/syncgo/syncgo/internal/remotewire"
 	"github.com/syncgo/syncgo/store"
 	"github.com/syncgo/syncgo/syncerr"
@@ -330,6 +331,12 @@ type watchSession struct {
 
 	wmu sync.Mutex // serializes frame writes
 
+	// deflate: the upgrade negotiated permessage-deflate (RFC 7692, no
+	// context takeover): messages of 128 bytes or more are sent
+	// compressed, and the client may send compressed ones. z is the
+	// realtime hub's codec (its pools and limits; nil without deflate).
+	z *realtime.Deflate
+
 	mu      sync.Mutex
 	watches map[string]*watchState
 	closed  bool
@@ -387,6 +394,12 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 	if p := auth.WebSocketProtocol; p != "" {
 		upgrader.Protocol = func(offered string) bool { return offered == p }
 	}
+	// permessage-deflate is negotiated as on /realtime, under the same
+	// setting.
+	deflate := false
+	if !s.cfg.Realtime.DisableCompression && realtime.ExtensionsParse(r.Header.Values("Sec-WebSocket-Extensions")) {
+		upgrader.Negotiate = realtime.NegotiateDeflate(&deflate)
+	}
 	conn, rw, _, err := upgrader.Upgrade(r, w)
 	if err != nil {
 		noteUpgradeFailed(w, err)
@@ -395,6 +408,10 @@ func (s *Server) handleWatchSocket(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	sess := &watchSession{hub: s.watch, conn: conn, actor: auth.ActorID, partition: auth.Partition,
 		ctx: ctx, cancel: cancel, watches: map[string]*watchState{}}
+	if deflate {
+		z := s.hub.Deflate()
+		sess.z = &z
+	}
 	if !s.watch.add(sess) {
 		sess.closeWith(ws.StatusGoingAway, "server shutting down")
 		return
@@ -450,7 +467,7 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 	defer s.closeWith(ws.StatusNormalClosure, "")
 	max := s.hub.s.ops.maxBytes
 	var msg []byte
-	inMessage := false
+	inMessage, compressed := false, false
 	stall := s.hub.s.cfg.StallTimeout
 	for {
 		if inMessage {
@@ -471,10 +488,17 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 			s.closeWith(ws.StatusProtocolError, "client frames must be masked")
 			return
 		}
-		// RFC 6455 §5.2 and §5.5: no extension is negotiated, so the
-		// reserved bits are 0; a control frame is whole and at most 125
-		// bytes.
-		if h.Rsv != 0 || (h.OpCode.IsControl() && (h.Length > 125 || !h.Fin)) {
+		// RFC 6455 §5.2 and §5.5: the reserved bits are 0 but for RSV1
+		// (compressed) on the first frame of a data message when
+		// permessage-deflate was negotiated (RFC 7692 §6); a control
+		// frame is whole and at most 125 bytes.
+		if h.Rsv != 0 {
+			if s.z == nil || !h.Rsv1() || h.Rsv2() || h.Rsv3() || h.OpCode.IsControl() || h.OpCode == ws.OpContinuation {
+				s.closeWith(ws.StatusProtocolError, "websocket protocol violation")
+				return
+			}
+		}
+		if h.OpCode.IsControl() && (h.Length > 125 || !h.Fin) {
 			s.closeWith(ws.StatusProtocolError, "websocket protocol violation")
 			return
 		}
@@ -501,7 +525,7 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 				s.closeWith(ws.StatusProtocolError, "a new message began inside a fragmented one")
 				return
 			}
-			msg, inMessage = payload, true
+			msg, inMessage, compressed = payload, true, h.Rsv1()
 		case ws.OpContinuation:
 			if !inMessage {
 				s.closeWith(ws.StatusProtocolError, "continuation without a message")
@@ -516,6 +540,15 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 			continue
 		}
 		inMessage = false
+		if compressed {
+			// Inflated under the same limit as a plain message.
+			p, code, err := s.z.Inflate(msg, max, nil)
+			if err != nil {
+				s.closeWith(code, err.Error())
+				return
+			}
+			msg = p
+		}
 		s.receive(msg)
 		msg = nil
 	}
@@ -680,12 +713,28 @@ func (s *watchSession) write(op ws.OpCode, payload []byte) {
 	s.writeLocked(op, payload)
 }
 
-// writeLocked sends one frame under wmu.
+// writeLocked sends one frame under wmu: a data frame compressed when
+// the socket negotiated permessage-deflate and compressing pays.
 func (s *watchSession) writeLocked(op ws.OpCode, payload []byte) {
 	_ = s.conn.SetWriteDeadline(time.Now().Add(watchWriteTimeout))
-	if err := ws.WriteFrame(s.conn, ws.NewFrame(op, true, payload)); err != nil {
+	var err error
+	if z := s.compressed(op, payload); z != nil {
+		_, err = s.conn.Write(z)
+	} else {
+		err = ws.WriteFrame(s.conn, ws.NewFrame(op, true, payload))
+	}
+	if err != nil {
 		_ = s.conn.Close()
 	}
+}
+
+// compressed returns payload's frame compressed, or nil when it goes as
+// it is (no extension, a control frame, a short or incompressible one).
+func (s *watchSession) compressed(op ws.OpCode, payload []byte) []byte {
+	if s.z == nil || op.IsControl() {
+		return nil
+	}
+	return s.z.Frame(op, payload)
 }
 
 // closeWith ends the socket with a close frame (once).

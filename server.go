@@ -113,13 +113,15 @@ type RealtimeConfig struct {
 	// prefer the runtime's own pacing).
 	ReleaseAfterChurn int
 	// DisableCompression declines the permessage-deflate extension (RFC
-	// 7692) on /realtime sockets. By default it is accepted when a client
+	// 7692) on /realtime sockets and on the watch sockets of
+	// /operations/realtime. By default it is accepted when a client
 	// offers it (browsers do), without context takeover in either
 	// direction: each message is compressed on its own, so an idle socket
 	// holds no compressor state, and a delta fanned out is compressed
 	// once for every socket. Messages of 128 bytes or more are sent
-	// compressed (deltas and sync-round chunks; wake-ups, heartbeats and
-	// presence go as they are), and the client may send compressed ones.
+	// compressed (deltas, sync-round chunks, watch snapshots; wake-ups,
+	// heartbeats and presence go as they are), and the client may send
+	// compressed ones.
 	DisableCompression bool
 	// releaseSpacing replaces the releases' least spacing (tests).
 	releaseSpacing time.Duration

@@ -237,8 +237,8 @@ type Realtime struct {
 	// default (500), negative disables it, and the release after a
 	// drained burst of requests with it.
 	ReleaseAfterChurn int `yaml:"release_after_churn"`
-	// DisableCompression declines permessage-deflate on /realtime
-	// sockets (accepted by default).
+	// DisableCompression declines permessage-deflate on /realtime and
+	// /operations/realtime sockets (accepted by default).
 	DisableCompression bool `yaml:"disable_compression"`
 }
 

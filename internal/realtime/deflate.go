@@ -196,3 +196,43 @@ func ExtensionsParse(values []string) bool {
 	}
 	return true
 }
+
+// Deflate compresses and inflates permessage-deflate messages with a
+// hub's pooled compressors and inflaters, for the server's other sockets
+// (the watch sockets of /operations/realtime): one implementation, and
+// the hub's Compressed count covers their messages too.
+type Deflate struct{ z *codec }
+
+// Deflate returns the hub's codec.
+func (h *Hub) Deflate() Deflate { return Deflate{z: &h.z} }
+
+// Frame returns a whole server frame (final, unmasked, RSV1 set) holding
+// payload compressed, or nil when it is to go as it is: under 128 bytes,
+// or no smaller compressed.
+func (d Deflate) Frame(op ws.OpCode, payload []byte) []byte {
+	return d.z.compress(op, payload)
+}
+
+// Inflate returns the payload of a compressed client message c (its
+// frames' payloads joined, RFC 7692 §7.2.2), bounded by maxBytes as an
+// uncompressed message is: a message inflating past it fails having held
+// at most maxBytes+1 bytes. reserve is asked, before the payload's buffer
+// grows to n bytes in all, whether it may (nil: always). On failure it
+// returns the status code to close the socket with: 1009 (too large),
+// 1013 (reserve refused: try again later) or 1002 (not deflate data).
+func (d Deflate) Inflate(c []byte, maxBytes int64, reserve func(n int64) bool) ([]byte, ws.StatusCode, error) {
+	if reserve == nil {
+		reserve = func(int64) bool { return true }
+	}
+	p, err := d.z.inflate(c, maxBytes, reserve)
+	switch {
+	case err == nil:
+		return p, 0, nil
+	case errors.Is(err, errTooLarge):
+		return nil, ws.StatusMessageTooBig, err
+	case errors.Is(err, errBodyBudget):
+		return nil, statusTryAgainLater, err
+	default:
+		return nil, ws.StatusProtocolError, err
+	}
+}
