@@ -89,11 +89,12 @@ type Config struct {
 	// PID is the server's process id: memory reads its VmRSS, and every
 	// workload reports its resident memory and CPU time when set.
 	PID int
-	// WSDeflate (memory only): the sockets offer permessage-deflate as
-	// browsers do, and the server must accept it: the idle sockets'
-	// memory is then that of sockets that negotiated compression. The
-	// tool's own frame readers do not inflate, so the workloads that
-	// deliver deltas refuse it.
+	// WSDeflate (memory, fanout): the sockets offer permessage-deflate as
+	// browsers do (Chrome's header), and the server must accept it: the
+	// idle sockets' memory is then that of sockets that negotiated
+	// compression, and fanout's deltas arrive compressed and are inflated
+	// by the sockets' readers (the epoll readers and, with
+	// SocketGoroutines, sspclient's) before they are applied.
 	WSDeflate bool
 	// ServerCmd starts the server as a child process (memory): its pid
 	// is then known. It must listen on URL.
@@ -185,8 +186,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, errors.New("a schema is required")
 	case !wire.SupportedVersion(cfg.Wire):
 		return nil, fmt.Errorf("unsupported wire version %d", cfg.Wire)
-	case cfg.WSDeflate && cfg.Workload != "memory":
-		return nil, errors.New("-ws-deflate is for the memory workload only")
+	case cfg.WSDeflate && cfg.Workload != "memory" && cfg.Workload != "fanout":
+		return nil, errors.New("-ws-deflate is for the memory and fanout workloads only")
 	}
 	raiseFileLimit()
 	r, err := newRunner(cfg)

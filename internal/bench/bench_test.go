@@ -355,3 +355,38 @@ func TestReadRSSParts(t *testing.T) {
 		t.Fatal("no error for a process that does not exist")
 	}
 }
+
+// TestFanoutDeflate: with WSDeflate the fan-out sockets negotiate
+// permessage-deflate, and every delta, sent compressed, is inflated and
+// applied by the epoll readers and by the goroutine readers alike.
+func TestFanoutDeflate(t *testing.T) {
+	for _, goroutines := range []bool{false, true} {
+		t.Run(fmt.Sprintf("goroutines=%v", goroutines), func(t *testing.T) {
+			hs, sc, srv := newTestServerWrapped(t, nil)
+			const sockets, commits = 24, 5
+			before := srv.RealtimeStats().Compressed
+			res, err := Run(context.Background(), Config{Workload: "fanout", Sockets: sockets, Commits: commits,
+				SocketGoroutines: goroutines, WSDeflate: true, URL: hs.URL, Schema: sc, Timeout: 10 * time.Second,
+				settle: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Errors != 0 {
+				t.Errorf("errors = %d, want 0", res.Errors)
+			}
+			if n, _ := res.Figure("deliveries"); n != sockets*commits {
+				t.Errorf("deliveries %v, want %d", n, sockets*commits)
+			}
+			// Each delta is compressed once for all the sockets.
+			if n := srv.RealtimeStats().Compressed - before; n < commits {
+				t.Errorf("the server compressed %d messages, want at least the %d deltas", n, commits)
+			}
+			if goroutines || runtime.GOOS != "linux" {
+				return
+			}
+			if n, _ := res.Figure("compressed messages inflated"); n < sockets*commits {
+				t.Errorf("compressed messages inflated %v, want at least %d (every delivery)", n, sockets*commits)
+			}
+		})
+	}
+}

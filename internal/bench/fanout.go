@@ -107,6 +107,10 @@ func runFanout(ctx context.Context, r *runner) error {
 	if len(r.pollers) > 0 {
 		r.res.Params["socket readers"] = fmt.Sprintf("%d epoll readers", len(r.pollers))
 	}
+	if r.cfg.WSDeflate {
+		r.res.Params["permessage-deflate"] = "negotiated on every socket"
+	}
+	inflated0 := r.sockets.inflated.Load()
 	// Per socket: the deltas it applied and the last one's cursor (a
 	// socket that missed a delivery is reported with them).
 	perSock := make([]struct{ deltas, last atomic.Int64 }, n)
@@ -243,6 +247,9 @@ func runFanout(ctx context.Context, r *runner) error {
 	r.res.add("sockets ended during the run", float64(ended), "")
 	r.res.add("deliveries late (after their commit's wait)", float64(late), "")
 	r.res.add("wake-ups", float64(r.sockets.wakes.Load()-wakes0), "")
+	if r.cfg.WSDeflate && len(r.pollers) > 0 {
+		r.res.add("compressed messages inflated", float64(r.sockets.inflated.Load()-inflated0), "")
+	}
 	r.res.addMs("push latency p50", summarize(push).P50)
 	return nil
 }

@@ -36,6 +36,9 @@ type runner struct {
 	// pollers read the realtime sockets when set (startPollers); socket
 	// i goes to pollers[i%len].
 	pollers []*sockPoller
+	// inflaters pools the flate readers that inflate the compressed
+	// messages the pollers read (-ws-deflate).
+	inflaters sync.Pool
 
 	statusMu sync.Mutex
 	st       *status

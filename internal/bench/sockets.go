@@ -37,6 +37,7 @@ type vsocket struct {
 	polled  bool
 	pending []byte    // the start of a frame cut by the end of a read
 	fragOp  ws.OpCode // the opcode of a fragmented message being assembled
+	fragZ   bool      // and whether it is compressed
 	frag    []byte
 	// messages counts the messages the poller's reader assembled.
 	messages int
@@ -52,6 +53,9 @@ type vsocket struct {
 // socketCounters count realtime events across all sockets.
 type socketCounters struct {
 	deltas, wakes, recoveries, requiresSync atomic.Int64
+	// inflated counts the compressed messages the epoll readers
+	// inflated (-ws-deflate; sspclient's readers do not count theirs).
+	inflated atomic.Int64
 }
 
 // newSocket creates virtual client i and registers its subscription

@@ -1,12 +1,16 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/klauspost/compress/flate"
 
 	"github.com/syncgo/syncgo/internal/sspclient"
 	"github.com/syncgo/syncgo/wire"
@@ -24,7 +28,9 @@ var (
 
 // serverFrame is the header of a frame from the server (RFC 6455 §5.2).
 type serverFrame struct {
-	fin    bool
+	fin bool
+	// rsv1: the message is compressed (RFC 7692 §6).
+	rsv1   bool
 	op     ws.OpCode
 	length int
 	hdr    int // header bytes
@@ -32,16 +38,20 @@ type serverFrame struct {
 
 // parseServerFrame reads the frame header at the start of b: ok false
 // when b holds only part of the header. A server's frames are never
-// masked and carry no reserved bits; control frames are unfragmented
-// and at most 125 bytes.
-func parseServerFrame(b []byte) (f serverFrame, ok bool, err error) {
+// masked and carry no reserved bits but RSV1, on the first frame of a
+// data message, when permessage-deflate was negotiated (deflate); control
+// frames are unfragmented and at most 125 bytes.
+func parseServerFrame(b []byte, deflate bool) (f serverFrame, ok bool, err error) {
 	if len(b) < 2 {
 		return f, false, nil
 	}
-	if b[0]&0x70 != 0 || b[1]&0x80 != 0 {
+	if rsv := b[0] & 0x70; (rsv != 0 && (!deflate || rsv != 0x40)) || b[1]&0x80 != 0 {
 		return f, false, errServerFrame
 	}
-	f.fin, f.op = b[0]&0x80 != 0, ws.OpCode(b[0]&0x0f)
+	f.fin, f.rsv1, f.op = b[0]&0x80 != 0, b[0]&0x40 != 0, ws.OpCode(b[0]&0x0f)
+	if f.rsv1 && (f.op.IsControl() || f.op == ws.OpContinuation) {
+		return f, false, errServerFrame
+	}
 	size, hdr := uint64(b[1]&0x7f), 2
 	switch size {
 	case 126:
@@ -80,7 +90,7 @@ func (s *vsocket) consume(b []byte, at, rx time.Time) bool {
 		data = s.pending
 	}
 	for {
-		f, ok, err := parseServerFrame(data)
+		f, ok, err := parseServerFrame(data, s.rt.Deflate)
 		if err != nil {
 			s.endWhy = err.Error()
 			return false
@@ -125,21 +135,64 @@ func (s *vsocket) frame(f serverFrame, payload []byte, at, rx time.Time) bool {
 		if !f.fin {
 			return true
 		}
-		op, msg := s.fragOp, s.frag
-		s.fragOp, s.frag = 0, nil
-		return s.message(op, msg, at, rx)
+		op, msg, z := s.fragOp, s.frag, s.fragZ
+		s.fragOp, s.frag, s.fragZ = 0, nil, false
+		return s.inflated(op, msg, z, at, rx)
 	case ws.OpText, ws.OpBinary:
 		if s.fragOp != 0 {
 			return false
 		}
 		if !f.fin {
-			s.fragOp, s.frag = f.op, append([]byte(nil), payload...)
+			s.fragOp, s.fragZ, s.frag = f.op, f.rsv1, append([]byte(nil), payload...)
 			return true
 		}
-		return s.message(f.op, payload, at, rx)
+		return s.inflated(f.op, payload, f.rsv1, at, rx)
 	}
 	return false
 }
+
+// inflated handles one message, inflating it first when it came
+// compressed (z: RSV1 on its first frame).
+func (s *vsocket) inflated(op ws.OpCode, b []byte, z bool, at, rx time.Time) bool {
+	if !z {
+		return s.message(op, b, at, rx)
+	}
+	p, err := s.r.inflate(b)
+	if err != nil {
+		s.endWhy = "inflate: " + err.Error()
+		return false
+	}
+	s.r.sockets.inflated.Add(1)
+	return s.message(op, p, at, rx)
+}
+
+// inflate returns the payload of a compressed server message (RFC 7692
+// §7.2.2: the stripped sync-flush tail appended back), with an inflater
+// from the runner's pool.
+func (r *runner) inflate(c []byte) ([]byte, error) {
+	src := io.MultiReader(bytes.NewReader(c), strings.NewReader(inflateEnd))
+	fr, _ := r.inflaters.Get().(io.ReadCloser)
+	if fr == nil {
+		fr = flate.NewReader(src)
+	} else if err := fr.(flate.Resetter).Reset(src, nil); err != nil {
+		return nil, err
+	}
+	defer r.inflaters.Put(fr)
+	var out bytes.Buffer
+	out.Grow(4 * len(c))
+	if _, err := io.Copy(&out, io.LimitReader(fr, maxServerMessage+1)); err != nil {
+		return nil, err
+	}
+	if out.Len() > maxServerMessage {
+		return nil, errServerTooLarge
+	}
+	return out.Bytes(), nil
+}
+
+// inflateEnd ends a compressed message for the inflater: the sync
+// flush's tail the sender stripped, then an empty final stored block, so
+// that a whole message ends the stream cleanly.
+const inflateEnd = "\x00\x00\xff\xff\x01\x00\x00\xff\xff"
 
 // message handles one server message as readLoop does: a delta is
 // applied and acked (§8.2), a wake-up behind the cursor starts a

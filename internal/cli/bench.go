@@ -78,7 +78,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Sockets, "sockets", 0, "fanout, memory: sockets (1000)")
 	fs.BoolVar(&cfg.SocketGoroutines, "socket-goroutines", false, "fanout: read each socket on a goroutine of its own (the reader before round seven) instead of the tool's epoll readers")
 	fs.IntVar(&cfg.PID, "pid", 0, "the server's process id: its VmRSS and CPU time are reported")
-	fs.BoolVar(&cfg.WSDeflate, "ws-deflate", false, "memory: the sockets offer permessage-deflate (as browsers do) and the server must accept it")
+	fs.BoolVar(&cfg.WSDeflate, "ws-deflate", false, "memory, fanout: the sockets offer permessage-deflate (as browsers do), the server must accept it, and compressed messages are inflated")
 	fs.StringVar(&cfg.ServerCmd, "server-cmd", "", "memory: start the server with this command (split on spaces; it must listen on -url)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 30*time.Second, "bound of every wait for deliveries, convergence and server start")
 	fs.StringVar(&jsonPath, "json", "", "also write the result as JSON to this file")
