@@ -395,3 +395,54 @@ func TestOperationsWatchDeflateProtocolErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestOperationsWatchBodyBudget: a watch socket's messages, plain or
+// compressed, hold the body budget (MaxBodyMemory) past their first
+// 64 KiB as /realtime's do: while another socket's half-sent message
+// holds most of it, a large plain message and a small compressed one
+// inflating large close their sockets with 1013; a small message is
+// still served; the budget is whole again once the sockets are gone.
+func TestOperationsWatchBodyBudget(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, d e2eDriver) {
+		const budget = 1 << 20
+		f := newOpsFixture(t, d, func(c *syncgo.Config) {
+			c.MaxRequestBytes, c.MaxBodyMemory, c.Operations.MaxRequestBytes = budget, budget, budget
+		})
+		seed(t, f.e2eEnv, "alice", "tasks", taskRow("t1", "p1", "one"))
+		f.awaitWatchListener(t)
+
+		// The holder: the first 900 KiB of a fragmented message.
+		holder := dialWatchOffering(t, f.e2eEnv, "alice", "")
+		if err := ws.WriteFrame(holder.nc, ws.MaskFrameInPlace(ws.NewFrame(ws.OpBinary, false, make([]byte, 900<<10)))); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the held message to be counted", func() bool { return f.srv.BodyMemoryInUseForTest() >= 800<<10 })
+
+		big := dialWatchOffering(t, f.e2eEnv, "alice", "")
+		if err := writeRawFrame(big.nc, ws.OpBinary, 0, make([]byte, 300<<10)); !cutShort(err) {
+			t.Fatal(err)
+		}
+		big.wantClose(statusTryAgainLater)
+
+		z := dialWatchOffering(t, f.e2eEnv, "alice", chromeOffer)
+		if err := writeDeflated(z.nc, ws.OpBinary, make([]byte, 300<<10)); err != nil {
+			t.Fatal(err)
+		}
+		z.wantClose(statusTryAgainLater)
+
+		small := dialWatchOffering(t, f.e2eEnv, "alice", chromeOffer)
+		if err := writeDeflated(small.nc, ws.OpBinary, watchMessage(t, "w", "tasksByProject", project("p1"))); err != nil {
+			t.Fatal(err)
+		}
+		if m := decodeWatchFrame(t, small.next()); m["kind"] != "snapshot" {
+			t.Fatalf("a small message while the budget is held: %v, want a snapshot", m)
+		}
+
+		_ = holder.nc.Close()
+		eventually(t, "the budget to be given back", func() bool { return f.srv.BodyMemoryInUseForTest() == 0 })
+	})
+}
+
+// statusTryAgainLater is the close code of a socket refused for want of
+// body memory (1013).
+const statusTryAgainLater ws.StatusCode = 1013

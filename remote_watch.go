@@ -469,6 +469,29 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 	var msg []byte
 	inMessage, compressed := false, false
 	stall := s.hub.s.cfg.StallTimeout
+	// A message's bytes past its first realtime.BodyFreeBytes (read, or
+	// inflated) are taken from the body budget (MaxBodyMemory) as on
+	// /realtime, and given back once the message is handled.
+	bodies := s.hub.s.realtimeBodies()
+	var taken int64
+	take := func(total int64) bool {
+		need := total - realtime.BodyFreeBytes - taken
+		if need <= 0 || bodies == nil {
+			return true
+		}
+		if !bodies.TakeBody(need) {
+			return false
+		}
+		taken += need
+		return true
+	}
+	giveBack := func() {
+		if taken > 0 {
+			bodies.GiveBody(taken)
+			taken = 0
+		}
+	}
+	defer giveBack()
 	for {
 		if inMessage {
 			// Inside a fragmented message the next frame must come
@@ -500,6 +523,10 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 		}
 		if h.OpCode.IsControl() && (h.Length > 125 || !h.Fin) {
 			s.closeWith(ws.StatusProtocolError, "websocket protocol violation")
+			return
+		}
+		if !h.OpCode.IsControl() && !take(int64(len(msg))+h.Length) {
+			s.closeWith(statusTryAgainLater, "the server is at capacity; retry later")
 			return
 		}
 		// A frame once begun must arrive within the stall timeout: a
@@ -542,7 +569,7 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 		inMessage = false
 		if compressed {
 			// Inflated under the same limit as a plain message.
-			p, code, err := s.z.Inflate(msg, max, nil)
+			p, code, err := s.z.Inflate(msg, max, take)
 			if err != nil {
 				s.closeWith(code, err.Error())
 				return
@@ -551,6 +578,7 @@ func (s *watchSession) readLoop(br *bufio.Reader) {
 		}
 		s.receive(msg)
 		msg = nil
+		giveBack()
 	}
 }
 
@@ -751,3 +779,8 @@ func (s *watchSession) closeWith(code ws.StatusCode, reason string) {
 	s.write(ws.OpClose, ws.NewCloseFrameBody(code, reason))
 	_ = s.conn.Close()
 }
+
+// statusTryAgainLater (1013) closes a watch socket whose message would
+// take the body budget over its bound, as /realtime closes its sockets:
+// the client reconnects and sends it again.
+const statusTryAgainLater ws.StatusCode = 1013
