@@ -38,6 +38,9 @@ type vsocket struct {
 	pending []byte    // the start of a frame cut by the end of a read
 	fragOp  ws.OpCode // the opcode of a fragmented message being assembled
 	fragZ   bool      // and whether it is compressed
+	// deflate: the connection negotiated permessage-deflate (RSV1 marks
+	// a compressed message).
+	deflate bool
 	frag    []byte
 	// messages counts the messages the poller's reader assembled.
 	messages int
@@ -113,7 +116,7 @@ func (s *vsocket) connect(ctx context.Context) error {
 		_ = rt.Drop()
 		return fmt.Errorf("client %d: the server declined permessage-deflate", s.i)
 	}
-	s.rt, s.done = rt, make(chan struct{})
+	s.rt, s.done, s.deflate = rt, make(chan struct{}), rt.Deflate
 	if rt.Hello.RequiresSync {
 		s.r.sockets.requiresSync.Add(1)
 		if err := s.recover(ctx); err != nil {

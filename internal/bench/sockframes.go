@@ -90,7 +90,7 @@ func (s *vsocket) consume(b []byte, at, rx time.Time) bool {
 		data = s.pending
 	}
 	for {
-		f, ok, err := parseServerFrame(data, s.rt.Deflate)
+		f, ok, err := parseServerFrame(data, s.deflate)
 		if err != nil {
 			s.endWhy = err.Error()
 			return false
