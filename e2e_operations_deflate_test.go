@@ -359,29 +359,7 @@ func TestOperationsWatchDeflateBomb(t *testing.T) {
 // 1002.
 func TestOperationsWatchDeflateProtocolErrors(t *testing.T) {
 	f := newOpsFixture(t, e2eDrivers[0])
-	rsv1 := ws.Rsv(true, false, false)
-	msg := watchMessage(t, "w", "tasksByProject", project("p1"))
-	for _, c := range []struct {
-		name, offer string
-		send        func(w io.Writer) error
-	}{
-		{"rsv1 without negotiation", "", func(w io.Writer) error { return writeRawFrame(w, ws.OpBinary, rsv1, deflated(msg)) }},
-		{"rsv1 on a ping", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, ws.OpPing, rsv1, deflated([]byte("p"))) }},
-		{"rsv1 on a continuation", chromeOffer, func(w io.Writer) error {
-			fr := ws.NewFrame(ws.OpBinary, false, deflated(msg[:3]))
-			fr.Header.Rsv = rsv1
-			if err := ws.WriteFrame(w, ws.MaskFrameInPlace(fr)); err != nil {
-				return err
-			}
-			c := ws.NewFrame(ws.OpContinuation, true, []byte("x"))
-			c.Header.Rsv = rsv1
-			return ws.WriteFrame(w, ws.MaskFrameInPlace(c))
-		}},
-		{"rsv2", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, ws.OpBinary, ws.Rsv(false, true, false), msg) }},
-		{"not deflate data", chromeOffer, func(w io.Writer) error {
-			return writeRawFrame(w, ws.OpBinary, rsv1, []byte{0xff, 0xff, 0xff, 0xff, 0xff})
-		}},
-	} {
+	for _, c := range deflateProtocolErrors(ws.OpBinary, watchMessage(t, "w", "tasksByProject", project("p1"))) {
 		t.Run(c.name, func(t *testing.T) {
 			s := dialWatchOffering(t, f.e2eEnv, "alice", c.offer)
 			s.t = t

@@ -305,29 +305,7 @@ func TestRealtimeDeflateBomb(t *testing.T) {
 // not inflate.
 func TestRealtimeDeflateProtocolErrors(t *testing.T) {
 	e := newRTEnv(t)
-	rsv1 := ws.Rsv(true, false, false)
-	ack := wire.Ack{Cursor: 0}.AppendJSON(nil)
-	cases := []struct {
-		name, offer string
-		send        func(w io.Writer) error
-	}{
-		{"rsv1 without negotiation", "", func(w io.Writer) error { return writeRawFrame(w, ws.OpText, rsv1, deflated(ack)) }},
-		{"rsv1 on a ping", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, ws.OpPing, rsv1, deflated([]byte("p"))) }},
-		{"rsv1 on a continuation", chromeOffer, func(w io.Writer) error {
-			f := ws.NewFrame(ws.OpText, false, deflated(ack[:3]))
-			f.Header.Rsv = rsv1
-			if err := ws.WriteFrame(w, ws.MaskFrameInPlace(f)); err != nil {
-				return err
-			}
-			c := ws.NewFrame(ws.OpContinuation, true, []byte("x"))
-			c.Header.Rsv = rsv1
-			return ws.WriteFrame(w, ws.MaskFrameInPlace(c))
-		}},
-		{"rsv2", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, ws.OpText, ws.Rsv(false, true, false), ack) }},
-		{"not deflate data", chromeOffer, func(w io.Writer) error {
-			return writeRawFrame(w, ws.OpText, rsv1, []byte{0xff, 0xff, 0xff, 0xff, 0xff})
-		}},
-	}
+	cases := deflateProtocolErrors(ws.OpText, wire.Ack{Cursor: 0}.AppendJSON(nil))
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s, ext, _ := e.upgradeOffering("alice", fmt.Sprintf("p%d", i), c.offer)
@@ -434,5 +412,39 @@ func TestRealtimeDeflateSSPClient(t *testing.T) {
 	}
 	if r, ok := c.Row("tasks", "t1"); !ok || !strings.Contains(fmt.Sprint(r), "compressed on the wire") {
 		t.Fatalf("row t1 after the delta: %v %v", r, ok)
+	}
+}
+
+// deflateProtocolCase is a message a socket that may have negotiated
+// permessage-deflate must answer with a 1002 close.
+type deflateProtocolCase struct {
+	name, offer string
+	send        func(w io.Writer) error
+}
+
+// deflateProtocolErrors are the RSV bits and bytes that break RFC 7692
+// §6 on a socket whose messages are of op (msg one of them, at least 3
+// bytes), offered (or not) the extension: RSV1 without it, on a control
+// frame or on a continuation, RSV2, and RSV1 on bytes that do not
+// inflate.
+func deflateProtocolErrors(op ws.OpCode, msg []byte) []deflateProtocolCase {
+	rsv1 := ws.Rsv(true, false, false)
+	return []deflateProtocolCase{
+		{"rsv1 without negotiation", "", func(w io.Writer) error { return writeRawFrame(w, op, rsv1, deflated(msg)) }},
+		{"rsv1 on a ping", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, ws.OpPing, rsv1, deflated([]byte("p"))) }},
+		{"rsv1 on a continuation", chromeOffer, func(w io.Writer) error {
+			f := ws.NewFrame(op, false, deflated(msg[:3]))
+			f.Header.Rsv = rsv1
+			if err := ws.WriteFrame(w, ws.MaskFrameInPlace(f)); err != nil {
+				return err
+			}
+			c := ws.NewFrame(ws.OpContinuation, true, []byte("x"))
+			c.Header.Rsv = rsv1
+			return ws.WriteFrame(w, ws.MaskFrameInPlace(c))
+		}},
+		{"rsv2", chromeOffer, func(w io.Writer) error { return writeRawFrame(w, op, ws.Rsv(false, true, false), msg) }},
+		{"not deflate data", chromeOffer, func(w io.Writer) error {
+			return writeRawFrame(w, op, rsv1, []byte{0xff, 0xff, 0xff, 0xff, 0xff})
+		}},
 	}
 }

@@ -186,23 +186,7 @@ func (s *Store) PushResultsPosition(ctx context.Context) (store.PushResultsPosit
 // scanPushResultsPosition reads the stored position's row; no row, or a
 // name that is not a position's, is no position.
 func scanPushResultsPosition(r pgx.Row) (store.PushResultsPosition, error) {
-	var (
-		p    store.PushResultsPosition
-		name string
-	)
-	err := r.Scan(&name, &p.Laps, &p.Examined, &p.UpdatedAtMs)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return store.PushResultsPosition{}, nil
-	}
-	if err != nil {
-		return store.PushResultsPosition{}, err
-	}
-	after, ok := store.DecodePushResultsPosition(name)
-	if !ok {
-		return store.PushResultsPosition{}, nil
-	}
-	p.Stored, p.After = true, after
-	return p, nil
+	return store.ScanPushResultsPosition(r.Scan, func(err error) bool { return errors.Is(err, pgx.ErrNoRows) })
 }
 
 var _ store.PushResultPruner = (*Store)(nil)

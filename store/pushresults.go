@@ -117,6 +117,29 @@ func EncodePushResultsPosition(after *PushResultKey) string {
 	return b.String()
 }
 
+// ScanPushResultsPosition reads the stored position's row (name,
+// watermark, observed_rows, updated_at_ms) with scan, a driver's
+// Row.Scan; noRows reports the driver's error for no row. No row, or a
+// name that is not a position's, is no position.
+func ScanPushResultsPosition(scan func(dest ...any) error, noRows func(error) bool) (PushResultsPosition, error) {
+	var (
+		p    PushResultsPosition
+		name string
+	)
+	if err := scan(&name, &p.Laps, &p.Examined, &p.UpdatedAtMs); err != nil {
+		if noRows(err) {
+			return PushResultsPosition{}, nil
+		}
+		return PushResultsPosition{}, err
+	}
+	after, ok := DecodePushResultsPosition(name)
+	if !ok {
+		return PushResultsPosition{}, nil
+	}
+	p.Stored, p.After = true, after
+	return p, nil
+}
+
 // DecodePushResultsPosition parses a stored name: the key (nil for the
 // journal's start), and false when name is not a position's.
 func DecodePushResultsPosition(name string) (*PushResultKey, bool) {
