@@ -73,7 +73,7 @@ type PushResultPruner interface {
 
 // The journal prune's position is stored as one row of
 // sync_backfill_checkpoints, a table every layout since the reference's
-// 0.23 has, so that storing it changes no layout: partition ” (never a
+// 0.23 has, so that storing it changes no layout: the empty partition (never a
 // partition: partitions are non-empty identifiers), schema_version 0
 // (never a schema version) and state 'activated', which the migration
 // barrier and the serve gate (of this server, its older versions and the

@@ -29,3 +29,25 @@ func TestPushRecordedAt(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPushResultsPosition: a stored prune position's name decodes
+// without panicking, and only into a key that encodes back to the same
+// name; every key round-trips.
+func FuzzPushResultsPosition(f *testing.F) {
+	f.Add(PushResultsPositionName, "p", "c", "k")
+	f.Add(PushResultsPositionName+":1:p1:c1:k", "", ":", "1:")
+	f.Add(PushResultsPositionName+":01:p1:c1:k", "a\x00b", "é", "")
+	f.Add(PushResultsPositionName+":9:p", "x", "y", "z")
+	f.Fuzz(func(t *testing.T, name, partition, client, commit string) {
+		if after, ok := DecodePushResultsPosition(name); ok {
+			if got := EncodePushResultsPosition(after); got != name {
+				t.Fatalf("%q decodes to %+v, which encodes to %q", name, after, got)
+			}
+		}
+		key := &PushResultKey{Partition: partition, ClientID: client, ClientCommitID: commit}
+		after, ok := DecodePushResultsPosition(EncodePushResultsPosition(key))
+		if !ok || after == nil || *after != *key {
+			t.Fatalf("%+v round-trips to %+v, %v", key, after, ok)
+		}
+	})
+}
