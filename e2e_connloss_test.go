@@ -207,16 +207,7 @@ func TestPostgresPushConnectionLost(t *testing.T) {
 	t.Parallel()
 	le := newLossEnv(t, openLossStore)
 	name := schemaOf(t, le.schemaURL)
-	pgtest.Exec(t, base, "CREATE SEQUENCE "+name+".kills")
-	pgtest.Exec(t, base, `CREATE FUNCTION `+name+`.kill_append() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF nextval('`+name+`.kills') = 1 THEN
-    PERFORM pg_terminate_backend(pg_backend_pid());
-    PERFORM pg_sleep(5); -- the termination ends the backend here
-  END IF;
-  RETURN NEW;
-END $$`)
-	pgtest.Exec(t, base, `CREATE TRIGGER kill_append BEFORE INSERT ON `+name+`.sync_commits FOR EACH ROW EXECUTE FUNCTION `+name+`.kill_append()`)
+	pgtest.KillOnCommitLog(t, base, name, "kill_append", "nextval('"+name+".kills') = 1", false)
 
 	c := le.client("alice", sspclient.Options{})
 	id := mustUpsert(t, c, taskRow("t1", "p1", "one"))

@@ -209,28 +209,10 @@ func TestPostgresCommandConnectionLost(t *testing.T) {
 	t.Parallel()
 	e := newCmdLossEnv(t)
 	seed(t, e.e2eEnv, "alice", "tasks", taskRow("t0", "p1", "zero"))
-	pgtest.Exec(t, base, "CREATE SEQUENCE "+e.name+".kills")
 	// Before the COMMIT: the append of a commit of requestId kill-before.
-	pgtest.Exec(t, base, `CREATE FUNCTION `+e.name+`.kill_append() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.client_commit_id LIKE '%"kill-before"%' AND nextval('`+e.name+`.kills') % 2 = 1 THEN
-    PERFORM pg_terminate_backend(pg_backend_pid());
-    PERFORM pg_sleep(5); -- the termination ends the backend here
-  END IF;
-  RETURN NEW;
-END $$`)
-	pgtest.Exec(t, base, `CREATE TRIGGER kill_append BEFORE INSERT ON `+e.name+`.sync_commits FOR EACH ROW EXECUTE FUNCTION `+e.name+`.kill_append()`)
+	pgtest.KillOnCommitLog(t, base, e.name, "kill_append", `NEW.client_commit_id LIKE '%"kill-before"%' AND nextval('`+e.name+`.kills') % 2 = 1`, false)
 	// During the COMMIT (deferred to it): a commit of requestId kill-commit.
-	pgtest.Exec(t, base, `CREATE FUNCTION `+e.name+`.kill_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.client_commit_id LIKE '%"kill-commit"%' AND nextval('`+e.name+`.kills') % 2 = 1 THEN
-    PERFORM pg_terminate_backend(pg_backend_pid());
-    PERFORM pg_sleep(5); -- the termination ends the backend here
-  END IF;
-  RETURN NULL;
-END $$`)
-	pgtest.Exec(t, base, `CREATE CONSTRAINT TRIGGER kill_at_commit AFTER INSERT ON `+e.name+`.sync_commits
-  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+e.name+`.kill_at_commit()`)
+	pgtest.KillOnCommitLog(t, base, e.name, "kill_at_commit", `NEW.client_commit_id LIKE '%"kill-commit"%' AND nextval('`+e.name+`.kills') % 2 = 1`, true)
 
 	for _, tc := range []struct {
 		name, requestID, row string

@@ -153,17 +153,7 @@ func TestWriteLostDuringCommit(t *testing.T) {
 	s := openLossy(t, name, uniq("h87-commit-"))
 	c := testSchema(t, 1)
 	ensure(t, s, c)
-	admin(t, base, "CREATE SEQUENCE "+name+".kills")
-	admin(t, base, `CREATE FUNCTION `+name+`.kill_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.client_commit_id LIKE 'kill-%' AND nextval('`+name+`.kills') % 2 = 1 THEN
-    PERFORM pg_terminate_backend(pg_backend_pid());
-    PERFORM pg_sleep(5); -- the termination ends the backend here
-  END IF;
-  RETURN NULL;
-END $$`)
-	admin(t, base, `CREATE CONSTRAINT TRIGGER kill_at_commit AFTER INSERT ON `+name+`.sync_commits
-  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+name+`.kill_at_commit()`)
+	pgtest.KillOnCommitLog(t, base, name, "kill_at_commit", "NEW.client_commit_id LIKE 'kill-%' AND nextval('"+name+".kills') % 2 = 1", true)
 
 	// push is a Write as the engine's push makes it: the journal
 	// re-check, then the append and its journal record.

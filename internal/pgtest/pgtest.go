@@ -129,3 +129,32 @@ func RefuseDials(cfg *pgconn.Config) *atomic.Bool {
 	}
 	return refuse
 }
+
+// KillOnCommitLog creates, in schema, a trigger named name on the commit
+// log (sync_commits) whose backend terminates itself when the SQL
+// condition when holds for the appended row (NEW): before the append, or,
+// with atCommit, at the COMMIT (a deferred constraint trigger), whose
+// outcome the client then does not learn. The sequence schema.kills
+// exists for when to count with (nextval('schema.kills')).
+func KillOnCommitLog(tb testing.TB, dsn, schema, name, when string, atCommit bool) {
+	tb.Helper()
+	Exec(tb, dsn, "CREATE SEQUENCE IF NOT EXISTS "+schema+".kills")
+	ret := "NEW"
+	if atCommit {
+		ret = "NULL"
+	}
+	Exec(tb, dsn, `CREATE FUNCTION `+schema+`.`+name+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF `+when+` THEN
+    PERFORM pg_terminate_backend(pg_backend_pid());
+    PERFORM pg_sleep(5); -- the termination ends the backend here
+  END IF;
+  RETURN `+ret+`;
+END $$`)
+	if atCommit {
+		Exec(tb, dsn, `CREATE CONSTRAINT TRIGGER `+name+` AFTER INSERT ON `+schema+`.sync_commits
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION `+schema+`.`+name+`()`)
+		return
+	}
+	Exec(tb, dsn, `CREATE TRIGGER `+name+` BEFORE INSERT ON `+schema+`.sync_commits FOR EACH ROW EXECUTE FUNCTION `+schema+`.`+name+`()`)
+}
